@@ -1,0 +1,131 @@
+"""The `parity` command: one thin click command per workflow step; the logic lives in the modules."""
+
+from __future__ import annotations
+
+import functools
+import json
+from pathlib import Path
+
+import click
+
+from parity import __version__
+from parity.errors import ParityError
+
+
+def friendly_errors(command):
+    """Turn a ParityError into a one-line `Error: ...` and exit status 1, never a traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except ParityError as exc:
+            raise click.ClickException(str(exc)) from None
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="parity")
+def main():
+    """Reproduce "Bringing Flame Serving Close to Standalone vLLM": traces, runs, checks, report."""
+
+
+@main.command("smoke-inputs")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
+              help="Directory for corpus.jsonl and tokenizer/.")
+@click.option("--articles", default=1200, show_default=True, help="Synthetic articles to generate.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the article generator.")
+@click.option("--vocab-size", default=8192, show_default=True, help="BPE vocabulary size.")
+@friendly_errors
+def smoke_inputs_cmd(out_dir: Path, articles: int, seed: int, vocab_size: int):
+    """Generate the offline smoke inputs: a synthetic news corpus and a BPE tokenizer trained on it."""
+    from parity import smoke_inputs
+
+    corpus = smoke_inputs.write_corpus(out_dir / "corpus.jsonl", articles=articles, seed=seed)
+    tokenizer = smoke_inputs.train_tokenizer(corpus, out_dir / "tokenizer", vocab_size=vocab_size)
+    click.echo(f"wrote {corpus} ({articles} synthetic articles) and {tokenizer}/tokenizer.json", err=True)
+
+
+@main.command("trace")
+@click.option("--corpus", type=click.Path(path_type=Path), required=True, help="JSONL of news articles.")
+@click.option("--tokenizer", "tokenizer_dir", type=click.Path(path_type=Path), required=True,
+              help="Hugging Face tokenizer directory (with tokenizer.json).")
+@click.option("--name", required=True, help="Trace name, e.g. no-reuse or reuse.")
+@click.option("--documents", type=int, required=True, help="Distinct document prefixes.")
+@click.option("--questions", type=int, required=True, help="Questions per document.")
+@click.option("--prefix-tokens", default=8000, show_default=True, help="Exact document prefix length.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the burst order.")
+@click.option("--warmup-shift", "warmup_shifts", type=int, multiple=True, default=(1009, 2027),
+              show_default=True, help="Token-ID shift of each warmup round (repeat the option).")
+@click.option("--pack/--no-pack", "pack_articles", default=True, show_default=True,
+              help="Join consecutive articles to fill a prefix, or take one article per document.")
+@click.option("--text-field", default="article", show_default=True, help="JSONL field holding the text.")
+@click.option("--corpus-origin", default="other", show_default=True,
+              help="Recorded in the manifest: synthetic-news, cnn_dailymail, ...")
+@click.option("--tokenizer-origin", default="other", show_default=True,
+              help="Recorded in the manifest: smoke-bpe, llama-3.1-8b-instruct, ...")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
+              help="Directory for NAME.json, NAME.tokens and NAME.warmupK.tokens.")
+@friendly_errors
+def trace_cmd(corpus, tokenizer_dir, name, documents, questions, prefix_tokens, seed, warmup_shifts,
+              pack_articles, text_field, corpus_origin, tokenizer_origin, out_dir):
+    """Build one burst (token IDs, shuffled) and its warmup variants, with a trace manifest."""
+    from parity.trace import TraceSpec, build_trace, load_trace
+
+    spec = TraceSpec(name=name, documents=documents, questions_per_document=questions,
+                     prefix_tokens=prefix_tokens, seed=seed, warmup_shifts=tuple(warmup_shifts),
+                     pack_articles=pack_articles)
+    manifest = build_trace(spec, corpus, tokenizer_dir, out_dir, text_field=text_field,
+                           corpus_origin=corpus_origin, tokenizer_origin=tokenizer_origin)
+    trace = load_trace(manifest)
+    tokens = sum(r.tokens for r in trace.requests)
+    click.echo(f"{manifest}: {len(trace.requests)} requests, {tokens} tokens, "
+               f"{len(spec.warmup_shifts)} warmup variants, trace sha256 {trace.sha256}")
+
+
+@main.command("validate")
+@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+def validate_cmd(paths):
+    """Validate manifests (files, or directories searched for *.json) and the files they link by hash.
+
+    Exits 1 and prints FILE: JSON-POINTER: RULE: MESSAGE for each problem.
+    """
+    from parity.manifest import validate_paths
+
+    missing = [p for p in paths if not p.exists()]
+    if missing:
+        raise click.ClickException(f"no such file or directory: {missing[0]}")
+    checked, problems = validate_paths(paths)
+    for problem in problems:
+        click.echo(str(problem), err=True)
+    if problems:
+        raise click.ClickException(f"{len(problems)} problem(s) in {checked} manifest(s)")
+    if checked == 0:
+        raise click.ClickException("no manifests found")
+    click.echo(f"{checked} manifest(s) valid")
+
+
+@main.group("bench")
+def bench():
+    """Benchmarks that print a ratio measured side by side in one run."""
+
+
+@bench.command("router")
+@click.option("--requests", "num_requests", default=512, show_default=True)
+@click.option("--prompt-tokens", default=8000, show_default=True)
+@click.option("--repeats", default=5, show_default=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def bench_router(num_requests, prompt_tokens, repeats, as_json):
+    """Routing cost per request, and its ratio to hashing the first 1,024 tokens once."""
+    from parity.bench import router
+
+    result = router.run(num_requests=num_requests, prompt_tokens=prompt_tokens, repeats=repeats)
+    if as_json:
+        click.echo(json.dumps(result, indent=1, sort_keys=True))
+        return
+    verdict = "meets" if result["meets_target"] else "MISSES"
+    click.echo(f"route: {result['route_us_per_request']:.2f} us/request; hash 1,024 tokens once: "
+               f"{result['hash_us_per_request']:.2f} us; ratio {result['ratio_route_to_hash']:.2f}; "
+               f"{verdict} the {result['target_us_per_request']:.0f} us target "
+               f"({result['requests']} requests of {result['prompt_tokens']} tokens, one core)")

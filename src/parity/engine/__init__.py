@@ -1,0 +1,86 @@
+"""One engine interface for both serving paths: real vLLM (sync or async) or the simulator.
+
+Both serving paths (standalone and Flame) hand an engine token-ID prompts and get back, per prompt,
+the output token IDs, the cached prompt tokens and timestamps. The study's sampling is fixed here:
+exactly 16 new tokens, EOS ignored, greedy. Engines know nothing about HTTP or Flame.
+"""
+
+from __future__ import annotations
+
+import abc
+from dataclasses import asdict, dataclass, field
+from typing import Sequence
+
+OUTPUT_TOKENS = 16
+SAMPLING = {"max_tokens": OUTPUT_TOKENS, "min_tokens": OUTPUT_TOKENS, "ignore_eos": True, "temperature": 0.0}
+MODEL_REVISION = "a2856192dd7c25b842431f39c179a6c2c2f627d1"
+
+
+@dataclass(frozen=True)
+class EngineArgs:
+    """Engine settings, defaulting to the study's table (same for both paths)."""
+
+    model: str = "meta-llama/Llama-3.1-8B-Instruct"
+    revision: str | None = MODEL_REVISION
+    dtype: str = "bfloat16"
+    enforce_eager: bool = True
+    attention_backend: str = "TRITON_ATTN"
+    max_model_len: int = 32768
+    max_num_seqs: int = 64
+    max_num_batched_tokens: int = 8192
+    enable_prefix_caching: bool = True
+    block_size: int = 16
+    tensor_parallel_size: int = 1
+    load_format: str = "auto"  # "dummy": random weights from config.json, for shape-only runs
+    gpu_memory_utilization: float = 0.9
+    seed: int = 0
+    prefix_caching_hash_algo: str = "sha256_cbor"  # reproducible block hashes across processes
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: dict | None) -> "EngineArgs":
+        values = dict(values or {})
+        unknown = sorted(set(values) - set(cls.__dataclass_fields__))
+        if unknown:
+            from parity.errors import ParityError
+
+            raise ParityError(f"unknown engine argument(s): {', '.join(unknown)}")
+        return cls(**values)
+
+
+@dataclass
+class Completion:
+    """One prompt's result. Times are seconds on the engine's clock (wall or virtual)."""
+
+    output_token_ids: list[int]
+    prompt_tokens: int
+    cached_tokens: int
+    submit_s: float
+    complete_s: float
+    extra: dict = field(default_factory=dict)
+
+
+class Engine(abc.ABC):
+    """Generate for a list of token-ID prompts; outputs come back in input order."""
+
+    name: str = "engine"
+    simulated: bool = False
+
+    @abc.abstractmethod
+    def generate(self, prompts: Sequence[Sequence[int]]) -> list[Completion]:
+        """Run the prompts as one admission; block until all are complete."""
+
+    @abc.abstractmethod
+    def describe(self) -> dict:
+        """Engine name and version, arguments, device and GPU UUID, and whether simulated."""
+
+    def close(self) -> None:
+        """Release the device. Safe to call twice."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()

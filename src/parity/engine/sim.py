@@ -1,0 +1,377 @@
+"""The simulator engine: a deterministic model of one vLLM replica, the CPU default.
+
+It models what decides the study's numbers: the prefix cache (`sim_cache`), continuous batching under
+`max_num_seqs` and `max_num_batched_tokens` with chunked prefill (vLLM v1's scheduler, simplified),
+and a step time that is linear in the step's work:
+
+    step_s = fixed_s + prefill_token_s * prefill tokens + decode_seq_s * decode sequences
+             + attention_pair_s * (query, key) pairs attended in the step
+
+with parameters in a YAML file calibrated from real H200 runs (`parity sim calibrate`). Because the
+schedule of a burst does not depend on these parameters, calibration is a linear least-squares fit.
+Outputs are a deterministic function of the prompt, so token IDs can be checked end to end.
+
+Two clocks: virtual (steps take no wall time; tests and scale studies) and paced (each step sleeps
+its modelled time, so serving overheads around it are measured against realistic engine time).
+It is a model: every result it produces is labelled simulated.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import asdict, dataclass, field, fields
+from pathlib import Path
+from typing import Sequence
+
+import numpy as np
+import yaml
+
+from parity import __version__
+from parity.engine import OUTPUT_TOKENS, Completion, Engine, EngineArgs
+from parity.engine.sim_cache import PrefixCache, block_hashes
+from parity.errors import ParityError
+
+DEFAULT_PARAMS = Path(__file__).resolve().parents[3] / "config" / "sim" / "h200-llama31-8b.yaml"
+
+
+@dataclass(frozen=True)
+class SimParams:
+    """Step-time coefficients, front-end costs and the KV memory budget of one replica."""
+
+    fixed_s: float = 0.004
+    prefill_token_s: float = 4.6e-5
+    decode_seq_s: float = 1.0e-4
+    attention_pair_s: float = 3.0e-10
+    frontend_request_s: float = 0.0  # input processing per request before the engine sees it
+    kv_cache_tokens: int = 880_000
+    vocab_size: int = 128_256
+    source: str = "uncalibrated defaults"
+
+    @classmethod
+    def load(cls, path: Path | str | None = None) -> "SimParams":
+        path = Path(path) if path else DEFAULT_PARAMS
+        if not path.is_file():
+            raise ParityError(f"simulator parameters not found: {path}")
+        data = yaml.safe_load(path.read_text()) or {}
+        values = data.get("params", data)
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise ParityError(f"{path}: unknown simulator parameter(s) {', '.join(unknown)}")
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class StepWork:
+    """What one engine step computed; the step time is linear in these."""
+
+    prefill_tokens: int = 0
+    decode_seqs: int = 0
+    attention_pairs: float = 0.0
+
+    def seconds(self, p: SimParams) -> float:
+        return (p.fixed_s + p.prefill_token_s * self.prefill_tokens + p.decode_seq_s * self.decode_seqs
+                + p.attention_pair_s * self.attention_pairs)
+
+
+def output_tokens(prompt: np.ndarray, vocab_size: int, count: int = OUTPUT_TOKENS) -> list[int]:
+    """A deterministic stand-in for greedy decoding: a function of the whole prompt."""
+    digest = hashlib.blake2b(np.asarray(prompt, dtype="<u4").tobytes(), digest_size=4 * count).digest()
+    return [int(v) % vocab_size for v in np.frombuffer(digest, dtype="<u4")]
+
+
+@dataclass(eq=False)  # identity, not numpy array comparison
+class _Request:
+    prompt: np.ndarray
+    hashes: list[bytes]
+    arrival_s: float
+    future: Future | None = None
+    computed: int = 0  # tokens whose KV is computed
+    blocks: list[int] = field(default_factory=list)
+    outputs: list[int] = field(default_factory=list)
+    cached_tokens: int = -1  # set at first admission, as vLLM's num_cached_tokens
+
+    @property
+    def length(self) -> int:
+        return self.prompt.size + len(self.outputs)
+
+
+class SimScheduler:
+    """vLLM v1's continuous batching, simplified: running requests first, then waiting ones (FCFS)."""
+
+    def __init__(self, args: EngineArgs, params: SimParams):
+        self.args, self.params = args, params
+        num_blocks = max(1, params.kv_cache_tokens // args.block_size)
+        self.cache = PrefixCache(num_blocks, args.block_size, enabled=args.enable_prefix_caching)
+        self.waiting: deque[_Request] = deque()
+        self.running: list[_Request] = []
+        self.steps = 0
+        self.preemptions = 0
+        self.work_totals = {"steps": 0, "prefill_tokens": 0, "decode_seqs": 0, "attention_pairs": 0.0}
+
+    def add(self, request: _Request) -> None:
+        if request.prompt.size + OUTPUT_TOKENS > self.args.max_model_len:
+            raise ParityError(f"prompt of {request.prompt.size} tokens exceeds max_model_len {self.args.max_model_len}")
+        self.waiting.append(request)
+
+    @property
+    def idle(self) -> bool:
+        return not self.waiting and not self.running
+
+    def _blocks_needed(self, req: _Request, new_tokens: int) -> int:
+        bs = self.args.block_size
+        return -(-(req.computed + new_tokens) // bs) - len(req.blocks)
+
+    def _preempt(self, req: _Request) -> None:
+        self.running.remove(req)
+        self.cache.release(req.blocks)
+        req.blocks, req.computed = [], 0
+        self.waiting.appendleft(req)
+        self.preemptions += 1
+
+    def _register(self, req: _Request, new_tokens: int) -> None:
+        """Cache the prompt blocks this step fills at scheduling time, as vLLM's allocate_slots does,
+        so a request admitted later in the same step already hits them."""
+        bs = self.args.block_size
+        for index in range(req.computed // bs, min(req.computed + new_tokens, req.prompt.size) // bs):
+            self.cache.register(req.blocks[index], req.hashes[index])
+
+    def plan(self) -> list[tuple[_Request, int]]:
+        """Choose this step's requests and token counts, allocating their KV blocks."""
+        budget = self.args.max_num_batched_tokens
+        scheduled: list[tuple[_Request, int]] = []
+        preempted = False
+        for req in list(self.running):
+            if budget <= 0:
+                break
+            if req not in self.running:  # preempted earlier in this loop
+                continue
+            n = min(req.length - req.computed, budget)
+            while not self.cache.can_allocate(self._blocks_needed(req, n)):
+                victim = self.running[-1]
+                self._preempt(victim)
+                preempted = True
+                if victim is req:
+                    break
+            else:
+                req.blocks += self.cache.allocate(self._blocks_needed(req, n))
+                self._register(req, n)
+                scheduled.append((req, n))
+                budget -= n
+        while not preempted and self.waiting and budget > 0 and len(self.running) < self.args.max_num_seqs:
+            req = self.waiting[0]
+            hits = self.cache.hit_blocks(req.hashes, req.prompt.size) if req.computed == 0 else []
+            computed = len(hits) * self.args.block_size
+            n = min(req.length - computed, budget)
+            new_blocks = -(-(computed + n) // self.args.block_size) - len(hits)
+            if not self.cache.can_allocate(new_blocks, hits):
+                break
+            self.waiting.popleft()
+            self.cache.take(hits)
+            req.blocks = hits + self.cache.allocate(new_blocks)
+            req.computed = computed
+            if req.cached_tokens < 0:
+                req.cached_tokens = computed
+            self.running.append(req)
+            self._register(req, n)
+            scheduled.append((req, n))
+            budget -= n
+        return scheduled
+
+    def work(self, scheduled: list[tuple[_Request, int]]) -> StepWork:
+        prefill = decode = 0
+        pairs = 0.0
+        for req, n in scheduled:
+            if req.computed >= req.prompt.size:
+                decode += 1
+            else:
+                prefill += n
+            pairs += n * (req.computed + (n + 1) / 2)
+        return StepWork(prefill, decode, pairs)
+
+    def apply(self, scheduled: list[tuple[_Request, int]]) -> list[_Request]:
+        """Advance the computed tokens, sample, and return finished requests."""
+        finished = []
+        for req, n in scheduled:
+            req.computed += n
+            if req.computed >= req.length:  # every token so far is computed: sample the next one
+                req.outputs.append(-1)
+            if len(req.outputs) == OUTPUT_TOKENS:
+                finished.append(req)
+        for req in finished:
+            self.running.remove(req)
+            self.cache.release(req.blocks)
+            req.blocks = []
+        self.steps += 1
+        return finished
+
+    def record(self, work: StepWork) -> None:
+        totals = self.work_totals
+        totals["steps"] += 1
+        totals["prefill_tokens"] += work.prefill_tokens
+        totals["decode_seqs"] += work.decode_seqs
+        totals["attention_pairs"] += work.attention_pairs
+
+
+class VirtualClock:
+    """Steps take no wall time: time is the sum of modelled step times."""
+
+    paced = False
+
+    def __init__(self):
+        self._now = 0.0
+
+    def now(self) -> float:
+        return self._now
+
+    def sleep_until(self, t: float) -> None:
+        self._now = max(self._now, t)
+
+
+class PacedClock:
+    """Steps take their modelled time in wall time (time.monotonic, seconds since engine start)."""
+
+    paced = True
+
+    def __init__(self):
+        self._origin = time.monotonic()
+
+    def now(self) -> float:
+        return time.monotonic() - self._origin
+
+    def sleep_until(self, t: float) -> None:
+        delay = t - self.now()
+        if delay > 0:
+            time.sleep(delay)
+
+
+class SimEngine(Engine):
+    """One simulated vLLM replica behind the engine interface.
+
+    `generate` admits a batch at once, like `LLM.generate`. `submit` admits one prompt whenever it
+    arrives, like `AsyncLLM` or `vllm serve`; in paced mode a background thread steps the model.
+    """
+
+    name = "sim"
+    simulated = True
+
+    def __init__(self, args: EngineArgs | None = None, params: SimParams | None = None, *,
+                 clock: str = "virtual", gpu_uuid: str = "sim-0", mode: str = "sync"):
+        self.args = args or EngineArgs()
+        self.params = params or SimParams.load()
+        if clock not in ("virtual", "paced"):
+            raise ParityError(f"unknown simulator clock {clock!r}: use virtual or paced")
+        self.clock = VirtualClock() if clock == "virtual" else PacedClock()
+        self.gpu_uuid = gpu_uuid
+        self.mode = mode
+        self.scheduler = SimScheduler(self.args, self.params)
+        self._lock = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._closed = False
+
+    # -- admission --------------------------------------------------------------------------------
+
+    def _new_request(self, prompt, arrival_s: float) -> _Request:
+        arr = np.asarray(prompt, dtype="<u4")
+        if arr.size == 0:
+            raise ParityError("empty prompt")
+        return _Request(arr, block_hashes(arr, self.args.block_size), arrival_s)
+
+    def generate(self, prompts: Sequence[Sequence[int]]) -> list[Completion]:
+        """Admit the whole batch, run until all are done; outputs in input order."""
+        if self._thread is not None:
+            futures = [self.submit(p) for p in prompts]
+            return [f.result() for f in futures]
+        with self._lock:
+            start = self.clock.now()
+            # a synchronous front end processes every input before the engine sees any
+            ready = start + self.params.frontend_request_s * len(prompts)
+            requests = [self._new_request(p, start) for p in prompts]
+            self.clock.sleep_until(ready)
+            for req in requests:
+                self.scheduler.add(req)
+            done: dict[int, float] = {}
+            while not self.scheduler.idle:
+                for req, end in self._step():
+                    done[id(req)] = end
+            return [self._completion(req, done[id(req)]) for req in requests]
+
+    def submit(self, prompt: Sequence[int]) -> Future:
+        """Admit one prompt now; the future resolves to its Completion (paced background stepping)."""
+        future: Future = Future()
+        with self._lock:
+            if self._closed:
+                raise ParityError("engine is closed")
+            req = self._new_request(prompt, self.clock.now())
+            req.future = future
+            self.scheduler.add(req)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._loop, name="sim-engine", daemon=True)
+                self._thread.start()
+            self._lock.notify_all()
+        return future
+
+    # -- stepping ---------------------------------------------------------------------------------
+
+    def _step(self) -> list[tuple[_Request, float]]:
+        scheduled = self.scheduler.plan()
+        if not scheduled:
+            raise ParityError("simulator stalled: a waiting request cannot fit in the KV cache")
+        work = self.scheduler.work(scheduled)
+        self.scheduler.record(work)
+        end = self.clock.now() + work.seconds(self.params)
+        self.clock.sleep_until(end)
+        return [(req, end) for req in self.scheduler.apply(scheduled)]
+
+    def _loop(self) -> None:
+        while True:
+            with self._lock:
+                while self.scheduler.idle and not self._closed:
+                    self._lock.wait()
+                if self._closed:
+                    return
+                scheduled = self.scheduler.plan()
+                if not scheduled:
+                    error = ParityError("simulator stalled: a waiting request cannot fit in the KV cache")
+                    for req in list(self.scheduler.waiting):
+                        req.future.set_exception(error)
+                    self.scheduler.waiting.clear()
+                    continue
+                work = self.scheduler.work(scheduled)
+                self.scheduler.record(work)
+                end = self.clock.now() + work.seconds(self.params)
+            self.clock.sleep_until(end)  # new arrivals may join while the step "runs"
+            with self._lock:
+                for req in self.scheduler.apply(scheduled):
+                    req.future.set_result(self._completion(req, end))
+
+    def _completion(self, req: _Request, end: float) -> Completion:
+        return Completion(output_token_ids=output_tokens(req.prompt, self.params.vocab_size),
+                          prompt_tokens=int(req.prompt.size), cached_tokens=max(req.cached_tokens, 0),
+                          submit_s=req.arrival_s, complete_s=end)
+
+    # -- description and teardown -----------------------------------------------------------------
+
+    def stats(self) -> dict:
+        s = self.scheduler
+        return {"steps": s.steps, "preemptions": s.preemptions, "evictions": s.cache.evictions,
+                "cached_blocks": s.cache.cached_blocks, "work": dict(s.work_totals)}
+
+    def describe(self) -> dict:
+        return {"name": self.name, "version": __version__, "simulated": True, "mode": self.mode,
+                "clock": "paced" if self.clock.paced else "virtual", "args": self.args.to_dict(),
+                "params": self.params.to_dict(), "device": "cpu (simulated GPU)", "gpu_uuid": self.gpu_uuid}
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=5)

@@ -1,0 +1,159 @@
+"""Real vLLM behind the engine interface: synchronous `LLM.generate` and one long-lived `AsyncLLM`.
+
+The synchronous engine hands a whole batch to `LLM.generate`, as the study's original Flame adapter
+did. The asynchronous engine keeps one event loop in one thread and admits every prompt of a batch
+concurrently, returning final outputs in input order, as the tuned adapter does. Both always release
+the GPU: on close, on exit from a `with` block, at interpreter exit, and on SIGTERM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import gc
+import itertools
+import signal
+import threading
+import time
+from concurrent.futures import Future
+from typing import Sequence
+
+from parity.engine import Completion, Engine, EngineArgs
+from parity.engine import vllm_compat as compat
+
+
+def _raise_on_sigterm() -> None:
+    """Make SIGTERM unwind the stack (finally blocks, context managers) instead of killing outright."""
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, lambda signum, frame: (_ for _ in ()).throw(SystemExit(128 + signum)))
+
+
+class _VllmBase(Engine):
+    simulated = False
+
+    def __init__(self, args: EngineArgs):
+        compat.apply_environment()
+        _raise_on_sigterm()
+        self.args = args
+        self.versions = compat.versions()
+        self.kwargs = compat.engine_kwargs(args, self.versions["vllm"])
+        self.gpu_uuid = compat.gpu_uuid()
+        self._closed = False
+        atexit.register(self.close)
+
+    def describe(self) -> dict:
+        import torch
+
+        return {"name": self.name, "version": self.versions["vllm"], "torch": self.versions["torch"],
+                "simulated": False, "args": self.args.to_dict(), "engine_kwargs": self.kwargs,
+                "device": torch.cuda.get_device_name(0), "gpu_uuid": self.gpu_uuid}
+
+
+class VllmSyncEngine(_VllmBase):
+    """`LLM.generate` on a batch: the engine sees the batch only once every input is processed."""
+
+    name = "vllm-sync"
+
+    def __init__(self, args: EngineArgs):
+        super().__init__(args)
+        from vllm import LLM, SamplingParams
+
+        self._llm = LLM(**self.kwargs)
+        self._params = SamplingParams(**compat.sampling_kwargs())
+
+    def generate(self, prompts: Sequence[Sequence[int]]) -> list[Completion]:
+        from vllm.inputs import TokensPrompt
+
+        inputs = [TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompts]
+        submit = time.monotonic()
+        outputs = self._llm.generate(inputs, self._params, use_tqdm=False)
+        complete = time.monotonic()  # LLM.generate returns the batch together
+        return [compat.to_completion(o, submit, complete) for o in outputs]
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        # 0.26/0.28 have no LLM.shutdown(); the engine-core process goes with its last reference.
+        llm = self.__dict__.pop("_llm", None)
+        shutdown = getattr(llm, "shutdown", None)
+        if callable(shutdown):
+            shutdown()
+        del llm
+        gc.collect()
+
+
+class VllmAsyncEngine(_VllmBase):
+    """One `AsyncLLM` on one event loop; every prompt of a batch is admitted concurrently."""
+
+    name = "vllm-async"
+
+    def __init__(self, args: EngineArgs):
+        super().__init__(args)
+        self._ids = itertools.count()
+        self._loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-async-loop", daemon=True)
+        self._thread.start()
+        self._engine = self._call(self._start())
+        self._params = self._sampling()
+
+    def _sampling(self):
+        from vllm import SamplingParams
+
+        return SamplingParams(**compat.sampling_kwargs(final_only=True))
+
+    async def _start(self):
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        return AsyncLLM.from_engine_args(AsyncEngineArgs(**self.kwargs, disable_log_stats=True))
+
+    def _call(self, coroutine):
+        return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
+
+    async def _one(self, prompt: Sequence[int]) -> Completion:
+        from vllm.inputs import TokensPrompt
+
+        request_id = f"parity-{next(self._ids)}"
+        submit = time.monotonic()
+        final = None
+        async for output in self._engine.generate(
+                TokensPrompt(prompt_token_ids=[int(t) for t in prompt]), self._params, request_id):
+            final = output
+        return compat.to_completion(final, submit, time.monotonic())
+
+    async def _all(self, prompts: Sequence[Sequence[int]]) -> list[Completion]:
+        return list(await asyncio.gather(*(self._one(p) for p in prompts)))
+
+    def generate(self, prompts: Sequence[Sequence[int]]) -> list[Completion]:
+        return self._call(self._all(prompts))
+
+    def submit(self, prompt: Sequence[int]) -> Future:
+        return asyncio.run_coroutine_threadsafe(self._one(prompt), self._loop)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        engine = self.__dict__.pop("_engine", None)
+        if engine is not None:
+            engine.shutdown()
+        self._loop.call_soon_threadsafe(self._loop.stop)
+        self._thread.join(timeout=10)
+        gc.collect()
+
+
+def make_engine(kind: str, args: EngineArgs | None = None, **sim_options) -> Engine:
+    """`sim` (CPU default), `vllm-sync` or `vllm-async`."""
+    args = args or EngineArgs()
+    if kind == "sim":
+        from parity.engine.sim import SimEngine
+
+        return SimEngine(args, **sim_options)
+    if kind == "vllm-sync":
+        return VllmSyncEngine(args)
+    if kind == "vllm-async":
+        return VllmAsyncEngine(args)
+    from parity.errors import ParityError
+
+    raise ParityError(f"unknown engine {kind!r}: use sim, vllm-sync or vllm-async")

@@ -1,0 +1,370 @@
+"""Token traces: the study's finite bursts, built from news text and a tokenizer, in token IDs.
+
+A trace is a binary token file plus a manifest. The manifest is written last, so a trace exists only
+once it is complete; it lists every request with its SHA-256 (of its token IDs as little-endian
+uint32) and names the warmup variants, whose token IDs are shifted within the vocabulary so the
+measured prefixes are unseen during warmup while lengths and prefix relationships are kept.
+Nothing here knows about engines or routing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import struct
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from parity.errors import ParityError
+from parity.manifest import (
+    atomic_write_bytes,
+    file_ref,
+    header,
+    sha256_file,
+    write_manifest,
+)
+
+TOKEN_FILE_MAGIC = b"PARITYT1"
+TOKEN_FILE_FORMAT = "parity-tokens-v1"
+VLLM_BLOCK_TOKENS = 16  # vLLM's prefix-cache block: a differing first block makes every block differ
+QUESTIONS = (
+    "What is the main subject of the article above?",
+    "Which people or organisations are named, and what did they say?",
+    "Where and when do the events described take place?",
+    "What happens next, according to the text?",
+    "What figures or amounts are reported?",
+    "Who criticised the decision, and why?",
+    "What reasons are given for the change?",
+    "Summarise the article in one sentence.",
+)
+QUESTION_TEMPLATE = "\n\nQuestion: {question}\nAnswer:"
+ARTICLE_SEPARATOR = "\n\n"
+
+
+class TraceError(ParityError):
+    """Bad trace input or a trace file that does not match its manifest."""
+
+
+@dataclass(frozen=True)
+class TraceSpec:
+    """What a trace is: how many documents, questions per document, prefix length, seed, warmups."""
+
+    name: str
+    documents: int
+    questions_per_document: int
+    prefix_tokens: int = 8000
+    seed: int = 0
+    warmup_shifts: tuple[int, ...] = (1009, 2027)
+    pack_articles: bool = True
+
+    def check(self) -> None:
+        if not self.name or not self.name.replace("-", "").replace("_", "").isalnum():
+            raise TraceError(f"trace name {self.name!r} must be letters, digits, '-' or '_'")
+        if self.documents < 1:
+            raise TraceError(f"documents must be >= 1, got {self.documents}")
+        if not 1 <= self.questions_per_document <= len(QUESTIONS):
+            raise TraceError(f"questions per document must be 1..{len(QUESTIONS)}, got {self.questions_per_document}")
+        if self.prefix_tokens < 2 * VLLM_BLOCK_TOKENS:
+            raise TraceError(f"prefix tokens must be >= {2 * VLLM_BLOCK_TOKENS}, got {self.prefix_tokens}")
+        if len(set(self.warmup_shifts)) != len(self.warmup_shifts) or any(s <= 0 for s in self.warmup_shifts):
+            raise TraceError(f"warmup shifts must be distinct positive integers, got {list(self.warmup_shifts)}")
+
+
+@dataclass(frozen=True)
+class TraceRequest:
+    """One request of a burst, in burst order."""
+
+    id: str
+    position: int
+    document: int
+    question: int
+    tokens: int
+    sha256: str
+
+
+@dataclass(frozen=True)
+class Trace:
+    """A loaded, hash-verified trace variant: request metadata and the prompts' token IDs."""
+
+    name: str
+    variant: str
+    sha256: str
+    requests: tuple[TraceRequest, ...]
+    prompts: tuple[np.ndarray, ...]
+    manifest_path: Path
+    manifest_sha256: str
+
+
+# ---- token IDs ---------------------------------------------------------------------------------
+
+def token_sha256(tokens) -> str:
+    """SHA-256 of token IDs as little-endian uint32: the identity every check compares."""
+    return hashlib.sha256(np.asarray(tokens, dtype="<u4").tobytes()).hexdigest()
+
+
+def encode_token_file(prompts: list[np.ndarray]) -> bytes:
+    """Magic, request count, per-request token counts, then all token IDs; all little-endian uint32."""
+    counts = np.array([len(p) for p in prompts], dtype="<u4")
+    body = np.concatenate([np.asarray(p, dtype="<u4") for p in prompts]) if prompts else np.zeros(0, "<u4")
+    return TOKEN_FILE_MAGIC + struct.pack("<I", len(prompts)) + counts.tobytes() + body.tobytes()
+
+
+def decode_token_file(data: bytes) -> list[np.ndarray]:
+    if data[:8] != TOKEN_FILE_MAGIC or len(data) < 12:
+        raise TraceError("not a parity token file (bad magic)")
+    (n,) = struct.unpack_from("<I", data, 8)
+    counts = np.frombuffer(data, dtype="<u4", count=n, offset=12)
+    body = np.frombuffer(data, dtype="<u4", offset=12 + 4 * n)
+    if int(counts.sum()) != body.size:
+        raise TraceError(f"token file holds {body.size} tokens, its header says {int(counts.sum())}")
+    ends = np.cumsum(counts.astype(np.int64))
+    return [body[end - count:end] for count, end in zip(counts.astype(np.int64), ends)]
+
+
+class TokenShift:
+    """A bijection on the vocabulary's ordinary token IDs; special tokens map to themselves.
+
+    Applied tokenwise, it keeps lengths and every equality between positions, hence every shared
+    prefix, while changing every ordinary token, so shifted prompts share no cache block with the
+    originals.
+    """
+
+    def __init__(self, vocab_size: int, special_ids: set[int]):
+        ordinary = np.array([i for i in range(vocab_size) if i not in special_ids], dtype=np.int64)
+        self._ordinary = ordinary
+        self._position = np.full(vocab_size, -1, dtype=np.int64)
+        self._position[ordinary] = np.arange(ordinary.size)
+
+    @property
+    def period(self) -> int:
+        return int(self._ordinary.size)
+
+    def apply(self, tokens: np.ndarray, shift: int) -> np.ndarray:
+        position = self._position[tokens.astype(np.int64)]
+        out = tokens.astype("<u4").copy()
+        ordinary = position >= 0
+        out[ordinary] = self._ordinary[(position[ordinary] + shift) % self.period]
+        return out
+
+
+# ---- inputs ------------------------------------------------------------------------------------
+
+def load_articles(corpus: Path, text_field: str = "article") -> list[str]:
+    """Article texts from a JSONL corpus, in file order; each bad line is named."""
+    if not corpus.is_file():
+        raise TraceError(f"corpus not found: {corpus}")
+    texts = []
+    with corpus.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise TraceError(f"{corpus}:{number}: not valid JSON ({exc.msg})") from None
+            text = row.get(text_field) if isinstance(row, dict) else None
+            if not isinstance(text, str) or not text.strip():
+                raise TraceError(f"{corpus}:{number}: no non-empty text field {text_field!r}")
+            texts.append(text)
+    if not texts:
+        raise TraceError(f"corpus {corpus} holds no articles")
+    return texts
+
+
+class TraceTokenizer:
+    """A Hugging Face tokenizer directory (its `tokenizer.json`), as the trace builder needs it."""
+
+    def __init__(self, directory: Path):
+        from tokenizers import Tokenizer
+
+        path = directory / "tokenizer.json"
+        if not path.is_file():
+            raise TraceError(f"tokenizer not found: {path} (expected a Hugging Face tokenizer directory)")
+        try:
+            self._tok = Tokenizer.from_file(str(path))
+        except Exception as exc:  # the tokenizers library raises plain Exceptions on bad files
+            raise TraceError(f"cannot load tokenizer {path}: {exc}") from None
+        self.path = path
+        self.sha256 = sha256_file(path)
+        self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
+        self.special_ids = {i for i, t in self._tok.get_added_tokens_decoder().items() if t.special}
+        self.leading_special = self._tok.encode("", add_special_tokens=True).ids
+        unk = getattr(self._tok.model, "unk_token", None)
+        self._unk_id = self._tok.token_to_id(unk) if unk else None
+
+    def encode(self, texts: list[str], what: str) -> list[np.ndarray]:
+        """Token IDs without special tokens; text the tokenizer cannot represent is an error."""
+        try:
+            encodings = self._tok.encode_batch(texts, add_special_tokens=False)
+        except Exception as exc:
+            raise TraceError(f"tokenizer {self.path} cannot encode {what}: {exc}") from None
+        out = []
+        for index, (text, enc) in enumerate(zip(texts, encodings)):
+            ids = np.asarray(enc.ids, dtype="<u4")
+            unknown = int(np.count_nonzero(ids == self._unk_id)) if self._unk_id is not None else 0
+            if (text and ids.size == 0) or unknown:
+                raise TraceError(
+                    f"tokenizer {self.path} cannot encode {what} {index}: "
+                    f"{unknown} unknown tokens in {ids.size}")
+            if ids.size and int(ids.max()) >= self.vocab_size:
+                raise TraceError(f"tokenizer {self.path} produced id {int(ids.max())} >= vocab size {self.vocab_size}")
+            out.append(ids)
+        return out
+
+
+def build_documents(articles: list[np.ndarray], separator: np.ndarray, leading: list[int],
+                    spec: TraceSpec) -> tuple[list[np.ndarray], int]:
+    """Exactly `prefix_tokens`-token document prefixes, taken from the corpus in order.
+
+    Packed: consecutive articles joined by a separator until the prefix is full (CNN/DailyMail
+    articles are far shorter than 8K tokens). Unpacked: one article per document, which must be
+    long enough. Returns the prefixes and how many articles were used.
+    """
+    need = spec.prefix_tokens - len(leading)
+    documents, cursor = [], 0
+    for doc in range(spec.documents):
+        parts, have = [np.asarray(leading, dtype="<u4")], 0
+        while have < need:
+            if cursor >= len(articles):
+                raise TraceError(
+                    f"corpus ran out at document {doc} of {spec.documents}: {len(articles)} articles "
+                    f"cannot fill {spec.documents} prefixes of {spec.prefix_tokens} tokens")
+            article = articles[cursor]
+            cursor += 1
+            if not spec.pack_articles and article.size < need:
+                raise TraceError(
+                    f"document {doc} (article {cursor - 1}) has {article.size + len(leading)} tokens, "
+                    f"shorter than the requested prefix of {spec.prefix_tokens}")
+            if have:
+                parts.append(separator)
+                have += separator.size
+            parts.append(article)
+            have += article.size
+            if not spec.pack_articles:
+                break
+        documents.append(np.concatenate(parts)[: spec.prefix_tokens].astype("<u4"))
+    return documents, cursor
+
+
+def burst_order(spec: TraceSpec, request_ids: list[str]) -> list[str]:
+    """Shuffle by SHA-256 of (seed, id): recorded, version-independent, and blind to other requests."""
+    return sorted(request_ids, key=lambda rid: hashlib.sha256(f"{spec.seed}:{rid}".encode()).digest())
+
+
+# ---- building ----------------------------------------------------------------------------------
+
+def build_trace(spec: TraceSpec, corpus: Path, tokenizer_dir: Path, out_dir: Path, *,
+                text_field: str = "article", corpus_origin: str = "other",
+                tokenizer_origin: str = "other") -> Path:
+    """Build the measured burst and its warmup variants; write token files, then the manifest."""
+    spec.check()
+    tokenizer = TraceTokenizer(tokenizer_dir)
+    texts = load_articles(corpus, text_field)
+    separator = tokenizer.encode([ARTICLE_SEPARATOR], "the article separator")[0]
+    articles = tokenizer.encode(texts, "article")
+    documents, articles_used = build_documents(articles, separator, tokenizer.leading_special, spec)
+    questions = tokenizer.encode(
+        [QUESTION_TEMPLATE.format(question=q) for q in QUESTIONS[: spec.questions_per_document]], "question")
+
+    prompts_by_id = {}
+    for d, document in enumerate(documents):
+        for q in range(spec.questions_per_document):
+            prompts_by_id[f"{spec.name}-d{d:04d}-q{q}"] = (d, q, np.concatenate([document, questions[q]]))
+    order = burst_order(spec, list(prompts_by_id))
+    prompts = [prompts_by_id[rid][2] for rid in order]
+
+    shift = TokenShift(tokenizer.vocab_size, tokenizer.special_ids)
+    variants = [[shift.apply(p, s) for p in prompts] for s in spec.warmup_shifts]
+    _check_unseen(prompts, variants, spec.warmup_shifts, shift.period)
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokens_path = out_dir / f"{spec.name}.tokens"
+    atomic_write_bytes(tokens_path, encode_token_file(prompts))
+    warmups = []
+    for round_index, (s, variant) in enumerate(zip(spec.warmup_shifts, variants), start=1):
+        path = out_dir / f"{spec.name}.warmup{round_index}.tokens"
+        atomic_write_bytes(path, encode_token_file(variant))
+        warmups.append({"round": round_index, "shift": s, "tokens": file_ref(path, out_dir)})
+
+    tokens_ref = file_ref(tokens_path, out_dir)
+    doc = header("trace", simulated=False) | {
+        "name": spec.name,
+        "spec": {"documents": spec.documents, "questions_per_document": spec.questions_per_document,
+                 "prefix_tokens": spec.prefix_tokens, "seed": spec.seed,
+                 "warmup_shifts": list(spec.warmup_shifts), "pack_articles": spec.pack_articles},
+        "inputs": {
+            "corpus": {"file": corpus.name, "sha256": sha256_file(corpus), "origin": corpus_origin,
+                       "text_field": text_field, "articles": len(texts), "articles_used": articles_used},
+            "tokenizer": {"file": "tokenizer.json", "sha256": tokenizer.sha256, "origin": tokenizer_origin,
+                          "vocab_size": tokenizer.vocab_size, "special_token_ids": sorted(tokenizer.special_ids)},
+        },
+        "format": TOKEN_FILE_FORMAT,
+        "tokens": tokens_ref,
+        "trace_sha256": tokens_ref["sha256"],
+        "num_requests": len(prompts),
+        "total_tokens": int(sum(p.size for p in prompts)),
+        "warmups": warmups,
+        "requests": [
+            {"id": rid, "position": pos, "document": prompts_by_id[rid][0], "question": prompts_by_id[rid][1],
+             "tokens": int(prompt.size), "sha256": token_sha256(prompt)}
+            for pos, (rid, prompt) in enumerate(zip(order, prompts))
+        ],
+    }
+    manifest_path = out_dir / f"{spec.name}.json"
+    write_manifest(manifest_path, doc)
+    return manifest_path
+
+
+def _check_unseen(prompts, variants, shifts, period) -> None:
+    """Every warmup prompt's first cache block differs from every measured and other-round one."""
+    seen = {bytes(p[:VLLM_BLOCK_TOKENS].tobytes()): "the measured burst" for p in prompts}
+    for s, variant in zip(shifts, variants):
+        if s % period == 0:
+            raise TraceError(f"warmup shift {s} is a multiple of the {period} ordinary token IDs: no shift at all")
+        label = f"warmup shift {s}"
+        for p in variant:
+            key = bytes(p[:VLLM_BLOCK_TOKENS].tobytes())
+            if key in seen and seen[key] != label:
+                raise TraceError(f"{label} reproduces a first cache block of {seen[key]}; choose another shift")
+        seen.update({bytes(p[:VLLM_BLOCK_TOKENS].tobytes()): label for p in variant})
+
+
+# ---- loading -----------------------------------------------------------------------------------
+
+def load_trace(manifest_path: Path, variant: str = "measured") -> Trace:
+    """Load a trace variant ("measured", "warmup1", "warmup2", ...) and verify it against its manifest."""
+    from parity.manifest import ManifestError, read_manifest
+
+    try:
+        manifest = read_manifest(manifest_path)
+    except ManifestError as exc:
+        raise TraceError(str(exc)) from None
+    if manifest.get("kind") != "trace":
+        raise TraceError(f"{manifest_path} is not a trace manifest (kind {manifest.get('kind')!r})")
+    if variant == "measured":
+        ref = manifest["tokens"]
+    else:
+        rounds = {f"warmup{w['round']}": w["tokens"] for w in manifest["warmups"]}
+        if variant not in rounds:
+            raise TraceError(f"{manifest_path} has no variant {variant!r}; it has measured, {', '.join(rounds)}")
+        ref = rounds[variant]
+    path = manifest_path.parent / ref["path"]
+    if not path.is_file():
+        raise TraceError(f"trace file missing: {path} (named by {manifest_path})")
+    data = path.read_bytes()
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != ref["sha256"]:
+        raise TraceError(f"trace file {path} has SHA-256 {actual}, its manifest {manifest_path} says {ref['sha256']}")
+    prompts = decode_token_file(data)
+    requests = tuple(TraceRequest(**r) for r in manifest["requests"])
+    if len(prompts) != len(requests) or any(p.size != r.tokens for p, r in zip(prompts, requests)):
+        raise TraceError(f"trace file {path} does not hold the requests its manifest lists")
+    if variant == "measured":
+        for prompt, request in zip(prompts, requests):
+            if token_sha256(prompt) != request.sha256:
+                raise TraceError(f"request {request.id} in {path} does not match its SHA-256 in {manifest_path}")
+    return Trace(name=manifest["name"], variant=variant, sha256=actual, requests=requests,
+                 prompts=tuple(prompts), manifest_path=manifest_path,
+                 manifest_sha256=sha256_file(manifest_path))

@@ -1,0 +1,219 @@
+"""Traces: shapes, determinism, warmup shifts, and clear errors on bad input."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from parity import smoke_inputs
+from parity.cli import main
+from parity.manifest import validate_paths
+from parity.trace import (
+    QUESTIONS,
+    TokenShift,
+    TraceError,
+    TraceSpec,
+    build_trace,
+    decode_token_file,
+    encode_token_file,
+    load_trace,
+    token_sha256,
+)
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory) -> tuple[Path, Path]:
+    out = tmp_path_factory.mktemp("inputs")
+    corpus = smoke_inputs.write_corpus(out / "corpus.jsonl", articles=120, seed=3)
+    tokenizer = smoke_inputs.train_tokenizer(corpus, out / "tokenizer", vocab_size=2048)
+    return corpus, tokenizer
+
+
+def small_spec(**overrides) -> TraceSpec:
+    values = dict(name="reuse", documents=6, questions_per_document=4, prefix_tokens=600, seed=7)
+    values.update(overrides)
+    return TraceSpec(**values)
+
+
+def common_prefix(a: np.ndarray, b: np.ndarray) -> int:
+    n = min(a.size, b.size)
+    diff = np.nonzero(a[:n] != b[:n])[0]
+    return int(diff[0]) if diff.size else n
+
+
+def test_smoke_inputs_are_deterministic(tmp_path):
+    a = smoke_inputs.write_corpus(tmp_path / "a.jsonl", articles=50, seed=1)
+    b = smoke_inputs.write_corpus(tmp_path / "b.jsonl", articles=50, seed=1)
+    c = smoke_inputs.write_corpus(tmp_path / "c.jsonl", articles=50, seed=2)
+    assert a.read_bytes() == b.read_bytes() != c.read_bytes()
+    ta = smoke_inputs.train_tokenizer(a, tmp_path / "ta", vocab_size=1024)
+    tb = smoke_inputs.train_tokenizer(b, tmp_path / "tb", vocab_size=1024)
+    assert (ta / "tokenizer.json").read_bytes() == (tb / "tokenizer.json").read_bytes()
+
+
+def test_trace_shape_and_prefix_sharing(inputs, tmp_path):
+    corpus, tokenizer = inputs
+    spec = small_spec()
+    manifest_path = build_trace(spec, corpus, tokenizer, tmp_path, corpus_origin="synthetic-news")
+    trace = load_trace(manifest_path)
+    assert len(trace.requests) == 24
+    assert sorted((r.document, r.question) for r in trace.requests) == [(d, q) for d in range(6) for q in range(4)]
+    for request, prompt in zip(trace.requests, trace.prompts):
+        assert prompt.size == request.tokens > spec.prefix_tokens
+        assert token_sha256(prompt) == request.sha256
+    by_doc = {}
+    for request, prompt in zip(trace.requests, trace.prompts):
+        by_doc.setdefault(request.document, []).append(prompt)
+    for prompts in by_doc.values():
+        assert all(np.array_equal(p[: spec.prefix_tokens], prompts[0][: spec.prefix_tokens]) for p in prompts)
+    firsts = [prompts[0] for prompts in by_doc.values()]
+    assert all(common_prefix(a, b) < spec.prefix_tokens for i, a in enumerate(firsts) for b in firsts[i + 1:])
+    # shuffled: not in document order
+    assert [r.document for r in trace.requests] != sorted(r.document for r in trace.requests)
+    manifest = json.loads(manifest_path.read_text())
+    assert manifest["simulated"] is False
+    assert manifest["inputs"]["corpus"]["origin"] == "synthetic-news"
+    assert manifest["trace_sha256"] == trace.sha256
+    assert validate_paths([tmp_path]) == (1, [])
+
+
+def test_same_inputs_and_seed_give_identical_bytes(inputs, tmp_path):
+    corpus, tokenizer = inputs
+    a = build_trace(small_spec(), corpus, tokenizer, tmp_path / "a")
+    b = build_trace(small_spec(), corpus, tokenizer, tmp_path / "b")
+    for name in ("reuse.json", "reuse.tokens", "reuse.warmup1.tokens", "reuse.warmup2.tokens"):
+        assert (a.parent / name).read_bytes() == (b.parent / name).read_bytes(), name
+    other = build_trace(small_spec(seed=8), corpus, tokenizer, tmp_path / "c")
+    order = [r.id for r in load_trace(a).requests]
+    assert order != [r.id for r in load_trace(other).requests]
+
+
+def test_no_reuse_trace_has_one_question_per_document(inputs, tmp_path):
+    corpus, tokenizer = inputs
+    trace = load_trace(build_trace(small_spec(name="no-reuse", questions_per_document=1), corpus, tokenizer, tmp_path))
+    assert len(trace.requests) == 6
+    assert len({p[:600].tobytes() for p in trace.prompts}) == 6
+
+
+def test_warmup_variants_keep_lengths_and_prefixes_but_are_unseen(inputs, tmp_path):
+    corpus, tokenizer = inputs
+    path = build_trace(small_spec(), corpus, tokenizer, tmp_path)
+    measured = load_trace(path)
+    rounds = [load_trace(path, "warmup1"), load_trace(path, "warmup2")]
+    bos = measured.prompts[0][0]
+    measured_blocks = {p[:16].tobytes() for p in measured.prompts}
+    for variant in rounds:
+        assert [p.size for p in variant.prompts] == [p.size for p in measured.prompts]
+        for p in variant.prompts:
+            assert p[0] == bos  # special tokens stay
+            assert p[:16].tobytes() not in measured_blocks
+        for i in range(len(measured.prompts)):
+            for j in range(i + 1, len(measured.prompts)):
+                assert common_prefix(variant.prompts[i], variant.prompts[j]) == common_prefix(
+                    measured.prompts[i], measured.prompts[j])
+    assert {p[:16].tobytes() for p in rounds[0].prompts}.isdisjoint(p[:16].tobytes() for p in rounds[1].prompts)
+
+
+def test_token_shift_is_a_bijection_fixing_specials():
+    shift = TokenShift(50, {0, 7, 49})
+    ids = np.arange(50, dtype="<u4")
+    for s in (1, 13, 46):
+        out = shift.apply(ids, s)
+        assert sorted(out.tolist()) == ids.tolist()
+        assert out[0] == 0 and out[7] == 7 and out[49] == 49
+        assert all(out[i] != i for i in range(50) if i not in (0, 7, 49))
+
+
+def test_token_file_round_trip():
+    prompts = [np.array([1, 2, 3], dtype="<u4"), np.array([], dtype="<u4"), np.array([2**32 - 1], dtype="<u4")]
+    back = decode_token_file(encode_token_file(prompts))
+    assert [p.tolist() for p in back] == [p.tolist() for p in prompts]
+
+
+# ---- bad input ---------------------------------------------------------------------------------
+
+def test_missing_corpus(inputs, tmp_path):
+    _, tokenizer = inputs
+    with pytest.raises(TraceError, match="corpus not found"):
+        build_trace(small_spec(), tmp_path / "nope.jsonl", tokenizer, tmp_path / "out")
+    assert not (tmp_path / "out" / "reuse.json").exists()
+
+
+def test_bad_corpus_line_is_named(inputs, tmp_path):
+    _, tokenizer = inputs
+    corpus = tmp_path / "bad.jsonl"
+    corpus.write_text('{"article": "fine"}\n{not json\n')
+    with pytest.raises(TraceError, match=r"bad.jsonl:2: not valid JSON"):
+        build_trace(small_spec(), corpus, tokenizer, tmp_path / "out")
+
+
+def test_missing_tokenizer(inputs, tmp_path):
+    corpus, _ = inputs
+    with pytest.raises(TraceError, match="tokenizer not found"):
+        build_trace(small_spec(), corpus, tmp_path, tmp_path / "out")
+
+
+def test_tokenizer_that_cannot_encode(inputs, tmp_path):
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    corpus, _ = inputs
+    tok = Tokenizer(models.WordLevel({"[UNK]": 0, "the": 1}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.Whitespace()
+    (tmp_path / "tok").mkdir()
+    tok.save(str(tmp_path / "tok" / "tokenizer.json"))
+    with pytest.raises(TraceError, match="cannot encode"):
+        build_trace(small_spec(), corpus, tmp_path / "tok", tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
+def test_document_shorter_than_prefix(inputs, tmp_path):
+    corpus, tokenizer = inputs
+    with pytest.raises(TraceError, match="shorter than the requested prefix of 8000"):
+        build_trace(small_spec(prefix_tokens=8000, pack_articles=False), corpus, tokenizer, tmp_path)
+    with pytest.raises(TraceError, match="corpus ran out"):
+        build_trace(small_spec(documents=500, prefix_tokens=8000), corpus, tokenizer, tmp_path)
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_tampered_trace_file_is_refused(inputs, tmp_path):
+    corpus, tokenizer = inputs
+    path = build_trace(small_spec(), corpus, tokenizer, tmp_path)
+    tokens = tmp_path / "reuse.tokens"
+    data = bytearray(tokens.read_bytes())
+    data[-1] ^= 1
+    tokens.write_bytes(bytes(data))
+    with pytest.raises(TraceError, match="does not match|says"):
+        load_trace(path)
+    _, problems = validate_paths([path])
+    assert any(p.rule == "sha256-mismatch" for p in problems)
+
+
+def test_spec_checks():
+    with pytest.raises(TraceError, match="questions per document"):
+        small_spec(questions_per_document=len(QUESTIONS) + 1).check()
+    with pytest.raises(TraceError, match="warmup shifts"):
+        small_spec(warmup_shifts=(5, 5)).check()
+
+
+def test_cli_bad_input_is_one_line_without_traceback(inputs, tmp_path):
+    _, tokenizer = inputs
+    result = CliRunner().invoke(main, [
+        "trace", "--corpus", str(tmp_path / "missing.jsonl"), "--tokenizer", str(tokenizer),
+        "--name", "reuse", "--documents", "2", "--questions", "1", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1
+    assert "Traceback" not in result.output
+    assert result.output.strip().splitlines() == [f"Error: corpus not found: {tmp_path / 'missing.jsonl'}"]
+
+
+def test_cli_builds_a_trace(inputs, tmp_path):
+    corpus, tokenizer = inputs
+    result = CliRunner().invoke(main, [
+        "trace", "--corpus", str(corpus), "--tokenizer", str(tokenizer), "--name", "no-reuse",
+        "--documents", "3", "--questions", "1", "--prefix-tokens", "300", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    assert "3 requests" in result.output
+    assert load_trace(tmp_path / "no-reuse.json").sha256 in result.output
