@@ -1,0 +1,119 @@
+"""Prefix-affinity routing, as the study describes it, and the alternating base policy.
+
+A request's identity is a chain of SHA-256 hashes over 256-token blocks of its first 1,024 tokens,
+salted with the model revision. A bounded LRU map from identity to shard sends a request to the
+shard holding its longest known chained prefix; an unseen prefix goes to the shard with the least
+cumulative estimated prefill work (uncached prompt tokens sent so far), and that assignment is kept.
+The router sees token IDs only: no document labels, no future requests, no cache events, so an
+assignment is not proof of a cache hit (returned cached-token counts are).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import OrderedDict
+from typing import Sequence
+
+import numpy as np
+
+BLOCK_TOKENS = 256
+DEPTH_TOKENS = 1024
+POLICIES = ("alternating", "sticky")
+_DOMAIN = b"parity-affinity-v1\0"
+
+
+def prefix_identities(tokens: Sequence[int] | np.ndarray, salt: str | bytes, *,
+                      block_tokens: int = BLOCK_TOKENS, depth_tokens: int = DEPTH_TOKENS) -> list[bytes]:
+    """Chained block identities of the first `depth_tokens` tokens (the last block may be partial)."""
+    head = np.asarray(tokens[:depth_tokens], dtype="<u4")
+    if head.size == 0:
+        raise ValueError("cannot route an empty prompt")
+    data = head.tobytes()
+    salt = salt.encode("utf-8") if isinstance(salt, str) else salt
+    parent = hashlib.sha256(_DOMAIN + salt).digest()
+    step = 4 * block_tokens
+    identities = []
+    for start in range(0, len(data), step):
+        parent = hashlib.sha256(parent + data[start:start + step]).digest()
+        identities.append(parent)
+    return identities
+
+
+class AffinityRouter:
+    """Sticky-prefix routing over `num_shards` shards with a bounded client map."""
+
+    def __init__(self, num_shards: int, revision: str, capacity: int = 4096):
+        if num_shards < 1:
+            raise ValueError(f"need at least one shard, got {num_shards}")
+        if capacity < 1:
+            raise ValueError(f"map capacity must be at least 1, got {capacity}")
+        self.num_shards = num_shards
+        self.capacity = capacity
+        self._salt = revision.encode("utf-8")
+        self._map: OrderedDict[bytes, int] = OrderedDict()
+        self._loads = [0] * num_shards
+        self._requests = self._hits = 0
+
+    def route(self, tokens: Sequence[int] | np.ndarray) -> int:
+        identities = prefix_identities(tokens, self._salt)
+        depth = next((d for d in range(len(identities), 0, -1) if identities[d - 1] in self._map), 0)
+        if depth:
+            shard = self._map[identities[depth - 1]]
+            self._hits += 1
+        else:
+            shard = min(range(self.num_shards), key=lambda s: (self._loads[s], s))
+        for index, identity in enumerate(identities):
+            if index >= depth or identity not in self._map:  # shallower links may have aged out first
+                self._map[identity] = shard
+            self._map.move_to_end(identity)
+        while len(self._map) > self.capacity:
+            self._map.popitem(last=False)
+        cached = min(depth * BLOCK_TOKENS, len(tokens))
+        self._loads[shard] += len(tokens) - cached
+        self._requests += 1
+        return shard
+
+    @property
+    def loads(self) -> list[int]:
+        return list(self._loads)
+
+    @property
+    def map_size(self) -> int:
+        return len(self._map)
+
+    def stats(self) -> dict:
+        return {"policy": "sticky", "requests": self._requests, "hits": self._hits,
+                "misses": self._requests - self._hits, "loads": self.loads, "map_size": self.map_size,
+                "capacity": self.capacity}
+
+
+class AlternatingRouter:
+    """The base policy: round-robin over shards, blind to content."""
+
+    def __init__(self, num_shards: int):
+        if num_shards < 1:
+            raise ValueError(f"need at least one shard, got {num_shards}")
+        self.num_shards = num_shards
+        self._requests = 0
+        self._loads = [0] * num_shards
+
+    def route(self, tokens: Sequence[int] | np.ndarray) -> int:
+        shard = self._requests % self.num_shards
+        self._requests += 1
+        self._loads[shard] += len(tokens)
+        return shard
+
+    @property
+    def loads(self) -> list[int]:
+        return list(self._loads)
+
+    def stats(self) -> dict:
+        return {"policy": "alternating", "requests": self._requests, "loads": self.loads}
+
+
+def make_router(policy: str, num_shards: int, revision: str = "", capacity: int = 4096):
+    if policy == "alternating":
+        return AlternatingRouter(num_shards)
+    if policy == "sticky":
+        return AffinityRouter(num_shards, revision, capacity)
+    raise ValueError(f"unknown routing policy {policy!r}: use one of {', '.join(POLICIES)}")
