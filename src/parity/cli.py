@@ -129,3 +129,111 @@ def bench_router(num_requests, prompt_tokens, repeats, as_json):
                f"{result['hash_us_per_request']:.2f} us; ratio {result['ratio_route_to_hash']:.2f}; "
                f"{verdict} the {result['target_us_per_request']:.0f} us target "
                f"({result['requests']} requests of {result['prompt_tokens']} tokens, one core)")
+
+
+def _engine_args(model: str | None, load_format: str | None, extra: tuple[str, ...]):
+    """EngineArgs from the study's defaults, the common options, and KEY=VALUE overrides."""
+    import yaml
+
+    from parity.engine import EngineArgs
+
+    values = {}
+    if model:
+        values["model"] = model
+    if load_format:
+        values["load_format"] = load_format
+    for item in extra:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ParityError(f"engine argument {item!r} is not KEY=VALUE")
+        values[key.replace("-", "_")] = yaml.safe_load(value)
+    return EngineArgs.from_dict(values)
+
+
+@main.group("engine")
+def engine_group():
+    """The engine alone: a trace handed straight to sim, vllm-sync or vllm-async."""
+
+
+@engine_group.command("run")
+@click.option("--engine", "kind", type=click.Choice(["sim", "vllm-sync", "vllm-async"]), default="sim",
+              show_default=True)
+@click.option("--trace", "traces", type=click.Path(path_type=Path, exists=True), multiple=True, required=True,
+              help="Trace manifest (repeat for several; one engine serves them all, in order).")
+@click.option("--batch", "batches", type=int, multiple=True, default=(0,), show_default=True,
+              help="Hand prompts over in batches of N; 0 = all at once. Repeat to run each trace at each size.")
+@click.option("--warmup-rounds", default=2, show_default=True, help="Warmup rounds on token-shifted variants.")
+@click.option("--model", default=None, help="Model id or directory (a config.json alone with --load-format dummy).")
+@click.option("--load-format", default=None, help="auto, or dummy for random weights of the model's shape.")
+@click.option("--engine-arg", "engine_args", multiple=True, help="Override an engine setting: KEY=VALUE.")
+@click.option("--sim-params", type=click.Path(path_type=Path), default=None, help="Simulator parameter file.")
+@click.option("--sim-mode", type=click.Choice(["sync", "async"]), default="sync", show_default=True)
+@click.option("--clock", type=click.Choice(["virtual", "paced"]), default="virtual", show_default=True)
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True)
+@friendly_errors
+def engine_run(kind, traces, batches, warmup_rounds, model, load_format, engine_args, sim_params, sim_mode,
+               clock, out_dir):
+    """Warm up, then measure each trace on one engine; a trial manifest per run, a line in summary.jsonl."""
+    from parity.engine import make_engine
+    from parity.engine.sim import SimParams
+    from parity.offline import run_offline
+
+    args = _engine_args(model, load_format, engine_args)
+    options = {}
+    if kind == "sim":
+        options = {"params": SimParams.load(sim_params), "clock": clock, "mode": sim_mode}
+    click.echo(f"starting engine {kind} ...", err=True)
+    with make_engine(kind, args, **options) as engine:
+        for trace in traces:
+            for batch in batches:
+                click.echo(f"{kind}: {trace}" + (f", batches of {batch}" if batch else ""), err=True)
+                out = out_dir / f"{kind}-{trace.stem}{f'-b{batch}' if batch else ''}.json"
+                summary = run_offline(engine, trace, out, batch=batch or None, warmup_rounds=warmup_rounds,
+                                      log=lambda m: click.echo(m, err=True))
+                label = "simulated" if summary["simulated"] else "measured"
+                click.echo(f"{summary['trace']}{f' (batch {batch})' if batch else ''}: {summary['requests']} requests, "
+                           f"{summary['requests_per_s']:.3f} req/s ({label}), cached {summary['cached_share']:.2%}, "
+                           f"{summary['duration_s']:.2f} s")
+                with (out_dir / "summary.jsonl").open("a") as log:  # a log of runs, one line each
+                    log.write(json.dumps(summary, sort_keys=True) + "\n")
+
+
+@main.group("sim")
+def sim_group():
+    """The simulator engine: calibration from real runs."""
+
+
+@sim_group.command("calibrate")
+@click.option("--measurements", type=click.Path(path_type=Path, exists=True), required=True,
+              help="Measured runs (JSON) from real vLLM.")
+@click.option("--traces", type=click.Path(path_type=Path, exists=True), required=True,
+              help="Folder with the trace manifests the measurements used.")
+@click.option("--base", type=click.Path(path_type=Path), default=None, help="Starting parameter file.")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Fitted parameter file (YAML).")
+@friendly_errors
+def sim_calibrate(measurements, traces, base, out):
+    """Fit the simulator's step-time model to measured runs; print each run's prediction error."""
+    from parity.engine.calibrate import calibrate, write_params
+    from parity.engine.sim import SimParams
+
+    fitted, report = calibrate(measurements, traces, SimParams.load(base))
+    write_params(out, fitted, report, measurements)
+    for r in report:
+        click.echo(f"{r['engine']:<11} {r['trace']:<10} batch={str(r['batch']):<5} measured {r['measured_rps']:7.3f} "
+                   f"predicted {r['predicted_rps']:7.3f} req/s  error {r['error']:+.1%}"
+                   f"{'  (fitted)' if r['fitted_on'] else ''}")
+    click.echo(f"wrote {out}")
+
+
+@bench.command("sim")
+@click.option("--trace", type=click.Path(path_type=Path, exists=True), required=True,
+              help="Trace manifest, e.g. the 256-request reuse burst.")
+@click.option("--repeats", default=3, show_default=True)
+def bench_sim(trace, repeats):
+    """CPU time to simulate a burst in virtual time, beside the engine time it models (target < 2 s)."""
+    from parity.bench import sim
+
+    r = sim.run(trace, repeats=repeats)
+    verdict = "meets" if r["meets_target"] else "MISSES"
+    click.echo(f"{r['requests']} requests: {r['cpu_s']:.3f} s of CPU to simulate {r['modelled_s']:.2f} s of engine "
+               f"time (x{r['speedup']:.0f}); {verdict} the {r['target_cpu_s']:.0f} s target")

@@ -76,6 +76,10 @@ class Engine(abc.ABC):
     def describe(self) -> dict:
         """Engine name and version, arguments, device and GPU UUID, and whether simulated."""
 
+    @abc.abstractmethod
+    def reset_prefix_cache(self) -> None:
+        """Forget every cached prefix, so the next burst starts cold (between runs on one engine)."""
+
     def close(self) -> None:
         """Release the device. Safe to call twice."""
 
@@ -84,3 +88,22 @@ class Engine(abc.ABC):
 
     def __exit__(self, *exc):
         self.close()
+
+
+ENGINES = ("sim", "vllm-sync", "vllm-async")
+
+
+def make_engine(kind: str, args: EngineArgs | None = None, **sim_options) -> Engine:
+    """`sim` (the CPU default; `mode` sync or async), `vllm-sync` or `vllm-async` (real GPU)."""
+    args = args or EngineArgs()
+    if kind == "sim":
+        from parity.engine.sim import SimEngine
+
+        return SimEngine(args, **sim_options)
+    if kind in ("vllm-sync", "vllm-async"):
+        from parity.engine.vllm_engines import VllmAsyncEngine, VllmSyncEngine
+
+        return (VllmSyncEngine if kind == "vllm-sync" else VllmAsyncEngine)(args)
+    from parity.errors import ParityError
+
+    raise ParityError(f"unknown engine {kind!r}: use one of {', '.join(ENGINES)}")

@@ -57,7 +57,8 @@ class SimParams:
         if not path.is_file():
             raise ParityError(f"simulator parameters not found: {path}")
         data = yaml.safe_load(path.read_text()) or {}
-        values = data.get("params", data)
+        values = dict(data.get("params") or {})
+        values.setdefault("source", data.get("source", str(path)))
         known = {f.name for f in fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
@@ -291,14 +292,19 @@ class SimEngine(Engine):
             return [f.result() for f in futures]
         with self._lock:
             start = self.clock.now()
-            # a synchronous front end processes every input before the engine sees any
-            ready = start + self.params.frontend_request_s * len(prompts)
             requests = [self._new_request(p, start) for p in prompts]
-            self.clock.sleep_until(ready)
-            for req in requests:
-                self.scheduler.add(req)
+            cost = self.params.frontend_request_s
+            # sync (LLM.generate): every input is processed before the engine sees any;
+            # async (AsyncLLM): inputs reach the engine one by one while it is already stepping
+            ready = [start + cost * (len(requests) if self.mode == "sync" else i + 1) for i in range(len(requests))]
+            pending = deque(zip(ready, requests))
             done: dict[int, float] = {}
-            while not self.scheduler.idle:
+            while pending or not self.scheduler.idle:
+                while pending and pending[0][0] <= self.clock.now():
+                    self.scheduler.add(pending.popleft()[1])
+                if self.scheduler.idle:
+                    self.clock.sleep_until(pending[0][0])
+                    continue
                 for req, end in self._step():
                     done[id(req)] = end
             return [self._completion(req, done[id(req)]) for req in requests]
@@ -358,6 +364,13 @@ class SimEngine(Engine):
                           submit_s=req.arrival_s, complete_s=end)
 
     # -- description and teardown -----------------------------------------------------------------
+
+    def reset_prefix_cache(self) -> None:
+        with self._lock:
+            if not self.scheduler.idle:
+                raise ParityError("cannot reset the prefix cache while requests are running")
+            self.scheduler.cache = PrefixCache(self.scheduler.cache.num_blocks, self.args.block_size,
+                                               enabled=self.args.enable_prefix_caching)
 
     def stats(self) -> dict:
         s = self.scheduler

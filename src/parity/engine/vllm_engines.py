@@ -70,6 +70,10 @@ class VllmSyncEngine(_VllmBase):
         complete = time.monotonic()  # LLM.generate returns the batch together
         return [compat.to_completion(o, submit, complete) for o in outputs]
 
+    def reset_prefix_cache(self) -> None:
+        if not self._llm.reset_prefix_cache():
+            raise RuntimeError("vLLM refused to reset its prefix cache")
+
     def close(self) -> None:
         if self._closed:
             return
@@ -131,6 +135,10 @@ class VllmAsyncEngine(_VllmBase):
     def submit(self, prompt: Sequence[int]) -> Future:
         return asyncio.run_coroutine_threadsafe(self._one(prompt), self._loop)
 
+    def reset_prefix_cache(self) -> None:
+        if not self._call(self._engine.reset_prefix_cache()):
+            raise RuntimeError("vLLM refused to reset its prefix cache")
+
     def close(self) -> None:
         if self._closed:
             return
@@ -142,18 +150,3 @@ class VllmAsyncEngine(_VllmBase):
         self._thread.join(timeout=10)
         gc.collect()
 
-
-def make_engine(kind: str, args: EngineArgs | None = None, **sim_options) -> Engine:
-    """`sim` (CPU default), `vllm-sync` or `vllm-async`."""
-    args = args or EngineArgs()
-    if kind == "sim":
-        from parity.engine.sim import SimEngine
-
-        return SimEngine(args, **sim_options)
-    if kind == "vllm-sync":
-        return VllmSyncEngine(args)
-    if kind == "vllm-async":
-        return VllmAsyncEngine(args)
-    from parity.errors import ParityError
-
-    raise ParityError(f"unknown engine {kind!r}: use sim, vllm-sync or vllm-async")

@@ -1,0 +1,109 @@
+"""Calibrating the simulator from real runs: a linear least-squares fit of the step-time model.
+
+A burst's schedule does not depend on the step-time coefficients, so simulating each measured run
+once gives its work totals (steps, prefill tokens, decode sequences, attention pairs, and the number
+of synchronously admitted requests), and the measured duration is a linear function of them:
+
+    duration = fixed_s*steps + prefill_token_s*prefill + decode_seq_s*decode + attention_pair_s*pairs
+               + frontend_request_s*sync_requests
+
+The fit minimises relative error (rows scaled by 1/duration) with non-negative coefficients.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import yaml
+
+from parity.engine import EngineArgs
+from parity.engine.sim import SimEngine, SimParams
+from parity.errors import ParityError
+from parity.manifest import atomic_write_text
+from parity.trace import load_trace
+
+FEATURES = ("steps", "prefill_tokens", "decode_seqs", "attention_pairs", "sync_requests")
+COEFFICIENTS = ("fixed_s", "prefill_token_s", "decode_seq_s", "attention_pair_s", "frontend_request_s")
+
+
+def work_totals(prompts, batch: int | None, params: SimParams, args: EngineArgs, sync: bool) -> dict:
+    """Simulate one burst (virtual clock, no front-end cost) and return its work totals."""
+    engine = SimEngine(args, dataclasses.replace(params, frontend_request_s=0.0))
+    size = batch or len(prompts)
+    completions = []
+    for start in range(0, len(prompts), size):
+        completions += engine.generate(prompts[start:start + size])
+    totals = dict(engine.stats()["work"])
+    totals["sync_requests"] = len(prompts) if sync else 0
+    totals["cached_share"] = sum(c.cached_tokens for c in completions) / sum(c.prompt_tokens for c in completions)
+    return totals
+
+
+def nnls(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Least squares with non-negative coefficients: drop the most negative, refit, repeat."""
+    active = list(range(a.shape[1]))
+    while True:
+        x = np.zeros(a.shape[1])
+        if active:
+            x[active] = np.linalg.lstsq(a[:, active], b, rcond=None)[0]
+        negative = [i for i in active if x[i] < 0]
+        if not negative:
+            return x
+        active.remove(min(negative, key=lambda i: x[i]))
+
+
+def predicted_duration(totals: dict, params: SimParams) -> float:
+    return sum(getattr(params, c) * totals[f] for c, f in zip(COEFFICIENTS, FEATURES))
+
+
+def load_runs(measurements: Path, traces: Path) -> tuple[dict, list[dict]]:
+    """The measurement file and, per run, the trace prompts it used (checked by SHA-256)."""
+    data = json.loads(measurements.read_text())
+    runs = []
+    for run in data["runs"]:
+        variant = load_trace(traces / f"{run['trace']}.json")
+        if variant.sha256 != run["trace_sha256"]:
+            raise ParityError(f"trace {run['trace']} in {traces} has SHA-256 {variant.sha256}, the measurement "
+                              f"used {run['trace_sha256']}: rebuild the traces from the same inputs")
+        runs.append(run | {"prompts": list(variant.prompts)})
+    return data, runs
+
+
+def calibrate(measurements: Path, traces: Path, base: SimParams, *, fit_engines=("vllm-sync",)) -> tuple[SimParams, list[dict]]:
+    """Fit on the runs of `fit_engines`; report the prediction error of every run."""
+    data, runs = load_runs(measurements, traces)
+    args = EngineArgs.from_dict(data.get("engine_args_sim", {}))
+    rows, targets = [], []
+    for run in runs:
+        run["totals"] = work_totals(run["prompts"], run.get("batch"), base, args, sync=run["engine"] == "vllm-sync")
+        if run["engine"] in fit_engines:
+            rows.append([run["totals"][f] / run["duration_s"] for f in FEATURES])
+            targets.append(1.0)
+    if len(rows) < 3:
+        raise ParityError(f"need at least 3 runs of {', '.join(fit_engines)} to calibrate, got {len(rows)}")
+    coefficients = nnls(np.array(rows), np.array(targets))
+    fitted = dataclasses.replace(base, **{c: float(v) for c, v in zip(COEFFICIENTS, coefficients)},
+                                 source=f"fitted by parity sim calibrate from {measurements.name}")
+    report = []
+    for run in runs:
+        predicted = predicted_duration(run["totals"], fitted)
+        report.append({"trace": run["trace"], "engine": run["engine"], "batch": run.get("batch"),
+                       "measured_rps": run["requests"] / run["duration_s"],
+                       "predicted_rps": run["requests"] / predicted,
+                       "error": predicted / run["duration_s"] - 1.0,
+                       "measured_cached": run.get("cached_share"), "predicted_cached": run["totals"]["cached_share"],
+                       "fitted_on": run["engine"] in fit_engines})
+    return fitted, report
+
+
+def write_params(path: Path, params: SimParams, report: list[dict], measurements: Path) -> None:
+    """The fitted parameters with the evidence: which measurements, and each run's error."""
+    values = params.to_dict()
+    source = values.pop("source")
+    doc = {"source": source, "measurements": measurements.name, "params": values,
+           "fit_report": [{k: (round(v, 5) if isinstance(v, float) else v) for k, v in r.items()} for r in report]}
+    atomic_write_text(path, "# Written by `parity sim calibrate`; see the measurements file for GPU, versions and date.\n"
+                      + yaml.safe_dump(doc, sort_keys=False))

@@ -1,0 +1,92 @@
+"""Records: what happened to every request of a burst, as a schema-valid trial manifest.
+
+Both serving paths and the engine-only runs end here, so a trial looks the same whichever system
+produced it. The verdict starts `pending`; the checks decide it later and never change a record.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.metadata
+import json
+import platform
+from dataclasses import dataclass
+from pathlib import Path
+
+from parity import __version__
+from parity.engine import Completion
+from parity.manifest import dumps, file_ref, header
+from parity.trace import Trace, token_sha256
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a request ran: logical shard, worker identity and the GPU it reported."""
+
+    shard: int
+    worker_id: str
+    gpu_uuid: str
+    batch_id: str | None = None
+
+
+def package_versions() -> dict[str, str | None]:
+    """Versions of everything that can change a number, None where not installed."""
+    out: dict[str, str | None] = {"parity": __version__, "python": platform.python_version()}
+    for name, dist in (("vllm", "vllm"), ("torch", "torch"), ("flamepy", "flamepy"),
+                       ("mlperf_loadgen", "mlcommons-loadgen"), ("numpy", "numpy")):
+        try:
+            out[name] = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def config_sha256(config: dict) -> str:
+    return hashlib.sha256(dumps(config).encode()).hexdigest()
+
+
+def request_records(trace: Trace, completions: list[Completion], placements: list[Placement],
+                    prompts=None) -> list[dict]:
+    """One record per request, in burst order; the input hash is of what was actually submitted."""
+    prompts = trace.prompts if prompts is None else prompts
+    records = []
+    for request, prompt, completion, place in zip(trace.requests, prompts, completions, placements, strict=True):
+        record = {
+            "request_id": request.id, "position": request.position, "input_sha256": token_sha256(prompt),
+            "shard": place.shard, "worker_id": place.worker_id, "gpu_uuid": place.gpu_uuid,
+            "prompt_tokens": completion.prompt_tokens, "cached_tokens": completion.cached_tokens,
+            "output_token_ids": [int(t) for t in completion.output_token_ids],
+            "submit_s": completion.submit_s, "complete_s": completion.complete_s,
+        }
+        if place.batch_id is not None:
+            record["batch_id"] = place.batch_id
+        records.append(record)
+    return records
+
+
+def trial_manifest(*, trial_id: str, experiment: str, system: str, engine: dict, trace: Trace,
+                   config: dict, records: list[dict], release_s: float, gpus: list[dict],
+                   manifest_path: Path, extra: dict | None = None) -> dict:
+    """Assemble a trial manifest (verdict pending) linked by hash to its trace manifest."""
+    last = max(r["complete_s"] for r in records)
+    duration = last - release_s
+    doc = header("trial", simulated=bool(engine.get("simulated"))) | {
+        "trial_id": trial_id, "experiment": experiment, "system": system,
+        "engine": {"name": engine["name"], "version": engine.get("version"), "args": engine.get("args", {}),
+                   "simulated": bool(engine.get("simulated"))},
+        "trace": file_ref(trace.manifest_path, manifest_path.parent), "trace_name": trace.name,
+        "config": config, "config_sha256": config_sha256(config), "versions": package_versions(),
+        "gpus": gpus,
+        "timing": {"release_s": release_s, "last_completion_s": last, "duration_s": duration,
+                   "requests_per_s": len(records) / duration if duration > 0 else 0.0},
+        "records": records,
+        "verdict": {"status": "pending", "checks": {}, "reasons": []},
+    }
+    if extra:
+        doc |= json.loads(json.dumps(extra))
+    return doc
+
+
+def cached_share(records: list[dict]) -> float:
+    prompt = sum(r["prompt_tokens"] for r in records)
+    return sum(r["cached_tokens"] for r in records) / prompt if prompt else 0.0
