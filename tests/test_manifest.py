@@ -5,17 +5,29 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import os
+import shutil
+import stat
 
 import pytest
 from click.testing import CliRunner
 
+from parity import manifest
 from parity.cli import main
 from parity.manifest import (
+    SCHEMA_VERSION,
     ManifestError,
+    Problem,
+    atomic_write_bytes,
+    atomic_write_text,
+    check_references,
     dumps,
     file_ref,
     header,
     known_kinds,
+    read_manifest,
+    schemas_dir,
+    sha256_bytes,
     sha256_file,
     validate_document,
     validate_paths,
@@ -25,7 +37,10 @@ from parity.manifest import (
 SHA = "0" * 64
 
 
+# ---- minimal valid documents of each kind ------------------------------------------------------
+
 def trial_doc() -> dict:
+    """A minimal valid trial manifest (simulated); its `trace` link is only checked by validate_paths."""
     return header("trial", simulated=True) | {
         "trial_id": "locality-vllm-sticky-reuse-r0", "experiment": "locality", "system": "vllm",
         "engine": {"name": "sim", "version": "0.1.0", "args": {}, "simulated": True},
@@ -41,37 +56,194 @@ def trial_doc() -> dict:
     }
 
 
+def pair_doc() -> dict:
+    side = {"manifest": {"path": "trials/t0.json", "sha256": SHA}, "system": "vllm", "requests_per_s": 2.0}
+    return header("pair", simulated=True) | {
+        "trace_name": "reuse", "pair_index": 0, "reference": side,
+        "candidate": copy.deepcopy(side) | {"system": "flame", "requests_per_s": 1.99},
+        "ratio": 0.995, "meets_99": True,
+    }
+
+
+def fetch_receipt_doc() -> dict:
+    return header("fetch-receipt", simulated=False) | {
+        "source": {"type": "huggingface", "repo": "meta-llama/Llama-3.1-8B-Instruct", "revision": "0e9e39f"},
+        "files": [{"name": "config.json", "sha256": SHA, "bytes": 855, "pinned_sha256": SHA,
+                   "verified": True, "downloaded": True},
+                  {"name": "tokenizer.json", "sha256": SHA, "bytes": 9085657, "pinned_sha256": None,
+                   "verified": False, "downloaded": False}],
+        "token_used": True,
+    }
+
+
+def cleanup_receipt_doc() -> dict:
+    return header("cleanup-receipt", simulated=True) | {
+        "what": "flame session reuse-r0", "processes": [{"pid": 4242, "name": "flame-executor",
+                                                         "exit_code": None, "signal": "SIGTERM"}],
+        "ports_released": [8080], "gpus_released": ["sim-0"], "clean": True, "errors": [],
+    }
+
+
+MINIMAL = {"trial": trial_doc, "pair": pair_doc, "fetch-receipt": fetch_receipt_doc,
+           "cleanup-receipt": cleanup_receipt_doc}
+
+
+def rules(problems: list[Problem]) -> list[tuple[str, str]]:
+    return [(p.pointer, p.rule) for p in problems]
+
+
+# ---- schemas -----------------------------------------------------------------------------------
+
 def test_every_kind_has_a_schema():
     assert {"trace", "trial", "pair", "fetch-receipt", "cleanup-receipt"} <= set(known_kinds())
+    assert "common" not in known_kinds()
 
 
-def test_valid_trial():
-    assert validate_document(trial_doc()) == []
+def test_schema_ids_follow_file_names():
+    for path in schemas_dir().glob("*.schema.json"):
+        schema = json.loads(path.read_text())
+        assert schema["$id"] == f"https://parity.invalid/schemas/{path.name}"
+        assert schema["$schema"] == "https://json-schema.org/draft/2020-12/schema"
 
+
+def test_new_schema_files_are_discovered(tmp_path, monkeypatch):
+    for path in schemas_dir().glob("*.schema.json"):
+        shutil.copy(path, tmp_path)
+    (tmp_path / "widget.schema.json").write_text(json.dumps({
+        "$schema": "https://json-schema.org/draft/2020-12/schema",
+        "$id": "https://parity.invalid/schemas/widget.schema.json",
+        "allOf": [{"$ref": "common.schema.json#/$defs/header"}], "properties": {"kind": {"const": "widget"}}}))
+    monkeypatch.setattr(manifest, "schemas_dir", lambda: tmp_path)
+    manifest._validators.cache_clear()
+    try:
+        assert "widget" in known_kinds()
+        assert validate_document(header("widget", simulated=False)) == []
+        assert rules(validate_document({"kind": "widget"}))[0] == ("", "required")
+    finally:
+        manifest._validators.cache_clear()
+
+
+@pytest.mark.parametrize("kind", sorted(MINIMAL))
+def test_minimal_document_of_each_kind_is_valid(kind):
+    doc = MINIMAL[kind]()
+    assert doc["kind"] == kind and doc["schema_version"] == SCHEMA_VERSION
+    assert validate_document(doc) == []
+
+
+@pytest.mark.parametrize("kind", sorted(MINIMAL))
+def test_header_fields_are_required(kind):
+    for field in ("kind", "schema_version", "simulated", "parity_version"):
+        doc = MINIMAL[kind]()
+        del doc[field]
+        problems = validate_document(doc)
+        if field == "kind":
+            assert rules(problems) == [("/kind", "unknown-kind")]
+        else:
+            assert ("", "required") in rules(problems) and field in problems[0].message
+
+
+# ---- schema problems: pointer, rule, message ---------------------------------------------------
 
 def test_missing_field_is_named_with_pointer_and_rule():
     doc = trial_doc()
     del doc["records"][0]["cached_tokens"]
     problems = validate_document(doc)
-    assert [(p.pointer, p.rule) for p in problems] == [("/records/0", "required")]
+    assert rules(problems) == [("/records/0", "required")]
     assert "cached_tokens" in problems[0].message
 
 
 def test_wrong_type_pointer():
     doc = trial_doc()
     doc["records"][0]["cached_tokens"] = "many"
-    assert [(p.pointer, p.rule) for p in validate_document(doc)] == [("/records/0/cached_tokens", "type")]
+    assert rules(validate_document(doc)) == [("/records/0/cached_tokens", "type")]
 
 
-def test_simulated_flag_is_required():
+def test_all_problems_are_reported_sorted_by_pointer():
     doc = trial_doc()
-    del doc["simulated"]
-    assert any(p.rule == "required" and "simulated" in p.message for p in validate_document(doc))
+    doc["schema_version"] = 2
+    doc["timing"]["duration_s"] = -1
+    doc["records"][0]["surprise"] = 1
+    doc["records"][0]["output_token_ids"][3] = 2**32
+    assert rules(validate_document(doc, path="t.json")) == [
+        ("/records/0", "additionalProperties"),
+        ("/records/0/output_token_ids/3", "maximum"),
+        ("/schema_version", "const"),
+        ("/timing/duration_s", "minimum"),
+    ]
 
 
-def test_unknown_kind():
-    problems = validate_document({"kind": "banana"})
-    assert [p.rule for p in problems] == ["unknown-kind"]
+def test_problem_is_one_line():
+    doc = trial_doc()
+    doc["records"] = {"a": "x" * 5000}  # the validator's message quotes the whole value
+    (problem,) = validate_document(doc, path="runs/t.json")
+    text = str(problem)
+    assert text.startswith("runs/t.json: /records: type: ") and "\n" not in text and len(text) < 400
+
+
+def test_unknown_or_missing_kind():
+    (problem,) = validate_document({"kind": "banana"}, path="x.json")
+    assert (problem.pointer, problem.rule) == ("/kind", "unknown-kind")
+    assert "banana" in problem.message and "trial" in problem.message
+    assert rules(validate_document({"schema_version": 1})) == [("/kind", "unknown-kind")]
+    assert rules(validate_document([1, 2])) == [("", "type")]
+
+
+def test_simulated_trial_cannot_name_a_real_gpu_and_vice_versa():
+    doc = trial_doc()
+    doc["gpus"] = [{"uuid": "GPU-1234"}]
+    assert rules(validate_document(doc)) == [("/gpus/0/uuid", "pattern")]
+    real = trial_doc() | {"simulated": False}
+    assert ("/engine/simulated", "const") in rules(validate_document(real))
+    assert ("/records/0/gpu_uuid", "not") in rules(validate_document(real))
+
+
+def test_verdict_must_agree_with_its_checks():
+    doc = trial_doc()
+    doc["verdict"]["checks"]["coverage"]["passed"] = False
+    assert rules(validate_document(doc)) == [("/verdict/checks/coverage/passed", "const")]
+    doc["verdict"]["status"] = "failed"
+    assert rules(validate_document(doc)) == [("/verdict/reasons", "minItems")]
+    doc["verdict"]["reasons"] = ["coverage: 3 requests missing"]
+    assert validate_document(doc) == []
+
+
+def test_pair_ratio_must_be_positive():
+    doc = pair_doc()
+    doc["ratio"] = 0
+    assert rules(validate_document(doc)) == [("/ratio", "exclusiveMinimum")]
+
+
+def test_fetch_receipt_never_holds_a_credential():
+    doc = fetch_receipt_doc() | {"token": "hf_abcdefghijklmnopqrstuvwxyz"}
+    (problem,) = validate_document(doc)
+    assert (problem.pointer, problem.rule) == ("", "not") and "'token'" in problem.message
+    doc = fetch_receipt_doc()
+    doc["source"] = {"type": "url", "url": "https://user:hf_secret@example.org/model.bin"}
+    assert rules(validate_document(doc)) == [("/source/url", "not")]
+    doc["source"] = {"type": "huggingface"}
+    assert rules(validate_document(doc)) == [("/source", "required")]
+
+
+def test_clean_cleanup_has_no_errors():
+    doc = cleanup_receipt_doc()
+    doc["errors"] = ["port 8080 still bound"]
+    assert rules(validate_document(doc)) == [("/errors", "maxItems")]
+
+
+def test_problem_str():
+    assert str(Problem("a.json", "/records/3", "required", "'x' is a required property")) == \
+        "a.json: /records/3: required: 'x' is a required property"
+
+
+# ---- writing -----------------------------------------------------------------------------------
+
+def test_write_manifest_returns_its_hash(tmp_path):
+    ref = write_manifest(tmp_path / "sub" / "t.json", trial_doc())
+    data = (tmp_path / "sub" / "t.json").read_bytes()
+    assert ref == {"path": str(tmp_path / "sub" / "t.json"), "sha256": hashlib.sha256(data).hexdigest(),
+                   "bytes": len(data)}
+    assert read_manifest(tmp_path / "sub" / "t.json") == trial_doc()
+    assert stat.S_IMODE(os.stat(tmp_path / "sub" / "t.json").st_mode) & 0o044  # not left 0600
 
 
 def test_invalid_manifest_is_not_written(tmp_path):
@@ -79,29 +251,101 @@ def test_invalid_manifest_is_not_written(tmp_path):
     path.write_text("old")
     doc = trial_doc()
     doc["system"] = "other"
-    with pytest.raises(ManifestError, match="/system"):
+    with pytest.raises(ManifestError, match="/system: enum"):
         write_manifest(path, doc)
     assert path.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["trial.json"]
+    with pytest.raises(ManifestError):
+        write_manifest(tmp_path / "new.json", doc)
     assert [p.name for p in tmp_path.iterdir()] == ["trial.json"]
 
 
 def test_failed_serialisation_leaves_nothing(tmp_path):
     doc = trial_doc()
-    doc["config"]["bad"] = float("nan")
+    doc["config"]["bad"] = float("nan")  # schema-valid (config is free-form) but not JSON
     with pytest.raises(ValueError):
         write_manifest(tmp_path / "t.json", doc)
     assert list(tmp_path.iterdir()) == []
+    (tmp_path / "t.json").write_text("old")
+    with pytest.raises(ValueError):
+        write_manifest(tmp_path / "t.json", doc)
+    assert [p.name for p in tmp_path.iterdir()] == ["t.json"] and (tmp_path / "t.json").read_text() == "old"
 
 
-def test_dumps_is_deterministic():
+def test_atomic_write_failing_mid_way_keeps_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "m.json"
+    path.write_text("old")
+
+    def broken_fsync(fd):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(manifest.os, "fsync", broken_fsync)
+    with pytest.raises(OSError, match="disk full"):
+        atomic_write_bytes(path, b"new")
+    assert [p.name for p in tmp_path.iterdir()] == ["m.json"] and path.read_text() == "old"
+    with pytest.raises(UnicodeEncodeError):
+        atomic_write_text(path, "lone surrogate \ud800")
+    assert [p.name for p in tmp_path.iterdir()] == ["m.json"] and path.read_text() == "old"
+
+
+def test_dumps_is_deterministic(tmp_path):
     a, b = trial_doc(), dict(reversed(list(trial_doc().items())))
-    assert dumps(a) == dumps(b)
+    assert dumps(a) == dumps(b) and dumps(a).endswith("}\n")
+    assert write_manifest(tmp_path / "a.json", a)["sha256"] == write_manifest(tmp_path / "b.json", b)["sha256"]
+    assert dumps({"name": "Zürich"}) == '{\n "name": "Zürich"\n}\n'
 
+
+# ---- reading -----------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("text, says", [
+    ("{", "not valid JSON"),
+    ('{"x": NaN}', "NaN"),
+    ('{"kind": "a", "kind": "b"}', "duplicate key"),
+    ("[1]", "not a JSON object"),
+])
+def test_read_manifest_refuses_what_json_would_accept(tmp_path, text, says):
+    path = tmp_path / "m.json"
+    path.write_text(text)
+    with pytest.raises(ManifestError, match=says) as info:
+        read_manifest(path)
+    assert "\n" not in str(info.value) and str(path) in str(info.value)
+
+
+def test_read_missing_manifest(tmp_path):
+    with pytest.raises(ManifestError, match="no such manifest"):
+        read_manifest(tmp_path / "nope.json")
+
+
+# ---- hashes and links --------------------------------------------------------------------------
 
 def test_sha256_file(tmp_path):
+    data = os.urandom(3 * (1 << 20) + 17)  # several chunks and a partial one
     path = tmp_path / "x"
-    path.write_bytes(b"abc" * 1000)
-    assert sha256_file(path) == hashlib.sha256(b"abc" * 1000).hexdigest()
+    path.write_bytes(data)
+    assert sha256_file(path) == hashlib.sha256(data).hexdigest() == sha256_bytes(data)
+
+
+def test_file_ref_is_relative_with_forward_slashes(tmp_path):
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "reuse.tokens").write_bytes(b"abc")
+    ref = file_ref(tmp_path / "traces" / "reuse.tokens", tmp_path / "runs" / "locality")
+    assert ref == {"path": "../../traces/reuse.tokens", "sha256": hashlib.sha256(b"abc").hexdigest(), "bytes": 3}
+
+
+def test_check_references_reports_missing_tampered_and_bad_paths(tmp_path):
+    (tmp_path / "a.bin").write_bytes(b"a")
+    good = file_ref(tmp_path / "a.bin", tmp_path)
+    doc = {"ok": good, "list": [good | {"bytes": 2}],
+           "gone": {"path": "b.bin", "sha256": SHA},
+           "abs": {"path": "/etc/passwd", "sha256": SHA},
+           "not_a_ref": {"path": "c.bin", "sha256": SHA, "note": "extra keys: not a reference"}}
+    problems = check_references(doc, tmp_path / "m.json")
+    assert sorted(rules(problems)) == [("/abs", "bad-path"), ("/gone", "file-missing"),
+                                       ("/list/0", "bytes-mismatch")]
+    (tmp_path / "a.bin").write_bytes(b"A")
+    (problem,) = check_references({"ok": good}, tmp_path / "m.json")
+    assert problem.rule == "sha256-mismatch"
+    assert hashlib.sha256(b"A").hexdigest() in problem.message and good["sha256"] in problem.message
 
 
 def pair_tree(tmp_path):
@@ -124,7 +368,36 @@ def test_hash_linked_tree_is_checked(tmp_path):
     assert checked == 2
     assert {(p.pointer, p.rule) for p in problems} == {("/candidate/manifest", "sha256-mismatch"),
                                                        ("/reference/manifest", "sha256-mismatch")}
+    assert all(p.file == str(tmp_path / "pair.json") for p in problems)
 
+
+def test_naming_the_top_of_a_tree_checks_what_it_links(tmp_path):
+    pair_tree(tmp_path)
+    assert validate_paths([tmp_path / "pair.json"]) == (2, [])  # the pair, and the trial it links
+    (tmp_path / "trace.bin").write_bytes(b"changed")
+    checked, problems = validate_paths([tmp_path / "pair.json", tmp_path])  # each manifest once
+    assert checked == 2
+    assert rules(problems) == [("/trace", "sha256-mismatch")]
+    assert problems[0].file == str(tmp_path / "trials" / "t0.json")
+
+
+def test_directory_validation_skips_other_json_but_reports_broken_json(tmp_path):
+    write_manifest(tmp_path / "c.json", cleanup_receipt_doc())
+    (tmp_path / "tokenizer.json").write_text('{"model": {"vocab": {}}}')
+    (tmp_path / "list.json").write_text("[1, 2]")
+    (tmp_path / ".snakemake").mkdir()
+    (tmp_path / ".snakemake" / "junk.json").write_text("{")
+    assert validate_paths([tmp_path]) == (1, [])
+    (tmp_path / "broken.json").write_text('{"kind": "trial", ')
+    checked, problems = validate_paths([tmp_path])
+    assert checked == 1 and rules(problems) == [("", "not-json")]
+    checked, problems = validate_paths([tmp_path / "tokenizer.json"])  # named explicitly: validated
+    assert checked == 1 and rules(problems) == [("/kind", "unknown-kind")]
+    checked, problems = validate_paths([tmp_path / "list.json", tmp_path / "gone.json"])
+    assert checked == 1 and rules(problems) == [("", "type"), ("", "file-missing")]
+
+
+# ---- the command ---------------------------------------------------------------------------------
 
 def test_cli_validate(tmp_path):
     pair_tree(tmp_path)

@@ -1,9 +1,10 @@
-"""Manifests: written atomically, hashed, and validated against `schemas/` with links checked by hash.
+"""Manifests: written atomically, hashed, and validated against `schemas/`, with links checked by hash.
 
-Every manifest carries `kind`, `schema_version` and `simulated`. A JSON object with exactly the keys
-`path` and `sha256` (and optionally `bytes`) is a file reference, relative to the manifest's folder;
-`validate_paths` checks every such link, so the evidence is a hash-linked tree. Writes go to a
-temporary file that is renamed into place, so an interrupted run never leaves half a manifest.
+Every step leaves its evidence as a JSON manifest carrying `kind`, `schema_version` and `simulated`.
+A JSON object with exactly the keys `path` and `sha256` (optionally `bytes`) is a file reference,
+relative to the manifest's folder, so the evidence is a hash-linked tree that `validate_paths` checks
+end to end. Writes go to a temporary file renamed into place: a crash never leaves half a manifest,
+and an invalid document is refused before anything touches the disk.
 """
 
 from __future__ import annotations
@@ -12,27 +13,30 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
 from pathlib import Path
-from typing import Iterable
 
 from parity import __version__
 from parity.errors import ParityError
 
 SCHEMA_VERSION = 1
 SCHEMA_SUFFIX = ".schema.json"
-REFERENCE_KEYS = ({"path", "sha256"}, {"path", "sha256", "bytes"})
+SCHEMA_ID_BASE = "https://parity.invalid/schemas/"
+REFERENCE_KEYS = (frozenset({"path", "sha256"}), frozenset({"path", "sha256", "bytes"}))
+_CHUNK = 1 << 20
+_MESSAGE_LIMIT = 300
 
 
 class ManifestError(ParityError):
-    """A manifest that cannot be read, or one that would be written invalid."""
+    """A manifest that cannot be read, or one that would be written invalid; the message is one line."""
 
 
 @dataclass(frozen=True)
 class Problem:
-    """One validation failure: which file, where in it (JSON pointer), which rule, and what."""
+    """One validation failure: which file, where in it (JSON pointer, "" for the root), which rule, what."""
 
     file: str
     pointer: str
@@ -40,7 +44,7 @@ class Problem:
     message: str
 
     def __str__(self) -> str:
-        return f"{self.file}: {self.pointer or '/'}: {self.rule}: {self.message}"
+        return f"{self.file}: {self.pointer}: {self.rule}: {self.message}"
 
 
 # ---- files and hashes --------------------------------------------------------------------------
@@ -50,22 +54,31 @@ def sha256_bytes(data: bytes) -> str:
 
 
 def sha256_file(path: Path | str) -> str:
+    """Streamed, so multi-gigabyte weights and token files do not have to fit in memory."""
     digest = hashlib.sha256()
     with open(path, "rb") as handle:
-        for chunk in iter(lambda: handle.read(1 << 20), b""):
+        while chunk := handle.read(_CHUNK):
             digest.update(chunk)
     return digest.hexdigest()
 
 
 def file_ref(path: Path | str, relative_to: Path | str) -> dict:
-    """A hash link to `path`, relative to the folder of the manifest that will hold it."""
+    """A hash link to `path`, relative to `relative_to` (the folder of the manifest that will hold it)."""
     path = Path(path)
-    rel = Path(os.path.relpath(path.resolve(), Path(relative_to).resolve())).as_posix()
-    return {"path": rel, "sha256": sha256_file(path), "bytes": path.stat().st_size}
+    rel = os.path.relpath(os.path.abspath(path), os.path.abspath(relative_to))
+    return {"path": Path(rel).as_posix(), "sha256": sha256_file(path), "bytes": path.stat().st_size}
+
+
+@lru_cache(maxsize=1)
+def _umask() -> int:
+    """The process umask, read once (reading it means setting it), so new files get ordinary modes."""
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> None:
-    """Write via a temporary file in the same folder and rename; on failure nothing is left."""
+    """Write via a temporary file in the same folder and rename it into place; on failure leave nothing."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = tempfile.NamedTemporaryFile(delete=False, dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -74,6 +87,7 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> None:
             tmp.write(data)
             tmp.flush()
             os.fsync(tmp.fileno())
+        os.chmod(tmp.name, 0o666 & ~_umask())  # NamedTemporaryFile makes 0600; evidence is meant to be shared
         os.replace(tmp.name, path)
     except BaseException:
         Path(tmp.name).unlink(missing_ok=True)
@@ -87,38 +101,67 @@ def atomic_write_text(path: Path | str, text: str) -> None:
 # ---- documents ---------------------------------------------------------------------------------
 
 def header(kind: str, *, simulated: bool) -> dict:
-    return {"kind": kind, "schema_version": SCHEMA_VERSION, "simulated": simulated, "parity_version": __version__}
+    """The fields every manifest starts with."""
+    return {"kind": kind, "schema_version": SCHEMA_VERSION, "simulated": bool(simulated),
+            "parity_version": __version__}
 
 
-def dumps(doc: dict) -> str:
-    """Deterministic JSON: same document, same bytes."""
+def dumps(doc) -> str:
+    """Deterministic JSON: the same document always gives the same bytes, so hashes are reproducible."""
     return json.dumps(doc, indent=1, sort_keys=True, ensure_ascii=False, allow_nan=False) + "\n"
 
 
+def _reject_constant(name: str):
+    raise ValueError(f"{name} is not JSON")
+
+
+def _unique_keys(pairs: list) -> dict:
+    keys = [key for key, _ in pairs]
+    duplicates = sorted({key for key in keys if keys.count(key) > 1})
+    if duplicates:
+        raise ValueError(f"duplicate key(s) {', '.join(map(repr, duplicates))}")
+    return dict(pairs)
+
+
+def _loads(text: str):
+    """Strict JSON: no NaN/Infinity and no duplicate keys, which Python's json would silently accept."""
+    return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+
+
 def read_manifest(path: Path | str) -> dict:
+    """The parsed manifest; ManifestError if it is missing, not JSON, or not a JSON object."""
     path = Path(path)
     try:
-        return json.loads(path.read_text(encoding="utf-8"))
+        doc = _loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
-        raise ManifestError(f"manifest not found: {path}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ManifestError(f"{path}: not valid JSON ({exc})") from None
+        raise ManifestError(f"{path}: no such manifest") from None
+    except IsADirectoryError:
+        raise ManifestError(f"{path}: is a directory, not a manifest") from None
+    except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
+        raise ManifestError(f"{path}: not valid JSON: {_one_line(str(exc))}") from None
+    if not isinstance(doc, dict):
+        raise ManifestError(f"{path}: not a JSON object but {type(doc).__name__}")
+    return doc
 
 
 def write_manifest(path: Path | str, doc: dict) -> dict:
-    """Validate, then write atomically; an invalid document is refused and nothing is written."""
+    """Validate, then write atomically; an invalid document is refused and nothing is written.
+
+    A value JSON cannot hold (NaN, infinity) raises ValueError from `dumps`, also before any write.
+    """
     problems = validate_document(doc, path=path)
     if problems:
-        raise ManifestError(f"refusing to write an invalid manifest: {problems[0]}")
-    text = dumps(doc)
-    atomic_write_text(path, text)
-    data = text.encode("utf-8")
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ManifestError(f"refusing to write an invalid manifest: {problems[0]}{more}")
+    data = dumps(doc).encode("utf-8")
+    atomic_write_bytes(path, data)
     return {"path": str(path), "sha256": sha256_bytes(data), "bytes": len(data)}
 
 
 # ---- schemas -----------------------------------------------------------------------------------
 
 def schemas_dir() -> Path:
+    """The checkout's `schemas/` when running from source, else the copy packaged in the wheel."""
     checkout = Path(__file__).resolve().parents[2] / "schemas"
     if checkout.is_dir():
         return checkout
@@ -127,12 +170,22 @@ def schemas_dir() -> Path:
 
 @lru_cache(maxsize=1)
 def _validators() -> dict:
+    """One validator per kind, from every `*.schema.json`; a new schema file is a new kind."""
     from jsonschema import Draft202012Validator, FormatChecker
+    from jsonschema.exceptions import SchemaError
     from referencing import Registry, Resource
 
-    schemas = {p.name[: -len(SCHEMA_SUFFIX)]: json.loads(p.read_text()) for p in sorted(schemas_dir().glob(f"*{SCHEMA_SUFFIX}"))}
-    registry = Registry().with_resources(
-        (schema["$id"], Resource.from_contents(schema)) for schema in schemas.values())
+    schemas = {}
+    for file in sorted(schemas_dir().glob(f"*{SCHEMA_SUFFIX}")):
+        schema = json.loads(file.read_text(encoding="utf-8"))
+        if schema.get("$id") != SCHEMA_ID_BASE + file.name:
+            raise ManifestError(f"{file}: $id must be {SCHEMA_ID_BASE + file.name}, got {schema.get('$id')!r}")
+        try:
+            Draft202012Validator.check_schema(schema)
+        except SchemaError as exc:
+            raise ManifestError(f"{file}: not a valid JSON Schema: {_one_line(exc.message)}") from None
+        schemas[file.name[: -len(SCHEMA_SUFFIX)]] = schema
+    registry = Registry().with_resources((s["$id"], Resource.from_contents(s)) for s in schemas.values())
     return {kind: Draft202012Validator(schema, registry=registry, format_checker=FormatChecker())
             for kind, schema in schemas.items() if kind != "common"}
 
@@ -141,77 +194,151 @@ def known_kinds() -> list[str]:
     return sorted(_validators())
 
 
-def validate_document(doc, *, path: Path | str | None = None) -> list[Problem]:
-    """Schema problems of one document, sorted by JSON pointer."""
-    file = str(path) if path is not None else "<document>"
-    kind = doc.get("kind") if isinstance(doc, dict) else None
-    validator = _validators().get(kind) if isinstance(kind, str) else None
-    if validator is None:
-        return [Problem(file, "/kind", "unknown-kind", f"kind {kind!r} is not one of {', '.join(known_kinds())}")]
-    problems = [Problem(file, _pointer(error.absolute_path), str(error.validator), error.message)
-                for error in validator.iter_errors(doc)]
-    return sorted(problems, key=lambda p: (p.pointer, p.rule, p.message))
+def _one_line(text: str, limit: int = _MESSAGE_LIMIT) -> str:
+    """Messages can quote whole sub-documents; keep each problem to one readable line."""
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
-def _pointer(parts) -> str:
+def _pointer(parts: Iterable) -> str:
     return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in parts)
 
 
-def check_references(doc, manifest_path: Path | str) -> list[Problem]:
-    """Every file reference in the document exists and has the recorded SHA-256 (and size)."""
-    base = Path(manifest_path).parent
-    problems = []
+def validate_document(doc, *, path: Path | str | None = None) -> list[Problem]:
+    """Every schema problem of one document, sorted by JSON pointer; [] if it is valid."""
+    file = str(path) if path is not None else "<document>"
+    if not isinstance(doc, dict):
+        return [Problem(file, "", "type", f"a manifest is a JSON object, not {type(doc).__name__}")]
+    kind = doc.get("kind")
+    validator = _validators().get(kind) if isinstance(kind, str) else None
+    if validator is None:
+        what = "no kind" if kind is None else f"kind {kind!r}"
+        return [Problem(file, "/kind", "unknown-kind", f"{what}; known kinds: {', '.join(known_kinds())}")]
+    problems = {Problem(file, _pointer(error.absolute_path), str(error.validator), _one_line(error.message))
+                for error in validator.iter_errors(doc)}
+    return sorted(problems, key=lambda p: (p.pointer, p.rule, p.message))
 
-    def walk(node, pointer):
-        if isinstance(node, dict):
-            if set(node) in REFERENCE_KEYS and isinstance(node.get("path"), str):
-                target = base / node["path"]
-                if not target.is_file():
-                    problems.append(Problem(str(manifest_path), pointer, "file-missing", f"{target} does not exist"))
-                    return
-                actual = sha256_file(target)
-                if actual != node["sha256"]:
-                    problems.append(Problem(str(manifest_path), pointer, "sha256-mismatch",
-                                            f"{target} has SHA-256 {actual}, the manifest says {node['sha256']}"))
-                elif "bytes" in node and target.stat().st_size != node["bytes"]:
-                    problems.append(Problem(str(manifest_path), pointer, "bytes-mismatch",
-                                            f"{target} has {target.stat().st_size} bytes, the manifest says {node['bytes']}"))
-                return
-            for key, value in node.items():
-                walk(value, f"{pointer}/{key}")
+
+# ---- hash links --------------------------------------------------------------------------------
+
+def is_file_reference(node) -> bool:
+    return isinstance(node, dict) and frozenset(node) in REFERENCE_KEYS
+
+
+def _references(doc) -> Iterable[tuple[str, dict]]:
+    """(pointer, reference) for every file reference in the document, in document order."""
+    stack = [("", doc)]
+    while stack:
+        pointer, node = stack.pop()
+        if is_file_reference(node):
+            yield pointer, node
+        elif isinstance(node, dict):
+            stack += reversed([(pointer + _pointer([k]), v) for k, v in node.items()])
         elif isinstance(node, list):
-            for index, value in enumerate(node):
-                walk(value, f"{pointer}/{index}")
+            stack += reversed([(f"{pointer}/{i}", v) for i, v in enumerate(node)])
 
-    walk(doc, "")
+
+def _resolve(ref: dict, manifest_path: Path) -> tuple[Path | None, str | None]:
+    """The referenced file, or why the reference's path is unusable."""
+    rel = ref["path"]
+    if not isinstance(rel, str) or not rel:
+        return None, f"path must be a non-empty string, got {rel!r}"
+    if rel.startswith("/") or "\\" in rel or (len(rel) > 1 and rel[1] == ":"):
+        return None, f"path {rel!r} must be relative, with forward slashes"
+    return manifest_path.parent / rel, None
+
+
+def check_references(doc, manifest_path: Path | str, *, hashes: dict | None = None) -> list[Problem]:
+    """Every file reference exists and has the recorded SHA-256 (and size, when recorded).
+
+    `hashes` caches digests by (path, size, mtime) across manifests, so a file linked from many
+    manifests is read once.
+    """
+    manifest_path = Path(manifest_path)
+    file = str(manifest_path)
+    hashes = {} if hashes is None else hashes
+    problems = []
+    for pointer, ref in _references(doc):
+        target, why = _resolve(ref, manifest_path)
+        if target is None:
+            problems.append(Problem(file, pointer, "bad-path", why))
+            continue
+        if not target.is_file():
+            what = "is not a file" if target.exists() else "does not exist"
+            problems.append(Problem(file, pointer, "file-missing", f"{target} {what}"))
+            continue
+        stat = target.stat()
+        key = (os.path.abspath(target), stat.st_size, stat.st_mtime_ns)
+        try:
+            if key not in hashes:
+                hashes[key] = sha256_file(target)
+        except OSError as exc:
+            problems.append(Problem(file, pointer, "unreadable", _one_line(f"{target}: {exc}")))
+            continue
+        size_note = (f" ({stat.st_size} bytes, the manifest says {ref['bytes']!r})"
+                     if "bytes" in ref and ref["bytes"] != stat.st_size else "")
+        if hashes[key] != ref["sha256"]:
+            problems.append(Problem(file, pointer, "sha256-mismatch",
+                                    f"{target} has SHA-256 {hashes[key]}, the manifest says {ref['sha256']!r}"
+                                    + size_note))
+        elif size_note:  # right content, wrong recorded size: the manifest writer has a bug
+            problems.append(Problem(file, pointer, "bytes-mismatch", f"{target} has the recorded SHA-256" + size_note))
     return problems
 
 
-def _is_manifest(doc) -> bool:
+# ---- validating trees --------------------------------------------------------------------------
+
+def _looks_like_manifest(doc) -> bool:
     return isinstance(doc, dict) and "kind" in doc and "schema_version" in doc
 
 
-def validate_paths(paths: Iterable[Path | str]) -> tuple[int, list[Problem]]:
-    """Validate named files, and every manifest found under named folders; returns (checked, problems).
+def _found_in(folder: Path) -> list[Path]:
+    """`*.json` under a folder, sorted, leaving out hidden files and folders (.snakemake, editors' files)."""
+    return sorted(p for p in folder.rglob("*.json")
+                  if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts))
 
-    In folders, JSON files that are not manifests (no kind and schema_version) are skipped, so inputs
-    such as tokenizer.json do not count; a file named explicitly is always validated.
+
+def validate_paths(paths: Iterable[Path | str]) -> tuple[int, list[Problem]]:
+    """Validate manifests and everything they link by hash; returns (manifests checked, problems).
+
+    A named file is always validated. In a named folder, every `*.json` that is a JSON object with
+    `kind` and `schema_version` is a manifest; other JSON (a tokenizer.json, say) is skipped, but a
+    file that is not valid JSON at all is reported. Manifests linked from a checked manifest (`*.json`
+    references) are checked too, wherever they live, so naming the top of a tree checks all of it.
+    Each manifest is checked once.
     """
-    checked, problems = 0, []
+    queue: list[tuple[Path, bool]] = []  # (file, named explicitly)
     for raw in paths:
         root = Path(raw)
-        files = sorted(root.rglob("*.json")) if root.is_dir() else [root]
-        for file in files:
-            try:
-                doc = read_manifest(file)
-            except ManifestError as exc:
-                if root.is_dir() and file.name.startswith("."):
-                    continue
-                problems.append(Problem(str(file), "", "not-json", str(exc)))
-                continue
-            if root.is_dir() and not _is_manifest(doc):
-                continue
-            checked += 1
-            problems += validate_document(doc, path=file)
-            problems += check_references(doc, file)
+        queue += [(f, False) for f in _found_in(root)] if root.is_dir() else [(root, True)]
+
+    seen: set[str] = set()
+    hashes: dict = {}
+    checked, problems = 0, []
+    while queue:
+        file, explicit = queue.pop(0)
+        key = os.path.abspath(file)
+        if key in seen:
+            continue
+        seen.add(key)
+        try:
+            doc = _loads(file.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            problems.append(Problem(str(file), "", "file-missing", f"{file} does not exist"))
+            continue
+        except (OSError, ValueError, UnicodeDecodeError) as exc:  # a JSON list or string is fine here
+            problems.append(Problem(str(file), "", "not-json", _one_line(str(exc))))
+            checked += explicit
+            continue
+        if not explicit and not _looks_like_manifest(doc):
+            continue
+        checked += 1
+        problems += validate_document(doc, path=file)
+        problems += check_references(doc, file, hashes=hashes)
+        linked = []
+        for _, ref in _references(doc):
+            target, _why = _resolve(ref, file)
+            if target is not None and target.suffix == ".json" and target.is_file():
+                linked.append((target, False))
+        queue = linked + queue  # depth-first: a manifest's links are reported right after it
     return checked, problems
