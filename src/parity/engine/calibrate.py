@@ -72,14 +72,17 @@ def load_runs(measurements: Path, traces: Path) -> tuple[dict, list[dict]]:
     return data, runs
 
 
-def calibrate(measurements: Path, traces: Path, base: SimParams, *, fit_engines=("vllm-sync",)) -> tuple[SimParams, list[dict]]:
-    """Fit on the runs of `fit_engines`; report the prediction error of every run."""
+def calibrate(measurements: Path, traces: Path, base: SimParams, *, fit_engines=("vllm-sync", "vllm-async")) -> tuple[SimParams, list[dict]]:
+    """Fit on the all-at-once runs of `fit_engines`; the others (batched, async) are held out."""
     data, runs = load_runs(measurements, traces)
-    args = EngineArgs.from_dict(data.get("engine_args_sim", {}))
+    args = EngineArgs()
+    if "kv_cache_tokens" in data:  # the KV pool the real engine reported
+        base = dataclasses.replace(base, kv_cache_tokens=int(data["kv_cache_tokens"]))
     rows, targets = [], []
     for run in runs:
         run["totals"] = work_totals(run["prompts"], run.get("batch"), base, args, sync=run["engine"] == "vllm-sync")
-        if run["engine"] in fit_engines:
+        run["fitted_on"] = run["engine"] in fit_engines
+        if run["fitted_on"]:
             rows.append([run["totals"][f] / run["duration_s"] for f in FEATURES])
             targets.append(1.0)
     if len(rows) < 3:
@@ -95,7 +98,7 @@ def calibrate(measurements: Path, traces: Path, base: SimParams, *, fit_engines=
                        "predicted_rps": run["requests"] / predicted,
                        "error": predicted / run["duration_s"] - 1.0,
                        "measured_cached": run.get("cached_share"), "predicted_cached": run["totals"]["cached_share"],
-                       "fitted_on": run["engine"] in fit_engines})
+                       "fitted_on": run["fitted_on"]})
     return fitted, report
 
 

@@ -22,10 +22,14 @@ from parity.engine import Completion, Engine, EngineArgs
 from parity.engine import vllm_compat as compat
 
 
+def _exit_on_sigterm(signum, frame):
+    raise SystemExit(128 + signum)
+
+
 def _raise_on_sigterm() -> None:
     """Make SIGTERM unwind the stack (finally blocks, context managers) instead of killing outright."""
     if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
-        signal.signal(signal.SIGTERM, lambda signum, frame: (_ for _ in ()).throw(SystemExit(128 + signum)))
+        signal.signal(signal.SIGTERM, _exit_on_sigterm)
 
 
 class _VllmBase(Engine):

@@ -1,0 +1,54 @@
+"""Calibration: the least-squares fit recovers known parameters, and the committed fit is within 10%."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+import yaml
+
+from parity import smoke_inputs
+from parity.engine import EngineArgs
+from parity.engine.calibrate import calibrate, nnls, predicted_duration, work_totals
+from parity.engine.sim import DEFAULT_PARAMS, SimParams
+from parity.trace import TraceSpec, build_trace, load_trace
+
+
+def test_nnls_keeps_coefficients_non_negative():
+    a = np.array([[1.0, 1.0], [1.0, 2.0], [1.0, 3.0]])
+    b = np.array([3.0, 2.0, 1.0])  # the unconstrained slope is negative
+    x = nnls(a, b)
+    assert (x >= 0).all() and x[1] == 0.0 and x[0] == pytest.approx(2.0)
+
+
+def test_fit_recovers_known_parameters(tmp_path):
+    corpus = smoke_inputs.write_corpus(tmp_path / "c.jsonl", articles=300)
+    tok = smoke_inputs.train_tokenizer(corpus, tmp_path / "tok", vocab_size=2048)
+    specs = [("a", 16, 1, 2000), ("b", 16, 4, 2000), ("c", 16, 1, 600), ("d", 64, 1, 64), ("e", 8, 1, 4000)]
+    truth = dataclasses.replace(SimParams.load(), fixed_s=0.02, prefill_token_s=2e-5, decode_seq_s=1e-4,
+                                attention_pair_s=6e-9, frontend_request_s=8e-4)
+    runs = []
+    for name, docs, q, prefix in specs:
+        path = build_trace(TraceSpec(name, docs, q, prefix), corpus, tok, tmp_path / "traces")
+        trace = load_trace(path)
+        for engine in ("vllm-sync", "vllm-async"):
+            totals = work_totals(list(trace.prompts), None, truth, EngineArgs(), sync=engine == "vllm-sync")
+            runs.append({"trace": name, "trace_sha256": trace.sha256, "engine": engine, "batch": None,
+                         "requests": len(trace.prompts), "duration_s": predicted_duration(totals, truth)})
+    measurements = tmp_path / "m.json"
+    measurements.write_text(json.dumps({"runs": runs, "kv_cache_tokens": truth.kv_cache_tokens}))
+    fitted, report = calibrate(measurements, tmp_path / "traces", SimParams.load())
+    assert all(abs(r["error"]) < 1e-6 for r in report)
+    assert fitted.prefill_token_s == pytest.approx(2e-5, rel=1e-3)
+    assert fitted.frontend_request_s == pytest.approx(8e-4, rel=1e-3)
+
+
+def test_committed_calibration_is_within_ten_percent_on_both_study_traces():
+    doc = yaml.safe_load(DEFAULT_PARAMS.read_text())
+    study = [r for r in doc["fit_report"] if r["trace"] in ("no-reuse", "reuse")]
+    assert {(r["trace"], r["engine"]) for r in study} >= {("no-reuse", "vllm-sync"), ("reuse", "vllm-sync"),
+                                                          ("no-reuse", "vllm-async"), ("reuse", "vllm-async")}
+    assert all(abs(r["error"]) <= 0.10 for r in study)
+    assert all(r["measured_cached"] == pytest.approx(r["predicted_cached"], abs=0.005) for r in study)

@@ -1,0 +1,186 @@
+"""The simulator engine: prefix cache at vLLM's granularity, batching limits, clocks, determinism."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+import pytest
+
+from parity.engine import OUTPUT_TOKENS, EngineArgs, make_engine
+from parity.engine.sim import SimEngine, SimParams, SimScheduler, _Request
+from parity.engine.sim_cache import PrefixCache, block_hashes
+from parity.errors import ParityError
+
+PARAMS = SimParams.load()
+
+
+def doc(seed: int, length: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 128_000, length, dtype=np.uint32)
+
+
+def reuse_burst(documents=16, questions=4, prefix=2000, seed=0):
+    rng = np.random.default_rng(seed)
+    prompts = [np.concatenate([doc(d, prefix), rng.integers(0, 128_000, 12, dtype=np.uint32)])
+               for d in range(documents) for _ in range(questions)]
+    return [prompts[i] for i in rng.permutation(len(prompts))]
+
+
+def test_calibrated_parameters_load():
+    assert PARAMS.kv_cache_tokens == 898_784
+    assert "calibrate" in PARAMS.source
+    with pytest.raises(ParityError, match="not found"):
+        SimParams.load("/nonexistent.yaml")
+
+
+def test_cache_hits_count_whole_blocks_capped_at_prompt_minus_one():
+    engine = SimEngine()
+    prompt = doc(1, 8004)
+    first, again = engine.generate([prompt])[0], engine.generate([prompt])[0]
+    assert first.cached_tokens == 0
+    assert again.cached_tokens == 8000  # 500 whole blocks; 8,004 − 1 caps at 8,003 → 8,000
+    exact = doc(2, 1600)
+    engine.generate([exact])
+    assert engine.generate([exact])[0].cached_tokens == 1584  # 1,600 − 1 → 99 whole blocks
+
+
+def test_shared_prefix_hits_up_to_the_divergence():
+    engine = SimEngine()
+    base = doc(3, 1000)
+    engine.generate([np.concatenate([base, doc(4, 50)])])
+    other = engine.generate([np.concatenate([base, doc(5, 50)])])[0]
+    assert other.cached_tokens == 992  # the block holding token 1,000 differs
+
+
+def test_reuse_burst_gives_the_expected_cached_share():
+    prompts = reuse_burst()
+    out = SimEngine().generate(prompts)
+    share = sum(c.cached_tokens for c in out) / sum(c.prompt_tokens for c in out)
+    expected = 3 * 1984 / 4 / 2012  # three of four questions reuse the document's whole blocks
+    assert share == pytest.approx(expected, abs=0.01)
+
+
+def test_no_reuse_burst_has_no_hits():
+    out = SimEngine().generate([doc(i, 3000) for i in range(20)])
+    assert all(c.cached_tokens == 0 for c in out)
+
+
+def test_eviction_when_capacity_is_small():
+    small = dataclasses.replace(PARAMS, kv_cache_tokens=4 * 2048)
+    engine = SimEngine(params=small)
+    first = doc(7, 2000)
+    engine.generate([first])
+    for i in range(8):
+        engine.generate([doc(100 + i, 2000)])
+    assert engine.stats()["evictions"] > 0
+    assert engine.generate([first])[0].cached_tokens == 0  # evicted
+    roomy = SimEngine()
+    roomy.generate([first])
+    for i in range(8):
+        roomy.generate([doc(100 + i, 2000)])
+    assert roomy.generate([first])[0].cached_tokens == 1984
+
+
+def test_lru_evicts_least_recently_used_first():
+    cache = PrefixCache(4, block_size=16)
+    a, b = cache.allocate(2), cache.allocate(2)
+    for block, h in zip(a + b, [b"a0", b"a1", b"b0", b"b1"]):
+        cache.register(block, h)
+    cache.release(a)
+    cache.release(b)
+    assert cache.hit_blocks([b"a0", b"a1"], 100) == a
+    cache.allocate(2)  # takes a's blocks: released first, so least recently used
+    assert cache.hit_blocks([b"a0", b"a1"], 100) == []
+    assert cache.hit_blocks([b"b0", b"b1"], 100) == b
+
+
+@pytest.mark.parametrize("max_num_seqs,budget", [(4, 8192), (64, 1000), (8, 300)])
+def test_batching_limits_are_respected(max_num_seqs, budget):
+    args = EngineArgs(max_num_seqs=max_num_seqs, max_num_batched_tokens=budget)
+    scheduler = SimScheduler(args, PARAMS)
+    for i, prompt in enumerate(reuse_burst(documents=6, questions=3, prefix=900)):
+        scheduler.add(_Request(prompt, block_hashes(prompt, 16), 0.0))
+    chunked = False
+    while not scheduler.idle:
+        scheduled = scheduler.plan()
+        assert scheduled
+        assert len(scheduler.running) <= max_num_seqs
+        assert sum(n for _, n in scheduled) <= budget
+        chunked |= any(req.computed + n < req.prompt.size for req, n in scheduled)
+        scheduler.apply(scheduled)
+    assert chunked == (budget < max_num_seqs * 912)  # prefill beyond the budget is split across steps
+
+
+def test_outputs_are_deterministic_and_in_input_order():
+    prompts = [doc(i, 500 + i) for i in range(10)]
+    a, b = SimEngine().generate(prompts), SimEngine().generate(list(reversed(prompts)))
+    assert [c.output_token_ids for c in a] == [c.output_token_ids for c in reversed(b)]
+    assert all(len(c.output_token_ids) == OUTPUT_TOKENS for c in a)
+    assert [c.prompt_tokens for c in a] == [p.size for p in prompts]
+    assert len({tuple(c.output_token_ids) for c in a}) == 10
+
+
+def test_virtual_clock_takes_no_wall_time_and_paced_sleeps_the_model():
+    prompts = [doc(i, 4000) for i in range(8)]
+    start = time.monotonic()
+    virtual = SimEngine().generate(prompts)
+    assert time.monotonic() - start < 1.0 < max(c.complete_s for c in virtual)
+    fast = dataclasses.replace(PARAMS, fixed_s=0.01, prefill_token_s=0.0, attention_pair_s=0.0)
+    engine = SimEngine(params=fast, clock="paced")
+    start = time.monotonic()
+    paced = engine.generate(prompts[:2])
+    modelled = max(c.complete_s for c in paced) - min(c.submit_s for c in paced)
+    assert modelled == pytest.approx(16 * 0.01, rel=0.3)  # 1 prefill step + 15 decode steps
+    assert time.monotonic() - start >= modelled * 0.95
+
+
+def test_submit_admits_requests_as_they_arrive():
+    fast = dataclasses.replace(PARAMS, fixed_s=0.002, prefill_token_s=0.0, attention_pair_s=0.0)
+    engine = SimEngine(params=fast, clock="paced", mode="async")
+    try:
+        first = engine.submit(doc(1, 100))
+        time.sleep(0.01)
+        second = engine.submit(doc(2, 100))
+        a, b = first.result(timeout=5), second.result(timeout=5)
+        assert a.submit_s < b.submit_s and a.complete_s < b.complete_s
+        assert len(b.output_token_ids) == OUTPUT_TOKENS
+    finally:
+        engine.close()
+    with pytest.raises(ParityError, match="closed"):
+        engine.submit(doc(3, 10))
+
+
+def test_reset_prefix_cache_starts_cold():
+    engine = SimEngine()
+    prompt = doc(9, 600)
+    engine.generate([prompt])
+    engine.reset_prefix_cache()
+    assert engine.generate([prompt])[0].cached_tokens == 0
+
+
+def test_async_mode_admits_while_stepping():
+    slow_front = dataclasses.replace(PARAMS, frontend_request_s=0.05)
+    prompts = [doc(i, 2000) for i in range(16)]
+    sync = SimEngine(params=slow_front, mode="sync").generate(prompts)
+    overlap = SimEngine(params=slow_front, mode="async").generate(prompts)
+    assert max(c.complete_s for c in overlap) < max(c.complete_s for c in sync)
+
+
+def test_bad_input():
+    with pytest.raises(ParityError, match="empty prompt"):
+        SimEngine().generate([[]])
+    with pytest.raises(ParityError, match="max_model_len"):
+        SimEngine(EngineArgs(max_model_len=100)).generate([doc(0, 200)])
+    with pytest.raises(ParityError, match="clock"):
+        SimEngine(clock="sundial")
+    with pytest.raises(ParityError, match="unknown engine"):
+        make_engine("tgi")
+    with pytest.raises(ParityError, match="unknown engine argument"):
+        EngineArgs.from_dict({"max_num_seq": 4})
+
+
+def test_describe_says_simulated():
+    d = SimEngine().describe()
+    assert d["simulated"] is True and d["gpu_uuid"].startswith("sim-")
+    assert d["args"]["max_num_seqs"] == 64 and d["args"]["attention_backend"] == "TRITON_ATTN"
