@@ -237,3 +237,70 @@ def bench_sim(trace, repeats):
     verdict = "meets" if r["meets_target"] else "MISSES"
     click.echo(f"{r['requests']} requests: {r['cpu_s']:.3f} s of CPU to simulate {r['modelled_s']:.2f} s of engine "
                f"time (x{r['speedup']:.0f}); {verdict} the {r['target_cpu_s']:.0f} s target")
+
+
+@main.group("native")
+def native_group():
+    """The standalone vLLM path: pinned replicas behind HTTP and a routing client."""
+
+
+@native_group.command("run")
+@click.option("--replicas", "kind", type=click.Choice(["sim", "vllm"]), default="sim", show_default=True,
+              help="sim: simulator servers (CPU); vllm: `vllm serve` per GPU.")
+@click.option("--gpu", "gpus", multiple=True, help="GPU UUID per replica (repeat); default sim-0, sim-1.")
+@click.option("--routing", "routings", type=click.Choice(["alternating", "sticky"]), multiple=True,
+              default=("alternating", "sticky"), show_default=True, help="Routing policy (repeat for several).")
+@click.option("--trace", "traces", type=click.Path(path_type=Path, exists=True), multiple=True, required=True)
+@click.option("--repeats", default=1, show_default=True, help="Trials per routing and trace, interleaved.")
+@click.option("--warmup-rounds", default=2, show_default=True)
+@click.option("--experiment", default="locality", show_default=True)
+@click.option("--model", default=None, help="Model id or directory.")
+@click.option("--load-format", default=None, help="auto, or dummy for random weights of the model's shape.")
+@click.option("--engine-arg", "engine_args", multiple=True, help="Override an engine setting: KEY=VALUE.")
+@click.option("--sim-params", type=click.Path(path_type=Path), default=None, help="Simulator parameter file.")
+@click.option("--startup-timeout", default=600.0, show_default=True, help="Seconds to wait for /health.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True)
+@friendly_errors
+def native_run(kind, gpus, routings, traces, repeats, warmup_rounds, experiment, model, load_format, engine_args,
+               sim_params, startup_timeout, out_dir):
+    """Start replicas, run every routing x trace (x repeats, rotating the order), tear down with a receipt."""
+    from parity.manifest import write_manifest
+    from parity.native import run_trial
+    from parity.native.replicas import ReplicaSet
+
+    args = _engine_args(model, load_format, engine_args)
+    gpus = list(gpus) or (["sim-0", "sim-1"] if kind == "sim" else [])
+    replica_set = ReplicaSet(kind, gpus, args, out_dir / "logs", startup_timeout_s=startup_timeout,
+                             sim_params=sim_params)
+    click.echo(f"starting {len(gpus)} {kind} replicas on {', '.join(gpus)} ...", err=True)
+    try:
+        with replica_set:
+            cases = [(routing, trace) for trace in traces for routing in routings]
+            for repeat in range(repeats):
+                shift = repeat % len(cases)
+                for routing, trace in cases[shift:] + cases[:shift]:  # rotate the order each repeat
+                    trial_id = f"{experiment}-vllm-{routing}-{trace.stem}-r{repeat}"
+                    click.echo(f"{trial_id}:", err=True)
+                    summary = run_trial(replica_set, routing, trace, out_dir / f"{trial_id}.json",
+                                        experiment=experiment, trial_id=trial_id, warmup_rounds=warmup_rounds,
+                                        log=lambda m: click.echo(m, err=True))
+                    with (out_dir / "summary.jsonl").open("a") as log:
+                        log.write(json.dumps(summary, sort_keys=True) + "\n")
+                    label = "simulated" if summary["simulated"] else "measured"
+                    click.echo(f"{trial_id}: {summary['requests_per_s']:.3f} req/s ({label}), "
+                               f"cached {summary['cached_share']:.2%}")
+    finally:
+        if replica_set.receipt is not None:
+            write_manifest(out_dir / "cleanup-replicas.json", replica_set.receipt)
+            click.echo(f"teardown: {'clean' if replica_set.receipt['clean'] else replica_set.receipt['errors']}", err=True)
+
+
+@native_group.command("sim-server")
+@click.option("--port", type=int, required=True)
+@click.option("--gpu-uuid", default="sim-0", show_default=True)
+@click.option("--sim-params", type=click.Path(path_type=Path), default=None)
+def native_sim_server(port, gpu_uuid, sim_params):
+    """One simulator replica speaking vLLM's /v1/completions subset on 127.0.0.1 (started by `native run`)."""
+    from parity.native.sim_server import serve
+
+    serve(port, gpu_uuid, sim_params)

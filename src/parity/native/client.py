@@ -1,0 +1,117 @@
+"""The standalone client: one shared HTTP connection pool, the whole burst released at once.
+
+The pool is opened and warmed (a `/health` call per replica) before timing starts, since the study
+excluded runs where client initialisation leaked into timing. At release, each request is routed and
+sent; latency is measured from release; requests/s = requests / (last completion − release). Idle
+keep-alive stays under the server's 5 s so a pooled connection is never reused after the server
+closed it; a connection dropped before any response byte is retried once. Any other failure (HTTP
+error, timeout, wrong output length) fails the burst, naming the request: nothing is dropped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from dataclasses import dataclass
+
+import aiohttp
+import numpy as np
+
+from parity.engine import OUTPUT_TOKENS, SAMPLING
+from parity.errors import ParityError
+
+KEEPALIVE_S = 4.0  # below uvicorn's 5 s idle timeout in `vllm serve`
+
+
+@dataclass
+class Reply:
+    """What one replica answered for one request, with the client's clock."""
+
+    output_token_ids: list[int]
+    prompt_token_ids: list[int] | None
+    prompt_tokens: int
+    cached_tokens: int
+    submit_s: float
+    complete_s: float
+
+
+def request_body(model: str, prompt) -> dict:
+    return {"model": model, "prompt": [int(t) for t in prompt], "return_token_ids": True, **SAMPLING}
+
+
+def parse_reply(data: dict, request_id: str, submit_s: float, complete_s: float) -> Reply:
+    """A /v1/completions response as a Reply; anything but 16 output tokens is an error."""
+    try:
+        choice = data["choices"][0]
+        tokens = choice["token_ids"]
+        usage = data["usage"]
+    except (KeyError, IndexError, TypeError):
+        raise ParityError(f"request {request_id}: malformed response {str(data)[:200]}") from None
+    if tokens is None or len(tokens) != OUTPUT_TOKENS:
+        raise ParityError(f"request {request_id}: {0 if tokens is None else len(tokens)} output tokens, expected {OUTPUT_TOKENS}")
+    details = usage.get("prompt_tokens_details") or {}
+    if "cached_tokens" not in details:
+        raise ParityError(f"request {request_id}: no cached-token count (start vLLM with --enable-prompt-tokens-details)")
+    return Reply(output_token_ids=[int(t) for t in tokens], prompt_token_ids=choice.get("prompt_token_ids"),
+                 prompt_tokens=int(usage["prompt_tokens"]), cached_tokens=int(details["cached_tokens"] or 0),
+                 submit_s=submit_s, complete_s=complete_s)
+
+
+class NativeClient:
+    """A shared aiohttp session to the replicas; `burst` releases every request at once."""
+
+    def __init__(self, urls: list[str], model: str, *, timeout_s: float = 1800):
+        self.urls, self.model, self.timeout_s = urls, model, timeout_s
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> "NativeClient":
+        connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
+        self._session = aiohttp.ClientSession(connector=connector, timeout=aiohttp.ClientTimeout(total=self.timeout_s))
+        await self.prepare()
+        return self
+
+    async def __aexit__(self, *exc) -> None:
+        await self._session.close()
+
+    async def prepare(self) -> None:
+        """Open the pool before timing: one health call per replica."""
+        for url in self.urls:
+            async with self._session.get(f"{url}/health") as response:
+                if response.status != 200:
+                    raise ParityError(f"replica {url} is not healthy (HTTP {response.status})")
+
+    async def _post(self, url: str, body: dict, request_id: str, release: float) -> Reply:
+        for attempt in (1, 2):
+            try:
+                async with self._session.post(f"{url}/v1/completions", json=body) as response:
+                    if response.status != 200:
+                        text = (await response.text())[:300]
+                        raise ParityError(f"request {request_id} to {url}: HTTP {response.status}: {text}")
+                    data = await response.json()
+                return parse_reply(data, request_id, release, time.monotonic())
+            except aiohttp.ServerDisconnectedError:
+                if attempt == 2:
+                    raise ParityError(f"request {request_id} to {url}: server disconnected twice") from None
+            except asyncio.TimeoutError:
+                raise ParityError(f"request {request_id} to {url}: no answer within {self.timeout_s:.0f} s") from None
+            except aiohttp.ClientError as exc:
+                raise ParityError(f"request {request_id} to {url}: {exc}") from None
+        raise AssertionError("unreachable")
+
+    async def burst(self, prompts: list[np.ndarray], request_ids: list[str], router) -> tuple[float, list[int], list[Reply]]:
+        """Release the burst: route and send every request now; return (release, shards, replies)."""
+        release = time.monotonic()
+        shards, tasks = [], []
+        for prompt, request_id in zip(prompts, request_ids):
+            shard = router.route(prompt)
+            shards.append(shard)
+            tasks.append(asyncio.ensure_future(
+                self._post(self.urls[shard], request_body(self.model, prompt), request_id, release)))
+        try:
+            replies = await asyncio.gather(*tasks)
+        except BaseException:
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
+            raise
+        return release, shards, list(replies)

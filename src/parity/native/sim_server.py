@@ -1,0 +1,84 @@
+"""A simulator replica behind the subset of vLLM's OpenAI server that the standalone client uses.
+
+`POST /v1/completions` with a token-ID prompt and the study's sampling returns `choices[0].token_ids`,
+`choices[0].prompt_token_ids` and `usage.prompt_tokens_details.cached_tokens`, as `vllm serve
+--enable-prompt-tokens-details` does; `GET /health` answers 200 once ready. The engine runs on the
+paced clock, so requests arriving over HTTP are batched continuously as in a real replica.
+`GET /parity/identity` reports the simulated GPU UUID, as a real replica's GPU is read from NVML.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+
+from aiohttp import web
+
+from parity.engine import OUTPUT_TOKENS, EngineArgs
+from parity.engine.sim import SimEngine, SimParams
+from parity.errors import ParityError
+
+
+def _bad(message: str) -> web.Response:
+    return web.json_response({"error": {"message": message, "type": "BadRequestError", "code": 400}}, status=400)
+
+
+def make_app(engine: SimEngine, model: str) -> web.Application:
+    ids = itertools.count()
+
+    async def completions(request: web.Request) -> web.Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            return _bad("body is not JSON")
+        prompt = body.get("prompt")
+        if not isinstance(prompt, list) or not prompt or not all(isinstance(t, int) and t >= 0 for t in prompt):
+            return _bad("prompt must be a non-empty list of token IDs (one prompt per request)")
+        if body.get("max_tokens") != OUTPUT_TOKENS or body.get("min_tokens") != OUTPUT_TOKENS or not body.get("ignore_eos"):
+            return _bad(f"this replica serves the study's sampling only: max_tokens = min_tokens = {OUTPUT_TOKENS}, ignore_eos")
+        try:
+            completion = await asyncio.wrap_future(engine.submit(prompt))
+        except ParityError as exc:
+            return _bad(str(exc))
+        choice = {"index": 0, "text": "", "token_ids": completion.output_token_ids, "finish_reason": "length",
+                  "logprobs": None}
+        if body.get("return_token_ids"):
+            choice["prompt_token_ids"] = prompt
+        return web.json_response({
+            "id": f"cmpl-sim-{next(ids)}", "object": "text_completion", "model": model, "choices": [choice],
+            "usage": {"prompt_tokens": completion.prompt_tokens, "completion_tokens": OUTPUT_TOKENS,
+                      "total_tokens": completion.prompt_tokens + OUTPUT_TOKENS,
+                      "prompt_tokens_details": {"cached_tokens": completion.cached_tokens}},
+        })
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(status=200)
+
+    async def identity(request: web.Request) -> web.Response:
+        return web.json_response({"gpu_uuid": engine.gpu_uuid, "pid": os.getpid(), "simulated": True})
+
+    async def reset_prefix_cache(request: web.Request) -> web.Response:
+        try:
+            engine.reset_prefix_cache()
+        except ParityError as exc:
+            return _bad(str(exc))
+        return web.Response(status=200)
+
+    async def models(request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": model, "object": "model"}]})
+
+    app = web.Application(client_max_size=64 * 1024 * 1024)
+    app.add_routes([web.post("/v1/completions", completions), web.get("/health", health),
+                    web.get("/parity/identity", identity), web.get("/v1/models", models),
+                    web.post("/reset_prefix_cache", reset_prefix_cache)])
+    app.on_cleanup.append(lambda app: asyncio.to_thread(engine.close))
+    return app
+
+
+def serve(port: int, gpu_uuid: str, params_path=None, args: EngineArgs | None = None) -> None:
+    """Run one simulator replica on 127.0.0.1:port until terminated."""
+    args = args or EngineArgs()
+    engine = SimEngine(args, SimParams.load(params_path), clock="paced", gpu_uuid=gpu_uuid, mode="async")
+    web.run_app(make_app(engine, args.model), host="127.0.0.1", port=port, print=None,
+                handle_signals=True, access_log=None)
