@@ -54,7 +54,9 @@ def free_port() -> int:
 
 
 def port_is_free(port: int) -> bool:
+    """Nothing listens there any more (connections left in TIME_WAIT do not count)."""
     with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
             return True
@@ -94,8 +96,16 @@ def _session_pids(leader: int) -> list[int]:
                 fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
             except OSError:
                 continue
-            if int(fields[3]) == leader:  # field 6 of stat: session id
+            if int(fields[3]) == leader and fields[0] != "Z":  # session id; zombies hold nothing
                 pids.append(int(entry.name))
+    return pids
+
+
+def _drain(leader: int, timeout_s: float) -> list[int]:
+    """Wait for the children of a stopped replica (vLLM's engine core) to finish exiting."""
+    deadline = time.monotonic() + timeout_s
+    while (pids := _session_pids(leader)) and time.monotonic() < deadline:
+        time.sleep(0.2)
     return pids
 
 
@@ -177,7 +187,11 @@ class ReplicaSet:
     def reset_prefix_caches(self) -> None:
         """Start the next trial cold: vLLM's dev-mode endpoint, or the simulator's twin."""
         for replica in self.replicas:
-            response = httpx.post(f"{replica.url}/reset_prefix_cache", timeout=60)
+            try:
+                response = httpx.post(f"{replica.url}/reset_prefix_cache", timeout=60)
+            except httpx.HTTPError as exc:
+                raise ParityError(f"replica {replica.index} did not answer ({exc}); last log lines:\n"
+                                  f"{log_tail(replica.log_path)}") from None
             if response.status_code != 200:
                 raise ParityError(f"replica {replica.index} refused to reset its prefix cache: HTTP {response.status_code}")
 
@@ -199,7 +213,7 @@ class ReplicaSet:
             processes.append({"pid": proc.pid, "name": f"{self.kind}-replica-{replica.index}",
                               "exit_code": code if code is not None and code >= 0 else None,
                               "signal": signal.Signals(-code).name if code is not None and code < 0 else None})
-            leftovers = _session_pids(proc.pid)
+            leftovers = _drain(proc.pid, timeout_s=30)
             if leftovers:
                 for pid in leftovers:
                     try:

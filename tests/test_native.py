@@ -1,0 +1,113 @@
+"""The standalone path on the CPU: simulator replicas behind HTTP, both routing policies, teardown."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from parity import smoke_inputs
+from parity.cli import main
+from parity.engine import EngineArgs
+from parity.errors import ParityError
+from parity.manifest import read_manifest, validate_paths
+from parity.native import replicas as replicas_module
+from parity.native import run_trial
+from parity.native.client import parse_reply, request_body
+from parity.native.replicas import ReplicaSet, port_is_free
+from parity.trace import TraceSpec, build_trace
+
+
+@pytest.fixture(scope="module")
+def reuse_trace(tmp_path_factory):
+    out = tmp_path_factory.mktemp("native")
+    corpus = smoke_inputs.write_corpus(out / "corpus.jsonl", articles=200, seed=5)
+    tok = smoke_inputs.train_tokenizer(corpus, out / "tok", vocab_size=2048)
+    return build_trace(TraceSpec("reuse", documents=16, questions_per_document=4, prefix_tokens=1500, seed=2),
+                       corpus, tok, out / "traces")
+
+
+def test_sticky_beats_alternating_on_reuse_end_to_end(reuse_trace, tmp_path):
+    result = CliRunner().invoke(main, ["native", "run", "--trace", str(reuse_trace), "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    trials = {t: read_manifest(tmp_path / f"locality-vllm-{t}-reuse-r0.json") for t in ("alternating", "sticky")}
+    share = {t: sum(r["cached_tokens"] for r in d["records"]) / sum(r["prompt_tokens"] for r in d["records"])
+             for t, d in trials.items()}
+    assert share["sticky"] == pytest.approx(3 / 4 * 1488 / trials["sticky"]["records"][0]["prompt_tokens"], abs=0.02)
+    assert share["alternating"] < share["sticky"] - 0.1
+    rps = {t: d["timing"]["requests_per_s"] for t, d in trials.items()}
+    assert rps["sticky"] > rps["alternating"]
+    for doc in trials.values():
+        assert doc["simulated"] is True and doc["system"] == "vllm" and len(doc["records"]) == 64
+        assert all(len(r["output_token_ids"]) == 16 for r in doc["records"])
+        assert {r["gpu_uuid"] for r in doc["records"]} == {"sim-0", "sim-1"}
+    sticky_docs = {}
+    for r in trials["sticky"]["records"]:
+        sticky_docs.setdefault(r["request_id"].split("-q")[0], set()).add(r["shard"])
+    assert all(len(shards) == 1 for shards in sticky_docs.values())
+    receipt = read_manifest(tmp_path / "cleanup-replicas.json")
+    assert receipt["clean"] is True and all(port_is_free(p) for p in receipt["ports_released"])
+    checked, problems = validate_paths([tmp_path])
+    assert checked == 4 and problems == []  # two trials, the receipt, and the trace they link
+
+
+def test_replica_that_cannot_start_fails_with_its_log(tmp_path):
+    replica_set = ReplicaSet("sim", ["sim-0"], EngineArgs(), tmp_path, sim_params=tmp_path / "missing.yaml",
+                             startup_timeout_s=60)
+    with pytest.raises(ParityError, match="exited with code .* before becoming healthy(.|\n)*not found"):
+        with replica_set:
+            pass
+    assert replica_set.receipt["processes"][0]["exit_code"] not in (None, 0)
+
+
+def test_pinning_mismatch_fails_and_still_tears_down(tmp_path, monkeypatch):
+    monkeypatch.setattr(replicas_module, "_identify", lambda kind, replica: "sim-9")
+    replica_set = ReplicaSet("sim", ["sim-0"], EngineArgs(), tmp_path)
+    with pytest.raises(ParityError, match="reports GPU sim-9, but was pinned to sim-0"):
+        with replica_set:
+            pass
+    assert replica_set.receipt["clean"] is True
+
+
+def test_bad_requests_are_refused_by_the_sim_server(reuse_trace, tmp_path):
+    import httpx
+
+    with ReplicaSet("sim", ["sim-0"], EngineArgs(), tmp_path) as replica_set:
+        url = replica_set.replicas[0].url + "/v1/completions"
+        assert httpx.post(url, json={"prompt": "text", "max_tokens": 16}).status_code == 400
+        bad_sampling = request_body("m", [1, 2, 3]) | {"max_tokens": 8}
+        assert httpx.post(url, json=bad_sampling).status_code == 400
+        good = httpx.post(url, json=request_body("m", list(range(40)))).json()
+        reply = parse_reply(good, "r", 0.0, 1.0)
+        assert len(reply.output_token_ids) == 16 and reply.prompt_token_ids == list(range(40))
+
+
+def test_wrong_output_length_and_missing_cached_count_fail_loudly():
+    data = {"choices": [{"token_ids": [1] * 15}], "usage": {"prompt_tokens": 3, "prompt_tokens_details": {"cached_tokens": 0}}}
+    with pytest.raises(ParityError, match="r7: 15 output tokens, expected 16"):
+        parse_reply(data, "r7", 0, 1)
+    data = {"choices": [{"token_ids": [1] * 16}], "usage": {"prompt_tokens": 3}}
+    with pytest.raises(ParityError, match="enable-prompt-tokens-details"):
+        parse_reply(data, "r8", 0, 1)
+    with pytest.raises(ParityError, match="malformed"):
+        parse_reply({"error": "x"}, "r9", 0, 1)
+
+
+def test_unknown_replica_kind():
+    with pytest.raises(ParityError, match="unknown replica kind"):
+        ReplicaSet("tgi", ["x"], EngineArgs(), None)
+
+
+def test_trial_fails_loudly_when_a_replica_dies(reuse_trace, tmp_path):
+    import os
+    import signal
+
+    with ReplicaSet("sim", ["sim-0", "sim-1"], EngineArgs(), tmp_path / "logs") as replica_set:
+        os.killpg(replica_set.replicas[1].process.pid, signal.SIGKILL)
+        replica_set.replicas[1].process.wait()
+        with pytest.raises(ParityError):
+            run_trial(replica_set, "alternating", reuse_trace, tmp_path / "t.json", experiment="locality",
+                      trial_id="t", warmup_rounds=0)
+    assert not (tmp_path / "t.json").exists()
+    assert json.loads(json.dumps(replica_set.receipt))["processes"][1]["signal"] == "SIGKILL"
