@@ -304,3 +304,21 @@ def native_sim_server(port, gpu_uuid, sim_params):
     from parity.native.sim_server import serve
 
     serve(port, gpu_uuid, sim_params)
+
+
+@bench.command("codec")
+@click.option("--trace", type=click.Path(path_type=Path, exists=True), required=True,
+              help="Trace manifest, e.g. the 256-request reuse burst.")
+@click.option("--batch", default=128, show_default=True)
+@click.option("--repeats", default=5, show_default=True)
+def bench_codec(trace, batch, repeats):
+    """Flame task inputs raw vs zlib level 1: burst bytes, and encode + decode time per batch."""
+    from parity.bench import codec
+
+    r = codec.run(trace, batch=batch, repeats=repeats)
+    click.echo(f"{r['trace']} ({r['requests']} requests): raw {r['bytes']['raw']:,} bytes, zlib-1 "
+               f"{r['bytes']['zlib']:,} bytes (ratio {r['ratio_zlib_to_raw']:.3f}; study: "
+               f"{r['study_bytes']['raw']:,} -> {r['study_bytes']['zlib']:,})")
+    for name, t in r["per_batch"].items():
+        click.echo(f"  {name:<4} batch of {r['batch']}: {t['batch_bytes']:,} bytes, encode {t['encode_ms']:.2f} ms, "
+                   f"decode {t['decode_ms']:.2f} ms")
