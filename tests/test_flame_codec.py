@@ -63,8 +63,9 @@ def test_split_respects_budget_and_cap_and_keeps_order():
     batch = prompts(128)
     for compress, budget in ((False, 2 * MiB), (False, 4 * MiB), (True, 4 * MiB)):
         tasks = codec.split(batch, compress=compress, budget=budget)
-        assert all(len(t) <= codec.FLAME_MESSAGE_CAP - codec.RESERVED_FOR_OUTPUT for t in tasks)
-        decoded = [p for t in tasks for p in codec.decode(t, budget=budget)]
+        assert all(len(t.data) <= codec.FLAME_MESSAGE_CAP - codec.RESERVED_FOR_OUTPUT for t in tasks)
+        decoded = [p for t in tasks for p in codec.decode(t.data, budget=budget)]
+        assert [t.count for t in tasks] == [len(codec.decode(t.data, budget=budget)) for t in tasks]
         assert same(decoded, batch)
     assert len(codec.split(batch, compress=False, budget=2 * MiB)) == 2
 
@@ -72,7 +73,7 @@ def test_split_respects_budget_and_cap_and_keeps_order():
 def test_raw_batch_over_the_cap_is_halved():
     batch = prompts(128, vocab=2**31)  # 4-byte tokens: 128 prompts encode to ~4.1 MB, over the cap
     tasks = codec.split(batch, compress=False, budget=8 * MiB)
-    assert len(tasks) == 2 and same([p for t in tasks for p in codec.decode(t, budget=8 * MiB)], batch)
+    assert len(tasks) == 2 and same([p for t in tasks for p in codec.decode(t.data, budget=8 * MiB)], batch)
 
 
 def test_a_prompt_that_can_never_fit_is_an_error():

@@ -36,6 +36,14 @@ class PayloadError(ParityError):
 
 
 @dataclass(frozen=True)
+class Task:
+    """One encoded task input and how many prompts (the next ones, in order) it carries."""
+
+    count: int
+    data: bytes
+
+
+@dataclass(frozen=True)
 class Prompt:
     request_id: str
     tokens: np.ndarray
@@ -123,7 +131,7 @@ def decode(data: bytes, *, budget: int) -> list[Prompt]:
 
 
 def split(prompts: list[Prompt], *, compress: bool, budget: int,
-          cap: int = FLAME_MESSAGE_CAP - RESERVED_FOR_OUTPUT) -> list[bytes]:
+          cap: int = FLAME_MESSAGE_CAP - RESERVED_FOR_OUTPUT) -> list[Task]:
     """Encode prompts, in order, as tasks within the decoded budget and Flame's cap.
 
     Greedy by decoded size (no encoding needed), then each chunk is encoded once; a chunk whose
@@ -145,10 +153,10 @@ def split(prompts: list[Prompt], *, compress: bool, budget: int,
     return [task for chunk in chunks for task in _fit(chunk, compress, cap)]
 
 
-def _fit(chunk: list[Prompt], compress: bool, cap: int) -> list[bytes]:
+def _fit(chunk: list[Prompt], compress: bool, cap: int) -> list[Task]:
     data = encode(chunk, compress=compress)
     if len(data) <= cap:
-        return [data]
+        return [Task(len(chunk), data)]
     if len(chunk) == 1:
         raise PayloadError(f"prompt {chunk[0].request_id} alone encodes to {len(data)} bytes, over Flame's cap of {cap}")
     middle = len(chunk) // 2
