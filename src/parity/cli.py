@@ -322,3 +322,90 @@ def bench_codec(trace, batch, repeats):
     for name, t in r["per_batch"].items():
         click.echo(f"  {name:<4} batch of {r['batch']}: {t['batch_bytes']:,} bytes, encode {t['encode_ms']:.2f} ms, "
                    f"decode {t['decode_ms']:.2f} ms")
+
+
+@main.group("flame")
+def flame_group():
+    """The Flame path: a Flame service embedding the engine, fed by a batching client."""
+
+
+@flame_group.command("worker")
+def flame_worker():
+    """Serve the parity FlameService on $FLAME_INSTANCE_ENDPOINT (Flame's executor starts this)."""
+    from parity.flame.service import main as serve
+
+    serve()
+
+
+@flame_group.command("run")
+@click.option("--cluster", type=click.Choice(["standin", "flame"]), default="standin", show_default=True,
+              help="standin: the in-process stand-in (CPU tests, smoke); flame: real Flame v0.6.0 binaries.")
+@click.option("--flame-bin-dir", type=click.Path(path_type=Path), default=None,
+              help="Flame v0.6.0 binaries (default: $FLAME_BIN_DIR).")
+@click.option("--gpu", "gpus", multiple=True, help="GPU UUID per worker (repeat); default sim-0, sim-1.")
+@click.option("--placement", "placements", type=click.Choice(["global", "sticky"]), multiple=True,
+              default=("sticky",), show_default=True)
+@click.option("--trace", "traces", type=click.Path(path_type=Path, exists=True), multiple=True, required=True)
+@click.option("--batch-limit", default=32, show_default=True)
+@click.option("--window-ms", default=2.0, show_default=True)
+@click.option("--budget-mib", default=2.0, show_default=True, help="Decoded payload budget per task.")
+@click.option("--compress/--raw", default=False, show_default=True, help="zlib level 1 task inputs.")
+@click.option("--engine", type=click.Choice(["sim", "vllm-sync", "vllm-async"]), default="sim", show_default=True)
+@click.option("--sim-mode", type=click.Choice(["sync", "async"]), default="sync", show_default=True)
+@click.option("--sim-params", type=click.Path(path_type=Path), default=None)
+@click.option("--gc-freeze/--no-gc-freeze", default=False, show_default=True)
+@click.option("--model", default=None)
+@click.option("--load-format", default=None)
+@click.option("--engine-arg", "engine_args", multiple=True, help="Override an engine setting: KEY=VALUE.")
+@click.option("--warmup-rounds", default=2, show_default=True)
+@click.option("--repeats", default=1, show_default=True)
+@click.option("--experiment", default="locality", show_default=True)
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True)
+@friendly_errors
+def flame_run(cluster, flame_bin_dir, gpus, placements, traces, batch_limit, window_ms, budget_mib, compress,
+              engine, sim_mode, sim_params, gc_freeze, model, load_format, engine_args, warmup_rounds, repeats,
+              experiment, out_dir):
+    """Start a cluster, register one application per GPU, run each placement x trace, clean up."""
+    import tempfile
+
+    from parity.flame.client import FlameSettings, register_applications, run_trial
+    from parity.manifest import write_manifest
+
+    args = _engine_args(model, load_format, engine_args)
+    simulated = engine == "sim"
+    gpus = list(gpus) or (["sim-0", "sim-1"] if simulated else [])
+    if not gpus:
+        raise ParityError("name the GPUs with --gpu UUID (one per worker)")
+    sockets = Path(tempfile.mkdtemp(prefix="pf-", dir="/tmp"))  # Unix socket paths must stay short
+    if cluster == "standin":
+        from parity.flame.standin import StandInCluster
+
+        flame = StandInCluster(socket_dir=sockets, log_dir=out_dir / "logs")
+    else:
+        from parity.flame.cluster import FlameCluster
+
+        flame = FlameCluster(flame_bin_dir, out_dir / "flame")
+    click.echo(f"starting {'the Flame stand-in' if cluster == 'standin' else 'Flame v0.6.0'} ...", err=True)
+    try:
+        with flame:
+            register_applications(flame.endpoint, gpus, simulated=simulated)
+            for repeat in range(repeats):
+                for trace in traces:
+                    for placement in placements:
+                        settings = FlameSettings(placement=placement, batch_limit=batch_limit, window_s=window_ms / 1000,
+                                                 budget=int(budget_mib * 1024 * 1024), compress=compress, engine=engine,
+                                                 engine_args=args.to_dict(), sim_mode=sim_mode,
+                                                 sim_params=str(sim_params) if sim_params else None, gc_freeze=gc_freeze)
+                        trial_id = f"{experiment}-flame-{placement}-{trace.stem}-r{repeat}"
+                        click.echo(f"{trial_id}:", err=True)
+                        summary = run_trial(flame.endpoint, len(gpus), settings, trace, out_dir / f"{trial_id}.json",
+                                            experiment=experiment, trial_id=trial_id, warmup_rounds=warmup_rounds,
+                                            stand_in=cluster == "standin", log=lambda m: click.echo(m, err=True))
+                        with (out_dir / "summary.jsonl").open("a") as log:
+                            log.write(json.dumps(summary, sort_keys=True) + "\n")
+                        label = ("simulated" if summary["simulated"] else "measured") + f", {summary['cluster']}"
+                        click.echo(f"{trial_id}: {summary['requests_per_s']:.3f} req/s ({label}), "
+                                   f"cached {summary['cached_share']:.2%}, {summary['batches']} batches")
+    finally:
+        if getattr(flame, "receipt", None) is not None:
+            write_manifest(out_dir / "cleanup-flame.json", flame.receipt)

@@ -37,6 +37,7 @@ class Result:
     complete_s: float
     batch_id: str
     worker: dict = field(default_factory=dict)
+    task_timings: dict = field(default_factory=dict)  # the service's per-batch timings and GC pauses
 
 
 def encode_output(outputs: list[dict], worker: dict, timings: dict) -> bytes:
@@ -138,7 +139,8 @@ class Batcher:
                 future.set_exception(ParityError(f"task {batch_id} answered {out.get('request_id')} in place of {rid}"))
                 continue
             future.set_result(Result(rid, out["output_token_ids"], int(out.get("prompt_tokens", tokens.size)),
-                                     int(out["cached_tokens"]), submitted, complete, batch_id, doc["worker"]))
+                                     int(out["cached_tokens"]), submitted, complete, batch_id, doc["worker"],
+                                     doc.get("timings", {})))
 
     def close(self) -> None:
         with self._lock:

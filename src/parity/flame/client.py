@@ -1,0 +1,189 @@
+"""The Flame client: sessions on a Flame cluster (real v0.6.0 or the stand-in), a batcher per session queue.
+
+Placement modes, as in the study:
+- `global`: one session with one worker per GPU; tasks go FIFO to whichever worker asks first, so a
+  shared prefix may land on either worker.
+- `sticky`: one persistent session per shard (one worker each, one application per GPU), and the
+  affinity router chooses the shard.
+`run_trial` has the same shape as the standalone path's: warm up on the shifted variants, release the
+measured burst, write a trial manifest whose records name the worker and GPU that served each prompt.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from concurrent.futures import wait
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import flamepy
+
+from parity.affinity import make_router
+from parity.engine import MODEL_REVISION, Completion
+from parity.errors import ParityError
+from parity.flame.batcher import Batcher
+from parity.manifest import write_manifest
+from parity.record import Placement, cached_share, request_records, trial_manifest
+from parity.trace import load_trace
+
+PLACEMENTS = ("global", "sticky")
+
+
+@dataclass
+class FlameSettings:
+    """The client and service knobs the study tuned (defaults: its first configuration)."""
+
+    placement: str = "sticky"
+    batch_limit: int = 32
+    window_s: float = 0.002
+    budget: int = 2 * 1024 * 1024
+    compress: bool = False
+    engine: str = "sim"
+    engine_args: dict = field(default_factory=dict)
+    sim_params: str | None = None
+    sim_mode: str = "sync"
+    gc_freeze: bool = False
+
+    def common_data(self) -> bytes:
+        return json.dumps({"engine": self.engine, "engine_args": self.engine_args, "budget": self.budget,
+                           "sim_params": self.sim_params, "sim_mode": self.sim_mode,
+                           "gc_freeze": self.gc_freeze}, sort_keys=True).encode()
+
+
+GLOBAL_APP = "parity-all-gpus"
+
+
+def shard_app(index: int) -> str:
+    return f"parity-gpu{index}"
+
+
+def register_applications(endpoint: str, gpus: list[str], *, simulated: bool, delay_release: int = 86_400,
+                          extra_env: dict | None = None) -> None:
+    """One application per GPU (pinned with CUDA_VISIBLE_DEVICES) and one for a global session.
+
+    A long `delay_release` keeps workers (and their engines) bound between bursts: Flame kills a
+    service process when its executor is released, and rebinding reloads the model.
+    """
+    import sys
+
+    connection = flamepy.connect(endpoint)
+    try:
+        command = {"command": sys.executable, "arguments": ["-m", "parity", "flame", "worker"],
+                   "delay_release": delay_release}
+        for index, uuid in enumerate(gpus):
+            env = {"PARITY_GPUS": uuid, **(extra_env or {})}
+            if not simulated:
+                env["CUDA_VISIBLE_DEVICES"] = uuid
+            connection.register_application(shard_app(index), flamepy.ApplicationAttributes(environments=env, **command))
+        connection.register_application(GLOBAL_APP, flamepy.ApplicationAttributes(
+            environments={"PARITY_GPUS": ",".join(gpus), **(extra_env or {})}, **command))
+    finally:
+        connection.close()
+
+
+class FlameSessions:
+    """Open sessions (and so engines) for one case; close them, and every batcher, on exit."""
+
+    def __init__(self, endpoint: str, gpus: int, settings: FlameSettings, *, name: str = "parity"):
+        if settings.placement not in PLACEMENTS:
+            raise ParityError(f"unknown placement {settings.placement!r}: use one of {', '.join(PLACEMENTS)}")
+        self.endpoint, self.gpus, self.settings, self.name = endpoint, gpus, settings, name
+        self.sessions: list = []
+        self.batchers: list[Batcher] = []
+
+    def __enter__(self) -> "FlameSessions":
+        self.connection = flamepy.connect(self.endpoint)
+        s = self.settings
+        try:
+            if s.placement == "global":
+                specs = [(GLOBAL_APP, self.gpus)]
+            else:
+                specs = [(shard_app(index), 1) for index in range(self.gpus)]
+            for index, (app, workers) in enumerate(specs):
+                session = self.connection.create_session(flamepy.SessionAttributes(
+                    id=f"{self.name}-{index}", application=app, common_data=s.common_data(),
+                    min_instances=workers, max_instances=workers))
+                self.sessions.append(session)
+                self.batchers.append(Batcher(session.run, name=session.id, batch_limit=s.batch_limit,
+                                             window_s=s.window_s, budget=s.budget, compress=s.compress))
+        except BaseException:
+            self.__exit__(None, None, None)
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for batcher in self.batchers:
+            batcher.close()
+        errors = []
+        for session in self.sessions:
+            try:
+                self.connection.close_session(session.id)
+            except Exception as error:  # keep closing the others; report at the end
+                errors.append(f"{session.id}: {error}")
+        self.connection.close()
+        if errors and exc[0] is None:
+            raise ParityError(f"could not close Flame sessions: {'; '.join(errors)}")
+
+    @property
+    def shards(self) -> int:
+        return len(self.batchers)
+
+
+def release_burst(sessions: FlameSessions, prompts, request_ids, router, timeout_s: float = 3600):
+    """Route and submit every prompt now; wait for all; (release, shards, results), failures raised."""
+    release = time.monotonic()
+    shards, futures = [], []
+    for prompt, request_id in zip(prompts, request_ids):
+        shard = router.route(prompt) if sessions.shards > 1 else 0
+        shards.append(shard)
+        futures.append(sessions.batchers[shard].submit(request_id, prompt))
+    done, pending = wait(futures, timeout=timeout_s)
+    if pending:
+        raise ParityError(f"{len(pending)} of {len(futures)} requests unanswered after {timeout_s:.0f} s")
+    return release, shards, [f.result() for f in futures]
+
+
+def run_trial(endpoint: str, gpus: int, settings: FlameSettings, trace_path: Path, out: Path, *,
+              experiment: str, trial_id: str, warmup_rounds: int = 2, revision: str = MODEL_REVISION,
+              stand_in: bool = False, log=print) -> dict:
+    """One Flame trial on fresh sessions (fresh engines); writes the trial manifest, returns a summary."""
+    trace = load_trace(trace_path)
+    ids = [r.id for r in trace.requests]
+    routing = "sticky" if settings.placement == "sticky" else "alternating"
+    with FlameSessions(endpoint, gpus, settings, name=trial_id) as sessions:
+        for round_index in range(1, warmup_rounds + 1):
+            warm = load_trace(trace_path, f"warmup{round_index}")
+            release, _, results = release_burst(sessions, list(warm.prompts), ids,
+                                                make_router(routing, sessions.shards, revision))
+            log(f"  warmup {round_index}: {len(results)} requests in {max(r.complete_s for r in results) - release:.2f} s")
+        warm_batches = [len(b.batch_sizes) for b in sessions.batchers]
+        router = make_router(routing, sessions.shards, revision)
+        release, shards, results = release_burst(sessions, list(trace.prompts), ids, router)
+        batch_sizes = [size for b, skip in zip(sessions.batchers, warm_batches) for size in b.batch_sizes[skip:]]
+    completions = [Completion(r.output_token_ids, r.prompt_tokens, r.cached_tokens, r.submit_s, r.complete_s)
+                   for r in results]
+    placements = [Placement(shard, r.worker.get("executor_id", "?"), r.worker.get("gpu_uuid", "?"), r.batch_id)
+                  for shard, r in zip(shards, results)]
+    records = request_records(trace, completions, placements)
+    simulated = settings.engine == "sim"
+    workers = {r.worker.get("executor_id"): r.worker for r in results}
+    batches = {r.batch_id: {"batch_id": r.batch_id, "executor_id": r.worker.get("executor_id"), **r.task_timings}
+               for r in results}
+    config = {"path": "flame", "placement": settings.placement, "batch_limit": settings.batch_limit,
+              "window_s": settings.window_s, "budget": settings.budget, "compress": settings.compress,
+              "engine": settings.engine, "sim_mode": settings.sim_mode, "gc_freeze": settings.gc_freeze,
+              "warmup_rounds": warmup_rounds, "cluster": "stand-in" if stand_in else "flame-v0.6.0"}
+    engine = {"name": settings.engine, "simulated": simulated, "version": None, "args": settings.engine_args}
+    gpus = sorted({w["gpu_uuid"] for w in workers.values()})
+    doc = trial_manifest(trial_id=trial_id, experiment=experiment, system="flame", engine=engine, trace=trace,
+                         config=config, records=records, release_s=release,
+                         gpus=[{"uuid": g} for g in gpus], manifest_path=out,
+                         extra={"workers": sorted(workers.values(), key=lambda w: w["executor_id"]),
+                                "batch_sizes": batch_sizes, "batches": [batches[k] for k in sorted(batches)],
+                                "flame_cluster": config["cluster"]})
+    write_manifest(out, doc)
+    return {"trial": trial_id, "placement": settings.placement, "trace": trace.name, "requests": len(records),
+            "requests_per_s": doc["timing"]["requests_per_s"], "duration_s": doc["timing"]["duration_s"],
+            "cached_share": cached_share(records), "simulated": simulated, "cluster": config["cluster"],
+            "batches": len(batch_sizes), "manifest": str(out)}

@@ -1,0 +1,137 @@
+"""The Flame service that embeds the engine: what runs inside each Flame executor.
+
+On session enter it leases a GPU, builds the engine (sim, vllm-sync or vllm-async) from the
+session's common data and, optionally, freezes the long-lived startup heap (`gc.freeze()`), caching
+`gc.get_freeze_count()` once: the study excluded a probe that queried it per batch, since it walks
+the permanent heap. On each task it decodes a batch (raw or zlib), runs the engine, and returns the
+outputs in input order with the worker's identity (executor id, pid, GPU UUID), per-batch timings
+and the GC pauses that fell inside inference. On session leave it unfreezes the heap and tears the
+engine down.
+
+GPU lease: Flame counts GPUs but never assigns them. A worker takes the first GPU of `PARITY_GPUS`
+whose lock file it can hold, and pins itself with CUDA_VISIBLE_DEVICES before the engine starts;
+an application registered per GPU lists one, a global session's application lists all.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import gc
+import json
+import os
+import socket
+import time
+from pathlib import Path
+
+import flamepy
+
+from parity.engine import EngineArgs, make_engine
+from parity.errors import ParityError
+from parity.flame import codec
+from parity.flame.batcher import encode_output
+
+GPU_LOCK_DIR = Path(os.environ.get("PARITY_GPU_LOCK_DIR", "/tmp/parity-gpu-locks"))
+
+
+def lease_gpu(gpus: list[str], lock_dir: Path = GPU_LOCK_DIR):
+    """Hold the lock of the first free GPU; returns (uuid, open lock file) — the lock lives with the process."""
+    lock_dir.mkdir(parents=True, exist_ok=True)
+    for uuid in gpus:
+        handle = open(lock_dir / f"{uuid}.lock", "w")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return uuid, handle
+        except OSError:
+            handle.close()
+    raise ParityError(f"no free GPU among {gpus}: every one is held by another worker")
+
+
+class GcObserver:
+    """Total GC pause time via gc.callbacks; cheap enough to leave on for every batch."""
+
+    def __init__(self):
+        self.pause_s = 0.0
+        self.collections = 0
+        self._start = 0.0
+        gc.callbacks.append(self._callback)
+
+    def _callback(self, phase, info):
+        if phase == "start":
+            self._start = time.perf_counter()
+        else:
+            self.pause_s += time.perf_counter() - self._start
+            self.collections += 1
+
+    def close(self):
+        if self._callback in gc.callbacks:
+            gc.callbacks.remove(self._callback)
+
+
+class ParityService(flamepy.FlameService):
+    def __init__(self):
+        self.engine = None
+        self.frozen = False
+        self.freeze_count = 0
+        self.budget = 4 * 1024 * 1024
+        self.identity: dict = {}
+        self.gc = None
+        self._lease = None
+
+    def on_session_enter(self, context):
+        config = json.loads(context.common_data() or b"{}")
+        gpus = [g for g in os.environ.get("PARITY_GPUS", "").split(",") if g]
+        if not gpus:
+            raise ParityError("PARITY_GPUS is not set for this application: which GPU(s) may a worker use?")
+        uuid, self._lease = lease_gpu(gpus)
+        kind = config.get("engine", "sim")
+        if kind != "sim":
+            os.environ["CUDA_VISIBLE_DEVICES"] = uuid
+        self.budget = int(config.get("budget", self.budget))
+        args = EngineArgs.from_dict(config.get("engine_args"))
+        sim_options = {}
+        if kind == "sim":
+            from parity.engine.sim import SimParams
+
+            sim_options = {"params": SimParams.load(config.get("sim_params")), "clock": "paced",
+                           "gpu_uuid": uuid, "mode": config.get("sim_mode", "sync")}
+        self.engine = make_engine(kind, args, **sim_options)
+        endpoint = os.environ.get(flamepy.FLAME_INSTANCE_ENDPOINT, "")
+        self.identity = {"executor_id": Path(endpoint).name.removesuffix(".sock"), "pid": os.getpid(),
+                         "host": socket.gethostname(), "gpu_uuid": self.engine.describe()["gpu_uuid"],
+                         "session_id": context.session_id, "engine": self.engine.describe()["name"]}
+        self.gc = GcObserver()
+        if config.get("gc_freeze"):
+            gc.collect()
+            gc.freeze()
+            self.frozen = True
+            self.freeze_count = gc.get_freeze_count()  # once: it walks the permanent heap
+
+    def on_task_invoke(self, context):
+        started = time.perf_counter()
+        prompts = codec.decode(context.input or b"", budget=self.budget)
+        decoded = time.perf_counter()
+        pauses, collections = self.gc.pause_s, self.gc.collections
+        completions = self.engine.generate([p.tokens for p in prompts])
+        inferred = time.perf_counter()
+        outputs = [{"request_id": p.request_id, "output_token_ids": [int(t) for t in c.output_token_ids],
+                    "prompt_tokens": c.prompt_tokens, "cached_tokens": c.cached_tokens}
+                   for p, c in zip(prompts, completions)]
+        timings = {"decode_s": decoded - started, "engine_s": inferred - decoded, "prompts": len(prompts),
+                   "input_bytes": len(context.input or b""), "gc_pause_s": self.gc.pause_s - pauses,
+                   "gc_collections": self.gc.collections - collections, "gc_frozen": self.frozen,
+                   "gc_freeze_count": self.freeze_count}
+        return encode_output(outputs, self.identity, timings)
+
+    def on_session_leave(self):
+        if self.frozen:
+            gc.unfreeze()
+            self.frozen = False
+        if self.gc is not None:
+            self.gc.close()
+        if self.engine is not None:
+            self.engine.close()
+            self.engine = None
+
+
+def main() -> None:
+    flamepy.run(ParityService())
