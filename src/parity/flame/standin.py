@@ -1,0 +1,453 @@
+"""An in-process stand-in of Flame v0.6.0's session manager + executor manager.
+
+This is a stand-in for CPU tests and the smoke workflow, not Flame: results produced through it are
+labelled as such (trials say `cluster: "stand-in"`, its cleanup receipt says `simulated: true`).
+It serves the Frontend gRPC API that unmodified flamepy 0.6.0 calls and drives real service
+processes through the shim (`Instance`) API on Unix sockets, so the service code under test is the
+code Flame would run.
+
+Mimicked from v0.6.0 (see the Flame fact sheet): one task at a time per executor; tasks pop FIFO
+to whichever executor asks first; WatchTask sends no Pending message (first Running, then the final
+state); CloseSession is refused while a task runs; unbinding (on close, or after `delay_release`
+idle seconds, default 60) calls OnSessionLeave and kills the process group, and every bind starts
+a fresh process; gRPC's default 4 MiB receive limit on every hop (frontend and shim); the service
+gets the application's environments plus FLAME_INSTANCE_ENDPOINT=<socket dir>/<executor id>.sock.
+
+Differences from Flame:
+* binding times out (`bind_timeout_s`, default 120 s) with the tail of the service's .err log;
+  Flame's executor manager waits for the socket forever;
+* no scheduler: a session gets max(min_instances, 1) executors at once and more, up to
+  max_instances, as tasks queue; no resources, DRF, gang, priorities or GPU accounting; one node;
+* a failed bind fails the session's pending tasks at once (Flame retries a bind up to 5 times);
+* closing a session fails its pending tasks ("session closed"): flamepy 0.6.0 has no Cancelled;
+* the service runs in the application's `working_directory` or this process's cwd (no
+  per-executor directory, no TMPDIR); its logs go to `log_dir/<executor id>.{out,err}`;
+* re-registering an application replaces it, a closed session's id may be reused; nothing persists.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import subprocess
+import threading
+import time
+import uuid
+from collections import deque
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import grpc
+from flamepy.proto import frontend_pb2_grpc, shim_pb2, shim_pb2_grpc, types_pb2 as pb
+
+from parity.errors import ParityError
+from parity.flame.cluster import log_tail, stop_child
+from parity.manifest import header
+
+PENDING, RUNNING, SUCCEED, FAILED = pb.Pending, pb.Running, pb.Succeed, pb.Failed
+DEFAULT_DELAY_RELEASE_S = 60  # Flame's default
+SOCKET_PATH_MAX = 100  # under the 108-byte sun_path limit, with room to spare
+STOP_TIMEOUT_S = 5.0
+_POLL_S = 0.05  # socket-file poll while a service starts (Flame polls too, without a deadline)
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+class _Task:
+    def __init__(self, task_id: str, session_id: str, data: bytes | None):
+        self.id, self.session_id, self.input = task_id, session_id, data
+        self.state, self.output, self.message = PENDING, None, None
+        self.creation_time, self.completion_time = _now_ms(), None
+
+    def finish(self, state: int, output: bytes | None = None, message: str | None = None) -> None:
+        self.state, self.output, self.message, self.completion_time = state, output, message, _now_ms()
+
+    def proto(self) -> pb.Task:
+        """Input and output together, as Flame's replies carry them (both count toward 4 MiB)."""
+        status = pb.TaskStatus(state=self.state, creation_time=self.creation_time, completion_time=self.completion_time)
+        if self.state == FAILED:  # flamepy takes a failed future's message from this event
+            status.events.append(pb.Event(code=FAILED, message=self.message or "", creation_time=self.completion_time))
+        return pb.Task(metadata=pb.Metadata(id=self.id), status=status,
+                       spec=pb.TaskSpec(session_id=self.session_id, input=self.input, output=self.output))
+
+
+class _Session:
+    def __init__(self, session_id: str, spec: pb.SessionSpec, app_spec: pb.ApplicationSpec):
+        self.id, self.spec, self.app_spec = session_id, spec, app_spec
+        self.open, self.creation_time, self.completion_time = True, _now_ms(), None
+        self.tasks: dict[str, _Task] = {}
+        self.queue: deque[_Task] = deque()
+        self.executors: list[_Executor] = []  # bound or binding, not yet unbinding
+
+    @property
+    def cap(self) -> int:
+        return self.spec.max_instances if self.spec.HasField("max_instances") and self.spec.max_instances else 1 << 30
+
+    @property
+    def delay_release(self) -> float:
+        spec = self.app_spec
+        return spec.delay_release if spec.HasField("delay_release") else DEFAULT_DELAY_RELEASE_S
+
+    def proto(self) -> pb.Session:
+        states = [t.state for t in self.tasks.values()]
+        status = pb.SessionStatus(state=pb.Open if self.open else pb.Closed, creation_time=self.creation_time,
+                                  completion_time=self.completion_time, pending=states.count(PENDING),
+                                  running=states.count(RUNNING), succeed=states.count(SUCCEED),
+                                  failed=states.count(FAILED))
+        return pb.Session(metadata=pb.Metadata(id=self.id, name=self.id), spec=self.spec, status=status)
+
+
+class _Executor:
+    def __init__(self, session: _Session, socket_dir: Path):
+        self.id = str(uuid.uuid4())  # Flame's executor ids are UUIDs too
+        self.session, self.socket = session, socket_dir / f"{self.id}.sock"
+        self.state, self.stop, self.task = pb.ExecutorBinding, False, None
+        self.proc: subprocess.Popen | None = None
+        self.channel: grpc.Channel | None = None
+        self.thread: threading.Thread | None = None
+
+    def proto(self, node: str) -> pb.Executor:
+        spec = pb.ExecutorSpec(node=node, shim=pb.Host)
+        if self.session.spec.HasField("resreq"):
+            spec.resreq.CopyFrom(self.session.spec.resreq)
+        return pb.Executor(metadata=pb.Metadata(id=self.id, name=self.id), spec=spec,
+                           status=pb.ExecutorStatus(state=self.state, session_id=self.session.id))
+
+
+class StandInCluster(frontend_pb2_grpc.FrontendServicer):
+    """The Frontend servicer plus the executors it runs; use as a context manager (`receipt` on exit)."""
+
+    def __init__(self, *, socket_dir: Path, log_dir: Path, host: str = "127.0.0.1", port: int = 0,
+                 bind_timeout_s: float = 120.0):
+        self.socket_dir, self.log_dir = Path(socket_dir), Path(log_dir)
+        self.host, self.port, self.bind_timeout_s = host, port, bind_timeout_s
+        self.node = socket.gethostname()
+        self.receipt: dict | None = None
+        self._cond = threading.Condition()  # one lock guards everything below
+        self._apps: dict[str, tuple[pb.ApplicationSpec, int]] = {}
+        self._sessions: dict[str, _Session] = {}
+        self._all_executors: list[_Executor] = []
+        self._stopped: list[dict] = []  # receipt entries of every unbound service process
+        self._errors: list[str] = []
+        self._server: grpc.Server | None = None
+
+    @property
+    def endpoint(self) -> str:
+        return f"http://{self.host}:{self.port}"
+
+    # ---- lifecycle ---------------------------------------------------------------------------
+
+    def __enter__(self) -> "StandInCluster":
+        longest = len(str(self.socket_dir.absolute() / f"{uuid.uuid4()}.sock"))
+        if longest >= SOCKET_PATH_MAX:
+            raise ParityError(f"socket dir {self.socket_dir} is too long for Unix sockets ({longest} bytes "
+                              f">= {SOCKET_PATH_MAX}); use a short one such as /tmp/pf-XXXX")
+        self.socket_dir = self.socket_dir.absolute()
+        self.socket_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        # Default options on purpose: a 4 MiB receive limit, like Flame's.
+        self._server = grpc.server(ThreadPoolExecutor(max_workers=64, thread_name_prefix="standin"))
+        frontend_pb2_grpc.add_FrontendServicer_to_server(self, self._server)
+        self.port = self._server.add_insecure_port(f"{self.host}:{self.port}")
+        self._server.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.stop(grace=1).wait()  # first, so no RPC can start an executor behind our back
+        with self._cond:
+            for session in self._sessions.values():
+                self._close(session)
+            executors = list(self._all_executors)
+            busy = [ex for ex in executors if ex.proc is not None
+                    and (ex.task is not None or ex.state == pb.ExecutorBinding)]
+        for ex in busy:  # a running task or a slow OnSessionEnter is not waited for: kill, the call then fails
+            entry = stop_child(ex.proc, f"service {ex.id}", STOP_TIMEOUT_S)
+            with self._cond:
+                self._stopped.append(entry)
+        for ex in executors:
+            if ex.thread is not None:
+                ex.thread.join(timeout=STOP_TIMEOUT_S * 3)
+                if ex.thread.is_alive():
+                    self._errors.append(f"executor {ex.id} did not stop")
+        self.receipt = self._receipt()
+
+    def _receipt(self) -> dict:
+        errors = list(self._errors)
+        for ex in self._all_executors:
+            if ex.proc is not None and ex.proc.poll() is None:
+                errors.append(f"service {ex.id} (pid {ex.proc.pid}) is still running")
+        released = [self.port] if self.port and _port_free(self.host, self.port) else []
+        if self.port and not released:
+            errors.append(f"port {self.port} is still in use after shutdown")
+        gpus = {env.value for ex in self._all_executors for env in ex.session.app_spec.environments
+                if env.name == "CUDA_VISIBLE_DEVICES"}
+        # Each process once: a killed-while-running service is recorded by __exit__, not again by unbind.
+        processes = list({entry["pid"]: entry for entry in self._stopped}.values())
+        return {**header("cleanup-receipt", simulated=True),
+                "what": f"flame stand-in {self.endpoint} (sockets {self.socket_dir}, logs {self.log_dir})",
+                "processes": processes, "ports_released": released, "gpus_released": sorted(gpus),
+                "clean": not errors, "errors": errors}
+
+    # ---- executors ---------------------------------------------------------------------------
+
+    def _scale(self, session: _Session, *, at_least: int = 0) -> None:
+        """Start executors up to the demand (pending + running), clamped to [min, max]. Lock held."""
+        demand = len(session.queue) + sum(t.state == RUNNING for t in session.tasks.values())
+        want = min(session.cap, max(session.spec.min_instances, at_least, demand))
+        for _ in range(want - len(session.executors)):
+            ex = _Executor(session, self.socket_dir)
+            session.executors.append(ex)
+            self._all_executors.append(ex)
+            ex.thread = threading.Thread(target=self._run_executor, args=(ex,), name=f"executor-{ex.id[:8]}",
+                                         daemon=True)
+            ex.thread.start()
+
+    def _bind(self, ex: _Executor) -> shim_pb2_grpc.InstanceStub:
+        """Spawn the service in its own process group, wait for its socket, then OnSessionEnter."""
+        spec = ex.session.app_spec
+        env = {**os.environ, **{e.name: e.value for e in spec.environments},
+               "FLAME_INSTANCE_ENDPOINT": str(ex.socket), "FLAME_ENDPOINT": self.endpoint}
+        with open(self.log_dir / f"{ex.id}.out", "wb") as out, open(self.log_dir / f"{ex.id}.err", "wb") as err:
+            ex.proc = subprocess.Popen([spec.command, *spec.arguments], env=env, stdout=out, stderr=err,
+                                       stdin=subprocess.DEVNULL, start_new_session=True,
+                                       cwd=spec.working_directory or None)
+        deadline = time.monotonic() + self.bind_timeout_s
+        while not ex.socket.exists():
+            if ex.stop:
+                raise ParityError("session closed while binding")
+            if ex.proc.poll() is not None or time.monotonic() > deadline:
+                what = f"exited with {ex.proc.returncode}" if ex.proc.poll() is not None else \
+                    f"did not open {ex.socket} within {self.bind_timeout_s:.0f} s"
+                raise ParityError(f"service for executor {ex.id} {what}; "
+                                  f"{self.log_dir / ex.id}.err ends:\n{log_tail(self.log_dir / f'{ex.id}.err')}")
+            time.sleep(_POLL_S)
+        ex.channel = grpc.insecure_channel(f"unix://{ex.socket}")  # default 4 MiB receive limit, like Flame
+        grpc.channel_ready_future(ex.channel).result(timeout=max(1.0, deadline - time.monotonic()))
+        stub = shim_pb2_grpc.InstanceStub(ex.channel)
+        app = shim_pb2.ApplicationContext(name=ex.session.spec.application, shim=spec.shim, command=spec.command,
+                                          working_directory=spec.working_directory or None)
+        common = ex.session.spec.common_data if ex.session.spec.HasField("common_data") else None
+        result = stub.OnSessionEnter(shim_pb2.SessionContext(session_id=ex.session.id, application=app,
+                                                             common_data=common))
+        if result.return_code != 0:
+            raise ParityError(f"OnSessionEnter failed ({result.return_code}): {result.message}")
+        return stub
+
+    def _run_executor(self, ex: _Executor) -> None:
+        """Bind, then a strictly serial loop of one task at a time, then unbind."""
+        session = ex.session
+        try:
+            stub = self._bind(ex)
+        except Exception as error:
+            message = str(error) if isinstance(error, ParityError) else f"binding executor {ex.id}: {error!r}"
+            with self._cond:
+                while session.queue:  # Flame would retry the bind; the stand-in fails fast
+                    session.queue.popleft().finish(FAILED, message=message)
+                self._detach(ex)
+            self._unbind(ex, None)
+            return
+        with self._cond:
+            ex.state = pb.ExecutorBound
+            self._cond.notify_all()
+        while True:
+            with self._cond:
+                idle_until = time.monotonic() + session.delay_release
+                while not session.queue and not ex.stop and time.monotonic() < idle_until:
+                    self._cond.wait(idle_until - time.monotonic())
+                if ex.stop or not session.queue:  # closed, or idle past delay_release
+                    self._detach(ex)
+                    break
+                task = ex.task = session.queue.popleft()
+                task.state = RUNNING
+                self._cond.notify_all()
+            try:
+                result = stub.OnTaskInvoke(shim_pb2.TaskContext(task_id=task.id, session_id=session.id,
+                                                                input=task.input))
+                done = (SUCCEED, result.output if result.HasField("output") else None, None) \
+                    if result.return_code == 0 else \
+                    (FAILED, None, result.message or f"task failed with return_code {result.return_code}")
+            except grpc.RpcError as error:  # e.g. "Received message larger than max (... vs. 4194304)"
+                done = (FAILED, None, f"{error.code().name}: {error.details()}")
+            with self._cond:
+                task.finish(*done)
+                ex.task = None
+                if ex.proc.poll() is not None:  # the service died: this executor is gone
+                    self._detach(ex)
+                    break
+                self._cond.notify_all()
+        self._unbind(ex, stub)
+
+    def _detach(self, ex: _Executor) -> None:
+        """Take the executor off its session before it unbinds, so new tasks get a new one. Lock held."""
+        ex.state = pb.ExecutorUnbinding
+        if ex in ex.session.executors:
+            ex.session.executors.remove(ex)
+        if ex.session.open and ex.session.queue:
+            self._scale(ex.session)
+        self._cond.notify_all()
+
+    def _unbind(self, ex: _Executor, stub) -> None:
+        """OnSessionLeave, then kill the process group (Flame kills the service on every unbind)."""
+        if stub is not None and ex.proc.poll() is None:
+            try:
+                stub.OnSessionLeave(pb.EmptyRequest(), timeout=STOP_TIMEOUT_S)
+            except grpc.RpcError:
+                pass  # the process is killed next anyway
+        if ex.channel is not None:
+            ex.channel.close()
+        if ex.proc is not None:
+            entry = stop_child(ex.proc, f"service {ex.id}", STOP_TIMEOUT_S)
+            with self._cond:
+                self._stopped.append(entry)
+        ex.socket.unlink(missing_ok=True)
+        with self._cond:
+            ex.state = pb.ExecutorReleased
+            self._cond.notify_all()
+
+    def _close(self, session: _Session) -> None:
+        """Close, fail what never ran, tell the executors to unbind. Lock held."""
+        session.open, session.completion_time = False, session.completion_time or _now_ms()
+        while session.queue:
+            session.queue.popleft().finish(FAILED, message="session closed before the task ran")
+        for ex in session.executors:
+            ex.stop = True
+        self._cond.notify_all()
+
+    # ---- Frontend RPCs -----------------------------------------------------------------------
+
+    def _session(self, session_id: str, context) -> _Session:
+        session = self._sessions.get(session_id)
+        if session is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"session {session_id} not found")
+        return session
+
+    def _task(self, request, context) -> _Task:
+        task = self._session(request.session_id, context).tasks.get(request.task_id)
+        if task is None:
+            context.abort(grpc.StatusCode.NOT_FOUND, f"task {request.task_id} not found in {request.session_id}")
+        return task
+
+    def RegisterApplication(self, request, context):  # noqa: N802
+        with self._cond:
+            spec = pb.ApplicationSpec()
+            spec.CopyFrom(request.application)
+            self._apps[request.name] = (spec, _now_ms())
+        return pb.Result(return_code=0)
+
+    def UnregisterApplication(self, request, context):  # noqa: N802
+        with self._cond:
+            self._apps.pop(request.name, None)
+        return pb.Result(return_code=0)
+
+    def _app_proto(self, name: str) -> pb.Application:
+        spec, created = self._apps[name]
+        return pb.Application(metadata=pb.Metadata(id=name, name=name), spec=spec,
+                              status=pb.ApplicationStatus(state=pb.Enabled, creation_time=created))
+
+    def GetApplication(self, request, context):  # noqa: N802
+        with self._cond:
+            if request.name not in self._apps:
+                context.abort(grpc.StatusCode.NOT_FOUND, f"application {request.name} not found")
+            return self._app_proto(request.name)
+
+    def ListApplication(self, request, context):  # noqa: N802
+        with self._cond:
+            return pb.ApplicationList(applications=[self._app_proto(name) for name in self._apps])
+
+    def CreateSession(self, request, context):  # noqa: N802
+        with self._cond:
+            existing = self._sessions.get(request.session_id)
+            if existing is not None and existing.open:
+                context.abort(grpc.StatusCode.ALREADY_EXISTS, f"session {request.session_id} already exists")
+            if request.session.application not in self._apps:
+                context.abort(grpc.StatusCode.NOT_FOUND, f"application {request.session.application} not found")
+            spec, app_spec = pb.SessionSpec(), pb.ApplicationSpec()
+            spec.CopyFrom(request.session)
+            app_spec.CopyFrom(self._apps[request.session.application][0])
+            session = _Session(request.session_id, spec, app_spec)
+            self._sessions[session.id] = session
+            self._scale(session, at_least=1)
+            return session.proto()
+
+    def OpenSession(self, request, context):  # noqa: N802
+        with self._cond:
+            session = self._sessions.get(request.session_id)
+        if session is None and request.HasField("session"):
+            return self.CreateSession(request, context)
+        with self._cond:
+            if session is None:
+                context.abort(grpc.StatusCode.NOT_FOUND, f"session {request.session_id} not found")
+            if not session.open:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"session {session.id} is closed")
+            return session.proto()
+
+    def GetSession(self, request, context):  # noqa: N802
+        with self._cond:
+            return self._session(request.session_id, context).proto()
+
+    def ListSession(self, request, context):  # noqa: N802
+        with self._cond:
+            return pb.SessionList(sessions=[s.proto() for s in self._sessions.values()])
+
+    def CloseSession(self, request, context):  # noqa: N802
+        with self._cond:
+            session = self._session(request.session_id, context)
+            if any(t.state == RUNNING for t in session.tasks.values()):
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION,
+                              f"session {session.id} has running tasks; wait for them before closing")
+            self._close(session)
+            return session.proto()
+
+    def CreateTask(self, request, context):  # noqa: N802
+        with self._cond:
+            session = self._session(request.task.session_id, context)
+            if not session.open:
+                context.abort(grpc.StatusCode.FAILED_PRECONDITION, f"session {session.id} is closed")
+            data = request.task.input if request.task.HasField("input") else None
+            task = _Task(str(len(session.tasks) + 1), session.id, data)
+            session.tasks[task.id] = task
+            session.queue.append(task)
+            self._scale(session)
+            self._cond.notify_all()
+            return task.proto()
+
+    def GetTask(self, request, context):  # noqa: N802
+        with self._cond:
+            return self._task(request, context).proto()
+
+    def ListTask(self, request, context):  # noqa: N802
+        with self._cond:
+            tasks = [t.proto() for t in self._session(request.session_id, context).tasks.values()]
+        yield from tasks
+
+    def WatchTask(self, request, context):  # noqa: N802
+        """No Pending message: one at Running (if seen), one at the final state, then the stream ends."""
+        with self._cond:
+            task = self._task(request, context)
+        sent = PENDING
+        while context.is_active():
+            with self._cond:
+                # Wake up now and then to notice a client that went away.
+                self._cond.wait_for(lambda: task.state != sent, timeout=1.0)
+                state, message = task.state, task.proto()
+            if state != sent:
+                yield message
+                sent = state
+            if state in (SUCCEED, FAILED):
+                return
+
+    def ListExecutor(self, request, context):  # noqa: N802
+        with self._cond:
+            return pb.ExecutorList(executors=[ex.proto(self.node) for s in self._sessions.values()
+                                              for ex in s.executors])
+
+
+def _port_free(host: str, port: int) -> bool:
+    with socket.socket() as probe:
+        try:
+            probe.bind((host, port))
+            return True
+        except OSError:
+            return False

@@ -1,0 +1,206 @@
+"""The local Flame cluster launcher: config, binaries, ports and cleanup offline; a real cluster when one is built.
+
+The integration test needs FLAME_BIN_DIR pointing at a directory with the v0.6.0 binaries
+`flame-session-manager` and `flame-executor-manager` (built by hand outside the repo).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from parity.errors import ParityError
+from parity.flame import cluster as fc
+from parity.manifest import validate_document
+
+ECHO = Path(__file__).with_name("flame_cluster_echo.py")
+
+
+# ---- config ------------------------------------------------------------------------------------
+
+def test_config_keys_match_flame_v060(tmp_path):
+    doc = fc.cluster_config(port=18080, socket_dir=tmp_path)
+    assert set(doc) == {"cluster"}  # no cache section: the task API does not use the object cache
+    c = doc["cluster"]
+    assert c["name"] == "parity"
+    assert c["endpoint"] == "http://127.0.0.1:18080"
+    assert c["policies"] == ["priority", "drf", "gang"]
+    assert c["storage"] == "none"
+    assert c["executors"] == {"shim": "host"}
+    assert "schedule_interval" not in c
+    assert fc.cluster_config(port=1, socket_dir=tmp_path, schedule_interval_ms=10)["cluster"]["schedule_interval"] == 10
+
+
+def test_config_file_round_trips_through_yaml(tmp_path):
+    path = fc.write_cluster_config(tmp_path / "flame-cluster.yaml", port=20000, socket_dir="/tmp/flm-x",
+                                   name="t", schedule_interval_ms=50)
+    text = path.read_text()
+    assert text.startswith("#") and "FLAME_SOCKET_DIR=/tmp/flm-x" in text
+    loaded = yaml.safe_load(text)
+    assert loaded == fc.cluster_config(port=20000, socket_dir="/tmp/flm-x", name="t", schedule_interval_ms=50)
+    assert loaded["cluster"]["storage"] == "none"  # a string, not YAML null
+
+
+def test_config_refuses_long_or_relative_socket_dir_and_missing_gang():
+    long_dir = "/tmp/" + "d" * 70
+    assert fc.socket_path_len(long_dir) >= fc.UNIX_PATH_MAX
+    with pytest.raises(ParityError, match="too long"):
+        fc.cluster_config(port=18080, socket_dir=long_dir)
+    with pytest.raises(ParityError, match="absolute"):
+        fc.cluster_config(port=18080, socket_dir="sockets")
+    with pytest.raises(ParityError, match="gang"):
+        fc.cluster_config(port=18080, socket_dir="/tmp/s", policies=("priority", "drf"))
+    with pytest.raises(ParityError, match="port"):
+        fc.cluster_config(port=65535, socket_dir="/tmp/s")
+
+
+def test_short_socket_dir_fits_a_uuid_socket():
+    assert fc.socket_path_len("/tmp/flm-abc123") == len("/tmp/flm-abc123/") + 36 + len(".sock")
+    fc.check_socket_dir("/tmp/flm-abc123")
+
+
+# ---- binaries and ports ------------------------------------------------------------------------
+
+def fake_bin_dir(path: Path, scripts: dict[str, str]) -> Path:
+    path.mkdir(parents=True, exist_ok=True)
+    for name, body in scripts.items():
+        (path / name).write_text(body)
+        (path / name).chmod(0o755)
+    return path
+
+
+def test_find_binaries_names_what_is_missing(tmp_path, monkeypatch):
+    monkeypatch.delenv("FLAME_BIN_DIR", raising=False)
+    with pytest.raises(ParityError, match="FLAME_BIN_DIR"):
+        fc.find_binaries()
+    with pytest.raises(ParityError, match="does not exist"):
+        fc.find_binaries(tmp_path / "nope")
+    only_sm = fake_bin_dir(tmp_path / "a", {fc.SESSION_MANAGER: "#!/bin/sh\n"})
+    with pytest.raises(ParityError, match=fc.EXECUTOR_MANAGER) as err:
+        fc.find_binaries(only_sm)
+    assert fc.SESSION_MANAGER not in str(err.value).split("lacks")[1]
+    (only_sm / fc.EXECUTOR_MANAGER).write_text("not executable")
+    with pytest.raises(ParityError, match="not an executable"):
+        fc.find_binaries(only_sm)
+
+
+def test_find_binaries_from_argument_or_env(tmp_path, monkeypatch):
+    both = fake_bin_dir(tmp_path / "bin", {name: "#!/bin/sh\n" for name in fc.BINARIES})
+    assert set(fc.find_binaries(both)) == set(fc.BINARIES)
+    monkeypatch.setenv("FLAME_BIN_DIR", str(both))
+    assert fc.find_binaries()[fc.SESSION_MANAGER] == (both / fc.SESSION_MANAGER).resolve()
+
+
+def test_pick_port_pair_gives_two_free_adjacent_ports():
+    port = fc.pick_port_pair()
+    for p in (port, port + 1):
+        with socket.socket() as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            sock.bind(("0.0.0.0", p))
+
+
+def test_busy_port_is_refused_before_starting(tmp_path):
+    bins = fake_bin_dir(tmp_path / "bin", {name: "#!/bin/sh\nsleep 60\n" for name in fc.BINARIES})
+    with socket.socket() as busy:
+        busy.bind(("0.0.0.0", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        with pytest.raises(ParityError, match="in use"):
+            fc.FlameCluster(bins, tmp_path / "w", port=port - 1).start()
+
+
+# ---- startup failures and cleanup, with fake binaries ------------------------------------------
+
+def test_crashing_session_manager_gives_log_tail_and_clean_receipt(tmp_path):
+    bins = fake_bin_dir(tmp_path / "bin", {
+        fc.SESSION_MANAGER: "#!/bin/sh\necho \"config is $2\"\necho 'boom: bad config'\nexit 3\n",
+        fc.EXECUTOR_MANAGER: "#!/bin/sh\nexit 0\n"})
+    cl = fc.FlameCluster(bins, tmp_path / "w", startup_timeout_s=10)
+    with pytest.raises(ParityError, match="exited with code 3") as err:
+        with cl:
+            pass
+    assert "boom: bad config" in str(err.value) and "flame-cluster.yaml" in str(err.value)
+    assert cl.receipt["clean"] and cl.receipt["processes"][0]["exit_code"] == 3
+    assert validate_document(cl.receipt) == []
+
+
+def test_startup_timeout_stops_the_hung_service(tmp_path):
+    bins = fake_bin_dir(tmp_path / "bin", {name: "#!/bin/sh\nexec sleep 60\n" for name in fc.BINARIES})
+    cl = fc.FlameCluster(bins, tmp_path / "w", startup_timeout_s=1)
+    with pytest.raises(ParityError, match="not ready after 1s"):
+        cl.start()
+    (sm,) = cl.receipt["processes"]
+    assert sm["name"] == fc.SESSION_MANAGER and sm["signal"] == "SIGTERM"
+    assert cl.receipt["clean"] and sorted(cl.receipt["ports_released"]) == [cl.port, cl.port + 1]
+    with pytest.raises(ProcessLookupError):
+        os.kill(sm["pid"], 0)
+
+
+def test_leftover_services_are_found_by_tree_and_by_socket_dir(tmp_path):
+    sock_dir = tmp_path / "s"
+    env = {**os.environ, "FLAME_INSTANCE_ENDPOINT": f"{sock_dir}/e1.sock"}
+    # A parent with a child in its own process group, like the EM and a service it spawned.
+    parent = subprocess.Popen([sys.executable, "-c",
+                               "import subprocess, sys, time\n"
+                               "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'],"
+                               " process_group=0)\n"
+                               "time.sleep(60)"], env=env, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 10
+        while not fc.descendants(parent.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (child,) = fc.descendants(parent.pid)
+        assert os.getpgid(child) == child
+        assert sorted(fc.processes_using_socket_dir(sock_dir)) == sorted([parent.pid, child])
+        assert fc.processes_using_socket_dir(tmp_path / "other") == []
+        table = fc._proc_table()
+        entries = fc.stop_foreign({child: (table[child][1], table[child][2])}, timeout_s=5)
+        assert entries == [{"pid": child, "name": table[child][2], "exit_code": None, "signal": "SIGTERM"}]
+        assert not fc._alive(child, table[child][1])
+    finally:
+        os.killpg(parent.pid, signal.SIGKILL)
+        parent.wait()
+
+
+# ---- a real cluster ----------------------------------------------------------------------------
+
+def _real_bin_dir() -> str | None:
+    bin_dir = os.environ.get("FLAME_BIN_DIR")
+    if bin_dir and all(os.access(Path(bin_dir) / name, os.X_OK) for name in fc.BINARIES):
+        return bin_dir
+    return None
+
+
+@pytest.mark.skipif(_real_bin_dir() is None,
+                    reason="needs FLAME_BIN_DIR naming a directory with Flame v0.6.0's flame-session-manager "
+                           "and flame-executor-manager (build them by hand outside the repo)")
+def test_real_cluster_runs_an_echo_task_and_cleans_up(tmp_path):
+    import flamepy
+
+    gpu = "GPU-parity-test-0"
+    with fc.FlameCluster(_real_bin_dir(), tmp_path / "flame", startup_timeout_s=60) as cl:
+        (app,) = cl.register_gpu_applications("echo", sys.executable, [str(ECHO)], [gpu])
+        session = cl.connection.create_session(flamepy.SessionAttributes(application=app, min_instances=1,
+                                                                         max_instances=1))
+        output = session.run(b"hello").result(timeout=120)
+        executor_id, pinned, rest = output.split(b":", 2)
+        assert (pinned.decode(), rest) == (gpu, b"hello")
+        executors = {e["id"]: e for e in cl.executors()}
+        assert executor_id.decode() in executors, executors
+        assert executors[executor_id.decode()]["session_id"] == session.id
+        assert executors[executor_id.decode()]["node"]
+        session.close()
+    receipt = cl.receipt
+    assert receipt["clean"], receipt["errors"]
+    assert validate_document(receipt) == []
+    assert receipt["gpus_released"] == [gpu]
+    assert {p["name"] for p in receipt["processes"]} >= set(fc.BINARIES)
+    assert fc.processes_using_socket_dir(cl.socket_dir) == []

@@ -1,0 +1,186 @@
+"""The Flame stand-in, driven by unmodified flamepy 0.6.0 and a real service process (tests/flame_echo_service.py)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import sys
+import tempfile
+import time
+from concurrent.futures import wait
+from pathlib import Path
+
+import flamepy
+import pytest
+from flamepy.core.client import ConnectionInstance
+
+from parity.flame.standin import StandInCluster
+from parity.manifest import validate_document
+
+SERVICE = str(Path(__file__).with_name("flame_echo_service.py"))
+MIB = 1024 * 1024
+BOUND = 4  # types_pb2.ExecutorBound
+
+
+def app(**kw) -> flamepy.ApplicationAttributes:
+    return flamepy.ApplicationAttributes(command=sys.executable, arguments=[SERVICE], **kw)
+
+
+def parse(reply: bytes) -> tuple[int, str, bytes]:
+    """(pid, executor id, rest) of an echo reply."""
+    pid, executor_id, rest = reply.split(b":", 2)
+    return int(pid), executor_id.decode(), rest
+
+
+def wait_until(predicate, timeout_s: float = 30.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def executors_of(conn, session_id: str) -> list:
+    return [ex for ex in conn.list_executors() if ex.status.session_id == session_id]
+
+
+def gone(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    return False
+
+
+@pytest.fixture(scope="module")
+def short_dir():
+    path = Path(tempfile.mkdtemp(prefix="psi-", dir="/tmp"))  # Unix socket paths must stay short
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def cluster(short_dir):
+    with StandInCluster(socket_dir=short_dir / "s", log_dir=short_dir / "logs") as flame:
+        yield flame
+    assert flame.receipt["clean"], flame.receipt["errors"]
+
+
+@pytest.fixture(scope="module")
+def conn(cluster):
+    connection = flamepy.connect(cluster.endpoint)
+    connection.register_application("echo", app(environments={"CUDA_VISIBLE_DEVICES": "GPU-test"}))
+    connection.register_application("echo-quick", app(delay_release=1))
+    yield connection
+    connection.close()
+
+
+@pytest.fixture(scope="module")
+def session(conn):
+    """One shared single-executor session: every test on it pays for one process start only."""
+    s = conn.create_session(flamepy.SessionAttributes(application="echo", common_data=b"shared-data",
+                                                      min_instances=1, max_instances=1))
+    yield s
+    conn.close_session(s.id)
+
+
+def test_round_trip_environment_and_common_data(session):
+    pid, executor_id, rest = parse(session.run(b"hello").result(timeout=60))
+    assert rest == b"hello" and pid != os.getpid() and len(executor_id) == 36
+    assert parse(session.run(b"env:CUDA_VISIBLE_DEVICES").result(timeout=30))[2] == b"GPU-test"
+    assert parse(session.run(b"common").result(timeout=30))[2] == b"shared-data"
+    task = session.create_task(b"sleep:0.3")
+    assert task.id.isdigit() and task.state == flamepy.TaskState.PENDING
+    states = [t.state for t in session.watch_task(task.id)]  # no Pending message, then the stream ends
+    assert states == [flamepy.TaskState.RUNNING, flamepy.TaskState.SUCCEED]
+
+
+def test_one_task_at_a_time_per_executor(session):
+    futures = [session.run(b"sleep:0.3") for _ in range(3)]
+    replies = sorted((parse(f.result(timeout=30)) for f in futures), key=lambda r: r[2])
+    assert len({(pid, ex) for pid, ex, _ in replies}) == 1
+    spans = [tuple(map(float, rest.split(b":"))) for _, _, rest in replies]
+    for (_, end), (start, _) in zip(spans, spans[1:]):
+        assert start >= end
+
+
+def test_failing_task_raises_with_message_and_session_goes_on(session):
+    with pytest.raises(flamepy.FlameError, match="asked to fail"):
+        session.run(b"fail").result(timeout=30)
+    assert parse(session.run(b"ok").result(timeout=30))[2] == b"ok"
+
+
+def test_payload_limit_is_4_mib(session):
+    with pytest.raises(flamepy.FlameError, match="larger than max"):
+        session.run(b"size:" + b"x" * (5 * MIB))  # refused by CreateTask
+    assert parse(session.run(b"size:" + b"x" * (3 * MIB)).result(timeout=60))[2] == str(3 * MIB + 5).encode()
+    assert len(session.run(f"out:{3 * MIB}".encode()).result(timeout=60)) == 3 * MIB
+    with pytest.raises(flamepy.FlameError, match="larger than max"):
+        session.run(f"out:{5 * MIB}".encode()).result(timeout=60)  # the service's reply is refused
+
+
+def test_two_executors_pull_from_one_queue(conn):
+    s = conn.create_session(flamepy.SessionAttributes(application="echo", min_instances=2, max_instances=2))
+    wait_until(lambda: [e.status.state for e in executors_of(conn, s.id)] == [BOUND, BOUND], 60, "two executors")
+    futures = [s.run(b"sleep:0.1") for _ in range(8)]
+    wait(futures, timeout=60)
+    workers = {parse(f.result())[:2] for f in futures}
+    assert len(workers) == 2 and len({pid for pid, _ in workers}) == 2
+    assert {ex for _, ex in workers} == {e.metadata.id for e in executors_of(conn, s.id)}
+    conn.close_session(s.id)
+
+
+def test_delay_release_unbinds_an_idle_executor(conn):
+    s = conn.create_session(flamepy.SessionAttributes(application="echo-quick", min_instances=1, max_instances=1))
+    first_pid, first_executor, _ = parse(s.run(b"a").result(timeout=60))
+    wait_until(lambda: not executors_of(conn, s.id) and gone(first_pid), 15, "the idle executor to unbind")
+    pid, executor_id, _ = parse(s.run(b"b").result(timeout=60))
+    assert pid != first_pid and executor_id != first_executor
+    conn.close_session(s.id)
+
+
+def test_bind_failure_fails_the_task(conn):
+    s = conn.create_session(flamepy.SessionAttributes(application="echo", common_data=b"fail-enter",
+                                                      min_instances=1, max_instances=1))
+    with pytest.raises(flamepy.FlameError, match="refusing to enter the session"):
+        s.run(b"x").result(timeout=60)
+    conn.close_session(s.id)
+
+
+def test_module_level_api_through_flame_endpoint(cluster, conn, monkeypatch):
+    monkeypatch.setenv("FLAME_ENDPOINT", cluster.endpoint)
+    monkeypatch.setattr(ConnectionInstance, "_connection", None)  # no connection cached by another test
+    flamepy.register_application("echo-module", app())
+    s = flamepy.create_session("echo-module", min_instances=1, max_instances=1)
+    executor_id = parse(s.run(b"hi").result(timeout=60))[1]
+    [executor] = [e for e in flamepy.list_executors() if e.status.session_id == s.id]
+    assert executor.metadata.id == executor_id and executor.spec.node == socket.gethostname()
+    flamepy.close_session(s.id)
+    ConnectionInstance._connection.close()
+
+
+def test_close_refused_while_running_then_clean_receipt(tmp_path):
+    sockets = Path(tempfile.mkdtemp(prefix="psi-", dir="/tmp"))
+    try:
+        with StandInCluster(socket_dir=sockets, log_dir=tmp_path / "logs") as flame:
+            c = flamepy.connect(flame.endpoint)
+            c.register_application("echo", app(environments={"CUDA_VISIBLE_DEVICES": "GPU-test"}))
+            s = c.create_session(flamepy.SessionAttributes(application="echo", min_instances=1, max_instances=1))
+            future = s.run(b"sleep:1")
+            wait_until(lambda: s.get_task("1").state == flamepy.TaskState.RUNNING, 60, "the task to run")
+            with pytest.raises(flamepy.FlameError, match="running tasks"):
+                c.close_session(s.id)
+            pid = parse(future.result(timeout=30))[0]
+            c.close_session(s.id)
+            wait_until(lambda: gone(pid), 15, "the service process to be killed")
+            c.close()
+        receipt = flame.receipt
+        assert validate_document(receipt) == []
+        assert receipt["clean"] and receipt["simulated"] and receipt["errors"] == []
+        assert [p["pid"] for p in receipt["processes"]] == [pid]
+        assert receipt["ports_released"] == [flame.port] and receipt["gpus_released"] == ["GPU-test"]
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)
