@@ -73,3 +73,22 @@ def test_manifests_and_cleanup_receipt_are_valid(placements):
     assert receipt["clean"] is True
     checked, problems = validate_paths([out])
     assert problems == [] and checked >= 3
+
+
+def test_placement_is_verified_from_executor_records(placements):
+    _, docs = placements
+    for doc in docs.values():
+        assert doc["placement_verified"] is True
+        listed = {e["executor_id"] for e in doc["executors"]}
+        assert {r["worker_id"] for r in doc["records"]} <= listed
+
+
+def test_a_record_from_an_unlisted_executor_fails_verification():
+    from types import SimpleNamespace
+
+    from parity.errors import ParityError
+    from parity.flame.client import verify_placement
+
+    result = SimpleNamespace(request_id="r0", worker={"executor_id": "e9"})
+    with pytest.raises(ParityError, match="executor e9"):
+        verify_placement([result], [0], ["s0"], [{"executor_id": "e1", "session_id": "s0", "node": "n"}])

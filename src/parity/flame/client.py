@@ -129,6 +129,21 @@ class FlameSessions:
     def shards(self) -> int:
         return len(self.batchers)
 
+    def executors(self) -> list[dict]:
+        """The cluster's own executor records: which executor is bound to which session, on which node."""
+        return [{"executor_id": e.metadata.id, "session_id": e.status.session_id, "node": e.spec.node}
+                for e in self.connection.list_executors()]
+
+
+def verify_placement(results, shards: list[int], session_ids: list[str], executors: list[dict]) -> None:
+    """Every prompt was served by an executor the cluster lists as bound to that shard's session."""
+    bound = {e["executor_id"]: e["session_id"] for e in executors}
+    for result, shard in zip(results, shards):
+        executor = result.worker.get("executor_id")
+        if bound.get(executor) != session_ids[shard]:
+            raise ParityError(f"request {result.request_id} was served by executor {executor}, which the cluster "
+                              f"lists under session {bound.get(executor)}, not {session_ids[shard]}")
+
 
 def release_burst(sessions: FlameSessions, prompts, request_ids, router, timeout_s: float = 3600):
     """Route and submit every prompt now; wait for all; (release, shards, results), failures raised."""
@@ -160,6 +175,8 @@ def run_trial(endpoint: str, gpus: int, settings: FlameSettings, trace_path: Pat
         warm_batches = [len(b.batch_sizes) for b in sessions.batchers]
         router = make_router(routing, sessions.shards, revision)
         release, shards, results = release_burst(sessions, list(trace.prompts), ids, router)
+        executors = sessions.executors()
+        verify_placement(results, shards, [x.id for x in sessions.sessions], executors)
         batch_sizes = [size for b, skip in zip(sessions.batchers, warm_batches) for size in b.batch_sizes[skip:]]
     completions = [Completion(r.output_token_ids, r.prompt_tokens, r.cached_tokens, r.submit_s, r.complete_s)
                    for r in results]
@@ -181,6 +198,7 @@ def run_trial(endpoint: str, gpus: int, settings: FlameSettings, trace_path: Pat
                          gpus=[{"uuid": g} for g in gpus], manifest_path=out,
                          extra={"workers": sorted(workers.values(), key=lambda w: w["executor_id"]),
                                 "batch_sizes": batch_sizes, "batches": [batches[k] for k in sorted(batches)],
+                                "executors": executors, "placement_verified": True,
                                 "flame_cluster": config["cluster"]})
     write_manifest(out, doc)
     return {"trial": trial_id, "placement": settings.placement, "trace": trace.name, "requests": len(records),
