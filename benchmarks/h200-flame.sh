@@ -7,11 +7,7 @@
 #   benchmarks/h200-flame.sh OUTDIR
 set -euo pipefail
 out=$1
-export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-model=/tmp/llama31-8b-dummy
-mkdir -p $model && cp .gpu/b/llama31-8b-config.json $model/config.json
-gpus=()
-for uuid in $(nvidia-smi --query-gpu=uuid --format=csv,noheader); do gpus+=(--gpu "$uuid"); done
+source benchmarks/h200-env.sh
 common=(--model $model --load-format dummy --trace /tmp/parity-traces/reuse.json "${gpus[@]}")
 python3 -m parity native run --replicas vllm --routing sticky --experiment flame-vs-vllm "${common[@]}" --out "$out/native"
 tuned=(--cluster "${CLUSTER:-standin}" --placement sticky --batch-limit 128 --window-ms 10 --budget-mib 4)

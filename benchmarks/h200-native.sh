@@ -4,11 +4,7 @@
 # and `benchmarks/h200-engines.sh traces`:   benchmarks/h200-native.sh OUTDIR
 set -euo pipefail
 out=$1
-export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} PYTHONUNBUFFERED=1
-model=/tmp/llama31-8b-dummy
-mkdir -p $model && cp .gpu/b/llama31-8b-config.json $model/config.json
-gpus=()
-for uuid in $(nvidia-smi --query-gpu=uuid --format=csv,noheader); do gpus+=(--gpu "$uuid"); done
+source benchmarks/h200-env.sh
 if [ ${#gpus[@]} -lt 4 ]; then  # one GPU: both replicas share it, each with about 0.45 of its memory
   gpus=(--gpu "${gpus[1]}" --gpu "${gpus[1]}" --engine-arg gpu_memory_utilization=0.45)
 fi

@@ -5,19 +5,14 @@ from __future__ import annotations
 import pytest
 from click.testing import CliRunner
 
-from parity import smoke_inputs
 from parity.cli import main
 from parity.manifest import read_manifest, validate_paths
-from parity.trace import TraceSpec, build_trace, load_trace
+from parity.trace import load_trace
 
 
 @pytest.fixture(scope="module")
-def reuse_trace(tmp_path_factory):
-    out = tmp_path_factory.mktemp("flame")
-    corpus = smoke_inputs.write_corpus(out / "corpus.jsonl", articles=200, seed=6)
-    tok = smoke_inputs.train_tokenizer(corpus, out / "tok", vocab_size=2048)
-    return build_trace(TraceSpec("reuse", documents=12, questions_per_document=4, prefix_tokens=1200, seed=3),
-                       corpus, tok, out / "traces")
+def reuse_trace(small_reuse_trace):
+    return small_reuse_trace
 
 
 def cached(doc) -> float:

@@ -7,7 +7,6 @@ import json
 import pytest
 from click.testing import CliRunner
 
-from parity import smoke_inputs
 from parity.cli import main
 from parity.engine import EngineArgs
 from parity.errors import ParityError
@@ -16,16 +15,11 @@ from parity.native import replicas as replicas_module
 from parity.native import run_trial
 from parity.native.client import parse_reply, request_body
 from parity.native.replicas import ReplicaSet, port_is_free
-from parity.trace import TraceSpec, build_trace
 
 
 @pytest.fixture(scope="module")
-def reuse_trace(tmp_path_factory):
-    out = tmp_path_factory.mktemp("native")
-    corpus = smoke_inputs.write_corpus(out / "corpus.jsonl", articles=200, seed=5)
-    tok = smoke_inputs.train_tokenizer(corpus, out / "tok", vocab_size=2048)
-    return build_trace(TraceSpec("reuse", documents=16, questions_per_document=4, prefix_tokens=1500, seed=2),
-                       corpus, tok, out / "traces")
+def reuse_trace(small_reuse_trace):
+    return small_reuse_trace
 
 
 def test_sticky_beats_alternating_on_reuse_end_to_end(reuse_trace, tmp_path):

@@ -1,0 +1,24 @@
+"""Shared fixtures: small offline inputs, and small traces built from them."""
+
+from __future__ import annotations
+
+import pytest
+
+from parity import smoke_inputs
+from parity.trace import TraceSpec, build_trace
+
+
+@pytest.fixture(scope="session")
+def small_inputs(tmp_path_factory):
+    """A 200-article synthetic corpus and a 2,048-token BPE tokenizer trained on it."""
+    out = tmp_path_factory.mktemp("small-inputs")
+    corpus = smoke_inputs.write_corpus(out / "corpus.jsonl", articles=200, seed=5)
+    return corpus, smoke_inputs.train_tokenizer(corpus, out / "tok", vocab_size=2048)
+
+
+@pytest.fixture(scope="session")
+def small_reuse_trace(small_inputs, tmp_path_factory):
+    """16 documents x 4 questions, 1,500-token prefixes: the reuse trace's shape, small."""
+    corpus, tok = small_inputs
+    spec = TraceSpec("reuse", documents=16, questions_per_document=4, prefix_tokens=1500, seed=2)
+    return build_trace(spec, corpus, tok, tmp_path_factory.mktemp("small-traces"))
