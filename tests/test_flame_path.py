@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 from click.testing import CliRunner
 
@@ -87,3 +89,16 @@ def test_a_record_from_an_unlisted_executor_fails_verification():
     result = SimpleNamespace(request_id="r0", worker={"executor_id": "e9"})
     with pytest.raises(ParityError, match="executor e9"):
         verify_placement([result], [0], ["s0"], [{"executor_id": "e1", "session_id": "s0", "node": "n"}])
+
+
+@pytest.mark.skipif(not os.environ.get("FLAME_BIN_DIR"),
+                    reason="needs FLAME_BIN_DIR naming Flame v0.6.0 binaries (built by hand outside the repo)")
+def test_the_same_client_and_service_against_real_flame(reuse_trace, tmp_path):
+    result = CliRunner().invoke(main, ["flame", "run", "--cluster", "flame", "--placement", "sticky",
+                                       "--trace", str(reuse_trace), "--batch-limit", "16", "--warmup-rounds", "1",
+                                       "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    doc = read_manifest(tmp_path / "locality-flame-sticky-reuse-r0.json")
+    assert doc["config"]["cluster"] == "flame-v0.6.0" and doc["placement_verified"] is True
+    assert cached(doc) > 0.6
+    assert read_manifest(tmp_path / "cleanup-flame.json")["clean"] is True
