@@ -81,3 +81,14 @@ def test_offline_environment_is_set(monkeypatch):
     import os
 
     assert os.environ["VLLM_NO_USAGE_STATS"] == "1" and os.environ["VLLM_HOST_IP"] == "127.0.0.1"
+
+
+def test_vllm_engine_without_vllm_is_a_clear_error():
+    import importlib.util
+
+    from parity.engine import make_engine
+
+    if importlib.util.find_spec("torch") and importlib.util.find_spec("vllm"):
+        pytest.skip("vLLM is installed here")
+    with pytest.raises(ParityError, match="needs vLLM and torch"):
+        make_engine("vllm-sync")

@@ -100,10 +100,15 @@ def make_engine(kind: str, args: EngineArgs | None = None, **sim_options) -> Eng
         from parity.engine.sim import SimEngine
 
         return SimEngine(args, **sim_options)
+    from parity.errors import ParityError
+
     if kind in ("vllm-sync", "vllm-async"):
         from parity.engine.vllm_engines import VllmAsyncEngine, VllmSyncEngine
 
-        return (VllmSyncEngine if kind == "vllm-sync" else VllmAsyncEngine)(args)
-    from parity.errors import ParityError
+        try:
+            return (VllmSyncEngine if kind == "vllm-sync" else VllmAsyncEngine)(args)
+        except ImportError as exc:
+            raise ParityError(f"{kind} needs vLLM and torch ({exc.name} is missing): install parity[gpu] "
+                              f"on a GPU host, or use the sim engine on a CPU") from None
 
     raise ParityError(f"unknown engine {kind!r}: use one of {', '.join(ENGINES)}")
