@@ -409,3 +409,22 @@ def flame_run(cluster, flame_bin_dir, gpus, placements, traces, batch_limit, win
     finally:
         if getattr(flame, "receipt", None) is not None:
             write_manifest(out_dir / "cleanup-flame.json", flame.receipt)
+
+
+@main.command("check")
+@click.argument("trials", nargs=-1, required=True, type=click.Path(path_type=Path, exists=True))
+@click.option("--pinning-from", type=click.Path(path_type=Path, exists=True), default=None,
+              help="A trial whose shard -> GPU UUID mapping the others must match (the paired standalone run).")
+@friendly_errors
+def check_cmd(trials, pinning_from):
+    """Run the four per-request checks on trial manifests and write each one's verdict."""
+    from parity.checks import check_file, pinning_of
+    from parity.manifest import read_manifest
+
+    pinning = pinning_of(read_manifest(pinning_from)) if pinning_from else None
+    failed = 0
+    for path in trials:
+        verdict = check_file(path, pinning)
+        failed += verdict["status"] == "failed"
+        click.echo(f"{path}: {verdict['status']}" + "".join(f"\n  {r}" for r in verdict["reasons"]))
+    click.echo(f"{len(trials) - failed} passed, {failed} failed", err=True)
