@@ -25,6 +25,12 @@ def friendly_errors(command):
     return wrapper
 
 
+def log_summary(out_dir: Path, summary: dict) -> None:
+    """One line per run in OUT/summary.jsonl: a log to read at a glance, not a manifest."""
+    with (out_dir / "summary.jsonl").open("a") as log:
+        log.write(json.dumps(summary, sort_keys=True) + "\n")
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="parity")
 def main():
@@ -194,8 +200,7 @@ def engine_run(kind, traces, batches, warmup_rounds, model, load_format, engine_
                 click.echo(f"{summary['trace']}{f' (batch {batch})' if batch else ''}: {summary['requests']} requests, "
                            f"{summary['requests_per_s']:.3f} req/s ({label}), cached {summary['cached_share']:.2%}, "
                            f"{summary['duration_s']:.2f} s")
-                with (out_dir / "summary.jsonl").open("a") as log:  # a log of runs, one line each
-                    log.write(json.dumps(summary, sort_keys=True) + "\n")
+                log_summary(out_dir, summary)
 
 
 @main.group("sim")
@@ -284,8 +289,7 @@ def native_run(kind, gpus, routings, traces, repeats, warmup_rounds, experiment,
                     summary = run_trial(replica_set, routing, trace, out_dir / f"{trial_id}.json",
                                         experiment=experiment, trial_id=trial_id, warmup_rounds=warmup_rounds,
                                         log=lambda m: click.echo(m, err=True))
-                    with (out_dir / "summary.jsonl").open("a") as log:
-                        log.write(json.dumps(summary, sort_keys=True) + "\n")
+                    log_summary(out_dir, summary)
                     label = "simulated" if summary["simulated"] else "measured"
                     click.echo(f"{trial_id}: {summary['requests_per_s']:.3f} req/s ({label}), "
                                f"cached {summary['cached_share']:.2%}")
@@ -401,8 +405,7 @@ def flame_run(cluster, flame_bin_dir, gpus, placements, traces, batch_limit, win
                         summary = run_trial(flame.endpoint, len(gpus), settings, trace, out_dir / f"{trial_id}.json",
                                             experiment=experiment, trial_id=trial_id, warmup_rounds=warmup_rounds,
                                             stand_in=cluster == "standin", log=lambda m: click.echo(m, err=True))
-                        with (out_dir / "summary.jsonl").open("a") as log:
-                            log.write(json.dumps(summary, sort_keys=True) + "\n")
+                        log_summary(out_dir, summary)
                         label = ("simulated" if summary["simulated"] else "measured") + f", {summary['cluster']}"
                         click.echo(f"{trial_id}: {summary['requests_per_s']:.3f} req/s ({label}), "
                                    f"cached {summary['cached_share']:.2%}, {summary['batches']} batches")

@@ -16,7 +16,7 @@ from parity.errors import ParityError
 from parity.manifest import write_manifest
 from parity.native.client import NativeClient, Reply
 from parity.native.replicas import ReplicaSet
-from parity.record import Placement, cached_share, request_records, trial_manifest
+from parity.record import Placement, cached_share, package_versions, request_records, trial_manifest
 from parity.trace import load_trace, token_sha256
 
 
@@ -54,7 +54,7 @@ def run_trial(replicas: ReplicaSet, routing: str, trace_path: Path, out: Path, *
     records = request_records(trace, _completions(replies), placements)
     simulated = replicas.kind == "sim"
     engine = {"name": "sim-server" if simulated else "vllm-serve", "simulated": simulated,
-              "version": None if simulated else _vllm_version(), "args": replicas.args.to_dict()}
+              "version": None if simulated else package_versions()["vllm"], "args": replicas.args.to_dict()}
     config = {"path": "standalone", "routing": routing, "replicas": replicas.kind, "shards": len(by_shard),
               "warmup_rounds": warmup_rounds, "revision_salt": revision}
     doc = trial_manifest(trial_id=trial_id, experiment=experiment, system="vllm", engine=engine, trace=trace,
@@ -66,13 +66,3 @@ def run_trial(replicas: ReplicaSet, routing: str, trace_path: Path, out: Path, *
             "requests_per_s": doc["timing"]["requests_per_s"], "duration_s": doc["timing"]["duration_s"],
             "cached_share": cached_share(records), "simulated": simulated, "manifest": str(out)}
 
-
-def _vllm_version() -> str | None:
-    import importlib.metadata
-
-    try:
-        return importlib.metadata.version("vllm")
-    except importlib.metadata.PackageNotFoundError:
-        import vllm
-
-        return vllm.__version__
