@@ -1,0 +1,84 @@
+"""Statistics of trials and pairs, as the study reports them; nothing here runs anything.
+
+Per system: median [min–max] requests/s over passed trials. Per pair (a fresh standalone reference
+and a fresh Flame candidate on the same trace): the throughput ratio candidate / reference. Across
+pairs: the median difference, whether both medians are within 1%, and whether every pair reaches 99%.
+Failed trials never contribute a number; they are counted and named instead.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections import Counter
+from pathlib import Path
+
+from parity.manifest import file_ref, header, write_manifest
+
+TARGET = 0.99
+
+
+def rps(doc: dict) -> float:
+    return doc["timing"]["requests_per_s"]
+
+
+def passed(doc: dict) -> bool:
+    return doc["verdict"]["status"] == "passed"
+
+
+def summary(values: list[float]) -> dict:
+    """Median with the observed minimum and maximum."""
+    return {"n": len(values), "median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
+def describe(docs: list[dict]) -> dict:
+    """Median [min–max] requests/s of the passed trials, and which trials were left out."""
+    good = [d for d in docs if passed(d)]
+    out = {"excluded": [d["trial_id"] for d in docs if not passed(d)]}
+    if good:
+        out["requests_per_s"] = summary([rps(d) for d in good])
+        out["cached_share"] = summary([cached_share(d) for d in good])
+    return out
+
+
+def cached_share(doc: dict) -> float:
+    prompt = sum(r["prompt_tokens"] for r in doc["records"])
+    return sum(r["cached_tokens"] for r in doc["records"]) / prompt if prompt else 0.0
+
+
+def batch_histogram(doc: dict) -> dict[int, int]:
+    """How many tasks carried how many prompts (Flame trials)."""
+    return dict(sorted(Counter(doc.get("batch_sizes", [])).items()))
+
+
+def compare(pairs: list[tuple[dict, dict]]) -> dict:
+    """Paired scores of candidate vs reference; only pairs whose two trials both passed count."""
+    good = [(r, c) for r, c in pairs if passed(r) and passed(c)]
+    if not good:
+        return {"pairs": 0, "excluded_pairs": len(pairs)}
+    ratios = [rps(c) / rps(r) for r, c in good]
+    reference = statistics.median(rps(r) for r, _ in good)
+    candidate = statistics.median(rps(c) for _, c in good)
+    difference = candidate / reference - 1
+    return {"pairs": len(good), "excluded_pairs": len(pairs) - len(good),
+            "reference": summary([rps(r) for r, _ in good]), "candidate": summary([rps(c) for _, c in good]),
+            "ratios": ratios, "ratio_range": [min(ratios), max(ratios)], "median_difference": difference,
+            "medians_within_1pct": abs(difference) <= 1 - TARGET,
+            "every_pair_meets_99": all(x >= TARGET for x in ratios)}
+
+
+def write_pair(path: Path, index: int, reference: tuple[Path, dict], candidate: tuple[Path, dict]) -> dict:
+    """A pair manifest linking both trials by hash, with their ratio."""
+    (ref_path, ref), (cand_path, cand) = reference, candidate
+    if ref["trace_name"] != cand["trace_name"]:
+        from parity.errors import ParityError
+
+        raise ParityError(f"a pair needs one trace: {ref['trace_name']} vs {cand['trace_name']}")
+    ratio = rps(cand) / rps(ref)
+    doc = header("pair", simulated=ref["simulated"] or cand["simulated"]) | {
+        "trace_name": ref["trace_name"], "pair_index": index,
+        "reference": {"manifest": file_ref(ref_path, path.parent), "system": ref["system"], "requests_per_s": rps(ref)},
+        "candidate": {"manifest": file_ref(cand_path, path.parent), "system": cand["system"], "requests_per_s": rps(cand)},
+        "ratio": ratio, "meets_99": ratio >= TARGET,
+    }
+    write_manifest(path, doc)
+    return doc
