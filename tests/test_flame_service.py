@@ -14,6 +14,7 @@ from parity.errors import ParityError
 from parity.flame import codec, service
 from parity.flame.batcher import decode_output
 from parity.flame.service import ParityService, lease_gpu
+from parity.trace import token_sha256
 
 
 @pytest.fixture
@@ -43,6 +44,7 @@ def test_task_outputs_in_input_order_with_identity(lock_dir):
         doc = decode_output(svc.on_task_invoke(flamepy.TaskContext(task_id="1", session_id="s0", input=data)))
         assert [o["request_id"] for o in doc["outputs"]] == [p.request_id for p in prompts]
         assert all(o["output_token_ids"] == output_tokens(p.tokens, 128_256) for o, p in zip(doc["outputs"], prompts))
+        assert all(o["input_sha256"] == token_sha256(p.tokens) for o, p in zip(doc["outputs"], prompts))
         assert doc["worker"]["executor_id"] == "exec-7" and doc["worker"]["gpu_uuid"] == "sim-0"
         assert doc["timings"]["prompts"] == 4 and doc["timings"]["engine_s"] > 0
     finally:

@@ -20,8 +20,7 @@ from parity.trace import load_trace
 def run_burst(engine: Engine, prompts, batch: int | None) -> tuple[float, list]:
     """Release the burst and return (release time, completions in burst order)."""
     size = batch or len(prompts)
-    now = getattr(getattr(engine, "clock", None), "now", time.monotonic)
-    release = now()
+    release = engine.now()
     completions = []
     for start in range(0, len(prompts), size):
         completions += engine.generate(prompts[start:start + size])

@@ -46,13 +46,20 @@ def config_sha256(config: dict) -> str:
 
 
 def request_records(trace: Trace, completions: list[Completion], placements: list[Placement],
-                    prompts=None) -> list[dict]:
-    """One record per request, in burst order; the input hash is of what was actually submitted."""
-    prompts = trace.prompts if prompts is None else prompts
+                    input_hashes: list[str] | None = None) -> list[dict]:
+    """One record per request, in burst order.
+
+    `input_hashes` are the hashes of the token IDs the server or worker reports it received, so the
+    input check compares what arrived with the trace; without them (an engine called in-process, which
+    receives the trace's own arrays) the submitted prompts are hashed.
+    """
+    if input_hashes is None:
+        input_hashes = [token_sha256(p) for p in trace.prompts]
     records = []
-    for request, prompt, completion, place in zip(trace.requests, prompts, completions, placements, strict=True):
+    for request, input_hash, completion, place in zip(trace.requests, input_hashes, completions, placements,
+                                                      strict=True):
         record = {
-            "request_id": request.id, "position": request.position, "input_sha256": token_sha256(prompt),
+            "request_id": request.id, "position": request.position, "input_sha256": input_hash,
             "shard": place.shard, "worker_id": place.worker_id, "gpu_uuid": place.gpu_uuid,
             "prompt_tokens": completion.prompt_tokens, "cached_tokens": completion.cached_tokens,
             "output_token_ids": [int(t) for t in completion.output_token_ids],

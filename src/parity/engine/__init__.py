@@ -8,6 +8,7 @@ exactly 16 new tokens, EOS ignored, greedy. Engines know nothing about HTTP or F
 from __future__ import annotations
 
 import abc
+import time
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
@@ -79,6 +80,10 @@ class Engine(abc.ABC):
     @abc.abstractmethod
     def reset_prefix_cache(self) -> None:
         """Forget every cached prefix, so the next burst starts cold (between runs on one engine)."""
+
+    def now(self) -> float:
+        """The clock its Completion times use (wall by default; the simulator's may be virtual)."""
+        return time.monotonic()
 
     def close(self) -> None:
         """Release the device. Safe to call twice."""

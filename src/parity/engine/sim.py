@@ -365,6 +365,9 @@ class SimEngine(Engine):
 
     # -- description and teardown -----------------------------------------------------------------
 
+    def now(self) -> float:
+        return self.clock.now()
+
     def reset_prefix_cache(self) -> None:
         with self._lock:
             if not self.scheduler.idle:

@@ -38,6 +38,7 @@ class Result:
     batch_id: str
     worker: dict = field(default_factory=dict)
     task_timings: dict = field(default_factory=dict)  # the service's per-batch timings and GC pauses
+    input_sha256: str | None = None  # of the token IDs the worker decoded
 
 
 def encode_output(outputs: list[dict], worker: dict, timings: dict) -> bytes:
@@ -140,7 +141,7 @@ class Batcher:
                 continue
             future.set_result(Result(rid, out["output_token_ids"], int(out.get("prompt_tokens", tokens.size)),
                                      int(out["cached_tokens"]), submitted, complete, batch_id, doc["worker"],
-                                     doc.get("timings", {})))
+                                     doc.get("timings", {}), out.get("input_sha256")))
 
     def close(self) -> None:
         with self._lock:

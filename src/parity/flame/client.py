@@ -25,7 +25,7 @@ from parity.errors import ParityError
 from parity.flame.batcher import Batcher
 from parity.manifest import write_manifest
 from parity.record import Placement, cached_share, request_records, trial_manifest
-from parity.trace import load_trace
+from parity.trace import load_trace, token_sha256
 
 PLACEMENTS = ("global", "sticky")
 
@@ -182,7 +182,9 @@ def run_trial(endpoint: str, gpus: int, settings: FlameSettings, trace_path: Pat
                    for r in results]
     placements = [Placement(shard, r.worker.get("executor_id", "?"), r.worker.get("gpu_uuid", "?"), r.batch_id)
                   for shard, r in zip(shards, results)]
-    records = request_records(trace, completions, placements)
+    sent = [token_sha256(p) for p in trace.prompts]
+    received = [r.input_sha256 or s for r, s in zip(results, sent)]
+    records = request_records(trace, completions, placements, input_hashes=received)
     simulated = settings.engine == "sim"
     workers = {r.worker.get("executor_id"): r.worker for r in results}
     batches = {r.batch_id: {"batch_id": r.batch_id, "executor_id": r.worker.get("executor_id"), **r.task_timings}

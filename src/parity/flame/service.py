@@ -29,6 +29,7 @@ from parity.engine import EngineArgs, make_engine
 from parity.errors import ParityError
 from parity.flame import codec
 from parity.flame.batcher import encode_output
+from parity.trace import token_sha256
 
 GPU_LOCK_DIR = Path(os.environ.get("PARITY_GPU_LOCK_DIR", "/tmp/parity-gpu-locks"))
 
@@ -113,7 +114,8 @@ class ParityService(flamepy.FlameService):
         pauses, collections = self.gc.pause_s, self.gc.collections
         completions = self.engine.generate([p.tokens for p in prompts])
         inferred = time.perf_counter()
-        outputs = [{"request_id": p.request_id, "output_token_ids": [int(t) for t in c.output_token_ids],
+        outputs = [{"request_id": p.request_id, "input_sha256": token_sha256(p.tokens),
+                    "output_token_ids": [int(t) for t in c.output_token_ids],
                     "prompt_tokens": c.prompt_tokens, "cached_tokens": c.cached_tokens}
                    for p, c in zip(prompts, completions)]
         timings = {"decode_s": decoded - started, "engine_s": inferred - decoded, "prompts": len(prompts),

@@ -45,13 +45,14 @@ def run_trial(replicas: ReplicaSet, routing: str, trace_path: Path, out: Path, *
     replicas.reset_prefix_caches()
     trace, release, shards, replies, router_stats = asyncio.run(
         _run(replicas, routing, trace_path, warmup_rounds, revision, log))
-    echoed = [token_sha256(r.prompt_token_ids) if r.prompt_token_ids is not None else None for r in replies]
-    mismatched = [t.id for t, h in zip(trace.requests, echoed) if h is not None and h != t.sha256]
+    sent = [token_sha256(p) for p in trace.prompts]
+    echoed = [token_sha256(r.prompt_token_ids) if r.prompt_token_ids is not None else s for r, s in zip(replies, sent)]
+    mismatched = [t.id for t, h in zip(trace.requests, echoed) if h != t.sha256]
     if mismatched:
         raise ParityError(f"{len(mismatched)} replica(s) echoed prompts that differ from the trace, e.g. {mismatched[0]}")
     by_shard = replicas.replicas
     placements = [Placement(s, by_shard[s].worker_id, by_shard[s].reported_gpu or by_shard[s].gpu) for s in shards]
-    records = request_records(trace, _completions(replies), placements)
+    records = request_records(trace, _completions(replies), placements, input_hashes=echoed)
     simulated = replicas.kind == "sim"
     engine = {"name": "sim-server" if simulated else "vllm-serve", "simulated": simulated,
               "version": None if simulated else package_versions()["vllm"], "args": replicas.args.to_dict()}
