@@ -1,0 +1,398 @@
+"""The pinned image, audited offline: digest-pinned bases, a complete hash lock, and versions that agree.
+
+Apptainer is not installed here and Docker registries are not reachable, so these tests read the
+recipe rather than build it. Each rule also has a negative test on a deliberately broken copy.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shutil
+import stat
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.version import Version
+
+import parity
+from parity import container
+from parity.container import (
+    ContainerError,
+    canonical_name,
+    definition_problems,
+    final_stage,
+    lock_problems,
+    lock_subset,
+    parse_definition,
+    parse_lock,
+    read_definition,
+    read_lock,
+    version_disagreements,
+    write_image_manifest,
+)
+from parity.manifest import known_kinds, read_manifest, validate_document, validate_paths
+
+ROOT = Path(__file__).resolve().parents[1]
+DEF = ROOT / "containers" / "parity.def"
+LOCK = ROOT / "containers" / "requirements.lock"
+REQUIREMENTS_IN = ROOT / "containers" / "requirements.in"
+BUILD = ROOT / "containers" / "build.sh"
+
+# The study's pins (vllm.md, flame.md, mlperf.md in the project's reference sheets).
+STUDY_PINS = {"vllm": "0.28.0", "torch": "2.13.0", "flamepy": "0.6.0", "mlcommons-loadgen": "5.1.1"}
+# linux/amd64 digests from Flame's docs/releases/v0.6.0.md.
+FLAME_IMAGES = {
+    "fsm": "docker.io/xflops/flame-session-manager:v0.6.0"
+           "@sha256:5f2e9c56d09bf50bd838781e753597bc8a49289a97a578a0c2603166f506dbbb",
+    "fem": "docker.io/xflops/flame-executor-manager:v0.6.0"
+           "@sha256:f9bef1492cefd61b130c5208aca3ed626d9ae5436600188e392663aa01972477",
+}
+FLAME_BINARIES = {"fsm": "/usr/local/flame/bin/flame-session-manager",
+                  "fem": "/usr/local/flame/bin/flame-executor-manager"}
+# Hashes published independently of PyPI's index: Flame's release notes and the MLPerf sheet.
+REFERENCE_HASHES = {
+    "flamepy": "0b4b34152b1d27d14ba1313d3970379822967fbc26a0aa5cf096ef1163ec7c54",
+    "mlcommons-loadgen": "d63e2bb2bf0f7547b1424df3c6c882f5fa0880e8a7641f42565412fe22b3e7d9",
+}
+
+
+@pytest.fixture(scope="module")
+def stages():
+    return read_definition(DEF)
+
+
+@pytest.fixture(scope="module")
+def final(stages):
+    return final_stage(stages)
+
+
+@pytest.fixture(scope="module")
+def pins():
+    return read_lock(LOCK)
+
+
+@pytest.fixture(scope="module")
+def pyproject():
+    return tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def _joined(lines: list[str]) -> list[str]:
+    """Script lines with backslash continuations joined."""
+    out, current = [], ""
+    for line in lines:
+        if line.endswith("\\"):
+            current += line[:-1] + " "
+        else:
+            out.append(current + line)
+            current = ""
+    return out
+
+
+def range_violations(pyproject: dict, pins: dict) -> list[str]:
+    """Requirements of pyproject.toml (runtime, gpu, workflow) that the lock misses or does not satisfy."""
+    project = pyproject["project"]
+    declared = project["dependencies"] + [r for extra in ("gpu", "workflow")
+                                          for r in project["optional-dependencies"][extra]]
+    problems = []
+    for text in declared:
+        requirement = Requirement(text)
+        pin = pins.get(canonical_name(requirement.name))
+        if pin is None:
+            problems.append(f"{requirement.name} is not in the lock")
+        elif not requirement.specifier.contains(Version(pin.version), prereleases=True):
+            problems.append(f"{requirement.name}=={pin.version} is outside pyproject's {requirement.specifier}")
+    return problems
+
+
+# ---- the def file ------------------------------------------------------------------------------
+
+def test_bootstrap_is_the_first_line():
+    assert DEF.read_text(encoding="utf-8").splitlines()[0] == "Bootstrap: docker"
+
+
+def test_every_stage_is_pinned_by_digest(stages):
+    assert definition_problems(stages) == []
+    assert [stage.name for stage in stages] == ["fsm", "fem", "final"]
+    for stage in stages:
+        assert re.search(r"@sha256:[0-9a-f]{64}$", stage.base), stage.base
+
+
+def test_flame_stages_are_the_v060_release_images(stages, final):
+    by_name = {stage.name: stage for stage in stages}
+    for name, image in FLAME_IMAGES.items():
+        assert by_name[name].base == image
+        sources = [source for source, _ in final.files(name)]
+        assert sources == [FLAME_BINARIES[name]]
+        destination = final.files(name)[0][1]
+        assert destination == "/usr/local/bin/" + Path(FLAME_BINARIES[name]).name
+
+
+def test_final_stage_is_a_cuda13_runtime_on_ubuntu_2404(final):
+    assert re.fullmatch(r"docker\.io/nvidia/cuda:13\.\d+\.\d+-runtime-ubuntu24\.04@sha256:[0-9a-f]{64}", final.base)
+    tag = final.base.split(":", 1)[1].split("@")[0]
+    assert final.labels()["parity.base"] == f"nvidia/cuda:{tag}"
+
+
+def test_host_files_exist_and_the_lock_is_the_one_tested(final):
+    pairs = final.files()
+    for source, _ in pairs:
+        assert (ROOT / source).exists(), source
+    assert dict(pairs)["containers/requirements.lock"] == "/opt/parity/requirements.lock"
+
+
+def test_post_installs_only_hash_locked_packages(final):
+    installs = [cmd for cmd in _joined(final.lines("post")) if re.search(r"\bpip install\b", cmd)]
+    assert len(installs) == 3
+    build_backends, locked, project = installs
+    for cmd in (build_backends, locked):
+        assert "--require-hashes" in cmd.split() and "--no-deps" in cmd.split()
+    assert "-r /opt/parity/requirements.lock" in locked
+    assert "--no-build-isolation" in locked.split()
+    assert project.split()[-1] == "/opt/parity/src"
+    assert {"--no-index", "--no-deps", "--no-build-isolation"} <= set(project.split())
+
+
+def test_build_backends_installed_first_are_in_the_lock(final):
+    text = LOCK.read_text(encoding="utf-8")
+    command = next(cmd for cmd in _joined(final.lines("post")) if "lock_subset" in cmd)
+    names = command.split("/opt/parity/requirements.lock", 1)[1].split(">", 1)[0].split()
+    assert {"setuptools", "hatchling"} <= set(names)
+    subset = parse_lock(lock_subset(text, names))
+    full = parse_lock(text)
+    assert {name: full[name].hashes for name in subset} == {name: pin.hashes for name, pin in subset.items()}
+
+
+def test_test_section_checks_the_study_versions(final, pins, pyproject):
+    expected = final.expectations()
+    assert set(expected) == {"vllm", "torch", "flamepy", "mlcommons-loadgen", "snakemake", "parity"}
+    assert expected["torch"] == ("torch", "2.13.0+cu130")
+    assert expected["mlcommons-loadgen"][0] == "mlperf_loadgen"
+    for dist, version in STUDY_PINS.items():
+        assert expected[dist][1].split("+")[0] == version
+    assert expected["snakemake"][1] == pins["snakemake"].version
+    assert expected["parity"][1] == pyproject["project"]["version"] == parity.__version__
+
+
+def test_test_section_and_labels_agree_with_the_lock(stages, final, pins, pyproject):
+    assert version_disagreements(stages, pins) == []
+    labels = final.labels()
+    for dist, (_module, version) in final.expectations().items():
+        assert labels[f"version.{dist}"] == version
+    assert labels["version.parity"] == pyproject["project"]["version"]
+
+
+def test_runscript_runs_parity_and_environment_pins_the_hash_seed(final):
+    assert re.fullmatch(r'exec (\S*/)?parity "\$@"', " ".join(final.lines("runscript")))
+    environment = "\n".join(final.lines("environment"))
+    assert 'PATH="/opt/venv/bin:' in environment
+    assert "PYTHONHASHSEED" in environment
+
+
+# ---- the lock ----------------------------------------------------------------------------------
+
+def test_lock_pins_every_requirement_with_a_hash(pins):
+    assert lock_problems(LOCK.read_text(encoding="utf-8")) == []
+    assert len(pins) > 100  # the full transitive closure of vLLM, not just the top level
+    for pin in pins.values():
+        assert pin.hashes and all(re.fullmatch(r"[0-9a-f]{64}", h) for h in pin.hashes)
+
+
+def test_lock_has_the_study_pins(pins):
+    for dist, version in STUDY_PINS.items():
+        assert pins[dist].version == version
+    assert Version(pins["snakemake"].version).major == 9
+    # vLLM excludes protobuf 6.30-6.33.4 and flamepy needs >=6.31 (flame.md), so only >=6.33.5 fits both.
+    assert Version(pins["protobuf"].version) >= Version("6.33.5")
+
+
+def test_lock_hashes_match_independently_published_ones(pins):
+    for dist, sha in REFERENCE_HASHES.items():
+        assert sha in pins[dist].hashes
+
+
+def test_pyproject_ranges_admit_the_locked_versions(pyproject, pins):
+    assert range_violations(pyproject, pins) == []
+
+
+def test_requirements_in_is_satisfied_by_the_lock(pins):
+    for line in REQUIREMENTS_IN.read_text(encoding="utf-8").splitlines():
+        line = line.split("#", 1)[0].strip()
+        if not line:
+            continue
+        requirement = Requirement(line)
+        pin = pins[canonical_name(requirement.name)]
+        assert requirement.specifier.contains(Version(pin.version), prereleases=True), (line, pin.version)
+
+
+def test_lock_has_no_unverified_pins():
+    assert "UNVERIFIED" not in LOCK.read_text(encoding="utf-8")
+
+
+# ---- negative cases: broken copies must fail ---------------------------------------------------
+
+def _broken_def(tmp_path: Path, old: str, new: str) -> list:
+    text = DEF.read_text(encoding="utf-8")
+    assert old in text
+    path = tmp_path / "broken.def"
+    path.write_text(text.replace(old, new, 1), encoding="utf-8")
+    return read_definition(path)
+
+
+def test_an_unpinned_base_image_fails(tmp_path, stages):
+    cuda = final_stage(stages).base
+    broken = _broken_def(tmp_path, cuda, cuda.split("@")[0])
+    problems = definition_problems(broken)
+    assert len(problems) == 1 and "not pinned by @sha256" in problems[0]
+
+
+def test_a_short_or_uppercase_digest_fails(tmp_path):
+    broken = _broken_def(tmp_path, "@sha256:5f2e9c56", "@sha256:5F2E9C56")
+    assert any("stage fsm" in p for p in definition_problems(broken))
+    broken = _broken_def(tmp_path, "5f2e9c56d09bf50bd838781e753597bc8a49289a97a578a0c2603166f506dbbb", "5f2e9c56")
+    assert any("stage fsm" in p for p in definition_problems(broken))
+
+
+def test_a_pip_install_without_hashes_fails(tmp_path):
+    broken = _broken_def(tmp_path, "    /opt/venv/bin/pip check\n",
+                         "    /opt/venv/bin/pip install vllm\n    /opt/venv/bin/pip check\n")
+    problems = definition_problems(broken)
+    assert any("without --no-deps" in p for p in problems)
+    assert any("neither --require-hashes nor --no-index" in p for p in problems)
+
+
+def test_a_version_that_disagrees_with_the_lock_fails(tmp_path, pins):
+    broken = _broken_def(tmp_path, "expect vllm vllm 0.28.0", "expect vllm vllm 0.27.0")
+    assert version_disagreements(broken, pins) == ["%test expects vllm 0.27.0, the lock has 0.28.0"]
+    broken = _broken_def(tmp_path, "version.flamepy 0.6.0", "version.flamepy 0.5.0")
+    assert version_disagreements(broken, pins) == ["%labels says version.flamepy 0.5.0, the lock has 0.6.0"]
+
+
+def test_a_lock_outside_pyproject_ranges_fails(pyproject, pins):
+    moved = dict(pins) | {"vllm": container.Pin("vllm", "0.29.0", pins["vllm"].hashes, 0)}
+    assert range_violations(pyproject, moved) == ["vllm==0.29.0 is outside pyproject's <0.29,>=0.26.0"]
+    missing = {name: pin for name, pin in pins.items() if name != "flamepy"}
+    assert range_violations(pyproject, missing) == ["flamepy is not in the lock"]
+
+
+HASH = "--hash=sha256:" + "a" * 64
+
+
+@pytest.mark.parametrize(("lock", "why"), [
+    (f"vllm>=0.28.0 {HASH}\n", "not pinned to one exact version"),
+    ("vllm\n", "not pinned to one exact version"),
+    ("vllm==0.28.0\n", "has no --hash=sha256:"),
+    ("vllm==0.28.0 --hash=md5:abc\n", "not a --hash=sha256:<64 hex> option"),
+    (f"vllm==0.28.0 --hash=sha256:{'a' * 63}\n", "not a --hash=sha256:<64 hex> option"),
+    (f"vllm==0.28.0 {HASH}\nVLLM==0.28.0 {HASH}\n", "locked twice"),
+    (f"-e ./src\nvllm==0.28.0 {HASH}\n", "option '-e' outside a requirement"),
+    (f"--extra-index-url https://example.invalid/simple\nvllm==0.28.0 {HASH}\n", "outside a requirement"),
+    (f"# UNVERIFIED: no hash could be checked\ntorch==2.13.0+cu130 {HASH}\n", "marked UNVERIFIED"),
+])
+def test_an_unpinned_lock_fails(tmp_path, lock, why):
+    path = tmp_path / "requirements.lock"
+    path.write_text(lock, encoding="utf-8")
+    problems = lock_problems(path.read_text(), source=str(path))
+    assert problems and why in problems[0], problems
+    with pytest.raises(ContainerError, match=re.escape(why)):
+        read_lock(path)
+
+
+def test_lock_continuations_and_comments_parse():
+    text = f"# header\n\nvllm==0.28.0 \\\n    {HASH} \\\n    --hash=sha256:{'b' * 64}\n    # via x\nclick==8.1.8 {HASH}\n"
+    pins = parse_lock(text)
+    assert pins["vllm"].hashes == ("a" * 64, "b" * 64)
+    assert pins["click"].version == "8.1.8"
+    assert parse_lock(lock_subset(text, ["vllm"])) == {"vllm": container.Pin("vllm", "0.28.0", pins["vllm"].hashes, 1)}
+    with pytest.raises(ContainerError, match="not in the lock: numpy"):
+        lock_subset(text, ["numpy"])
+
+
+def test_malformed_definitions_are_refused():
+    with pytest.raises(ContainerError, match="before any Bootstrap"):
+        parse_definition("%post\n    true\n")
+    with pytest.raises(ContainerError, match="expected a 'Keyword: value' header"):
+        parse_definition("Bootstrap: docker\nFrom ubuntu\n")
+    with pytest.raises(ContainerError, match="no Bootstrap"):
+        parse_definition("# nothing\n")
+    stages = parse_definition("Bootstrap: docker\nFrom: ubuntu:24.04\nBootstrap: oras\nFrom: x@sha256:" + "0" * 64 + "\n")
+    problems = definition_problems(stages)
+    assert any("not pinned" in p for p in problems)
+    assert any("Bootstrap must be docker" in p for p in problems)
+    assert any("needs Stage:" in p for p in problems)
+
+
+def test_script_lines_that_look_like_sections_stay_in_their_section():
+    stages = parse_definition("Bootstrap: docker\nFrom: a@sha256:" + "0" * 64 + "\n%post\n"
+                              "    printf '%files\\n'\n    %test is not a section when indented\n%test\n    true\n")
+    assert stages[0].lines("post") == ["printf '%files\\n'", "%test is not a section when indented"]
+    assert stages[0].lines("test") == ["true"]
+
+
+# ---- the image manifest and the build script ---------------------------------------------------
+
+def _image_doc(tmp_path: Path) -> tuple[dict, Path]:
+    sif = tmp_path / "parity.sif"
+    sif.write_bytes(b"not really a SIF")
+    out = tmp_path / "manifests" / "image.json"
+    ref = write_image_manifest(sif, DEF, LOCK, out, tested=False, apptainer_version="apptainer version 1.4.5")
+    assert Path(ref["path"]) == out
+    return read_manifest(out), out
+
+
+def test_image_manifest_validates_and_links_the_recipe_by_hash(tmp_path):
+    assert "image" in known_kinds()  # schemas/image.schema.json is discovered like every other kind
+    doc, out = _image_doc(tmp_path)
+    assert doc["kind"] == "image" and doc["simulated"] is False
+    assert doc["image"]["name"] == "parity.sif" and doc["image"]["bytes"] == len(b"not really a SIF")
+    assert doc["pins"]["vllm"] == "0.28.0" and doc["pins"]["torch"] == "2.13.0"
+    assert [s["stage"] for s in doc["stages"]] == ["fsm", "fem", "final"]
+    assert validate_paths([out]) == (1, [])
+
+
+def test_image_manifest_schema_rejects_an_unpinned_stage(tmp_path):
+    doc, _ = _image_doc(tmp_path)
+    doc["stages"][2]["from"] = "docker.io/nvidia/cuda:13.0.1-runtime-ubuntu24.04"
+    problems = validate_document(doc)
+    assert [(p.pointer, p.rule) for p in problems] == [("/stages/2/from", "pattern")]
+
+
+def test_build_script_is_valid_bash():
+    subprocess.run(["bash", "-n", str(BUILD)], check=True)
+    assert os.access(BUILD, os.X_OK)
+
+
+def test_build_script_records_the_image_with_a_stand_in_apptainer(tmp_path):
+    """A fake `apptainer` on PATH writes the SIF; the script must hash it and write a valid manifest."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    fake = bin_dir / "apptainer"
+    fake.write_text('#!/bin/sh\nif [ "$1" = --version ]; then echo "apptainer version 0.0.0-fake"; exit 0; fi\n'
+                    'echo "$@" > "$FAKE_LOG"\n'
+                    'eval "sif=\\${$(($# - 1))}"\nprintf "sif bytes" > "$sif"\n')
+    fake.chmod(fake.stat().st_mode | stat.S_IXUSR)
+    sif, manifest_path = tmp_path / "out" / "parity.sif", tmp_path / "manifests" / "image.json"
+    env = os.environ | {"PATH": f"{bin_dir}:{os.environ['PATH']}", "PYTHON": sys.executable,
+                        "FAKE_LOG": str(tmp_path / "apptainer.log")}
+    result = subprocess.run([str(BUILD), "--notest", "--out", str(sif), "--manifest", str(manifest_path),
+                             "--", "--fakeroot"], env=env, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert (tmp_path / "apptainer.log").read_text().split() == [
+        "build", "--force", "--notest", "--fakeroot", str(sif), "containers/parity.def"]
+    doc = read_manifest(manifest_path)
+    assert doc["image"]["sha256"] == hashlib.sha256(b"sif bytes").hexdigest()
+    assert doc["tested"] is False and doc["apptainer_version"] == "apptainer version 0.0.0-fake"
+    assert validate_paths([manifest_path]) == (1, [])
+
+
+def test_build_script_refuses_without_apptainer(tmp_path):
+    if shutil.which("apptainer"):
+        pytest.skip("apptainer is installed here")
+    env = os.environ | {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable}
+    result = subprocess.run([str(BUILD)], env=env, capture_output=True, text=True)
+    assert result.returncode == 1 and "apptainer is not installed" in result.stderr
