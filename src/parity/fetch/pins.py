@@ -1,0 +1,117 @@
+"""Pins files: which files to fetch from where, and the SHA-256 each must have.
+
+A pin is either a hex digest or `null`. A null pin is filled in once, by a fetch run with
+`--record-pins` on a trusted network, and from then on only verified: a recorded pin is never
+overwritten. Pins files are plain JSON (no `kind`), so `parity validate` leaves them alone.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+from urllib.parse import urlsplit
+
+from parity.fetch.errors import FetchError
+from parity.manifest import atomic_write_text
+
+SHA256 = re.compile(r"[0-9a-f]{64}")
+COMMIT = re.compile(r"[0-9a-f]{40}")
+SOURCE_TYPES = ("huggingface", "url")
+SECTIONS = ("files", "derived")
+
+
+def plain_url(url) -> bool:
+    """An http(s) URL with no credentials in it: receipts and logs may show it."""
+    if not isinstance(url, str):
+        return False
+    parts = urlsplit(url)
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and "@" not in parts.netloc
+
+
+@dataclass
+class Pins:
+    path: Path
+    doc: dict
+
+    @classmethod
+    def load(cls, path: Path | str) -> Pins:
+        path = Path(path)
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise FetchError(f"{path}: no such pins file") from None
+        except (OSError, ValueError) as exc:
+            raise FetchError(f"{path}: not a readable JSON pins file: {exc}") from None
+        pins = cls(path, doc)
+        pins._check()
+        return pins
+
+    def _check(self) -> None:
+        """Refuse a malformed pins file before anything is downloaded."""
+        doc, where = self.doc, self.path
+        source = doc.get("source") if isinstance(doc, dict) else None
+        if not isinstance(source, dict) or source.get("type") not in SOURCE_TYPES:
+            raise FetchError(f"{where}: needs a source with type one of {', '.join(SOURCE_TYPES)}")
+        if source["type"] == "huggingface":
+            if not isinstance(source.get("repo"), str) or source.get("repo_type", "model") not in ("model", "dataset"):
+                raise FetchError(f"{where}: a huggingface source needs repo and repo_type model|dataset")
+            revision = source.get("revision")
+            if revision is not None and not (isinstance(revision, str) and COMMIT.fullmatch(revision)):
+                raise FetchError(f"{where}: revision must be a full 40-hex commit (or null until recorded), "
+                                 f"not {revision!r}: a branch or tag can move")
+        elif not plain_url(source.get("url")):
+            raise FetchError(f"{where}: a url source needs an http(s) url without user:password@")
+        if not isinstance(doc.get("files"), dict) or not doc["files"]:
+            raise FetchError(f"{where}: files must name at least one file")
+        for section in SECTIONS:
+            for name, entry in (doc.get(section) or {}).items():
+                path = PurePosixPath(name)
+                if path.is_absolute() or ".." in path.parts or not name or "\\" in name:
+                    raise FetchError(f"{where}: {section} name {name!r} must be a relative path inside the destination")
+                if not isinstance(entry, dict) or "sha256" not in entry:
+                    raise FetchError(f"{where}: {section}[{name!r}] must be an object with sha256 (hex or null)")
+                if "url" in entry and not plain_url(entry["url"]):
+                    raise FetchError(f"{where}: {section}[{name!r}].url must be http(s) without user:password@")
+                digest = entry["sha256"]
+                if digest is not None and not (isinstance(digest, str) and SHA256.fullmatch(digest)):
+                    raise FetchError(f"{where}: {section}[{name!r}].sha256 must be 64 lower-case hex digits or null")
+
+    @property
+    def source(self) -> dict:
+        return self.doc["source"]
+
+    def names(self, section: str = "files") -> list[str]:
+        return list(self.doc.get(section) or {})
+
+    def entry(self, name: str, section: str = "files") -> dict:
+        try:
+            return self.doc[section][name]
+        except KeyError:
+            raise FetchError(f"{self.path}: no pin for {name!r} in {section}") from None
+
+    def sha256(self, name: str, section: str = "files") -> str | None:
+        return self.entry(name, section)["sha256"]
+
+    def unpinned(self, section: str = "files") -> list[str]:
+        return [name for name in self.names(section) if self.sha256(name, section) is None]
+
+    def record(self, name: str, digest: str, section: str = "files") -> None:
+        """Fill in a null pin and save at once, so an interrupted run keeps what it already verified."""
+        current = self.sha256(name, section)
+        if current is not None and current != digest:
+            raise FetchError(f"{self.path}: {name} is pinned to {current}; refusing to re-pin it to {digest}")
+        self.doc[section][name]["sha256"] = digest
+        self._save()
+
+    def record_revision(self, revision: str) -> None:
+        if not COMMIT.fullmatch(revision):
+            raise FetchError(f"{self.path}: refusing to record revision {revision!r}: not a full commit hash")
+        if self.source.get("revision") not in (None, revision):
+            raise FetchError(f"{self.path}: revision is pinned to {self.source['revision']}, not {revision}")
+        self.source["revision"] = revision
+        self._save()
+
+    def _save(self) -> None:
+        atomic_write_text(self.path, json.dumps(self.doc, indent=2, ensure_ascii=False) + "\n")

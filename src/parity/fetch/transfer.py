@@ -1,0 +1,115 @@
+"""Download, verify, rename: the one path by which a fetched file reaches its destination.
+
+Each file is downloaded into a fresh staging folder inside the destination (same filesystem, so the
+final rename is atomic), hashed, compared with its pin, and only then renamed into place. Whatever
+goes wrong (a mismatch, a dropped connection, Ctrl-C, a full disk) the staging folder is removed, so
+nothing half-written is ever left where a later step could read it. A file already in place whose
+hash matches its pin is re-hashed and kept, not downloaded again.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import shutil
+import tempfile
+from collections.abc import Callable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from parity.fetch.errors import FetchError
+from parity.fetch.pins import Pins
+from parity.manifest import header, sha256_file, write_manifest
+
+STAGING_PREFIX = ".fetch-"
+
+# download(name, staging_dir) -> path of the downloaded file, somewhere inside staging_dir
+Downloader = Callable[[str, Path], Path]
+
+
+@dataclass(frozen=True)
+class FileResult:
+    """One line of a receipt: what the file hashed to, what it was pinned to, and what was done."""
+
+    name: str
+    sha256: str
+    bytes: int
+    pinned_sha256: str | None
+    verified: bool
+    downloaded: bool
+
+
+def require_pins(pins: Pins, names: list[str], *, record_pins: bool, section: str = "files") -> None:
+    """Fail before any download if a file has no pin and this run may not record one."""
+    missing = [name for name in names if pins.sha256(name, section) is None]
+    if missing and not record_pins:
+        raise FetchError(f"{pins.path}: no SHA-256 pinned yet for {', '.join(missing)}; "
+                         "run once with --record-pins on a trusted network to record them")
+
+
+def fetch_files(pins: Pins, dest: Path, download: Downloader, *, record_pins: bool,
+                log: Callable[[str], None]) -> list[FileResult]:
+    """Bring every pinned file into `dest`, verified; record null pins only when `record_pins`."""
+    names = pins.names()
+    require_pins(pins, names, record_pins=record_pins)
+    created = not dest.exists()
+    dest.mkdir(parents=True, exist_ok=True)
+    results = []
+    try:
+        for name in names:
+            results.append(_fetch_one(pins, dest, name, download, record_pins=record_pins, log=log))
+    except BaseException:
+        if created and not any(dest.iterdir()):
+            dest.rmdir()  # leave no empty folder behind either
+        raise
+    return results
+
+
+def _fetch_one(pins: Pins, dest: Path, name: str, download: Downloader, *, record_pins: bool,
+               log: Callable[[str], None]) -> FileResult:
+    target = dest / name
+    pinned = pins.sha256(name)
+    if pinned is not None and target.is_file():
+        on_disk = sha256_file(target)
+        if on_disk == pinned:
+            log(f"{name}: already present and verified (sha256 {pinned}); not downloaded again")
+            return FileResult(name, on_disk, target.stat().st_size, pinned, True, False)
+        log(f"{name}: on disk with sha256 {on_disk}, pinned {pinned}; downloading it again")
+    staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=dest))
+    try:
+        got = Path(download(name, staging))
+        digest = sha256_file(got)
+        if pinned is not None and digest != pinned:
+            raise FetchError(f"{name}: SHA-256 mismatch: pinned {pinned}, downloaded {digest}; "
+                             "the download was discarded")
+        target.parent.mkdir(parents=True, exist_ok=True)
+        size = got.stat().st_size
+        os.replace(got, target)
+    except OSError as exc:
+        what = "no space left on device" if exc.errno == errno.ENOSPC else (exc.strerror or str(exc))
+        raise FetchError(f"{name}: {what} under {dest}; the partial download was removed") from None
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
+    if pinned is None:
+        pins.record(name, digest)
+        log(f"{name}: downloaded; pin recorded in {pins.path} (sha256 {digest})")
+    else:
+        log(f"{name}: downloaded and verified (sha256 {digest})")
+    return FileResult(name, digest, size, pinned, pinned is not None, True)
+
+
+def write_receipt(path: Path, source: dict, results: list[FileResult], *, token_used: bool, pins: Pins,
+                  **extra) -> Path:
+    """The fetch-receipt manifest: source, each file's hash against its pin, whether a token was used.
+
+    `source` holds only type/repo/revision/url (the schema's fields); nothing here ever holds a token.
+    """
+    doc = header("fetch-receipt", simulated=False) | {
+        "source": source,
+        "files": [asdict(result) for result in results],
+        "token_used": bool(token_used),
+        "pins_file": str(pins.path),
+        "pins_recorded": [r.name for r in results if r.pinned_sha256 is None],
+    } | extra
+    write_manifest(path, doc)
+    return path

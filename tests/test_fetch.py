@@ -1,0 +1,532 @@
+"""The fetch layer, offline: a local HTTP server on 127.0.0.1 and a fake Hugging Face Hub.
+
+What must hold: a file reaches its destination only after its SHA-256 matched its pin; a mismatch,
+a cut connection, Ctrl-C or a full disk leaves nothing behind; a verified file is not downloaded
+again; pins are recorded once and then only verified; the token never reaches a receipt or a log.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import http.server
+import io
+import json
+import os
+import threading
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+from huggingface_hub.errors import GatedRepoError, RevisionNotFoundError
+
+from parity.cli import main
+from parity.fetch import FetchError, Pins, fetch_pinned, hub, web
+from parity.fetch.articles import convert, derive
+from parity.fetch.transfer import STAGING_PREFIX
+from parity.manifest import read_manifest, validate_document, validate_paths
+
+COMMIT = "a2856192dd7c25b842431f39c179a6c2c2f627d1"
+OTHER_COMMIT = "0" * 40
+TOKEN = "hf_SENTINELtoken0123456789abcdef"
+FILES = {"config.json": b'{"model_type": "llama"}\n', "tokenizer.json": b'{"version": "1.0"}\n' * 50}
+
+
+def sha(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def leftovers(folder: Path) -> list[str]:
+    """Everything under `folder` (relative paths), hidden files included: must be [] after a failure."""
+    return sorted(str(p.relative_to(folder)) for p in folder.rglob("*")) if folder.exists() else []
+
+
+def write_pins(path: Path, source: dict, files: dict, derived: dict | None = None) -> Path:
+    doc = {"source": source, "files": {name: {"sha256": digest} for name, digest in files.items()}}
+    if derived is not None:
+        doc["derived"] = derived
+    path.write_text(json.dumps(doc, indent=2))
+    return path
+
+
+# ---- a local HTTP file server ------------------------------------------------------------------
+
+class Server:
+    """Serves `routes` {path: bytes}; `short` {path: n} announces the full length but sends n bytes."""
+
+    def __init__(self):
+        self.routes: dict[str, bytes] = {}
+        self.short: dict[str, int] = {}
+        self.hits: dict[str, int] = {}
+        server = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                server.hits[self.path] = server.hits.get(self.path, 0) + 1
+                body = server.routes.get(self.path)
+                if body is None:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body[: server.short.get(self.path, len(body))])
+                if self.path in server.short:
+                    self.close_connection = True
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
+        self.thread.start()
+
+    def close(self):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+@pytest.fixture
+def server():
+    srv = Server()
+    yield srv
+    srv.close()
+
+
+@pytest.fixture
+def url_pins(tmp_path, server):
+    """Two files served under /data/, pinned to their true hashes."""
+    for name, data in FILES.items():
+        server.routes[f"/data/{name}"] = data
+    return write_pins(tmp_path / "pins.json", {"type": "url", "url": f"{server.url}/data"},
+                      {name: sha(data) for name, data in FILES.items()})
+
+
+def run_fetch(pins: Path, dest: Path, **kwargs):
+    lines = []
+    receipt = fetch_pinned(pins, dest, log=lines.append, **kwargs)
+    return receipt, lines
+
+
+# ---- URL sources -------------------------------------------------------------------------------
+
+def test_good_fetch_writes_verified_files_and_a_valid_receipt(tmp_path, url_pins):
+    dest = tmp_path / "dest"
+    receipt, _ = run_fetch(url_pins, dest)
+    for name, data in FILES.items():
+        assert (dest / name).read_bytes() == data
+    doc = read_manifest(receipt)
+    assert receipt == dest / "fetch-receipt.json"
+    assert validate_document(doc) == []
+    assert doc["kind"] == "fetch-receipt" and doc["token_used"] is False
+    assert doc["source"]["type"] == "url"
+    assert [f["name"] for f in doc["files"]] == list(FILES)
+    assert all(f["verified"] and f["downloaded"] and f["sha256"] == f["pinned_sha256"] for f in doc["files"])
+    assert leftovers(dest) == sorted([*FILES, "fetch-receipt.json"])  # no staging folder left
+    assert validate_paths([receipt]) == (1, [])
+
+
+def test_already_verified_file_is_rehashed_not_downloaded_again(tmp_path, url_pins, server):
+    dest = tmp_path / "dest"
+    run_fetch(url_pins, dest)
+    receipt, lines = run_fetch(url_pins, dest)
+    assert all(count == 1 for count in server.hits.values())
+    assert all(not f["downloaded"] and f["verified"] for f in read_manifest(receipt)["files"])
+    assert any("not downloaded again" in line for line in lines)
+
+
+def test_file_on_disk_that_no_longer_matches_is_downloaded_again(tmp_path, url_pins, server):
+    dest = tmp_path / "dest"
+    run_fetch(url_pins, dest)
+    (dest / "config.json").write_bytes(b"tampered")
+    run_fetch(url_pins, dest)
+    assert (dest / "config.json").read_bytes() == FILES["config.json"]
+    assert server.hits["/data/config.json"] == 2 and server.hits["/data/tokenizer.json"] == 1
+
+
+def test_corrupted_file_is_refused_naming_the_file_and_both_hashes(tmp_path, url_pins, server):
+    corrupt = bytearray(FILES["tokenizer.json"])
+    corrupt[10] ^= 0xFF
+    server.routes["/data/tokenizer.json"] = bytes(corrupt)
+    dest = tmp_path / "dest"
+    with pytest.raises(FetchError) as info:
+        run_fetch(url_pins, dest)
+    message = str(info.value)
+    assert "tokenizer.json" in message and sha(FILES["tokenizer.json"]) in message and sha(bytes(corrupt)) in message
+    assert not (dest / "tokenizer.json").exists() and not (dest / "fetch-receipt.json").exists()
+    assert not [p for p in leftovers(dest) if STAGING_PREFIX in p]
+
+
+def test_truncated_file_fails_verification(tmp_path, url_pins, server):
+    server.routes["/data/config.json"] = FILES["config.json"][:-5]  # a short file, served cleanly
+    dest = tmp_path / "dest"
+    with pytest.raises(FetchError, match="config.json: SHA-256 mismatch"):
+        run_fetch(url_pins, dest)
+    assert leftovers(dest) == []  # the folder this run created is gone too
+
+
+def test_connection_cut_mid_body_leaves_nothing(tmp_path, url_pins, server):
+    server.short["/data/tokenizer.json"] = 7  # Content-Length says more than is sent
+    dest = tmp_path / "dest"
+    with pytest.raises(FetchError, match="tokenizer.json: download from .* failed"):
+        run_fetch(url_pins, dest)
+    assert not (dest / "tokenizer.json").exists()
+    assert not [p for p in leftovers(dest) if STAGING_PREFIX in p]
+
+
+def test_interruption_leaves_nothing_behind(tmp_path, url_pins, monkeypatch):
+    real = web.download_url
+
+    def interrupted(url, target, *, label):
+        real(url, target, label=label)  # the bytes are on disk in the staging folder ...
+        raise KeyboardInterrupt  # ... when the user presses Ctrl-C
+
+    monkeypatch.setattr(web, "download_url", interrupted)
+    dest = tmp_path / "dest"
+    with pytest.raises(KeyboardInterrupt):
+        run_fetch(url_pins, dest)
+    assert leftovers(dest) == []
+
+
+class FullDisk(io.RawIOBase):
+    """A file whose writes fail with ENOSPC once `room` bytes are written."""
+
+    def __init__(self, room: int):
+        self.room = room
+
+    def writable(self):
+        return True
+
+    def write(self, data):
+        if len(data) > self.room:
+            raise OSError(errno.ENOSPC, "No space left on device")
+        self.room -= len(data)
+        return len(data)
+
+
+def test_disk_full_is_reported_and_leaves_nothing(tmp_path, url_pins, monkeypatch):
+    real_open = open
+
+    def open_on_full_disk(path, mode="r", *args, **kwargs):
+        if "w" in mode and STAGING_PREFIX in str(path):
+            real_open(path, mode).close()  # the partial file exists, as on a real disk
+            return FullDisk(room=4)
+        return real_open(path, mode, *args, **kwargs)
+
+    monkeypatch.setattr(web, "open", open_on_full_disk, raising=False)
+    dest = tmp_path / "dest"
+    with pytest.raises(FetchError, match="config.json: no space left on device"):
+        run_fetch(url_pins, dest)
+    assert leftovers(dest) == []
+
+
+def test_http_error_names_status_and_url(tmp_path, url_pins, server):
+    del server.routes["/data/config.json"]
+    with pytest.raises(FetchError, match=r"config.json: HTTP 404 from http://127\.0\.0\.1:\d+/data/config.json"):
+        run_fetch(url_pins, tmp_path / "dest")
+
+
+def test_unpinned_file_needs_record_pins_then_is_pinned_once(tmp_path, server):
+    server.routes["/data/config.json"] = FILES["config.json"]
+    pins = write_pins(tmp_path / "pins.json", {"type": "url", "url": f"{server.url}/data"}, {"config.json": None})
+    dest = tmp_path / "dest"
+    with pytest.raises(FetchError, match="no SHA-256 pinned yet for config.json.*--record-pins"):
+        run_fetch(pins, dest)
+    assert not dest.exists() and server.hits == {}  # refused before any download
+
+    receipt, _ = run_fetch(pins, dest, record_pins=True)
+    assert Pins.load(pins).sha256("config.json") == sha(FILES["config.json"])
+    entry = read_manifest(receipt)["files"][0]
+    assert entry["pinned_sha256"] is None and entry["verified"] is False and entry["downloaded"] is True
+    assert read_manifest(receipt)["pins_recorded"] == ["config.json"]
+
+    # from now on only verified: a changed upstream file is refused, and the pin is not rewritten
+    server.routes["/data/config.json"] = b"changed upstream"
+    (dest / "config.json").unlink()
+    with pytest.raises(FetchError, match="SHA-256 mismatch"):
+        run_fetch(pins, dest, record_pins=True)
+    assert Pins.load(pins).sha256("config.json") == sha(FILES["config.json"])
+
+
+def test_mlcommons_r2_resolver_checks_md5_and_sha256(tmp_path, server):
+    data = b'[{"input": "article", "tok_input": [128000], "output": "summary"}]'
+    server.routes["/metadata/cnn-eval.uri"] = f"{server.url}/bucket/cnn-eval\n".encode()
+    server.routes["/metadata/cnn-eval.md5"] = f"{hashlib.md5(data).hexdigest()}  ./cnn_eval.json\n".encode()
+    server.routes["/bucket/cnn-eval/cnn_eval.json"] = data
+    pins = write_pins(tmp_path / "pins.json", {"type": "url", "url": f"{server.url}/metadata/cnn-eval.uri",
+                                               "resolver": "mlcommons-r2"}, {"cnn_eval.json": sha(data)})
+    receipt, _ = run_fetch(pins, tmp_path / "mlperf")
+    assert (tmp_path / "mlperf" / "cnn_eval.json").read_bytes() == data
+    assert read_manifest(receipt)["resolved_urls"] == {"cnn_eval.json": f"{server.url}/bucket/cnn-eval/cnn_eval.json"}
+
+    server.routes["/metadata/cnn-eval.md5"] = b"0" * 32 + b"  cnn_eval.json\n"
+    with pytest.raises(FetchError, match="MD5 mismatch"):
+        run_fetch(pins, tmp_path / "other")
+    assert leftovers(tmp_path / "other") == []
+
+
+def test_malformed_pins_are_refused(tmp_path):
+    bad = [
+        ({"type": "url", "url": "https://user:pw@example.invalid/x"}, {"a": None}, "without user:password@"),
+        ({"type": "huggingface", "repo": "o/r", "revision": "main"}, {"a": None}, "full 40-hex commit"),
+        ({"type": "url", "url": "https://example.invalid"}, {"../escape": None}, "relative path"),
+        ({"type": "url", "url": "https://example.invalid"}, {"a": "not-a-hash"}, "64 lower-case hex"),
+    ]
+    for source, files, message in bad:
+        with pytest.raises(FetchError, match=message):
+            Pins.load(write_pins(tmp_path / "pins.json", source, files))
+
+
+# ---- Hugging Face sources (a fake hub) ---------------------------------------------------------
+
+class FakeHub:
+    """Stands in for hf_hub_download: files per (repo, commit); gated repos need a token."""
+
+    def __init__(self, repo: str = "meta-llama/Llama-3.1-8B-Instruct", gated: bool = True):
+        self.repo, self.gated = repo, gated
+        self.files = {COMMIT: dict(FILES)}
+        self.calls: list[tuple] = []
+        self.tokens_seen: list = []
+        self.fail_after_write: BaseException | None = None
+
+    def download(self, repo_id, filename, *, repo_type=None, revision=None, token=None, local_dir=None):
+        self.calls.append((repo_id, filename, revision))
+        self.tokens_seen.append(token)
+        if self.gated and token is None:
+            raise hub_error(GatedRepoError, f"401 Client Error: access to model {repo_id} is restricted")
+        if revision not in self.files:
+            raise hub_error(RevisionNotFoundError, f"404 Client Error: Revision Not Found for url {revision}")
+        target = Path(local_dir) / filename
+        target.parent.mkdir(parents=True, exist_ok=True)
+        (Path(local_dir) / ".cache").mkdir(exist_ok=True)  # hub metadata, as the real client writes
+        target.write_bytes(self.files[revision][filename])
+        if self.fail_after_write is not None:
+            raise self.fail_after_write
+        return str(target)
+
+
+def hub_error(cls, message):
+    """A hub exception without an HTTP response object (the real ones are built from one)."""
+    error = cls.__new__(cls)
+    Exception.__init__(error, message)
+    return error
+
+
+@pytest.fixture
+def fake_hub(monkeypatch):
+    fake = FakeHub()
+    monkeypatch.setattr(hub, "hf_hub_download", fake.download)
+    monkeypatch.setattr(hub, "get_token", lambda: os.environ.get("HF_TOKEN"))
+    monkeypatch.setenv("HF_TOKEN", TOKEN)
+    return fake
+
+
+def hub_pins(tmp_path, revision=COMMIT, digests=None, gated=True) -> Path:
+    digests = digests if digests is not None else {name: sha(data) for name, data in FILES.items()}
+    return write_pins(tmp_path / "model-pins.json",
+                      {"type": "huggingface", "repo": "meta-llama/Llama-3.1-8B-Instruct", "repo_type": "model",
+                       "revision": revision, "gated": gated}, digests)
+
+
+def test_hub_good_fetch_pins_the_commit_and_passes_the_token(tmp_path, fake_hub):
+    dest = tmp_path / "model"
+    receipt, _ = run_fetch(hub_pins(tmp_path), dest)
+    assert {name: (dest / name).read_bytes() for name in FILES} == FILES
+    assert {revision for _, _, revision in fake_hub.calls} == {COMMIT}
+    assert set(fake_hub.tokens_seen) == {TOKEN}
+    doc = read_manifest(receipt)
+    assert validate_document(doc) == []
+    assert doc["source"] == {"type": "huggingface", "repo": "meta-llama/Llama-3.1-8B-Instruct", "revision": COMMIT}
+    assert doc["token_used"] is True
+    assert leftovers(dest) == sorted([*FILES, "fetch-receipt.json"])  # no .cache, no staging
+
+
+def test_hub_already_verified_files_are_not_downloaded_again(tmp_path, fake_hub):
+    pins, dest = hub_pins(tmp_path), tmp_path / "model"
+    run_fetch(pins, dest)
+    run_fetch(pins, dest)
+    assert len(fake_hub.calls) == len(FILES)
+
+
+def test_hub_corrupted_file_is_refused(tmp_path, fake_hub):
+    fake_hub.files[COMMIT]["tokenizer.json"] = b"corrupted"
+    dest = tmp_path / "model"
+    with pytest.raises(FetchError) as info:
+        run_fetch(hub_pins(tmp_path), dest)
+    assert "tokenizer.json" in str(info.value) and sha(b"corrupted") in str(info.value)
+    assert sha(FILES["tokenizer.json"]) in str(info.value)
+    assert not (dest / "tokenizer.json").exists()
+    assert not [p for p in leftovers(dest) if STAGING_PREFIX in p]
+
+
+def test_hub_wrong_revision_is_a_clear_error(tmp_path, fake_hub):
+    dest = tmp_path / "model"
+    with pytest.raises(FetchError, match=f"has no revision {OTHER_COMMIT}"):
+        run_fetch(hub_pins(tmp_path, revision=OTHER_COMMIT), dest)
+    assert leftovers(dest) == []
+
+
+def test_hub_branch_name_is_not_a_pin(tmp_path, fake_hub):
+    with pytest.raises(FetchError, match="full 40-hex commit"):
+        run_fetch(hub_pins(tmp_path, revision="main"), tmp_path / "model")
+    assert fake_hub.calls == []
+
+
+def test_gated_repo_without_token_fails_before_writing_anything(tmp_path, fake_hub, monkeypatch):
+    monkeypatch.delenv("HF_TOKEN")
+    dest = tmp_path / "model"
+    with pytest.raises(FetchError, match="is gated and no Hugging Face token was found.*HF_TOKEN"):
+        run_fetch(hub_pins(tmp_path), dest)
+    assert not dest.exists() and fake_hub.calls == []
+
+
+def raising(error):
+    def download(*args, **kwargs):
+        raise error
+    return download
+
+
+def test_gated_repo_refusing_the_token_is_a_clear_error(tmp_path, fake_hub, monkeypatch):
+    monkeypatch.setattr(hub, "hf_hub_download", raising(hub_error(GatedRepoError, f"denied for {TOKEN}")))
+    dest = tmp_path / "model"
+    with pytest.raises(FetchError) as info:
+        run_fetch(hub_pins(tmp_path), dest)
+    assert "no access" in str(info.value) and TOKEN not in str(info.value)
+    assert leftovers(dest) == []
+
+
+@pytest.mark.parametrize("failure", [KeyboardInterrupt(), OSError(errno.ENOSPC, "No space left on device")])
+def test_hub_interruption_or_full_disk_leaves_nothing(tmp_path, fake_hub, failure):
+    fake_hub.fail_after_write = failure
+    dest = tmp_path / "model"
+    with pytest.raises((KeyboardInterrupt, FetchError)) as info:
+        run_fetch(hub_pins(tmp_path), dest)
+    if isinstance(failure, OSError):
+        assert "no space left on device" in str(info.value)
+    assert leftovers(dest) == []
+
+
+def test_hub_revision_is_recorded_on_first_trusted_download(tmp_path, fake_hub, monkeypatch):
+    class FakeApi:
+        def repo_info(self, repo, *, repo_type=None, token=None):
+            return type("Info", (), {"sha": COMMIT})()
+
+    monkeypatch.setattr(hub, "HfApi", FakeApi)
+    pins = hub_pins(tmp_path, revision=None, digests={name: None for name in FILES})
+    with pytest.raises(FetchError, match="no SHA-256 pinned yet"):
+        run_fetch(pins, tmp_path / "model")
+    run_fetch(pins, tmp_path / "model", record_pins=True)
+    recorded = Pins.load(pins)
+    assert recorded.source["revision"] == COMMIT
+    assert {name: recorded.sha256(name) for name in FILES} == {name: sha(data) for name, data in FILES.items()}
+
+
+def test_token_never_appears_in_receipt_pins_or_output(tmp_path, fake_hub, monkeypatch):
+    pins, dest = hub_pins(tmp_path, digests={name: None for name in FILES}), tmp_path / "model"
+    result = CliRunner().invoke(main, ["fetch", "model", "--pins", str(pins), "--dest", str(dest), "--record-pins"])
+    assert result.exit_code == 0, result.output
+    assert TOKEN not in result.output
+    for path in [pins, *dest.rglob("*")]:
+        if path.is_file():
+            assert TOKEN.encode() not in path.read_bytes(), path
+    assert read_manifest(dest / "fetch-receipt.json")["token_used"] is True
+
+    # and not in an error either, even when the hub's own message quotes it
+    monkeypatch.setattr(hub, "hf_hub_download", raising(RuntimeError(f"Bearer {TOKEN} rejected")))
+    (dest / "config.json").unlink()
+    result = CliRunner().invoke(main, ["fetch", "model", "--pins", str(pins), "--dest", str(dest)])
+    assert result.exit_code == 1 and "download from" in result.output and TOKEN not in result.output
+
+
+def test_cli_prints_one_line_errors(tmp_path):
+    result = CliRunner().invoke(main, ["fetch", "url", "--pins", str(tmp_path / "none.json"),
+                                       "--dest", str(tmp_path / "d")])
+    assert result.exit_code == 1
+    assert result.output.strip().splitlines() == [f"Error: {tmp_path / 'none.json'}: no such pins file"]
+
+
+# ---- the derived articles.jsonl ----------------------------------------------------------------
+
+PARQUET = "3.0.0/validation-00000-of-00001.parquet"
+
+
+def make_parquet(path: Path, articles: list[str]) -> bytes:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    table = pa.table({"article": articles, "highlights": ["h"] * len(articles),
+                      "id": [f"{i:040x}" for i in range(len(articles))]})
+    pq.write_table(table, path)
+    return path.read_bytes()
+
+
+def articles_pins(tmp_path, parquet_sha, derived_sha=None) -> Path:
+    return write_pins(tmp_path / "cnn-pins.json",
+                      {"type": "huggingface", "repo": "abisee/cnn_dailymail", "repo_type": "dataset",
+                       "revision": COMMIT, "gated": False},
+                      {PARQUET: parquet_sha}, {"articles.jsonl": {"sha256": derived_sha, "from": PARQUET}})
+
+
+def test_articles_conversion_is_deterministic_pinned_and_linked(tmp_path):
+    dest = tmp_path / "cnn"
+    data = make_parquet(dest / PARQUET, ["First story.", "Second story, with ünïcode."])
+    pins = articles_pins(tmp_path, sha(data))
+    receipt = derive(Pins.load(pins), dest, record_pins=True, log=lambda line: None)
+    lines = (dest / "articles.jsonl").read_text(encoding="utf-8").splitlines()
+    assert [json.loads(line)["article"] for line in lines] == ["First story.", "Second story, with ünïcode."]
+    first = (dest / "articles.jsonl").read_bytes()
+
+    doc = read_manifest(receipt)
+    assert validate_document(doc) == [] and doc["source"] == {"type": "local"}
+    assert doc["derived_from"]["articles.jsonl"]["path"] == PARQUET
+    assert validate_paths([receipt]) == (1, [])  # the parquet is hash-linked
+    assert Pins.load(pins).sha256("articles.jsonl", "derived") == sha(first)
+
+    # again from scratch: the same bytes, verified against the recorded pin
+    (dest / "articles.jsonl").unlink()
+    derive(Pins.load(pins), dest, log=lambda line: None)
+    assert (dest / "articles.jsonl").read_bytes() == first
+
+
+def test_articles_refuses_an_unverified_parquet_and_a_changed_output(tmp_path):
+    dest = tmp_path / "cnn"
+    data = make_parquet(dest / PARQUET, ["Story."])
+    with pytest.raises(FetchError, match="SHA-256 mismatch: pinned 0{64}"):
+        derive(Pins.load(articles_pins(tmp_path, "0" * 64, "1" * 64)), dest, log=lambda line: None)
+    with pytest.raises(FetchError, match="articles.jsonl: SHA-256 mismatch: pinned 1{64}"):
+        derive(Pins.load(articles_pins(tmp_path, sha(data), "1" * 64)), dest, log=lambda line: None)
+    assert sorted(p.name for p in dest.iterdir()) == ["3.0.0"]  # no output, no temporary file
+
+
+def test_convert_writes_sorted_json_lines(tmp_path):
+    make_parquet(tmp_path / "x.parquet", ["a", "b"])
+    out = io.BytesIO()
+    assert convert(tmp_path / "x.parquet", out) == 2
+    assert out.getvalue().decode().splitlines()[0] == json.dumps({"article": "a", "id": "0" * 40})
+
+
+
+def test_hub_errors_hide_the_original_exception_that_may_quote_the_token():
+    with pytest.raises(FetchError) as info:
+        with hub._hub_errors("o/r", COMMIT, "config.json", TOKEN):
+            raise RuntimeError(f"header Authorization: Bearer {TOKEN}")
+    assert TOKEN not in str(info.value) and "<token>" in str(info.value)
+    assert info.value.__suppress_context__ and info.value.__cause__ is None
+
+
+def test_verified_rerun_needs_no_network(tmp_path, url_pins, server):
+    dest = tmp_path / "dest"
+    run_fetch(url_pins, dest)
+    server.close()
+    receipt, _ = run_fetch(url_pins, dest)
+    assert all(f["verified"] and not f["downloaded"] for f in read_manifest(receipt)["files"])
+
+
+def test_hub_verified_rerun_needs_no_token(tmp_path, fake_hub, monkeypatch):
+    pins, dest = hub_pins(tmp_path), tmp_path / "model"
+    run_fetch(pins, dest)
+    monkeypatch.delenv("HF_TOKEN")
+    receipt, _ = run_fetch(pins, dest)
+    assert read_manifest(receipt)["token_used"] is False and len(fake_hub.calls) == len(FILES)
