@@ -36,6 +36,13 @@ class EngineArgs:
     gpu_memory_utilization: float = 0.9
     seed: int = 0
     prefix_caching_hash_algo: str = "sha256_cbor"  # reproducible block hashes across processes
+    max_tokens: int = OUTPUT_TOKENS  # new tokens per prompt (the study: 16; MLPerf: up to 128)
+    ignore_eos: bool = True  # the study: exactly max_tokens; False: stop at EOS, at least 1 (MLPerf)
+
+    def sampling(self) -> dict:
+        """Greedy sampling from these settings; the defaults give the study's SAMPLING."""
+        return {"max_tokens": self.max_tokens, "min_tokens": self.max_tokens if self.ignore_eos else 1,
+                "ignore_eos": self.ignore_eos, "temperature": 0.0}
 
     def to_dict(self) -> dict:
         return asdict(self)

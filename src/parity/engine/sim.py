@@ -83,9 +83,16 @@ class StepWork:
 
 
 def output_tokens(prompt: np.ndarray, vocab_size: int, count: int = OUTPUT_TOKENS) -> list[int]:
-    """A deterministic stand-in for greedy decoding: a function of the whole prompt."""
-    digest = hashlib.blake2b(np.asarray(prompt, dtype="<u4").tobytes(), digest_size=4 * count).digest()
-    return [int(v) % vocab_size for v in np.frombuffer(digest, dtype="<u4")]
+    """A deterministic stand-in for greedy decoding: a function of the whole prompt.
+
+    blake2b gives at most 16 tokens per digest; tokens beyond the first 16 come from further digests
+    salted with their block number, so the first 16 are unchanged whatever the count.
+    """
+    data = np.asarray(prompt, dtype="<u4").tobytes()
+    digest = hashlib.blake2b(data, digest_size=4 * min(count, 16)).digest()
+    for block in range(1, -(-count // 16)):
+        digest += hashlib.blake2b(data, digest_size=64, salt=block.to_bytes(16, "little")).digest()
+    return [int(v) % vocab_size for v in np.frombuffer(digest, dtype="<u4")[:count]]
 
 
 @dataclass(eq=False)  # identity, not numpy array comparison
@@ -118,7 +125,7 @@ class SimScheduler:
         self.work_totals = {"steps": 0, "prefill_tokens": 0, "decode_seqs": 0, "attention_pairs": 0.0}
 
     def add(self, request: _Request) -> None:
-        if request.prompt.size + OUTPUT_TOKENS > self.args.max_model_len:
+        if request.prompt.size + self.args.max_tokens > self.args.max_model_len:
             raise ParityError(f"prompt of {request.prompt.size} tokens exceeds max_model_len {self.args.max_model_len}")
         self.waiting.append(request)
 
@@ -204,7 +211,7 @@ class SimScheduler:
             req.computed += n
             if req.computed >= req.length:  # every token so far is computed: sample the next one
                 req.outputs.append(-1)
-            if len(req.outputs) == OUTPUT_TOKENS:
+            if len(req.outputs) == self.args.max_tokens:  # no EOS in the model: always max_tokens
                 finished.append(req)
         for req in finished:
             self.running.remove(req)
@@ -359,7 +366,7 @@ class SimEngine(Engine):
                     req.future.set_result(self._completion(req, end))
 
     def _completion(self, req: _Request, end: float) -> Completion:
-        return Completion(output_token_ids=output_tokens(req.prompt, self.params.vocab_size),
+        return Completion(output_token_ids=output_tokens(req.prompt, self.params.vocab_size, self.args.max_tokens),
                           prompt_tokens=int(req.prompt.size), cached_tokens=max(req.cached_tokens, 0),
                           submit_s=req.arrival_s, complete_s=end)
 

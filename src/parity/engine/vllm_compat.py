@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from parity.engine import OUTPUT_TOKENS, SAMPLING, Completion, EngineArgs
+from parity.engine import SAMPLING, Completion, EngineArgs
 from parity.errors import ParityError
 
 SUPPORTED = ("0.26", "0.27", "0.28")
@@ -55,9 +55,9 @@ def engine_kwargs(args: EngineArgs, version: str) -> dict[str, Any]:
     return kwargs
 
 
-def sampling_kwargs(final_only: bool = False) -> dict[str, Any]:
-    """Exactly 16 greedy tokens, EOS ignored, no detokenising (there is no tokenizer)."""
-    kwargs = dict(SAMPLING, detokenize=False)
+def sampling_kwargs(final_only: bool = False, sampling: dict = SAMPLING) -> dict[str, Any]:
+    """Greedy, no detokenising (there is no tokenizer); by default exactly 16 tokens, EOS ignored."""
+    kwargs = dict(sampling, detokenize=False)
     if final_only:
         from vllm.sampling_params import RequestOutputKind
 
@@ -87,11 +87,13 @@ def serve_arguments(args: EngineArgs, port: int) -> list[str]:
     return flags
 
 
-def to_completion(output: Any, submit_s: float, complete_s: float) -> Completion:
-    """Map a vLLM `RequestOutput` to a Completion; anything but 16 tokens is an error."""
+def to_completion(output: Any, submit_s: float, complete_s: float, sampling: dict = SAMPLING) -> Completion:
+    """Map a vLLM `RequestOutput` to a Completion; a length outside the sampling's bounds is an error."""
     tokens = list(output.outputs[0].token_ids)
-    if len(tokens) != OUTPUT_TOKENS:
-        raise ParityError(f"request {output.request_id} returned {len(tokens)} tokens, expected {OUTPUT_TOKENS}")
+    low, high = sampling["min_tokens"], sampling["max_tokens"]
+    if not low <= len(tokens) <= high:
+        expected = high if low == high else f"{low} to {high}"
+        raise ParityError(f"request {output.request_id} returned {len(tokens)} tokens, expected {expected}")
     return Completion(output_token_ids=[int(t) for t in tokens],
                       prompt_tokens=len(output.prompt_token_ids or []),
                       cached_tokens=int(output.num_cached_tokens or 0),

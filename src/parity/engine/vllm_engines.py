@@ -63,7 +63,7 @@ class VllmSyncEngine(_VllmBase):
         from vllm import LLM, SamplingParams
 
         self._llm = LLM(**self.kwargs)
-        self._params = SamplingParams(**compat.sampling_kwargs())
+        self._params = SamplingParams(**compat.sampling_kwargs(sampling=args.sampling()))
 
     def generate(self, prompts: Sequence[Sequence[int]]) -> list[Completion]:
         from vllm.inputs import TokensPrompt
@@ -72,7 +72,7 @@ class VllmSyncEngine(_VllmBase):
         submit = time.monotonic()
         outputs = self._llm.generate(inputs, self._params, use_tqdm=False)
         complete = time.monotonic()  # LLM.generate returns the batch together
-        return [compat.to_completion(o, submit, complete) for o in outputs]
+        return [compat.to_completion(o, submit, complete, self.args.sampling()) for o in outputs]
 
     def reset_prefix_cache(self) -> None:
         if not self._llm.reset_prefix_cache():
@@ -108,7 +108,7 @@ class VllmAsyncEngine(_VllmBase):
     def _sampling(self):
         from vllm import SamplingParams
 
-        return SamplingParams(**compat.sampling_kwargs(final_only=True))
+        return SamplingParams(**compat.sampling_kwargs(final_only=True, sampling=self.args.sampling()))
 
     async def _start(self):
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -128,7 +128,7 @@ class VllmAsyncEngine(_VllmBase):
         async for output in self._engine.generate(
                 TokensPrompt(prompt_token_ids=[int(t) for t in prompt]), self._params, request_id):
             final = output
-        return compat.to_completion(final, submit, time.monotonic())
+        return compat.to_completion(final, submit, time.monotonic(), self.args.sampling())
 
     async def _all(self, prompts: Sequence[Sequence[int]]) -> list[Completion]:
         return list(await asyncio.gather(*(self._one(p) for p in prompts)))

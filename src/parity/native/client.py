@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import aiohttp
 import numpy as np
 
-from parity.engine import OUTPUT_TOKENS, SAMPLING
+from parity.engine import SAMPLING
 from parity.errors import ParityError
 
 KEEPALIVE_S = 4.0  # below uvicorn's 5 s idle timeout in `vllm serve`
@@ -35,20 +35,23 @@ class Reply:
     complete_s: float
 
 
-def request_body(model: str, prompt) -> dict:
-    return {"model": model, "prompt": [int(t) for t in prompt], "return_token_ids": True, **SAMPLING}
+def request_body(model: str, prompt, sampling: dict = SAMPLING) -> dict:
+    return {"model": model, "prompt": [int(t) for t in prompt], "return_token_ids": True, **sampling}
 
 
-def parse_reply(data: dict, request_id: str, submit_s: float, complete_s: float) -> Reply:
-    """A /v1/completions response as a Reply; anything but 16 output tokens is an error."""
+def parse_reply(data: dict, request_id: str, submit_s: float, complete_s: float, sampling: dict = SAMPLING) -> Reply:
+    """A /v1/completions response as a Reply; an output length outside the sampling's bounds
+    (by default: anything but 16 tokens) is an error."""
     try:
         choice = data["choices"][0]
         tokens = choice["token_ids"]
         usage = data["usage"]
     except (KeyError, IndexError, TypeError):
         raise ParityError(f"request {request_id}: malformed response {str(data)[:200]}") from None
-    if tokens is None or len(tokens) != OUTPUT_TOKENS:
-        raise ParityError(f"request {request_id}: {0 if tokens is None else len(tokens)} output tokens, expected {OUTPUT_TOKENS}")
+    low, high = sampling["min_tokens"], sampling["max_tokens"]
+    if tokens is None or not low <= len(tokens) <= high:
+        expected = high if low == high else f"{low} to {high}"
+        raise ParityError(f"request {request_id}: {0 if tokens is None else len(tokens)} output tokens, expected {expected}")
     details = usage.get("prompt_tokens_details") or {}
     if "cached_tokens" not in details:
         raise ParityError(f"request {request_id}: no cached-token count (start vLLM with --enable-prompt-tokens-details)")
@@ -60,8 +63,8 @@ def parse_reply(data: dict, request_id: str, submit_s: float, complete_s: float)
 class NativeClient:
     """A shared aiohttp session to the replicas; `burst` releases every request at once."""
 
-    def __init__(self, urls: list[str], model: str, *, timeout_s: float = 1800):
-        self.urls, self.model, self.timeout_s = urls, model, timeout_s
+    def __init__(self, urls: list[str], model: str, *, timeout_s: float = 1800, sampling: dict = SAMPLING):
+        self.urls, self.model, self.timeout_s, self.sampling = urls, model, timeout_s, sampling
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> "NativeClient":
@@ -88,7 +91,7 @@ class NativeClient:
                         text = (await response.text())[:300]
                         raise ParityError(f"request {request_id} to {url}: HTTP {response.status}: {text}")
                     data = await response.json()
-                return parse_reply(data, request_id, release, time.monotonic())
+                return parse_reply(data, request_id, release, time.monotonic(), self.sampling)
             except aiohttp.ServerDisconnectedError:
                 if attempt == 2:
                     raise ParityError(f"request {request_id} to {url}: server disconnected twice") from None
@@ -98,6 +101,11 @@ class NativeClient:
                 raise ParityError(f"request {request_id} to {url}: {exc}") from None
         raise AssertionError("unreachable")
 
+    async def send(self, shard: int, prompt, request_id: str) -> Reply:
+        """One request now, timed from its own submission (for callers that pace requests themselves)."""
+        body = request_body(self.model, prompt, self.sampling)
+        return await self._post(self.urls[shard], body, request_id, time.monotonic())
+
     async def burst(self, prompts: list[np.ndarray], request_ids: list[str], router) -> tuple[float, list[int], list[Reply]]:
         """Release the burst: route and send every request now; return (release, shards, replies)."""
         release = time.monotonic()
@@ -106,7 +114,7 @@ class NativeClient:
             shard = router.route(prompt)
             shards.append(shard)
             tasks.append(asyncio.ensure_future(
-                self._post(self.urls[shard], request_body(self.model, prompt), request_id, release)))
+                self._post(self.urls[shard], request_body(self.model, prompt, self.sampling), request_id, release)))
         try:
             replies = await asyncio.gather(*tasks)
         except BaseException:

@@ -9,6 +9,7 @@ ends every process group, checks the ports are free again, and returns a cleanup
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -78,12 +79,14 @@ def _command(kind: str, args: EngineArgs, port: int, gpu: str, sim_params: Path 
     return command + (["--sim-params", str(sim_params)] if sim_params else [])
 
 
-def _environment(kind: str, gpu: str) -> dict[str, str]:
+def _environment(kind: str, gpu: str, args: EngineArgs) -> dict[str, str]:
     env = dict(os.environ)
     env.update(compat.ENVIRONMENT)
     env["VLLM_SERVER_DEV_MODE"] = "1"  # enables /reset_prefix_cache between trials
     if kind == "vllm":
         env["CUDA_VISIBLE_DEVICES"] = gpu
+    else:  # the simulator replica builds its engine from the same settings a `vllm serve` gets as flags
+        env["PARITY_ENGINE_ARGS"] = json.dumps(args.to_dict())
     return env
 
 
@@ -150,7 +153,7 @@ class ReplicaSet:
                 log = log_path.open("wb")
                 process = subprocess.Popen(_command(self.kind, self.args, port, gpu, self.sim_params),
                                            stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                           env=_environment(self.kind, gpu), start_new_session=True)
+                                           env=_environment(self.kind, gpu, self.args), start_new_session=True)
                 log.close()
                 self.replicas.append(Replica(index, gpu, port, log_path, process))
             self._wait_healthy()

@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import json
 import os
 
 from aiohttp import web
 
-from parity.engine import OUTPUT_TOKENS, EngineArgs
+from parity.engine import EngineArgs
 from parity.engine.sim import SimEngine, SimParams
 from parity.errors import ParityError
+
+ENGINE_ARGS_VARIABLE = "PARITY_ENGINE_ARGS"  # how ReplicaSet hands its EngineArgs to a simulator replica
 
 
 def _bad(message: str) -> web.Response:
@@ -35,8 +38,12 @@ def make_app(engine: SimEngine, model: str) -> web.Application:
         prompt = body.get("prompt")
         if not isinstance(prompt, list) or not prompt or not all(isinstance(t, int) and t >= 0 for t in prompt):
             return _bad("prompt must be a non-empty list of token IDs (one prompt per request)")
-        if body.get("max_tokens") != OUTPUT_TOKENS or body.get("min_tokens") != OUTPUT_TOKENS or not body.get("ignore_eos"):
-            return _bad(f"this replica serves the study's sampling only: max_tokens = min_tokens = {OUTPUT_TOKENS}, ignore_eos")
+        wanted = engine.args.sampling()
+        asked = {"max_tokens": body.get("max_tokens"), "min_tokens": body.get("min_tokens"),
+                 "ignore_eos": bool(body.get("ignore_eos"))}
+        if any(asked[key] != wanted[key] for key in asked):
+            return _bad(f"this replica serves one sampling only: max_tokens = {wanted['max_tokens']}, "
+                        f"min_tokens = {wanted['min_tokens']}, ignore_eos = {wanted['ignore_eos']}")
         try:
             completion = await asyncio.wrap_future(engine.submit(prompt))
         except ParityError as exc:
@@ -47,8 +54,8 @@ def make_app(engine: SimEngine, model: str) -> web.Application:
             choice["prompt_token_ids"] = prompt
         return web.json_response({
             "id": f"cmpl-sim-{next(ids)}", "object": "text_completion", "model": model, "choices": [choice],
-            "usage": {"prompt_tokens": completion.prompt_tokens, "completion_tokens": OUTPUT_TOKENS,
-                      "total_tokens": completion.prompt_tokens + OUTPUT_TOKENS,
+            "usage": {"prompt_tokens": completion.prompt_tokens, "completion_tokens": len(completion.output_token_ids),
+                      "total_tokens": completion.prompt_tokens + len(completion.output_token_ids),
                       "prompt_tokens_details": {"cached_tokens": completion.cached_tokens}},
         })
 
@@ -77,8 +84,12 @@ def make_app(engine: SimEngine, model: str) -> web.Application:
 
 
 def serve(port: int, gpu_uuid: str, params_path=None, args: EngineArgs | None = None) -> None:
-    """Run one simulator replica on 127.0.0.1:port until terminated."""
-    args = args or EngineArgs()
+    """Run one simulator replica on 127.0.0.1:port until terminated.
+
+    Without `args`, the engine settings come from $PARITY_ENGINE_ARGS (JSON; ReplicaSet sets it), else
+    the study's defaults.
+    """
+    args = args or EngineArgs.from_dict(json.loads(os.environ.get(ENGINE_ARGS_VARIABLE) or "{}"))
     engine = SimEngine(args, SimParams.load(params_path), clock="paced", gpu_uuid=gpu_uuid, mode="async")
     web.run_app(make_app(engine, args.model), host="127.0.0.1", port=port, print=None,
                 handle_signals=True, access_log=None)

@@ -1,0 +1,61 @@
+"""The two arms side by side: rates, verdicts, and whether they ran the same vLLM on the same inputs.
+
+The study's own control mixed vLLM 0.31.0 (Flame) and 0.28.0 (standalone); here a mismatch is flagged,
+as are different datasets, LoadGen settings or engine settings, and any non-compliant arm.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from parity.errors import ParityError
+from parity.manifest import file_ref, header, read_manifest, write_manifest
+from parity.record import package_versions
+
+
+def _run(path: Path, arm: str, out_dir: Path) -> tuple[dict, dict]:
+    doc = read_manifest(path)
+    if doc.get("kind") != "mlperf" or doc.get("step") != "run":
+        raise ParityError(f"{path} is not a `parity mlperf run` manifest")
+    if doc["arm"] != arm:
+        raise ParityError(f"{path} is the {doc['arm']} arm, expected {arm}")
+    r = doc["result"]
+    return doc, {"manifest": file_ref(path, out_dir), "vllm_version": doc["engine"]["vllm_version"],
+                 "validity": r["validity"], "compliant": doc["compliance"]["compliant"],
+                 "samples_per_second": r["samples_per_second"], "tokens_per_second": r["tokens_per_second"],
+                 "duration_s": r["duration_s"], "sample_count": r["sample_count"]}
+
+
+def compare(standalone: Path, flame: Path, out: Path) -> dict:
+    a, sa = _run(standalone, "standalone", out.parent)
+    b, sb = _run(flame, "flame", out.parent)
+    flags = []
+    versions = (sa["vllm_version"], sb["vllm_version"])
+    match = None if versions == (None, None) else versions[0] == versions[1]
+    if match is False:
+        flags.append(f"vLLM versions differ: standalone {versions[0]}, flame {versions[1]}")
+    if a["simulated"] != b["simulated"]:
+        flags.append("one arm is simulated, the other is not")
+    if a["mode"] != b["mode"]:
+        flags.append(f"modes differ: {a['mode']} vs {b['mode']}")
+    if a["dataset"]["sha256"] != b["dataset"]["sha256"]:
+        flags.append("datasets differ")
+    if a["settings"]["mlperf_conf_sha256"] != b["settings"]["mlperf_conf_sha256"]:
+        flags.append("mlperf.conf differs (another LoadGen build)")
+    conf_a, conf_b = (dict(d["settings"]["user_conf_values"], target_qps=None) for d in (a, b))
+    if conf_a != conf_b:  # target_qps is each arm's own estimate
+        flags.append("user.conf settings other than target_qps differ")
+    args_a, args_b = dict(a["engine"]["args"]), dict(b["engine"]["args"])
+    differing = sorted(k for k in args_a.keys() | args_b.keys() if args_a.get(k) != args_b.get(k))
+    if differing:
+        flags.append(f"engine settings differ: {', '.join(differing)}")
+    flags += [f"{arm} arm is not compliant" for arm, s in (("standalone", sa), ("flame", sb)) if not s["compliant"]]
+    ratio = (sb["samples_per_second"] / sa["samples_per_second"]
+             if sa["samples_per_second"] and sb["samples_per_second"] is not None else None)
+    doc = header("mlperf", simulated=a["simulated"] or b["simulated"]) | {
+        "step": "compare", "runs": {"standalone": sa, "flame": sb}, "vllm_versions_match": match, "flags": flags,
+        "flame_to_standalone_samples_per_second": round(ratio, 4) if ratio is not None else None,
+        "versions": package_versions(),
+    }
+    write_manifest(out, doc)
+    return doc

@@ -1,0 +1,90 @@
+"""Reading LoadGen's logs: `mlperf_log_summary.txt` (the verdict and its reasons) and
+`mlperf_log_detail.txt` (one `:::MLLOG {json}` line per key: effective settings and results).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+from parity.errors import ParityError
+
+SUMMARY = "mlperf_log_summary.txt"
+DETAIL = "mlperf_log_detail.txt"
+ACCURACY = "mlperf_log_accuracy.json"
+
+_SUMMARY_FIELDS = {
+    "validity": r"Result is\s*:\s*(VALID|INVALID)",
+    "min_duration_met": r"Min duration satisfied\s*:\s*(\w+)",
+    "min_queries_met": r"Min queries satisfied\s*:\s*(\w+)",
+    "early_stopping_met": r"Early stopping satisfied\s*:\s*(\w+)",
+    "samples_per_second": r"Samples per second\s*:\s*([\d.eE+-]+)",
+    "tokens_per_second": r"Tokens per second\s*:\s*([\d.eE+-]+)",
+    "mode": r"Mode\s*:\s*(\w+)",
+}
+
+
+def _value(key: str, text: str):
+    if key in ("samples_per_second", "tokens_per_second"):
+        return float(text)
+    if key.endswith("_met"):
+        return text.lower() == "yes"
+    return text
+
+
+def parse_summary(text: str) -> dict:
+    """The verdict, the three conditions, the rates, and LoadGen's recommendations when INVALID."""
+    out = {}
+    for key, pattern in _SUMMARY_FIELDS.items():
+        match = re.search(pattern, text)
+        out[key] = _value(key, match.group(1)) if match else None
+    recommendations = re.search(r"Recommendations:\n((?:\s*\*.*\n?)+)", text)
+    out["recommendations"] = ([line.strip().lstrip("*").strip() for line in recommendations.group(1).splitlines()
+                               if line.strip()] if recommendations else [])
+    out["no_errors"] = "No errors encountered during test." in text
+    out["no_warnings"] = "No warnings encountered during test." in text
+    return out
+
+
+def parse_detail(text: str) -> dict:
+    """Every `:::MLLOG` key and its value; a key logged more than once keeps its last value.
+    Errors and warnings (`"metadata": {"is_error": true}`...) are collected separately."""
+    values, errors, warnings = {}, [], []
+    for line in text.splitlines():
+        if not line.startswith(":::MLLOG "):
+            continue
+        try:
+            entry = json.loads(line[len(":::MLLOG "):])
+        except ValueError:
+            continue
+        key, value, meta = entry.get("key"), entry.get("value"), entry.get("metadata") or {}
+        if meta.get("is_error"):
+            errors.append(f"{key}: {value}")
+        elif meta.get("is_warning"):
+            warnings.append(f"{key}: {value}")
+        values[key] = value
+    return {"values": values, "errors": errors, "warnings": warnings}
+
+
+def read_logs(log_dir: Path) -> dict:
+    """Summary and detail of one LoadGen run, with the numbers the manifest reports."""
+    try:
+        summary = parse_summary((log_dir / SUMMARY).read_text(errors="replace"))
+        detail = parse_detail((log_dir / DETAIL).read_text(errors="replace"))
+    except FileNotFoundError as exc:
+        raise ParityError(f"LoadGen wrote no {Path(exc.filename).name} in {log_dir}") from None
+    v = detail["values"]
+    per_query = v.get("generated_samples_per_query")
+    queries = v.get("result_query_count") or (1 if per_query else 0)
+    max_latency_ns = v.get("result_max_latency_ns")
+    return {
+        "summary": summary, "detail_errors": detail["errors"], "detail_warnings": detail["warnings"],
+        "loadgen_version": v.get("loadgen_version"),
+        "validity": v.get("result_validity", summary["validity"]),
+        "samples_per_second": v.get("result_samples_per_second", summary["samples_per_second"]),
+        "tokens_per_second": v.get("result_tokens_per_second", summary["tokens_per_second"]),
+        "duration_s": max_latency_ns / 1e9 if max_latency_ns else None,
+        "sample_count": per_query * queries if per_query else None,
+        "effective": {key[len("effective_"):]: value for key, value in v.items() if key.startswith("effective_")},
+    }

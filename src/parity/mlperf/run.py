@@ -1,0 +1,265 @@
+"""One arm of the Offline control in this process: start the path, estimate target_qps, run LoadGen,
+read its logs, and write the run manifest (`mlperf-run.json`) with the compliance label.
+
+Everything that was started is torn down, with a cleanup receipt, whatever happens. The engines run
+with prefix caching off and MLPerf's generation settings (greedy, up to 128 new tokens, at least 1).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import tempfile
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+from parity.engine import EngineArgs
+from parity.errors import ParityError
+from parity.manifest import file_ref, header, write_manifest
+from parity.mlperf import ARMS, DATASET_SAMPLES, LOADGEN_VERSION, MAX_NEW_TOKENS, MIN_DURATION_MS, MODEL, MODES, SCENARIO
+from parity.mlperf import logs as lglogs
+from parity.mlperf.dataset import load_dataset
+from parity.mlperf.qsl import PromptQSL
+from parity.mlperf.settings import UserConf, loadgen, log_settings, mlperf_conf_sha256, offline_settings
+from parity.record import package_versions
+
+ENGINES = ("sim", "vllm", "vllm-sync", "vllm-async")
+MANIFEST = "mlperf-run.json"
+
+
+@dataclass
+class RunSpec:
+    """What one `parity mlperf run` does; None keeps mlperf.conf's value or the derived default."""
+
+    arm: str
+    dataset: Path
+    out: Path
+    mode: str = "performance"
+    engine: str = "sim"
+    gpus: tuple[str, ...] = ()
+    engine_args: EngineArgs = field(default_factory=EngineArgs)
+    max_tokens: int = MAX_NEW_TOKENS
+    sim_params: Path | None = None
+    samples: int | None = None  # the first N dataset entries (all by default)
+    target_qps: float | None = None  # None: estimate with a probe
+    probe_samples: int = 256
+    qps_margin: float = 1.1
+    min_duration_ms: int | None = None
+    min_query_count: int | None = None
+    performance_sample_count: int | None = None
+    max_in_flight: int = 512  # standalone
+    batch_limit: int = 64  # flame
+    window_ms: float = 2.0
+    placement: str = "sticky"
+    cluster: str = "standin"
+    flame_bin_dir: Path | None = None
+    startup_timeout_s: float = 600
+    progress_s: float = 10.0
+
+    def check(self) -> None:
+        if self.arm not in ARMS:
+            raise ParityError(f"unknown arm {self.arm!r}: use one of {', '.join(ARMS)}")
+        if self.mode not in MODES:
+            raise ParityError(f"unknown mode {self.mode!r}: use one of {', '.join(MODES)}")
+        if self.engine not in ENGINES:
+            raise ParityError(f"unknown engine {self.engine!r}: use one of {', '.join(ENGINES)}")
+        if self.engine != "sim" and not self.gpus:
+            raise ParityError("a real engine needs the GPUs: --gpu UUID (one per replica or worker)")
+        if self.target_qps is not None and self.target_qps <= 0:
+            raise ParityError("--target-qps must be positive")
+
+    def mlperf_args(self) -> EngineArgs:
+        """The engine settings MLPerf requires: no cross-query prefix caching, up to max_tokens, EOS honoured."""
+        return dataclasses.replace(self.engine_args, enable_prefix_caching=False, max_tokens=self.max_tokens,
+                                   ignore_eos=False)
+
+
+def _vllm_version_of(url: str) -> str | None:
+    import httpx
+
+    try:
+        return httpx.get(f"{url}/version", timeout=10).json().get("version")
+    except (httpx.HTTPError, ValueError):
+        return None
+
+
+@contextlib.contextmanager
+def standalone_path(spec: RunSpec, args: EngineArgs, prompts, stack: contextlib.ExitStack):
+    from parity.mlperf.sut_standalone import StandaloneSUT
+    from parity.native.replicas import ReplicaSet
+
+    kind = "sim" if spec.engine == "sim" else "vllm"
+    gpus = list(spec.gpus) or ["sim-0"]
+    replicas = ReplicaSet(kind, gpus, args, spec.out / "logs", startup_timeout_s=spec.startup_timeout_s,
+                          sim_params=spec.sim_params)
+    stack.callback(lambda: replicas.receipt and write_manifest(spec.out / "cleanup-replicas.json", replicas.receipt))
+    with replicas:
+        urls = [r.url for r in replicas.replicas]
+        versions = {None} if kind == "sim" else {_vllm_version_of(u) for u in urls}
+        if len(versions) > 1:
+            raise ParityError(f"replicas report different vLLM versions: {sorted(map(str, versions))}")
+        version = versions.pop()
+        sut = StandaloneSUT(prompts, urls, args.model, args.sampling(), max_in_flight=spec.max_in_flight)
+        try:
+            yield sut, {"engine": "sim-server" if kind == "sim" else "vllm-serve",
+                        "vllm_version": version, "vllm_version_source": None if kind == "sim" else "replica /version",
+                        "path": {"replicas": kind, "gpus": [r.reported_gpu or r.gpu for r in replicas.replicas],
+                                 "max_in_flight": spec.max_in_flight, "routing": "round-robin"}}
+        finally:
+            sut.close()
+
+
+@contextlib.contextmanager
+def flame_path(spec: RunSpec, args: EngineArgs, prompts, stack: contextlib.ExitStack):
+    from parity.flame.client import FlameSessions, FlameSettings, register_applications
+    from parity.mlperf.sut_flame import FlameSUT
+
+    engine = {"sim": "sim", "vllm": "vllm-async"}.get(spec.engine, spec.engine)
+    gpus = list(spec.gpus) or ["sim-0"]
+    if spec.cluster == "standin":
+        from parity.flame.standin import StandInCluster
+
+        sockets = Path(tempfile.mkdtemp(prefix="pf-", dir="/tmp"))  # Unix socket paths must stay short
+        cluster = StandInCluster(socket_dir=sockets, log_dir=spec.out / "logs")
+    else:
+        from parity.flame.cluster import FlameCluster
+
+        cluster = FlameCluster(spec.flame_bin_dir, spec.out / "flame")
+    stack.callback(lambda: getattr(cluster, "receipt", None) and
+                   write_manifest(spec.out / "cleanup-flame.json", cluster.receipt))
+    settings = FlameSettings(placement=spec.placement, batch_limit=spec.batch_limit, window_s=spec.window_ms / 1000,
+                             budget=4 * 1024 * 1024, compress=False, engine=engine, engine_args=args.to_dict(),
+                             sim_params=str(spec.sim_params) if spec.sim_params else None)
+    with cluster:
+        register_applications(cluster.endpoint, gpus, simulated=engine == "sim")
+        with FlameSessions(cluster.endpoint, len(gpus), settings, name=f"mlperf-{spec.mode}") as sessions:
+            sut = FlameSUT(prompts, sessions)
+            try:
+                yield sut, {"engine": engine, "vllm_version": None if engine == "sim" else package_versions()["vllm"],
+                            "vllm_version_source": None if engine == "sim" else "worker interpreter (the client's)",
+                            "path": {"cluster": "stand-in" if spec.cluster == "standin" else "flame-v0.6.0",
+                                     "gpus": gpus, "placement": spec.placement, "batch_limit": spec.batch_limit,
+                                     "window_s": spec.window_ms / 1000, "sessions": sessions.shards}}
+            finally:
+                sut.close()
+
+
+def _progress(sut, log: Callable[[str], None], every_s: float, stop: threading.Event) -> None:
+    while not stop.wait(every_s):
+        log(f"  {sut.progress()}")
+
+
+def compliance(spec: RunSpec, args: EngineArgs, result: dict, dataset, simulated: bool, failed: int) -> dict:
+    """Whether the run could stand as an Offline result; every reason it cannot."""
+    reasons = []
+    effective = result["effective"]
+    if spec.mode == "performance":
+        if result["validity"] != "VALID":
+            reasons.append(f"LoadGen says {result['validity']}")
+        if (result["duration_s"] or 0) < MIN_DURATION_MS / 1000:
+            reasons.append(f"ran {result['duration_s'] or 0:.1f} s, under {MIN_DURATION_MS // 1000} s")
+        if (effective.get("min_duration_ms") or 0) < MIN_DURATION_MS:
+            reasons.append(f"min_duration set to {effective.get('min_duration_ms')} ms (rules: {MIN_DURATION_MS})")
+        if (result["sample_count"] or 0) < DATASET_SAMPLES:
+            reasons.append(f"{result['sample_count']} samples, fewer than the {DATASET_SAMPLES:,}-sample pool")
+        if (effective.get("performance_sample_count") or 0) < DATASET_SAMPLES:
+            reasons.append(f"performance pool of {effective.get('performance_sample_count')} samples "
+                           f"(rules: {DATASET_SAMPLES:,})")
+    elif len(dataset.prompts) < DATASET_SAMPLES:
+        reasons.append(f"accuracy over {len(dataset.prompts)} samples, not all {DATASET_SAMPLES:,}")
+    if dataset.synthetic:
+        reasons.append(f"synthetic dataset ({dataset.origin})")
+    if simulated:
+        reasons.append("simulated engine")
+    if args.max_tokens != MAX_NEW_TOKENS or args.ignore_eos:
+        reasons.append(f"generation differs from max_new_tokens={MAX_NEW_TOKENS}, min_new_tokens=1")
+    if failed:
+        reasons.append(f"{failed} sample(s) failed")
+    reasons += [f"LoadGen error: {e}" for e in result["detail_errors"]]
+    return {"compliant": not reasons, "reasons": reasons}
+
+
+def run_arm(spec: RunSpec, log: Callable[[str], None] = print) -> dict:
+    """Run one arm in one mode; returns a short summary. Raises ParityError if any sample failed."""
+    spec.check()
+    loadgen()  # fail before starting anything
+    out = spec.out
+    out.mkdir(parents=True, exist_ok=True)
+    dataset = load_dataset(spec.dataset, spec.samples)
+    args = spec.mlperf_args()
+    simulated = spec.engine == "sim"
+    total = len(dataset.prompts)
+    pool = spec.performance_sample_count or min(total, DATASET_SAMPLES)
+    override = pool if spec.performance_sample_count or total < DATASET_SAMPLES else None
+    log(f"{spec.arm} ({spec.mode}): {total} samples of {dataset.origin}, pool {pool}, engine {spec.engine}")
+
+    with contextlib.ExitStack() as stack:
+        opener = standalone_path if spec.arm == "standalone" else flame_path
+        sut, path_info = stack.enter_context(opener(spec, args, dataset.prompts, stack))
+        target = {"value": spec.target_qps, "source": "option", "probe": None}
+        if spec.mode == "performance" and spec.target_qps is None:
+            probe = sut.probe(list(range(min(spec.probe_samples, total))))
+            target = {"value": round(probe["samples_per_s"] * spec.qps_margin, 3), "source": "probe",
+                      "probe": {**probe, "margin": spec.qps_margin}}
+            log(f"  probe: {probe['samples']} samples in {probe['seconds']:.1f} s = {probe['samples_per_s']:.2f} "
+                f"samples/s; target_qps {target['value']}")
+        user_conf = UserConf(target_qps=target["value"], min_duration=spec.min_duration_ms,
+                             min_query_count=spec.min_query_count, performance_sample_count_override=override)
+        user_conf.write(out / "user.conf")
+        settings = offline_settings(out / "user.conf", spec.mode)
+        log_dir = out / "loadgen"
+        log_dir.mkdir(parents=True, exist_ok=True)
+        qsl = PromptQSL(dataset, pool)
+        stack.callback(qsl.close)
+        sut.construct()
+        stop = threading.Event()
+        watcher = threading.Thread(target=_progress, args=(sut, log, spec.progress_s, stop), daemon=True)
+        watcher.start()
+        log(f"  LoadGen {LOADGEN_VERSION} {SCENARIO} {spec.mode} ...")
+        try:
+            loadgen().StartTestWithLogSettings(sut.handle, qsl.handle, settings, log_settings(log_dir), "")
+        finally:
+            stop.set()
+        failed, first_error, completed, tokens = sut.failed, sut.first_error, sut.completed, sut.tokens
+
+    trace = log_dir / "mlperf_log_trace.json"
+    if trace.is_file() and trace.stat().st_size == 0:  # written empty with the trace off; not JSON
+        trace.unlink()
+    result = lglogs.read_logs(log_dir)
+    label = compliance(spec, args, result, dataset, simulated, failed)
+    doc = header("mlperf", simulated=simulated) | {
+        "step": "run", "arm": spec.arm, "mode": spec.mode, "scenario": SCENARIO, "model": MODEL,
+        "loadgen": {"package": package_versions()["mlperf_loadgen"], "reported": result["loadgen_version"]},
+        "settings": {"mlperf_conf_sha256": mlperf_conf_sha256(), "user_conf": file_ref(out / "user.conf", out),
+                     "user_conf_values": {k: v for k, v in dataclasses.asdict(user_conf).items() if v is not None},
+                     "effective": result["effective"], "target_qps": target},
+        "dataset": dataset.describe(),
+        "engine": {"name": path_info["engine"], "simulated": simulated, "vllm_version": path_info["vllm_version"],
+                   "vllm_version_source": path_info["vllm_version_source"], "args": args.to_dict(),
+                   "sampling": args.sampling()},
+        "path": path_info["path"],
+        "result": {"validity": result["validity"] if spec.mode == "performance" else None,
+                   "min_duration_met": result["summary"]["min_duration_met"],
+                   "min_queries_met": result["summary"]["min_queries_met"],
+                   "early_stopping_met": result["summary"]["early_stopping_met"],
+                   "recommendations": result["summary"]["recommendations"],
+                   "samples_per_second": result["samples_per_second"], "tokens_per_second": result["tokens_per_second"],
+                   "duration_s": result["duration_s"], "sample_count": result["sample_count"],
+                   "loadgen_errors": result["detail_errors"], "loadgen_warnings": result["detail_warnings"]},
+        "sut": {"completed": completed, "failed": failed, "first_error": first_error, "output_tokens": tokens},
+        "compliance": label,
+        "logs": {name: file_ref(log_dir / name, out) for name in (lglogs.SUMMARY, lglogs.DETAIL, lglogs.ACCURACY)
+                 if (log_dir / name).is_file()},
+        "versions": package_versions(),
+    }
+    write_manifest(out / MANIFEST, doc)
+    log(f"  {spec.arm}: {result['validity'] or 'accuracy run'}, {result['samples_per_second']} samples/s, "
+        f"{result['tokens_per_second']} tokens/s, {result['duration_s']} s, {result['sample_count']} samples; "
+        f"{'compliant' if label['compliant'] else 'NON-COMPLIANT: ' + '; '.join(label['reasons'])}")
+    if failed:
+        raise ParityError(f"{failed} sample(s) failed (first: {first_error}); see {out / MANIFEST}")
+    return {"arm": spec.arm, "mode": spec.mode, "validity": doc["result"]["validity"],
+            "compliant": label["compliant"], "samples_per_second": result["samples_per_second"],
+            "tokens_per_second": result["tokens_per_second"], "manifest": str(out / MANIFEST)}

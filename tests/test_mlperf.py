@@ -1,0 +1,153 @@
+"""The MLPerf Offline control on the CPU: real LoadGen 5.1.1 against both paths with the simulator.
+
+Every LoadGen run is a subprocess (`parity mlperf run`), as LoadGen reads mlperf.conf once per process.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import yaml
+
+from parity.manifest import read_manifest, validate_paths
+from parity.mlperf.dataset import load_dataset, write_random_dataset, write_smoke_dataset
+from parity.mlperf.settings import UserConf, embedded_mlperf_conf
+
+pytest.importorskip("mlperf_loadgen")
+
+SAMPLES = 8
+
+
+@pytest.fixture(scope="module")
+def smoke(small_inputs, tmp_path_factory):
+    """A synthetic cnn_eval.json of 8 samples, and simulator params whose token IDs the smoke tokenizer decodes."""
+    _, tokenizer = small_inputs
+    folder = tmp_path_factory.mktemp("mlperf")
+    dataset = write_smoke_dataset(tokenizer, folder / "cnn_eval.json", samples=SAMPLES, seed=3)
+    params = yaml.safe_load(open("config/sim/h200-llama31-8b.yaml"))
+    from tokenizers import Tokenizer
+
+    params["params"]["vocab_size"] = Tokenizer.from_file(str(tokenizer / "tokenizer.json")).get_vocab_size()
+    sim_params = folder / "sim.yaml"
+    sim_params.write_text(yaml.safe_dump(params))
+    return dataset, tokenizer, sim_params
+
+
+def mlperf(*args, check=True) -> subprocess.CompletedProcess:
+    done = subprocess.run([sys.executable, "-m", "parity", "mlperf", *map(str, args)], capture_output=True,
+                          text=True, timeout=120)
+    if check and done.returncode != 0:
+        raise AssertionError(f"parity mlperf {' '.join(map(str, args))} failed:\n{done.stderr[-3000:]}")
+    return done
+
+
+def run(smoke, out, arm, *extra):
+    dataset, _, sim_params = smoke
+    mlperf("run", "--arm", arm, "--dataset", dataset, "--out", out, "--sim-params", sim_params, "--max-tokens", 4,
+           "--batch-limit", 4, *extra)
+    doc = read_manifest(out / "mlperf-run.json")
+    checked, problems = validate_paths([out])
+    assert not problems, problems
+    return doc
+
+
+TINY = ("--target-qps", 1, "--min-duration-ms", 0, "--min-query-count", SAMPLES)
+
+
+@pytest.mark.parametrize("arm", ["standalone", "flame"])
+def test_tiny_offline_run_is_valid_but_not_compliant(smoke, tmp_path, arm):
+    doc = run(smoke, tmp_path / arm, arm, *TINY)
+    assert doc["result"]["validity"] == "VALID"
+    assert doc["result"]["sample_count"] == SAMPLES and doc["sut"] == {
+        "completed": SAMPLES, "failed": 0, "first_error": None, "output_tokens": 4 * SAMPLES}
+    assert doc["result"]["tokens_per_second"] > 0
+    assert doc["simulated"] and doc["engine"]["args"]["enable_prefix_caching"] is False
+    assert doc["engine"]["sampling"] == {"max_tokens": 4, "min_tokens": 1, "ignore_eos": False, "temperature": 0.0}
+    label = doc["compliance"]
+    assert not label["compliant"] and any("under 600 s" in r for r in label["reasons"])
+    assert any("synthetic dataset" in r for r in label["reasons"])
+    assert doc["settings"]["effective"]["qsl_rng_seed"] == 1780908523862526354  # v5.1.x seeds, not 6.0's
+    assert doc["dataset"]["sha256"] == load_dataset(smoke[0]).sha256
+    if arm == "flame":
+        assert doc["path"]["batch_limit"] == 4 and doc["path"]["cluster"] == "stand-in"
+
+
+def test_run_too_short_for_min_duration_is_invalid(smoke, tmp_path):
+    """Negative control: 8 samples cannot fill a 5 s minimum at target_qps 1 (5.5 samples asked)."""
+    doc = run(smoke, tmp_path / "short", "standalone", "--target-qps", 1, "--min-duration-ms", 5000,
+              "--min-query-count", SAMPLES)
+    assert doc["result"]["validity"] == "INVALID"
+    assert doc["result"]["min_duration_met"] is False
+    assert any("Increase expected QPS" in r for r in doc["result"]["recommendations"])
+    assert "LoadGen says INVALID" in doc["compliance"]["reasons"]
+
+
+def test_probe_sets_target_qps(smoke, tmp_path):
+    doc = run(smoke, tmp_path / "probe", "standalone", "--probe-samples", 4, "--min-duration-ms", 0,
+              "--min-query-count", SAMPLES)
+    target = doc["settings"]["target_qps"]
+    assert target["source"] == "probe" and target["value"] == pytest.approx(target["probe"]["samples_per_s"] * 1.1,
+                                                                            rel=1e-3)
+    assert f"target_qps = {target['value']}" in (tmp_path / "probe" / "user.conf").read_text()
+
+
+def test_accuracy_run_scores_and_compare(smoke, tmp_path):
+    dataset, tokenizer, _ = smoke
+    flame = run(smoke, tmp_path / "flame", "flame", "--mode", "accuracy")
+    assert flame["mode"] == "accuracy" and flame["result"]["validity"] is None
+    log = json.loads((tmp_path / "flame" / "loadgen" / "mlperf_log_accuracy.json").read_text())
+    assert sorted(e["qsl_idx"] for e in log) == list(range(SAMPLES))
+    mlperf("accuracy", tmp_path / "flame" / "mlperf-run.json", "--tokenizer", tokenizer, "--out",
+           tmp_path / "flame" / "accuracy.json", "--stand-in-splitter")
+    acc = read_manifest(tmp_path / "flame" / "accuracy.json")
+    assert acc["scores"]["gen_num"] == SAMPLES and acc["scores"]["out_of_vocab_tokens"] == 0
+    assert acc["gates_basis"] == "scaled-subset" and not acc["comparable"] and not acc["passed"]
+    assert any("stand-in" in r for r in acc["reasons"])
+    assert not validate_paths([tmp_path / "flame" / "accuracy.json"])[1]
+
+    standalone = run(smoke, tmp_path / "standalone", "standalone", "--mode", "accuracy")
+    mlperf("compare", "--standalone", tmp_path / "standalone" / "mlperf-run.json",
+           "--flame", tmp_path / "flame" / "mlperf-run.json", "--out", tmp_path / "compare.json")
+    pair = read_manifest(tmp_path / "compare.json")
+    assert pair["vllm_versions_match"] is None  # neither arm ran vLLM
+    assert "flame arm is not compliant" in pair["flags"]
+    assert not any("differ" in f for f in pair["flags"])
+    # the simulator's outputs are a function of the prompt alone: both arms answered alike
+    log_sa = json.loads((tmp_path / "standalone" / "loadgen" / "mlperf_log_accuracy.json").read_text())
+    assert {e["qsl_idx"]: e["data"] for e in log_sa} == {e["qsl_idx"]: e["data"] for e in log}
+    assert standalone["dataset"] == flame["dataset"]
+
+
+def test_accuracy_needs_punkt_or_the_labelled_stand_in(smoke, tmp_path, monkeypatch):
+    from parity.errors import ParityError
+    from parity.mlperf import accuracy
+
+    try:
+        splitter = accuracy.punkt_splitter(tmp_path / "empty-nltk-data")
+    except ParityError as exc:
+        assert "punkt_tab" in str(exc) and "--nltk-data" in str(exc)
+    else:  # punkt_tab is staged on this machine
+        assert splitter.reference
+    assert not accuracy.untrained_punkt_splitter().reference
+
+
+def test_user_conf_and_embedded_mlperf_conf():
+    text = UserConf(target_qps=53.0, min_duration=60000).text()
+    assert text == "llama3_1-8b.Offline.target_qps = 53.0\nllama3_1-8b.Offline.min_duration = 60000\n"
+    conf = embedded_mlperf_conf().decode()
+    assert "*.*.qsl_rng_seed = 1780908523862526354" in conf and "2085463073848966840" not in conf
+    assert "llama3_1-8b.Offline.min_query_count = 13368" in conf
+
+
+def test_random_dataset_is_labelled_and_shaped(tmp_path):
+    path = write_random_dataset(tmp_path / "cnn_eval.json", samples=50, seed=1)
+    data = load_dataset(path)
+    lengths = [p.size for p in data.prompts]
+    assert data.synthetic and data.origin == "synthetic-random"
+    assert all(p[0] == 128000 for p in data.prompts) and 100 <= min(lengths) and max(lengths) <= 2000
+    assert len({tuple(p[1:29]) for p in data.prompts}) == 1  # one shared instruction
+    assert np.max(np.concatenate(data.prompts)) < 128256
