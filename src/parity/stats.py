@@ -66,7 +66,8 @@ def compare(pairs: list[tuple[dict, dict]]) -> dict:
             "every_pair_meets_99": all(x >= TARGET for x in ratios)}
 
 
-def write_pair(path: Path, index: int, reference: tuple[Path, dict], candidate: tuple[Path, dict]) -> dict:
+def write_pair(path: Path, index: int, reference: tuple[Path, dict], candidate: tuple[Path, dict], *,
+               experiment: str | None = None, stage: str | None = None) -> dict:
     """A pair manifest linking both trials by hash, with their ratio."""
     (ref_path, ref), (cand_path, cand) = reference, candidate
     if ref["trace_name"] != cand["trace_name"]:
@@ -79,6 +80,6 @@ def write_pair(path: Path, index: int, reference: tuple[Path, dict], candidate: 
         "reference": {"manifest": file_ref(ref_path, path.parent), "system": ref["system"], "requests_per_s": rps(ref)},
         "candidate": {"manifest": file_ref(cand_path, path.parent), "system": cand["system"], "requests_per_s": rps(cand)},
         "ratio": ratio, "meets_99": ratio >= TARGET,
-    }
+    } | ({"experiment": experiment} if experiment else {}) | ({"stage": stage} if stage else {})
     write_manifest(path, doc)
     return doc

@@ -368,3 +368,38 @@ def load_trace(manifest_path: Path, variant: str = "measured") -> Trace:
     return Trace(name=manifest["name"], variant=variant, sha256=actual, requests=requests,
                  prompts=tuple(prompts), manifest_path=manifest_path,
                  manifest_sha256=sha256_file(manifest_path))
+
+
+# ---- subsets -----------------------------------------------------------------------------------
+
+def write_subset(manifest_path: Path, positions: list[int], name: str, out_dir: Path) -> Path:
+    """A trace of some of a trace's requests (e.g. one shard's), in burst order, with the same warmups.
+
+    Token files and hashes are rewritten for the subset; `parent` links the original by hash, so a
+    shard's offline run is checked against exactly the prompts the shard would have received.
+    """
+    from parity.manifest import file_ref, read_manifest, write_manifest
+
+    if not positions:
+        raise TraceError(f"an empty subset of {manifest_path}")
+    parent = read_manifest(manifest_path)
+    measured = load_trace(manifest_path)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tokens_path = out_dir / f"{name}.tokens"
+    atomic_write_bytes(tokens_path, encode_token_file([measured.prompts[i] for i in positions]))
+    warmups = []
+    for warm in parent["warmups"]:
+        variant = load_trace(manifest_path, f"warmup{warm['round']}")
+        path = out_dir / f"{name}.warmup{warm['round']}.tokens"
+        atomic_write_bytes(path, encode_token_file([variant.prompts[i] for i in positions]))
+        warmups.append({"round": warm["round"], "shift": warm["shift"], "tokens": file_ref(path, out_dir)})
+    tokens_ref = file_ref(tokens_path, out_dir)
+    requests = [dict(parent["requests"][i], position=new) for new, i in enumerate(positions)]
+    doc = dict(parent) | {
+        "name": name, "tokens": tokens_ref, "trace_sha256": tokens_ref["sha256"], "warmups": warmups,
+        "num_requests": len(requests), "total_tokens": sum(r["tokens"] for r in requests), "requests": requests,
+        "parent": {"manifest": file_ref(manifest_path, out_dir), "name": parent["name"], "positions": list(positions)},
+    }
+    out = out_dir / f"{name}.json"
+    write_manifest(out, doc)
+    return out

@@ -12,6 +12,7 @@ measured burst, write a trial manifest whose records name the worker and GPU tha
 from __future__ import annotations
 
 import json
+import os
 import time
 from concurrent.futures import wait
 from dataclasses import dataclass, field
@@ -23,6 +24,7 @@ from parity.affinity import make_router
 from parity.engine import MODEL_REVISION, Completion
 from parity.errors import ParityError
 from parity.flame.batcher import Batcher
+from parity.flame.service import FAILURE_DIR_ENV
 from parity.manifest import write_manifest
 from parity.record import Placement, cached_share, request_records, trial_manifest
 from parity.trace import load_trace, token_sha256
@@ -100,7 +102,10 @@ class FlameSessions:
                 specs = [(GLOBAL_APP, self.gpus)]
             else:
                 specs = [(shard_app(index), 1) for index in range(self.gpus)]
+            folder = os.environ.get(FAILURE_DIR_ENV)
             for index, (app, workers) in enumerate(specs):
+                if folder:  # a report left by an earlier run of this trial is not about this one
+                    (Path(folder) / f"{self.name}-{index}.txt").unlink(missing_ok=True)
                 session = self.connection.create_session(flamepy.SessionAttributes(
                     id=f"{self.name}-{index}", application=app, common_data=s.common_data(),
                     min_instances=workers, max_instances=workers))
@@ -129,6 +134,14 @@ class FlameSessions:
     def shards(self) -> int:
         return len(self.batchers)
 
+    def check_failures(self) -> None:
+        """Raise the error a worker left for one of these sessions (see service.report_failure)."""
+        folder = os.environ.get(FAILURE_DIR_ENV)
+        for session in self.sessions if folder else ():
+            report = Path(folder) / f"{session.id}.txt"
+            if report.exists():
+                raise ParityError(f"a worker of session {session.id} failed: {report.read_text().strip()}")
+
     def executors(self) -> list[dict]:
         """The cluster's own executor records: which executor is bound to which session, on which node."""
         return [{"executor_id": e.metadata.id, "session_id": e.status.session_id, "node": e.spec.node}
@@ -153,9 +166,12 @@ def release_burst(sessions: FlameSessions, prompts, request_ids, router, timeout
         shard = router.route(prompt) if sessions.shards > 1 else 0
         shards.append(shard)
         futures.append(sessions.batchers[shard].submit(request_id, prompt))
-    done, pending = wait(futures, timeout=timeout_s)
-    if pending:
-        raise ParityError(f"{len(pending)} of {len(futures)} requests unanswered after {timeout_s:.0f} s")
+    deadline, pending = release + timeout_s, set(futures)
+    while pending:
+        _, pending = wait(pending, timeout=1.0)
+        sessions.check_failures()
+        if pending and time.monotonic() > deadline:
+            raise ParityError(f"{len(pending)} of {len(futures)} requests unanswered after {timeout_s:.0f} s")
     return release, shards, [f.result() for f in futures]
 
 

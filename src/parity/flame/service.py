@@ -31,7 +31,23 @@ from parity.flame import codec
 from parity.flame.batcher import encode_output
 from parity.trace import token_sha256
 
+FAILURE_DIR_ENV = "PARITY_FAILURE_DIR"
 GPU_LOCK_DIR = Path(os.environ.get("PARITY_GPU_LOCK_DIR", "/tmp/parity-gpu-locks"))
+
+
+def short_temp_dir(limit: int = 40) -> None:
+    """Flame gives each executor a deep TMPDIR; vLLM puts ZeroMQ sockets there, whose paths must stay
+    under 107 bytes. Use /tmp when the given one is too long."""
+    import tempfile
+
+    if len(tempfile.gettempdir()) > limit:
+        os.environ["TMPDIR"] = "/tmp"
+        os.environ.setdefault("VLLM_RPC_BASE_PATH", "/tmp")
+        tempfile.tempdir = None
+
+
+class GpuBusy(ParityError):
+    """Every GPU this worker may use is held: Flame started more executors than the session uses."""
 
 
 def lease_gpu(gpus: list[str], lock_dir: Path = GPU_LOCK_DIR):
@@ -44,7 +60,16 @@ def lease_gpu(gpus: list[str], lock_dir: Path = GPU_LOCK_DIR):
             return uuid, handle
         except OSError:
             handle.close()
-    raise ParityError(f"no free GPU among {gpus}: every one is held by another worker")
+    raise GpuBusy(f"no free GPU among {gpus}: every one is held by another worker")
+
+
+def report_failure(session_id: str, exc: BaseException) -> None:
+    """Leave the error where the client looks ($PARITY_FAILURE_DIR): Flame retries a failed bind
+    without telling the client, which would otherwise wait for its tasks forever."""
+    folder = os.environ.get(FAILURE_DIR_ENV)
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        (Path(folder) / f"{session_id}.txt").write_text(f"{type(exc).__name__}: {exc}\n")
 
 
 class GcObserver:
@@ -79,6 +104,16 @@ class ParityService(flamepy.FlameService):
         self._lease = None
 
     def on_session_enter(self, context):
+        try:
+            self._enter(context)
+        except GpuBusy:
+            raise  # a surplus executor: Flame releases it, the one holding the GPU serves the session
+        except Exception as exc:
+            report_failure(context.session_id, exc)
+            raise
+
+    def _enter(self, context):
+        short_temp_dir()
         config = json.loads(context.common_data() or b"{}")
         gpus = [g for g in os.environ.get("PARITY_GPUS", "").split(",") if g]
         if not gpus:
@@ -133,6 +168,9 @@ class ParityService(flamepy.FlameService):
         if self.engine is not None:
             self.engine.close()
             self.engine = None
+        if self._lease is not None:
+            self._lease.close()  # the GPU is free for the next session's worker
+            self._lease = None
 
 
 def main() -> None:

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The study's final experiment on a 2-GPU H200 host (real vLLM 0.26.0, dummy Llama 3.1 8B weights):
+# confirmation pairs (sticky standalone vLLM vs the final Flame configuration on a real Flame v0.6.0
+# cluster, or the stand-in with CLUSTER=standin) and the engine's offline limit.
+# From the repo root after `source .gpu/b/setup.sh`, with Flame binaries in $FLAME_BIN_DIR:
+#   benchmarks/h200-experiments.sh traces                       the two full-size bursts (smoke inputs)
+#   benchmarks/h200-experiments.sh confirmation RESULTS N TRACE...   pairs 0..N-1 per trace; kept pairs are not rerun
+#   benchmarks/h200-experiments.sh offline-limit RESULTS TRACE...
+set -euo pipefail
+source benchmarks/h200-env.sh
+traces=/tmp/parity-gpu/traces  # beside the results, so their relative links survive a copy
+parity() { python3 -m parity "$@"; }
+backend=$(printf '{"engine": "vllm", "gpus": ["auto"], "cluster": "%s", "flame_bin_dir": "%s", "model": "%s", "load_format": "dummy", "warmup_rounds": 2}' \
+  "${CLUSTER:-flame}" "${FLAME_BIN_DIR:-}" "$model")
+final='{"batch_limit": 128, "window_ms": 10, "budget_mib": 4, "api": "async", "compress": true, "gc_freeze": true}'
+case $1 in
+stop)  # whatever an interrupted run left behind
+  for pattern in '^/tmp/flame-bin/' '-m vllm.entrypoints' '^vllm serve' '-m parity (flame worker|engine run|native sim-server)'; do
+    pkill -f -- "$pattern" || true
+  done
+  sleep 3 ;;
+traces)
+  parity smoke-inputs --out /tmp/parity-inputs
+  for spec in "no-reuse 64 1 8000 0" "reuse 64 4 8000 1"; do
+    set -- $spec
+    parity trace --corpus /tmp/parity-inputs/corpus.jsonl --tokenizer /tmp/parity-inputs/tokenizer \
+      --corpus-origin synthetic-news --tokenizer-origin smoke-bpe --out $traces \
+      --name "$1" --documents "$2" --questions "$3" --prefix-tokens "$4" --seed "$5"
+  done ;;
+confirmation)
+  out=$2; pairs=$3; shift 3
+  args=(); for t in "$@"; do args+=(--trace $traces/$t.json); done
+  parity experiment run confirmation "${args[@]}" --backend "$backend" \
+    --settings "{\"pairs\": $pairs, \"flame\": $final}" --out "$out/confirmation" ;;
+offline-limit)
+  out=$2; shift 2
+  args=(); for t in "$@"; do args+=(--trace $traces/$t.json); done
+  parity experiment run offline-limit "${args[@]}" --backend "$backend" --out "$out/offline-limit" ;;
+esac

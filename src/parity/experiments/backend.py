@@ -1,0 +1,106 @@
+"""Where an experiment runs, from the workflow config: the engine family, the GPUs, the Flame cluster.
+
+A profile changes this configuration, never the code path. The smoke profile names the simulator,
+simulated GPUs and the Flame stand-in; the GPU profiles name vLLM, the node's GPU UUIDs and a real
+Flame v0.6.0 cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from parity.engine import EngineArgs
+from parity.errors import ParityError
+
+ENGINE_FAMILIES = ("sim", "vllm")
+CLUSTERS = ("standin", "flame")
+APIS = ("sync", "async")
+
+
+@dataclass(frozen=True)
+class Backend:
+    engine: str = "sim"
+    gpus: tuple[str, ...] = ("sim-0", "sim-1")
+    cluster: str = "standin"
+    flame_bin_dir: str | None = None
+    model: str | None = None
+    load_format: str | None = None
+    engine_args: dict = field(default_factory=dict)
+    sim_params: str | None = None
+    warmup_rounds: int = 2
+    startup_timeout_s: float = 900.0
+
+    @classmethod
+    def from_dict(cls, values: dict) -> "Backend":
+        values = dict(values)
+        unknown = sorted(set(values) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ParityError(f"unknown backend setting(s): {', '.join(unknown)}")
+        if "gpus" in values:
+            values["gpus"] = tuple(values["gpus"]) if isinstance(values["gpus"], list) else values["gpus"]
+        for key in ("sim_params", "flame_bin_dir"):  # Flame workers run in their own directories
+            if values.get(key):
+                values[key] = str(Path(values[key]).resolve())
+        backend = cls(**values)
+        if backend.engine not in ENGINE_FAMILIES:
+            raise ParityError(f"backend engine {backend.engine!r}: use one of {', '.join(ENGINE_FAMILIES)}")
+        if backend.cluster not in CLUSTERS:
+            raise ParityError(f"backend cluster {backend.cluster!r}: use one of {', '.join(CLUSTERS)}")
+        return backend
+
+    @classmethod
+    def parse(cls, text: str) -> "Backend":
+        """From JSON text or a JSON/YAML file path (Snakemake passes the config's `backend` as JSON)."""
+        import yaml
+
+        path = Path(text)
+        values = yaml.safe_load(path.read_text()) if not text.lstrip().startswith("{") and path.exists() else json.loads(text)
+        return cls.from_dict(values or {})
+
+    @property
+    def simulated(self) -> bool:
+        return self.engine == "sim"
+
+    def args(self) -> EngineArgs:
+        values = dict(self.engine_args)
+        if self.model:
+            values["model"] = self.model
+        if self.load_format:
+            values["load_format"] = self.load_format
+        return EngineArgs.from_dict(values)
+
+    def engine_kind(self, api: str) -> tuple[str, str]:
+        """(engine for the Flame service, simulator mode) for the sync or async engine API."""
+        if api not in APIS:
+            raise ParityError(f"engine API {api!r}: use sync or async")
+        return ("sim", api) if self.simulated else (f"vllm-{api}", "sync")
+
+    def gpu_uuids(self) -> list[str]:
+        """The GPU UUIDs to pin shards to; `auto` asks nvidia-smi for every GPU of the node, in index order."""
+        if list(self.gpus) != ["auto"]:
+            return list(self.gpus)
+        try:
+            out = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"], check=True,
+                                 capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.SubprocessError) as exc:
+            raise ParityError(f"gpus: auto needs nvidia-smi ({exc}); name the GPU UUIDs in the config") from None
+        uuids = [line.strip() for line in out.splitlines() if line.strip()]
+        if len(uuids) < 2:
+            raise ParityError(f"the study needs two GPUs; nvidia-smi lists {len(uuids)}")
+        return uuids[:2]
+
+    def flame_cluster(self, work_dir: Path):
+        """A context manager: the CPU stand-in, or real Flame v0.6.0 from `flame_bin_dir` / $FLAME_BIN_DIR."""
+        if self.cluster == "standin":
+            import tempfile
+
+            from parity.flame.standin import StandInCluster
+
+            sockets = Path(tempfile.mkdtemp(prefix="pf-", dir="/tmp"))  # Unix socket paths must stay short
+            return StandInCluster(socket_dir=sockets, log_dir=work_dir / "logs")
+        from parity.flame.cluster import FlameCluster
+
+        return FlameCluster(self.flame_bin_dir, work_dir / "flame")

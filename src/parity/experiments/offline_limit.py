@@ -1,0 +1,105 @@
+"""The engine's offline limit: each shard's whole burst handed to the engine at once, on its own GPU.
+
+The sticky router splits the trace into the shards both serving paths use; each shard becomes a trace
+of its own (linked to the original by hash) and runs through `parity engine run` in its own process,
+pinned to its GPU, all shards at the same time. The ceiling for the pair of GPUs is all requests over
+the slowest shard's duration; the report gives each path as a share of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from parity.affinity import make_router
+from parity.checks import check_file
+from parity.engine import MODEL_REVISION
+from parity.errors import ParityError
+from parity.experiments.backend import Backend
+from parity.manifest import file_ref, header, read_manifest, write_manifest
+from parity.stats import cached_share
+from parity.trace import load_trace, write_subset
+
+
+def shard_positions(trace_path: Path, shards: int, revision: str = MODEL_REVISION) -> list[list[int]]:
+    """Burst positions per shard, as the sticky router assigns them."""
+    router = make_router("sticky", shards, revision)
+    out: list[list[int]] = [[] for _ in range(shards)]
+    for position, prompt in enumerate(load_trace(trace_path).prompts):
+        out[router.route(prompt)].append(position)
+    return out
+
+
+def _command(backend: Backend, trace: Path, out_dir: Path) -> list[str]:
+    command = [sys.executable, "-m", "parity", "engine", "run", "--trace", str(trace), "--out", str(out_dir),
+               "--warmup-rounds", str(backend.warmup_rounds)]
+    if backend.simulated:
+        command += ["--engine", "sim", "--clock", "virtual"]
+        if backend.sim_params:
+            command += ["--sim-params", backend.sim_params]
+        return command
+    command += ["--engine", "vllm-sync"]  # LLM.generate with every prompt at once
+    if backend.model:
+        command += ["--model", backend.model]
+    if backend.load_format:
+        command += ["--load-format", backend.load_format]
+    for key, value in backend.engine_args.items():
+        command += ["--engine-arg", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
+    return command
+
+
+def run(traces: list[Path], backend: Backend, out_dir: Path, *, settings: dict, log=print) -> Path:
+    """Run every shard of every trace at once per trace; write OUT/experiment.json with the ceilings."""
+    gpus = backend.gpu_uuids()
+    trials_dir, logs = out_dir / "trials", out_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    cases, limits = [], []
+    for trace in traces:
+        name = load_trace(trace).name
+        positions = shard_positions(trace, len(gpus))
+        shard_traces = [write_subset(trace, p, f"{name}.shard{k}", out_dir / "traces") for k, p in enumerate(positions) if p]
+        log(f"{name}: shards of {', '.join(str(len(p)) for p in positions)} requests, one process per GPU")
+        procs = []
+        for shard, (shard_trace, gpu) in enumerate(zip(shard_traces, gpus)):
+            env = dict(os.environ)
+            if not backend.simulated:
+                env["CUDA_VISIBLE_DEVICES"] = gpu
+            with open(logs / f"{shard_trace.stem}.log", "wb") as out:
+                procs.append(subprocess.Popen(_command(backend, shard_trace, trials_dir), stdout=out,
+                                              stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL))
+        codes = [p.wait() for p in procs]
+        if any(codes):
+            bad = [t.stem for t, c in zip(shard_traces, codes) if c]
+            raise ParityError(f"offline limit: shard run(s) {', '.join(bad)} failed; see {logs}")
+        shard_rows = []
+        for shard, shard_trace in enumerate(shard_traces):
+            path = trials_dir / f"{'sim' if backend.simulated else 'vllm-sync'}-{shard_trace.stem}.json"
+            verdict = check_file(path)
+            doc = read_manifest(path)
+            row = {"shard": shard, "requests": len(doc["records"]), "duration_s": doc["timing"]["duration_s"],
+                   "requests_per_s": doc["timing"]["requests_per_s"], "gpu_uuid": doc["gpus"][0]["uuid"],
+                   "status": verdict["status"]}
+            shard_rows.append(row)
+            cases.append({"trial_id": doc["trial_id"], "system": "engine", "routing": "sticky", "trace_name": name,
+                          "stage": f"shard{shard}", "pair": None, "flame": None, "status": verdict["status"],
+                          "requests_per_s": row["requests_per_s"], "cached_share": cached_share(doc),
+                          "simulated": doc["simulated"], "cluster": None, "manifest": file_ref(path, out_dir)})
+        total = sum(r["requests"] for r in shard_rows)
+        ceiling = total / max(r["duration_s"] for r in shard_rows)
+        passed = all(r["status"] == "passed" for r in shard_rows)
+        limits.append({"trace_name": name, "requests": total, "shards": shard_rows,
+                       "requests_per_s": ceiling if passed else 0.0, "passed": passed})
+        log(f"{name}: offline limit {ceiling:.3f} req/s ({'simulated' if backend.simulated else 'measured'})"
+            + ("" if passed else " — a shard failed its checks; excluded"))
+    doc = header("experiment", simulated=backend.simulated) | {
+        "experiment": "offline-limit", "settings": settings,
+        "backend": {"engine": backend.engine, "cluster": backend.cluster, "gpus": gpus,
+                    "warmup_rounds": backend.warmup_rounds, "load_format": backend.load_format},
+        "cases": cases, "pairs": [], "limits": limits,
+    }
+    out = out_dir / "experiment.json"
+    write_manifest(out, doc)
+    return out

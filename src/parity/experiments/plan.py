@@ -1,0 +1,141 @@
+"""The cases of each experiment, in the order they run. Pure: no engine, no file is touched here.
+
+A case is one fresh start of one system on one trace. Orders are interleaved so that drift over an
+experiment (thermals, a noisy neighbour) spreads over every configuration instead of landing on one:
+locality rotates its four configurations each repetition, and pairs alternate which system goes first.
+Screening pilots carry their own ids and are never paired; only the `pairs` cases feed paired scores.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+
+@dataclass(frozen=True)
+class FlameConfig:
+    """The Flame adapter's knobs (the study's first configuration by default)."""
+
+    batch_limit: int = 32
+    window_ms: float = 2.0
+    budget_mib: float = 2.0
+    api: str = "sync"
+    compress: bool = False
+    gc_freeze: bool = False
+
+    @classmethod
+    def from_dict(cls, values: dict | None) -> "FlameConfig":
+        fields = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in (values or {}).items() if k in fields})
+
+    def label(self) -> str:
+        return (f"b{self.batch_limit}-w{self.window_ms:g}ms-{self.api}-{'zlib' if self.compress else 'raw'}"
+                + ("-freeze" if self.gc_freeze else ""))
+
+
+@dataclass(frozen=True)
+class Case:
+    trial_id: str
+    experiment: str
+    system: str  # "vllm" (standalone) or "flame"
+    routing: str  # vllm: alternating | sticky; flame: global | sticky (the placement)
+    trace: Path
+    flame: FlameConfig = field(default_factory=FlameConfig)
+    stage: str | None = None  # which stage of an experiment, e.g. a screening grid or "final"
+    pair: int | None = None  # pair index, for cases that are half of a pair
+    pinned: bool = False  # must match the paired reference's shard → GPU UUID mapping
+
+
+LOCALITY_CONFIGS = (("vllm", "alternating"), ("flame", "global"), ("vllm", "sticky"), ("flame", "sticky"))
+
+
+def rotate(items: list, by: int) -> list:
+    by %= len(items) or 1
+    return items[by:] + items[:by]
+
+
+def locality(traces: list[Path], repeats: int, flame: FlameConfig) -> list[Case]:
+    """Four configurations x traces x repeats, the configuration order rotated every repetition."""
+    cases = []
+    for repeat in range(repeats):
+        for trace in traces:
+            for system, routing in rotate(list(LOCALITY_CONFIGS), repeat):
+                cases.append(Case(f"locality-{system}-{routing}-{trace.stem}-r{repeat}", "locality", system, routing,
+                                  trace, flame, stage=f"{system}-{routing}"))
+    return cases
+
+
+def screening(experiment: str, trace: Path, configs: list[FlameConfig], repeats: int = 1) -> list[Case]:
+    """Pilot trials of Flame sticky sessions, one per configuration: for choosing, never for confirming."""
+    return [Case(f"{experiment}-screen-{config.label()}-{trace.stem}-r{repeat}", experiment, "flame", "sticky", trace,
+                 config, stage=f"screen-{config.label()}")
+            for repeat in range(repeats) for config in rotate(list(configs), repeat)]
+
+
+def pairs(experiment: str, stage: str, traces: list[Path], count: int, flame: FlameConfig,
+          pinned: bool = False) -> list[Case]:
+    """Fresh pairs: sticky standalone vLLM (the fixed reference) and Flame sticky sessions (the candidate).
+
+    Pair k runs the reference first when k is even and the candidate first when k is odd.
+    """
+    cases = []
+    for index in range(count):
+        for trace in traces:
+            reference = Case(f"{experiment}-{stage}-{trace.stem}-p{index}-vllm", experiment, "vllm", "sticky", trace,
+                             flame, stage=stage, pair=index)
+            candidate = replace(reference, trial_id=f"{experiment}-{stage}-{trace.stem}-p{index}-flame",
+                                system="flame", pinned=pinned)
+            cases += [reference, candidate] if index % 2 == 0 else [candidate, reference]
+    return cases
+
+
+def admission(traces: list[Path], settings: dict) -> list[Case]:
+    """Screen batch x window, screen API x codec, then paired stages of the selected configurations.
+
+    The selections are fixed in the configuration before any pair runs (the study's: 128 prompts and
+    10 ms, then async + zlib), so no pair is chosen from its own scores.
+    """
+    base = FlameConfig.from_dict(settings.get("base"))
+    screen_trace = next((t for t in traces if t.stem == settings.get("screen_trace", "reuse")), traces[-1])
+    grid = [replace(base, batch_limit=b, window_ms=w) for b, w in settings["batch_windows"]]
+    selected = replace(base, **settings["selected"])
+    engines = [replace(selected, api=api, compress=compress) for api in ("sync", "async") for compress in (False, True)]
+    cases = screening("admission", screen_trace, grid) + screening("admission", screen_trace, engines)
+    stage_pairs = settings.get("stage_pairs", 0)
+    if stage_pairs:
+        cases += pairs("admission", "batch-window", traces, stage_pairs, selected)
+        cases += pairs("admission", "async-zlib", traces, stage_pairs, replace(selected, api="async", compress=True))
+    return cases
+
+
+def confirmation(traces: list[Path], count: int, flame: FlameConfig) -> list[Case]:
+    """The final configuration against the fixed sticky vLLM reference, shards pinned to the same GPUs."""
+    return pairs("confirmation", "final", traces, count, flame, pinned=True)
+
+
+def gc_diagnostics(trace: Path, flame: FlameConfig, repeats: int = 1) -> list[Case]:
+    """Normal collection vs startup-heap freeze in the Flame workers, single trials (diagnostics only)."""
+    cases = []
+    for repeat in range(repeats):
+        for freeze in (False, True) if repeat % 2 == 0 else (True, False):
+            config = replace(flame, gc_freeze=freeze)
+            name = "freeze" if freeze else "normal"
+            cases.append(Case(f"gc-{name}-{trace.stem}-r{repeat}", "gc", "flame", "sticky", trace, config, stage=name))
+    return cases
+
+
+def for_experiment(name: str, traces: list[Path], settings: dict) -> list[Case]:
+    """The cases of experiment `name` from its settings (the workflow config's experiments.NAME)."""
+    flame = FlameConfig.from_dict(settings.get("flame"))
+    if name == "locality":
+        return locality(traces, settings.get("repeats", 3), flame)
+    if name == "admission":
+        return admission(traces, settings)
+    if name == "confirmation":
+        return confirmation(traces, settings.get("pairs", 5), flame)
+    if name == "gc":
+        trace = next((t for t in traces if t.stem == settings.get("trace", "reuse")), traces[-1])
+        return gc_diagnostics(trace, flame, settings.get("repeats", 1))
+    from parity.errors import ParityError
+
+    raise ParityError(f"unknown experiment {name!r}")

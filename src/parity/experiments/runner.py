@@ -1,0 +1,181 @@
+"""Run an experiment's cases on fresh engines; check every trial; write pairs and the experiment manifest.
+
+Each case starts fresh engines: a new replica set for standalone vLLM, new sessions (so new worker
+processes and engines) for Flame; the Flame session manager itself is started once per experiment.
+A case whose trial manifest is already valid and checked is kept, so a rerun after an interruption
+redoes only what is missing or invalid. A trial that fails a check stays on disk with its reasons and
+is excluded from statistics, never dropped.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from pathlib import Path
+
+from parity.checks import check_file, pinning_of
+from parity.errors import ParityError
+from parity.experiments.backend import Backend
+from parity.experiments.plan import Case
+from parity.flame.service import FAILURE_DIR_ENV
+from parity.manifest import file_ref, header, read_manifest, validate_document, write_manifest
+from parity.stats import cached_share, write_pair
+
+# What a Flame worker must inherit to find the same Python packages and engine settings as this process.
+PASSED_ENV = ("PYTHONPATH", "LD_LIBRARY_PATH", "PATH", "VLLM_USE_FLASHINFER_SAMPLER", "VLLM_NO_USAGE_STATS",
+              "HF_HUB_OFFLINE", "TRITON_CACHE_DIR", "VLLM_CACHE_ROOT", "PARITY_GPU_LOCK_DIR", "PARITY_FAILURE_DIR")
+
+
+def finished(path: Path) -> bool:
+    """A trial manifest that exists, is schema-valid and carries a verdict: nothing to redo."""
+    if not path.exists():
+        return False
+    try:
+        doc = read_manifest(path)
+    except Exception:
+        return False
+    return not validate_document(doc, path=path) and doc.get("verdict", {}).get("status") in ("passed", "failed")
+
+
+def _flame_settings(case: Case, backend: Backend):
+    from parity.flame.client import FlameSettings
+
+    engine, sim_mode = backend.engine_kind(case.flame.api)
+    return FlameSettings(placement=case.routing, batch_limit=case.flame.batch_limit,
+                         window_s=case.flame.window_ms / 1000, budget=int(case.flame.budget_mib * 1024 * 1024),
+                         compress=case.flame.compress, engine=engine, engine_args=backend.args().to_dict(),
+                         sim_mode=sim_mode, sim_params=backend.sim_params, gc_freeze=case.flame.gc_freeze)
+
+
+class Runner:
+    """Holds the experiment's output folder and, once a Flame case needs it, one running cluster."""
+
+    def __init__(self, experiment: str, backend: Backend, out_dir: Path, log=print):
+        self.experiment, self.backend, self.out_dir, self.log = experiment, backend, out_dir, log
+        self.trials_dir = out_dir / "trials"
+        self.gpus = backend.gpu_uuids()
+        self._stack = contextlib.ExitStack()
+        self._flame = None
+
+    def __enter__(self) -> "Runner":
+        for sub in ("trials", "cleanup", "logs", "pairs"):
+            (self.out_dir / sub).mkdir(parents=True, exist_ok=True)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        try:
+            self._stack.close()
+        finally:
+            if self._flame is not None and getattr(self._flame, "receipt", None) is not None:
+                write_manifest(self.out_dir / "cleanup" / "flame-cluster.json", self._flame.receipt)
+
+    def trial_path(self, case: Case) -> Path:
+        return self.trials_dir / f"{case.trial_id}.json"
+
+    def _cluster(self):
+        if self._flame is None:
+            from parity.flame.client import register_applications
+
+            os.environ[FAILURE_DIR_ENV] = str((self.out_dir / "logs" / "worker-failures").resolve())
+            self.log(f"starting {'the Flame stand-in' if self.backend.cluster == 'standin' else 'Flame v0.6.0'} ...")
+            self._flame = self._stack.enter_context(self.backend.flame_cluster(self.out_dir))
+            env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
+            register_applications(self._flame.endpoint, self.gpus, simulated=self.backend.simulated, extra_env=env)
+        return self._flame
+
+    def _run_vllm(self, case: Case, path: Path) -> dict:
+        from parity.native import run_trial
+        from parity.native.replicas import ReplicaSet
+
+        b = self.backend
+        replicas = ReplicaSet("sim" if b.simulated else "vllm", self.gpus, b.args(), self.out_dir / "logs" / case.trial_id,
+                              startup_timeout_s=b.startup_timeout_s, sim_params=Path(b.sim_params) if b.sim_params else None)
+        try:
+            with replicas:
+                return run_trial(replicas, case.routing, case.trace, path, experiment=case.experiment,
+                                 trial_id=case.trial_id, warmup_rounds=b.warmup_rounds, log=self.log)
+        finally:
+            if replicas.receipt is not None:
+                write_manifest(self.out_dir / "cleanup" / f"{case.trial_id}.json", replicas.receipt)
+
+    def _run_flame(self, case: Case, path: Path) -> dict:
+        from parity.flame.client import run_trial
+
+        cluster = self._cluster()
+        return run_trial(cluster.endpoint, len(self.gpus), _flame_settings(case, self.backend), case.trace, path,
+                         experiment=case.experiment, trial_id=case.trial_id, warmup_rounds=self.backend.warmup_rounds,
+                         stand_in=self.backend.cluster == "standin", log=self.log)
+
+    def run(self, case: Case) -> Path:
+        """One fresh case: its trial manifest, checked (pinning is checked later, once its pair exists)."""
+        path = self.trial_path(case)
+        if finished(path):
+            self.log(f"{case.trial_id}: kept (already run and checked)")
+            return path
+        started = time.monotonic()
+        summary = (self._run_vllm if case.system == "vllm" else self._run_flame)(case, path)
+        verdict = check_file(path)
+        label = "simulated" if summary["simulated"] else "measured"
+        self.log(f"{case.trial_id}: {summary['requests_per_s']:.3f} req/s ({label}), cached "
+                 f"{summary['cached_share']:.2%}, {verdict['status']}"
+                 + "".join(f"\n  {r}" for r in verdict["reasons"]) + f"  [{time.monotonic() - started:.0f} s]")
+        return path
+
+
+def _pair_cases(cases: list[Case]) -> dict[tuple, dict[str, Case]]:
+    out: dict[tuple, dict[str, Case]] = {}
+    for case in cases:
+        if case.pair is not None:
+            out.setdefault((case.stage, case.trace.stem, case.pair), {})[case.system] = case
+    return out
+
+
+def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir: Path, *, settings: dict,
+                   log=print) -> Path:
+    """Run every case in order, then pin-check and pair them; write OUT/experiment.json."""
+    if not cases:
+        raise ParityError(f"experiment {experiment} has no cases")
+    ids = [c.trial_id for c in cases]
+    if len(set(ids)) != len(ids):
+        raise ParityError(f"experiment {experiment} names a trial twice")
+    paths = {}
+    with Runner(experiment, backend, out_dir, log) as runner:
+        for number, case in enumerate(cases, start=1):
+            log(f"[{number}/{len(cases)}] {case.trial_id}")
+            paths[case.trial_id] = runner.run(case)
+    pair_refs = []
+    for (stage, trace, index), sides in sorted(_pair_cases(cases).items()):
+        if set(sides) != {"vllm", "flame"}:
+            raise ParityError(f"pair {stage}/{trace}/{index} lacks a side: {sorted(sides)}")
+        ref_path, cand_path = paths[sides["vllm"].trial_id], paths[sides["flame"].trial_id]
+        if sides["flame"].pinned:
+            verdict = check_file(cand_path, pinning_of(read_manifest(ref_path)))
+            if verdict["status"] == "failed":
+                log(f"{sides['flame'].trial_id}: failed the pinning check: {'; '.join(verdict['reasons'])}")
+        pair_path = out_dir / "pairs" / f"{stage}-{trace}-p{index}.json"
+        reference, candidate = read_manifest(ref_path), read_manifest(cand_path)
+        write_pair(pair_path, index, (ref_path, reference), (cand_path, candidate), experiment=experiment, stage=stage)
+        pair_refs.append(file_ref(pair_path, out_dir))
+    entries = []
+    for case in cases:
+        doc = read_manifest(paths[case.trial_id])
+        entries.append({"trial_id": case.trial_id, "system": case.system, "routing": case.routing,
+                        "trace_name": doc["trace_name"], "stage": case.stage, "pair": case.pair,
+                        "flame": case.flame.__dict__ | {"label": case.flame.label()} if case.system == "flame" else None,
+                        "status": doc["verdict"]["status"], "requests_per_s": doc["timing"]["requests_per_s"],
+                        "cached_share": cached_share(doc), "simulated": doc["simulated"],
+                        "cluster": doc.get("flame_cluster"), "manifest": file_ref(paths[case.trial_id], out_dir)})
+    simulated = any(e["simulated"] for e in entries)
+    doc = header("experiment", simulated=simulated) | {
+        "experiment": experiment, "settings": settings,
+        "backend": {"engine": backend.engine, "cluster": backend.cluster, "gpus": runner.gpus,
+                    "warmup_rounds": backend.warmup_rounds, "load_format": backend.load_format},
+        "cases": entries, "pairs": pair_refs,
+    }
+    out = out_dir / "experiment.json"
+    write_manifest(out, doc)
+    failed = [e["trial_id"] for e in entries if e["status"] != "passed"]
+    log(f"{experiment}: {len(entries) - len(failed)} of {len(entries)} trials passed"
+        + (f"; failed (excluded from statistics): {', '.join(failed)}" if failed else ""))
+    return out
