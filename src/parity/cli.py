@@ -431,3 +431,219 @@ def check_cmd(trials, pinning_from):
         failed += verdict["status"] == "failed"
         click.echo(f"{path}: {verdict['status']}" + "".join(f"\n  {r}" for r in verdict["reasons"]))
     click.echo(f"{len(trials) - failed} passed, {failed} failed", err=True)
+
+
+@main.group("experiment")
+def experiment_group():
+    """The study's experiments: locality, admission, confirmation, gc, and the engine's offline limit."""
+
+
+@experiment_group.command("run")
+@click.argument("name", type=click.Choice(["locality", "admission", "confirmation", "gc", "offline-limit"]))
+@click.option("--trace", "traces", type=click.Path(path_type=Path, exists=True), multiple=True, required=True,
+              help="Trace manifest (repeat: no-reuse, reuse).")
+@click.option("--backend", "backend_text", required=True,
+              help="Where to run: JSON, or a YAML file (engine sim|vllm, gpus, cluster standin|flame, model, ...).")
+@click.option("--settings", "settings_text", default="{}", show_default=True,
+              help="The experiment's settings as JSON (the config's experiments.NAME).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True)
+@friendly_errors
+def experiment_run(name, traces, backend_text, settings_text, out_dir):
+    """Run one experiment on fresh engines per case; trial manifests, checks, pairs, OUT/experiment.json."""
+    from parity.experiments import plan
+    from parity.experiments.backend import Backend
+    from parity.experiments.runner import run_experiment
+
+    backend = Backend.parse(backend_text)
+    settings = json.loads(settings_text)
+    traces = list(traces)
+    log = functools.partial(click.echo, err=True)
+    if name == "offline-limit":
+        from parity.experiments import offline_limit
+
+        out = offline_limit.run(traces, backend, out_dir, settings=settings, log=log)
+    else:
+        cases = plan.for_experiment(name, traces, settings)
+        out = run_experiment(name, cases, backend, out_dir, settings=settings, log=log)
+    click.echo(f"wrote {out}")
+
+
+@main.group("mlperf")
+def mlperf_group():
+    """The MLPerf v5.1.1 Llama 3.1 8B Offline control (real LoadGen), one arm per process."""
+
+
+@mlperf_group.command("run")
+@click.option("--arm", type=click.Choice(["standalone", "flame"]), required=True)
+@click.option("--dataset", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True,
+              help="cnn_eval.json (or a synthetic one from smoke-dataset / random-dataset).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
+              help="Run folder: mlperf-run.json, user.conf, loadgen/ logs, replica/worker logs, cleanup receipt.")
+@click.option("--mode", type=click.Choice(["performance", "accuracy"]), default="performance", show_default=True)
+@click.option("--engine", type=click.Choice(["sim", "vllm", "vllm-sync", "vllm-async"]), default="sim",
+              show_default=True, help="sim on a CPU; vllm: `vllm serve` (standalone) or vllm-async (Flame).")
+@click.option("--gpu", "gpus", multiple=True, help="GPU UUID per replica or worker (repeat); default sim-0.")
+@click.option("--model", default=None, help="Model id or directory (a config.json alone with --load-format dummy).")
+@click.option("--load-format", default=None, help="auto, or dummy for random weights of the model's shape.")
+@click.option("--engine-arg", "engine_args", multiple=True, help="Override an engine setting: KEY=VALUE.")
+@click.option("--max-tokens", default=128, show_default=True, help="Up to this many new tokens (MLPerf: 128).")
+@click.option("--sim-params", type=click.Path(path_type=Path), default=None, help="Simulator parameter file.")
+@click.option("--samples", type=int, default=None, help="Use only the first N dataset entries (non-compliant).")
+@click.option("--target-qps", type=float, default=None, help="Offline target_qps; default: estimate with a probe.")
+@click.option("--probe-samples", default=256, show_default=True, help="Samples the target_qps probe sends.")
+@click.option("--qps-margin", default=1.1, show_default=True, help="target_qps = probe samples/s x this.")
+@click.option("--min-duration-ms", type=int, default=None, help="Override min_duration (rules: 600000).")
+@click.option("--min-query-count", type=int, default=None, help="Override min_query_count (rules: 13368).")
+@click.option("--performance-sample-count", type=int, default=None, help="Override the performance pool.")
+@click.option("--max-in-flight", default=512, show_default=True, help="Standalone: open requests at most.")
+@click.option("--batch-limit", default=64, show_default=True, help="Flame: prompts per task (the study: 32, 64).")
+@click.option("--window-ms", default=2.0, show_default=True, help="Flame: batch window.")
+@click.option("--placement", type=click.Choice(["global", "sticky"]), default="sticky", show_default=True)
+@click.option("--cluster", type=click.Choice(["standin", "flame"]), default="standin", show_default=True)
+@click.option("--flame-bin-dir", type=click.Path(path_type=Path), default=None)
+@click.option("--startup-timeout", default=600.0, show_default=True, help="Seconds to wait for replicas.")
+@friendly_errors
+def mlperf_run(arm, dataset, out_dir, mode, engine, gpus, model, load_format, engine_args, max_tokens, sim_params,
+               samples, target_qps, probe_samples, qps_margin, min_duration_ms, min_query_count,
+               performance_sample_count, max_in_flight, batch_limit, window_ms, placement, cluster, flame_bin_dir,
+               startup_timeout):
+    """One arm under LoadGen in this process (prefix caching off); writes OUT/mlperf-run.json."""
+    from parity.mlperf.run import RunSpec, run_arm
+
+    spec = RunSpec(arm=arm, dataset=dataset, out=out_dir, mode=mode, engine=engine, gpus=tuple(gpus),
+                   engine_args=_engine_args(model, load_format, engine_args), max_tokens=max_tokens,
+                   sim_params=sim_params, samples=samples, target_qps=target_qps, probe_samples=probe_samples,
+                   qps_margin=qps_margin, min_duration_ms=min_duration_ms, min_query_count=min_query_count,
+                   performance_sample_count=performance_sample_count, max_in_flight=max_in_flight,
+                   batch_limit=batch_limit, window_ms=window_ms, placement=placement, cluster=cluster,
+                   flame_bin_dir=flame_bin_dir, startup_timeout_s=startup_timeout)
+    summary = run_arm(spec, log=functools.partial(click.echo, err=True))
+    click.echo(json.dumps(summary, sort_keys=True))
+
+
+@mlperf_group.command("accuracy")
+@click.argument("run_manifest", type=click.Path(path_type=Path, exists=True, dir_okay=False))
+@click.option("--tokenizer", "tokenizer_dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
+              required=True, help="Tokenizer directory (tokenizer.json): Llama 3.1's, or the smoke one.")
+@click.option("--out", type=click.Path(path_type=Path), required=True, help="Accuracy manifest to write.")
+@click.option("--nltk-data", type=click.Path(path_type=Path), default=None, help="Staged NLTK data (punkt_tab).")
+@click.option("--stand-in-splitter", is_flag=True,
+              help="Use punkt without its English data (labelled, never comparable) where punkt_tab is absent.")
+@friendly_errors
+def mlperf_accuracy(run_manifest, tokenizer_dir, out, nltk_data, stand_in_splitter):
+    """ROUGE and generated-length gates of an accuracy-mode run; outputs kept with their hashes."""
+    from parity.mlperf import accuracy
+
+    splitter = accuracy.untrained_punkt_splitter() if stand_in_splitter else accuracy.punkt_splitter(nltk_data)
+    doc = accuracy.evaluate_run(run_manifest, tokenizer_dir, out, splitter)
+    s = doc["scores"]
+    click.echo(f"rouge1 {s['rouge1']} rouge2 {s['rouge2']} rougeL {s['rougeL']} rougeLsum {s['rougeLsum']} "
+               f"gen_len {s['gen_len']} gen_num {s['gen_num']}: gates {'passed' if doc['passed'] else 'FAILED'} "
+               f"({doc['gates_basis']}){'' if doc['comparable'] else ' - not comparable: ' + '; '.join(doc['reasons'])}")
+
+
+@mlperf_group.command("compare")
+@click.option("--standalone", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True)
+@click.option("--flame", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True)
+@click.option("--out", type=click.Path(path_type=Path), required=True)
+@friendly_errors
+def mlperf_compare(standalone, flame, out):
+    """Both arms' run manifests side by side; flags a vLLM version mismatch and any other difference."""
+    from parity.mlperf.compare import compare
+
+    doc = compare(standalone, flame, out)
+    click.echo(f"flame/standalone samples/s: {doc['flame_to_standalone_samples_per_second']}; "
+               f"vLLM versions match: {doc['vllm_versions_match']}" +
+               "".join(f"\n  flag: {f}" for f in doc["flags"]))
+
+
+@mlperf_group.command("smoke-dataset")
+@click.option("--tokenizer", "tokenizer_dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
+              required=True, help="The smoke tokenizer (parity smoke-inputs).")
+@click.option("--out", type=click.Path(path_type=Path), required=True)
+@click.option("--samples", default=64, show_default=True)
+@click.option("--seed", default=0, show_default=True)
+@friendly_errors
+def mlperf_smoke_dataset(tokenizer_dir, out, samples, seed):
+    """A synthetic cnn_eval.json (MLPerf prompt, smoke tokenizer), labelled synthetic-smoke."""
+    from parity.mlperf.dataset import write_smoke_dataset
+
+    write_smoke_dataset(tokenizer_dir, out, samples=samples, seed=seed)
+    click.echo(f"wrote {out} ({samples} synthetic samples)")
+
+
+@mlperf_group.command("random-dataset")
+@click.option("--out", type=click.Path(path_type=Path), required=True)
+@click.option("--samples", default=1000, show_default=True)
+@click.option("--seed", default=0, show_default=True)
+@friendly_errors
+def mlperf_random_dataset(out, samples, seed):
+    """A cnn_eval-shaped file of random Llama 3 token IDs (no text), labelled synthetic-random."""
+    from parity.mlperf.dataset import write_random_dataset
+
+    write_random_dataset(out, samples=samples, seed=seed)
+    click.echo(f"wrote {out} ({samples} random-token samples)")
+
+
+# ---- fetch: pinned, checksum-verified inputs (parity.fetch) -------------------------------------
+
+@main.group("fetch")
+def fetch_group():
+    """Download inputs, each verified against its SHA-256 pin in manifests/pins/, with a receipt."""
+
+
+def _fetch_command(name: str, default_pins: str | None, summary: str):
+    """One `parity fetch NAME` command: the pins file says what to fetch and from where."""
+
+    @fetch_group.command(name, help=summary)
+    @click.option("--pins", "pins_path", type=click.Path(path_type=Path, dir_okay=False), default=default_pins,
+                  required=default_pins is None, show_default=True, help="Pins file (JSON) naming source and files.")
+    @click.option("--dest", type=click.Path(path_type=Path, file_okay=False), required=True,
+                  help="Destination folder; files already there and matching their pins are kept.")
+    @click.option("--record-pins", is_flag=True,
+                  help="Fill in missing (null) pins from this download: only on a trusted network. "
+                       "Existing pins are never changed.")
+    @click.option("--receipt", type=click.Path(path_type=Path, dir_okay=False), default=None,
+                  help="Receipt manifest path [default: DEST/fetch-receipt.json].")
+    @friendly_errors
+    def command(pins_path, dest, record_pins, receipt):
+        from parity.fetch import fetch_pinned
+
+        out = fetch_pinned(pins_path, dest, record_pins=record_pins, receipt=receipt,
+                           log=functools.partial(click.echo, err=True))
+        click.echo(f"wrote {out}")
+
+    return command
+
+
+fetch_model_cmd = _fetch_command(
+    "model", "manifests/pins/llama-3.1-8b-instruct.json",
+    "The model at its pinned commit from the Hugging Face Hub (token from HF_TOKEN or `hf auth login`).")
+fetch_dataset_cmd = _fetch_command(
+    "dataset", "manifests/pins/cnn_dailymail.json",
+    "The CNN/DailyMail news parquet at its pinned commit from the Hugging Face Hub.")
+fetch_mlperf_cmd = _fetch_command(
+    "mlperf-dataset", "manifests/pins/mlperf-cnn-eval.json",
+    "MLPerf's cnn_eval.json from the MLCommons R2 bucket (MD5 from the bucket and the SHA-256 pin both checked).")
+fetch_url_cmd = _fetch_command(
+    "url", None, "Any files a pins file lists, from a Hugging Face repo or an http(s) base URL.")
+
+
+@fetch_group.command("articles")
+@click.option("--pins", "pins_path", type=click.Path(path_type=Path, dir_okay=False),
+              default="manifests/pins/cnn_dailymail.json", show_default=True,
+              help="Pins file with the parquet (files) and the converted output (derived).")
+@click.option("--dest", type=click.Path(path_type=Path, file_okay=False), required=True,
+              help="Folder holding the fetched parquet; the articles.jsonl is written there.")
+@click.option("--record-pins", is_flag=True, help="Record the output's pin if it is still null.")
+@click.option("--receipt", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Receipt manifest path [default: DEST/articles.receipt.json].")
+@friendly_errors
+def fetch_articles_cmd(pins_path, dest, record_pins, receipt):
+    """Convert the verified parquet to articles.jsonl (deterministic; its SHA-256 is pinned too)."""
+    from parity.fetch import Pins
+    from parity.fetch.articles import derive
+
+    out = derive(Pins.load(pins_path), dest, receipt=receipt, record_pins=record_pins,
+                 log=functools.partial(click.echo, err=True))
+    click.echo(f"wrote {out}")
