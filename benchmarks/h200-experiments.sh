@@ -18,7 +18,10 @@ stop)  # whatever an interrupted run left behind
   for pattern in '^/tmp/flame-bin/' '-m vllm.entrypoints' '^vllm serve' '-m parity (flame worker|engine run|native sim-server)'; do
     pkill -f -- "$pattern" || true
   done
-  sleep 3 ;;
+  sleep 3
+  # vLLM's engine cores rename themselves (VLLM::EngineCore): free the GPUs by what holds them
+  for pid in $(nvidia-smi --query-compute-apps=pid --format=csv,noheader); do kill -9 "$pid" || true; done
+  sleep 2 ;;
 traces)
   parity smoke-inputs --out /tmp/parity-inputs
   for spec in "no-reuse 64 1 8000 0" "reuse 64 4 8000 1"; do

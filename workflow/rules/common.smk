@@ -1,23 +1,24 @@
 # Config validation and the paths every rule shares.
+import json
+
 from snakemake.utils import validate
 
 validate(config, schema="../../schemas/config.schema.yaml")
 
 RESULTS = config["results"]
 TRACES = f"{RESULTS}/traces"
+EXPERIMENTS = ["locality", "admission", "confirmation", "gc", "offline-limit"]
+BACKEND_JSON = json.dumps(config["backend"], sort_keys=True)
 
 
 def trace_manifests():
     return [f"{TRACES}/{name}.json" for name in config["traces"]]
 
 
-rule validate_manifests:
-    """Every manifest of the run, schema-valid and hash-linked (parity validate)."""
-    input:
-        trace_manifests(),
-    output:
-        touch(f"{RESULTS}/validated.ok"),
-    log:
-        f"{RESULTS}/logs/validate.log",
-    shell:
-        "parity validate {RESULTS} 2> {log}"
+def experiment_settings(name):
+    """config/experiments.yaml's settings for one experiment, with this profile's overrides applied."""
+    return json.dumps(config["experiments"][name] | config.get("overrides", {}).get(name, {}), sort_keys=True)
+
+
+def experiment_manifest(name):
+    return f"{RESULTS}/{name}/experiment.json"

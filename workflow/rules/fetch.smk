@@ -67,16 +67,18 @@ if not config["inputs"]["generate"]:
             "parity fetch articles --pins {params.pins} --dest {params.dest} {params.record} 2> {log}"
 
 
-rule fetch_mlperf_dataset:
-    """MLPerf's cnn_eval.json from the MLCommons R2 bucket (the bucket's MD5 and our SHA-256 pin both checked)."""
-    output:
-        dataset=MLPERF_DATASET,
-        receipt=f"{os.path.dirname(MLPERF_DATASET)}/fetch-receipt.json",
-    params:
-        pins=f"{FETCH_PINS}/mlperf-cnn-eval.json",
-        dest=os.path.dirname(MLPERF_DATASET),
-        record=FETCH_RECORD,
-    log:
-        f"{FETCH_LOGS}/fetch_mlperf_dataset.log",
-    shell:
-        "parity fetch mlperf-dataset --pins {params.pins} --dest {params.dest} {params.record} 2> {log}"
+if not config["inputs"]["generate"]:
+
+    rule fetch_mlperf_dataset:
+        """MLPerf's cnn_eval.json from the MLCommons R2 bucket (the bucket's MD5 and our SHA-256 pin both checked)."""
+        output:
+            dataset=MLPERF_DATASET,
+            receipt=f"{os.path.dirname(MLPERF_DATASET)}/fetch-receipt.json",
+        params:
+            pins=f"{FETCH_PINS}/mlperf-cnn-eval.json",
+            dest=os.path.dirname(MLPERF_DATASET),
+            record=FETCH_RECORD,
+        log:
+            f"{FETCH_LOGS}/fetch_mlperf_dataset.log",
+        shell:
+            "parity fetch mlperf-dataset --pins {params.pins} --dest {params.dest} {params.record} 2> {log}"

@@ -60,7 +60,7 @@ def run(traces: list[Path], backend: Backend, out_dir: Path, *, settings: dict, 
     for trace in traces:
         name = load_trace(trace).name
         positions = shard_positions(trace, len(gpus))
-        shard_traces = [write_subset(trace, p, f"{name}.shard{k}", out_dir / "traces") for k, p in enumerate(positions) if p]
+        shard_traces = [write_subset(trace, p, f"{name}-shard{k}", out_dir / "traces") for k, p in enumerate(positions) if p]
         log(f"{name}: shards of {', '.join(str(len(p)) for p in positions)} requests, one process per GPU")
         procs = []
         for shard, (shard_trace, gpu) in enumerate(zip(shard_traces, gpus)):

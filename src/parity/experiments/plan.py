@@ -65,10 +65,10 @@ def locality(traces: list[Path], repeats: int, flame: FlameConfig) -> list[Case]
     return cases
 
 
-def screening(experiment: str, trace: Path, configs: list[FlameConfig], repeats: int = 1) -> list[Case]:
+def screening(experiment: str, group: str, trace: Path, configs: list[FlameConfig], repeats: int = 1) -> list[Case]:
     """Pilot trials of Flame sticky sessions, one per configuration: for choosing, never for confirming."""
-    return [Case(f"{experiment}-screen-{config.label()}-{trace.stem}-r{repeat}", experiment, "flame", "sticky", trace,
-                 config, stage=f"screen-{config.label()}")
+    return [Case(f"{experiment}-{group}-{config.label()}-{trace.stem}-r{repeat}", experiment, "flame", "sticky", trace,
+                 config, stage=f"{group}-{config.label()}")
             for repeat in range(repeats) for config in rotate(list(configs), repeat)]
 
 
@@ -100,7 +100,7 @@ def admission(traces: list[Path], settings: dict) -> list[Case]:
     grid = [replace(base, batch_limit=b, window_ms=w) for b, w in settings["batch_windows"]]
     selected = replace(base, **settings["selected"])
     engines = [replace(selected, api=api, compress=compress) for api in ("sync", "async") for compress in (False, True)]
-    cases = screening("admission", screen_trace, grid) + screening("admission", screen_trace, engines)
+    cases = screening("admission", "screen-batch", screen_trace, grid) + screening("admission", "screen-api", screen_trace, engines)
     stage_pairs = settings.get("stage_pairs", 0)
     if stage_pairs:
         cases += pairs("admission", "batch-window", traces, stage_pairs, selected)

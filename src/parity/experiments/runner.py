@@ -78,6 +78,8 @@ class Runner:
             from parity.flame.client import register_applications
 
             os.environ[FAILURE_DIR_ENV] = str((self.out_dir / "logs" / "worker-failures").resolve())
+            if self.backend.simulated:  # simulated GPUs are this run's alone; real ones are the node's
+                os.environ["PARITY_GPU_LOCK_DIR"] = str((self.out_dir / "logs" / "gpu-locks").resolve())
             self.log(f"starting {'the Flame stand-in' if self.backend.cluster == 'standin' else 'Flame v0.6.0'} ...")
             self._flame = self._stack.enter_context(self.backend.flame_cluster(self.out_dir))
             env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}

@@ -1,0 +1,131 @@
+"""The experiments: which cases run in which order, and a small run end to end on the simulator."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from parity.errors import ParityError
+from parity.experiments import offline_limit, plan
+from parity.experiments.backend import Backend
+from parity.experiments.runner import run_experiment
+from parity.manifest import read_manifest, validate_paths, write_manifest
+from parity.trace import TraceSpec, build_trace, load_trace
+
+SIM = Path(__file__).resolve().parents[1] / "config" / "sim" / "h200-llama31-8b.yaml"
+TRACES = [Path("t/no-reuse.json"), Path("t/reuse.json")]
+FINAL = plan.FlameConfig(batch_limit=128, window_ms=10, budget_mib=4, api="async", compress=True, gc_freeze=True)
+
+
+def test_locality_rotates_the_four_configurations_each_repetition():
+    cases = plan.locality(TRACES, repeats=3, flame=plan.FlameConfig())
+    assert len(cases) == 4 * 2 * 3 and len({c.trial_id for c in cases}) == len(cases)
+    firsts = [(c.system, c.routing) for c in cases[::4]]
+    assert firsts[0] == ("vllm", "alternating") and firsts[2] == ("flame", "global") and firsts[4] == ("vllm", "sticky")
+    assert {(c.system, c.routing) for c in cases} == set(plan.LOCALITY_CONFIGS)
+
+
+def test_pairs_alternate_which_system_goes_first_and_pin_only_the_candidate():
+    cases = plan.confirmation(TRACES, 2, FINAL)
+    assert [c.system for c in cases] == ["vllm", "flame", "vllm", "flame", "flame", "vllm", "flame", "vllm"]
+    assert all(c.pinned == (c.system == "flame") for c in cases)
+    assert all(c.flame == FINAL and c.routing == "sticky" for c in cases)
+
+
+def test_admission_screens_before_its_stages_and_never_pairs_a_pilot():
+    settings = {"base": {"budget_mib": 4}, "batch_windows": [[32, 2], [128, 10]],
+                "selected": {"batch_limit": 128, "window_ms": 10}, "stage_pairs": 1}
+    cases = plan.admission(TRACES, settings)
+    pilots = [c for c in cases if c.stage.startswith("screen-")]
+    assert len(pilots) == 2 + 4 and all(c.pair is None and c.trace.stem == "reuse" for c in pilots)
+    assert cases[: len(pilots)] == pilots
+    stages = {c.stage for c in cases if c.pair is not None}
+    assert stages == {"batch-window", "async-zlib"}
+    assert len({c.trial_id for c in cases}) == len(cases)  # 128/10 ms sync raw is in both screens, once each
+    async_zlib = [c for c in cases if c.stage == "async-zlib"]
+    assert all(c.flame.api == "async" and c.flame.compress and c.flame.batch_limit == 128 for c in async_zlib)
+
+
+def test_unknown_experiment_and_backend_settings_are_refused():
+    with pytest.raises(ParityError, match="unknown experiment"):
+        plan.for_experiment("speed", TRACES, {})
+    with pytest.raises(ParityError, match="unknown backend setting"):
+        Backend.from_dict({"engine": "sim", "gpu": ["x"]})
+    with pytest.raises(ParityError, match="backend engine"):
+        Backend.from_dict({"engine": "tensorrt"})
+
+
+def test_backend_maps_the_engine_api_and_needs_nvidia_smi_for_auto(monkeypatch):
+    assert Backend().engine_kind("async") == ("sim", "async")
+    assert Backend(engine="vllm").engine_kind("sync") == ("vllm-sync", "sync")
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(ParityError, match="nvidia-smi"):
+        Backend.from_dict({"engine": "vllm", "gpus": ["auto"]}).gpu_uuids()
+
+
+@pytest.fixture(scope="module")
+def tiny_traces(small_inputs, tmp_path_factory):
+    corpus, tok = small_inputs
+    out = tmp_path_factory.mktemp("tiny-traces")
+    return [build_trace(TraceSpec("no-reuse", documents=4, questions_per_document=1, prefix_tokens=400, seed=0), corpus, tok, out),
+            build_trace(TraceSpec("reuse", documents=4, questions_per_document=4, prefix_tokens=400, seed=1), corpus, tok, out)]
+
+
+def test_confirmation_runs_checks_pairs_and_keeps_finished_trials(tiny_traces, tmp_path):
+    backend = Backend.from_dict({"engine": "sim", "sim_params": str(SIM), "warmup_rounds": 1})
+    cases = plan.confirmation(tiny_traces, 1, FINAL)
+    out = run_experiment("confirmation", cases, backend, tmp_path, settings={"pairs": 1}, log=lambda m: None)
+    doc = read_manifest(out)
+    assert [c["status"] for c in doc["cases"]] == ["passed"] * 4 and doc["simulated"]
+    assert {c["cluster"] for c in doc["cases"] if c["system"] == "flame"} == {"stand-in"}
+    assert len(doc["pairs"]) == 2
+    pair = read_manifest(tmp_path / doc["pairs"][0]["path"])
+    assert pair["stage"] == "final" and pair["ratio"] > 0
+    candidate = read_manifest(tmp_path / "trials" / "confirmation-final-reuse-p0-flame.json")
+    assert candidate["verdict"]["checks"]["placement"]["passed"]
+    checked, problems = validate_paths([tmp_path])
+    assert not problems and checked >= 4 + 2 + 1
+
+    # A rerun keeps every finished trial; a corrupted one is run again.
+    kept = tmp_path / "trials" / "confirmation-final-no-reuse-p0-vllm.json"
+    broken = tmp_path / "trials" / "confirmation-final-reuse-p0-vllm.json"
+    kept_bytes = kept.read_bytes()
+    broken.write_text("{")
+    lines = []
+    run_experiment("confirmation", cases, backend, tmp_path, settings={"pairs": 1}, log=lines.append)
+    assert kept.read_bytes() == kept_bytes
+    assert sum("kept" in line for line in lines) == 3
+    assert read_manifest(broken)["verdict"]["status"] == "passed"
+
+
+def test_a_failed_trial_stays_on_disk_with_its_reason(tiny_traces, tmp_path):
+    backend = Backend.from_dict({"engine": "sim", "sim_params": str(SIM), "warmup_rounds": 0})
+    cases = plan.locality(tiny_traces[1:], 1, plan.FlameConfig())[:1]
+    path = tmp_path / "trials" / f"{cases[0].trial_id}.json"
+    run_experiment("locality", cases, backend, tmp_path, settings={}, log=lambda m: None)
+    doc = read_manifest(path)
+    doc["records"][0]["output_token_ids"] = doc["records"][0]["output_token_ids"][:3]  # a short answer
+    doc["verdict"] = {"status": "pending", "checks": {}, "reasons": []}
+    write_manifest(path, doc)
+    from parity.checks import check_file
+
+    assert check_file(path)["status"] == "failed"
+    out = run_experiment("locality", cases, backend, tmp_path, settings={}, log=lambda m: None)
+    entry = read_manifest(out)["cases"][0]
+    assert entry["status"] == "failed" and path.exists()
+
+
+def test_offline_limit_splits_the_trace_as_the_sticky_router_does(tiny_traces, tmp_path):
+    backend = Backend.from_dict({"engine": "sim", "sim_params": str(SIM), "warmup_rounds": 1})
+    out = offline_limit.run(tiny_traces[1:], backend, tmp_path, settings={}, log=lambda m: None)
+    doc = read_manifest(out)
+    (limit,) = doc["limits"]
+    positions = offline_limit.shard_positions(tiny_traces[1], 2)
+    assert [s["requests"] for s in limit["shards"]] == [len(p) for p in positions if p]
+    assert limit["requests"] == 16 and limit["passed"] and limit["requests_per_s"] > 0
+    shard = load_trace(tmp_path / "traces" / "reuse-shard0.json")
+    parent = load_trace(tiny_traces[1])
+    assert [r.sha256 for r in shard.requests] == [parent.requests[i].sha256 for i in positions[0]]
+    assert not validate_paths([tmp_path])[1]
