@@ -647,3 +647,33 @@ def fetch_articles_cmd(pins_path, dest, record_pins, receipt):
     out = derive(Pins.load(pins_path), dest, receipt=receipt, record_pins=record_pins,
                  log=functools.partial(click.echo, err=True))
     click.echo(f"wrote {out}")
+
+
+@main.command("report")
+@click.option("--experiment", "experiments", type=click.Path(path_type=Path), multiple=True,
+              help="Experiment folder or experiment.json (repeat the option).")
+@click.option("--results", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Results folder: uses every RESULTS/*/experiment.json.")
+@click.option("--mlperf", "mlperf_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Folder of `parity mlperf run/compare` manifests (optional; absent: \"not run\").")
+@click.option("--reference", type=click.Path(path_type=Path, dir_okay=False), default="config/study-reference.yaml",
+              show_default=True, help="The study's published numbers.")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
+              help="Folder for report.md, *.png and report.json.")
+@friendly_errors
+def report_cmd(experiments, results, mlperf_dir, reference, out_dir):
+    """Tables shaped like the study's with its numbers beside ours, PNG plots, and a report manifest."""
+    from parity.report import write_report
+    from parity.report.inputs import find_experiments
+
+    paths = list(experiments)
+    if results is not None:
+        if not results.is_dir():
+            raise ParityError(f"{results}: no such results folder")
+        paths += [p for p in find_experiments(results) if p.resolve() not in {Path(x).resolve() for x in paths}]
+    if not paths and mlperf_dir is None:
+        raise ParityError("give --experiment DIR (repeatable), --results DIR or --mlperf DIR")
+    made = write_report(paths, mlperf_dir, reference, out_dir)
+    click.echo(f"evidence: {made['evidence'] or 'none'}")
+    click.echo(made["final_table"], nl=False)
+    click.echo(f"wrote {out_dir / 'report.md'} and {out_dir / 'report.json'}", err=True)

@@ -83,3 +83,25 @@ def write_pair(path: Path, index: int, reference: tuple[Path, dict], candidate: 
     } | ({"experiment": experiment} if experiment else {}) | ({"stage": stage} if stage else {})
     write_manifest(path, doc)
     return doc
+
+
+def gc_pause_by_worker(doc: dict) -> dict[str, float]:
+    """Seconds of GC pause inside inference per Flame worker, summed over the measured burst's batches."""
+    totals: dict[str, float] = {}
+    for batch in doc.get("batches", []):
+        worker = batch.get("executor_id") or "?"
+        totals[worker] = totals.get(worker, 0.0) + batch.get("gc_pause_s", 0.0)
+    return dict(sorted(totals.items()))
+
+
+def max_worker_gc_pause(doc: dict) -> float | None:
+    """The study's GC figure: the largest per-worker pause total; None where no batch timed its GC."""
+    if not any("gc_pause_s" in b for b in doc.get("batches", [])):
+        return None
+    return max(gc_pause_by_worker(doc).values())
+
+
+def encoded_input_bytes(doc: dict) -> int | None:
+    """Bytes the Flame service received for the measured burst (after compression, if any)."""
+    sizes = [b["input_bytes"] for b in doc.get("batches", []) if "input_bytes" in b]
+    return sum(sizes) if sizes else None

@@ -1,0 +1,147 @@
+"""Assemble the report: OUT/report.md, OUT/*.png and OUT/report.json linking all of it by hash.
+
+The header says plainly where the numbers come from (simulator + Flame stand-in, real GPUs + Flame
+v0.6.0, or a mix), so no simulated figure is read as a measurement. report.json is written last and
+links every manifest and file it used, so `parity validate OUT` checks the whole tree.
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from parity.errors import ParityError
+from parity.manifest import atomic_write_text, file_ref, header, write_manifest
+from parity.report import plots, tables
+from parity.report.inputs import EXPERIMENTS, load_experiments, load_mlperf
+from parity.report.reference import load_reference
+
+CLUSTERS = {"stand-in": "the CPU Flame stand-in (not Flame itself)", "flame-v0.6.0": "real Flame v0.6.0"}
+EVIDENCE = {
+    "simulated": "**Simulated** (CPU simulator engine). No reproduced number below is a measurement; none can "
+                 "confirm or refute the study's measured numbers.",
+    "measured": "**Measured** (real vLLM on real GPUs). Every reproduced number below is a measurement.",
+    "mixed": "**Mixed: simulated and measured.** Some reproduced numbers come from the CPU simulator, some from "
+             "real vLLM on real GPUs; each row's Source column says which.",
+    None: "**No reproduced numbers.** No experiment or MLPerf manifest was given.",
+}
+
+
+def _clusters(experiments: dict, runs: list) -> list[str]:
+    found = {c["cluster"] for e in experiments.values() for c in e.cases if c.get("system") == "flame" and c.get("cluster")}
+    found |= {r.doc["path"].get("cluster") for r in runs if r.doc["arm"] == "flame" and r.doc["path"].get("cluster")}
+    return sorted(found)
+
+
+def _engine(experiment) -> str:
+    """The engine as its trials recorded it: the simulator, or vLLM's version and the weights it loaded."""
+    backend = experiment.doc["backend"]
+    if backend["engine"] == "sim":
+        return "simulator"
+    versions = sorted({d["engine"]["version"] for d in experiment.trials.values() if d["engine"].get("version")})
+    weights = backend.get("load_format")
+    weights = "dummy (random) weights" if weights == "dummy" else "real weights"
+    return f"vLLM {', '.join(versions) or '(version not recorded)'}, {weights}"
+
+
+def _header(experiments: dict, runs: list, evidence: str | None, clusters: list[str], ref: dict, out: Path) -> str:
+    cluster = " and ".join(CLUSTERS.get(c, c) for c in clusters) if clusters else "— (no Flame trial)"
+    lines = [f"# Reproduction report: {ref['study']}", "", "Evidence: " + EVIDENCE[evidence], "",
+             f"Flame cluster: {cluster}.", "",
+             f"The study's numbers (source “study (B200, measured)”) are transcribed in `study-reference.yaml`, "
+             f"each with the section it came from; they were measured by the study on "
+             f"{ref['final_throughput']['hardware']}, not by this artifact. Only trials that passed every check "
+             f"count; failed trials are listed under “Excluded trials”. “—” means no number exists.", "",
+             "| Experiment | Manifest | Trials passed / failed | Evidence | Engine | Flame cluster |",
+             "|---|---|---|---|---|---|"]
+    for name in EXPERIMENTS:
+        e = experiments.get(name)
+        if e is None:
+            lines.append(f"| {name} | — (not run) | — | — | — | — |")
+            continue
+        docs = list(e.trials.values())
+        failed = sum(c["status"] != "passed" for c in e.cases)
+        clusters_used = sorted({c["cluster"] for c in e.cases if c.get("cluster")}) or ["—"]
+        rel = Path(file_ref(e.path, out)["path"]).as_posix()
+        lines.append(f"| {name} | `{rel}` | {len(e.cases) - failed} / {failed} | {tables.evidence(docs)} | "
+                     f"{_engine(e)} | {', '.join(clusters_used)} |")
+    lines.append(f"| mlperf | {len(runs)} performance run(s) | — | {tables.evidence([r.doc for r in runs]) or '—'} "
+                 f"| — | — |")
+    sizes = {}
+    for e in experiments.values():
+        if e.name == "offline-limit":
+            continue  # its trials are shards
+        for doc in e.trials.values():
+            sizes.setdefault(doc["trace_name"], len(doc["records"]))
+    study_sizes = {k: v["requests"] for k, v in ref["final_throughput"]["traces"].items()}
+    if sizes:
+        lines += ["", "Traces: " + ", ".join(
+            f"{name} {n} requests (study: {study_sizes.get(name, '—')})" for name, n in sorted(sizes.items()))
+                  + ". Rates of traces of different sizes are not comparable with the study's; the ratios are."]
+    return "\n".join(lines) + "\n"
+
+
+def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, reference_path: Path, out: Path) -> dict:
+    """Read, tabulate, plot, write; returns the report manifest."""
+    ref = load_reference(reference_path)
+    experiments = load_experiments(experiment_paths)
+    runs, compares = load_mlperf(mlperf_dir)
+    if not experiments and not runs:
+        raise ParityError("nothing to report: no experiment manifest and no MLPerf run was given")
+    out.mkdir(parents=True, exist_ok=True)
+
+    docs = [d for e in experiments.values() for d in e.trials.values()] + [r.doc for r in runs]
+    evidence = tables.evidence(docs)
+    clusters = _clusters(experiments, runs)
+    get = experiments.get
+    final, final_data = tables.final_throughput(get("confirmation"), get("offline-limit"), ref)
+    locality, locality_data = tables.locality(get("locality"), ref)
+    admission, admission_data = tables.admission(get("admission"), get("confirmation"), ref)
+    gc, gc_data = tables.gc_diagnostics(get("gc"), ref)
+    control = tables.mlperf(runs, compares, ref)
+    excluded = tables.excluded(experiments)
+
+    conf_evidence = tables.evidence([d for e in [get("confirmation")] if e for d in e.trials.values()])
+    loc_evidence = tables.evidence([d for e in [get("locality")] if e for d in e.trials.values()])
+    drawn = {name: p for name, p in (
+        ("throughput", plots.throughput(final_data["plot"], conf_evidence, out / "throughput.png")),
+        ("ratios", plots.ratios(final_data["plot"], conf_evidence, out / "ratios.png")),
+        ("cached-share", plots.cached_share(locality_data["plot"], loc_evidence, out / "cached-share.png")),
+    ) if p is not None}
+
+    parts = [_header(experiments, runs, evidence, clusters, ref, out),
+             "## 1. Final throughput\n", final.markdown(),
+             "## 2. Prefix affinity\n", *(t.markdown() for t in locality),
+             "## 3. Admission\n", *(t.markdown() for t in admission),
+             "## 4. Python startup heap (GC)\n", gc.markdown(),
+             "## 5. MLPerf control\n", control.markdown(),
+             "## Excluded trials\n"]
+    if excluded:
+        parts.append("| Experiment | Trial | Why |\n|---|---|---|\n" + "".join(
+            f"| {x['experiment']} | {x['trial_id']} | {'; '.join(x['reasons']).replace('|', '/')} |\n" for x in excluded))
+    else:
+        parts.append("None: every trial passed its checks.\n")
+    parts.append("## Plots\n")
+    parts.append("".join(f"![{name}]({p.name})\n\n" for name, p in drawn.items())
+                 or "None drawn: no confirmation or locality numbers.\n")
+    markdown = "\n".join(parts)
+    atomic_write_text(out / "report.md", markdown)
+
+    shutil.copyfile(reference_path, out / "study-reference.yaml")
+    doc = header("report", simulated=evidence in ("simulated", "mixed")) | {
+        "evidence": evidence or "none",
+        "flame_clusters": clusters,
+        "reference": file_ref(out / "study-reference.yaml", out),
+        "experiments": {name: file_ref(e.path, out) for name, e in sorted(experiments.items())},
+        "missing_experiments": [name for name in EXPERIMENTS if name not in experiments],
+        "mlperf": [file_ref(r.path, out) for r in runs] + [file_ref(p, out) for p, _ in compares],
+        "outputs": {"markdown": file_ref(out / "report.md", out),
+                    "plots": {name: file_ref(p, out) for name, p in drawn.items()}},
+        "excluded_trials": excluded,
+        "headline": final_data["headline"],
+        "locality_gains": locality_data["gains"],
+        "admission_stages": admission_data,
+        "gc_max_worker_pause_s": gc_data,
+    }
+    write_manifest(out / "report.json", doc)
+    return {"manifest": doc, "markdown": markdown, "final_table": final.markdown(), "evidence": evidence}

@@ -1,0 +1,138 @@
+"""The evidence a report reads: experiment and MLPerf manifests, every link checked by hash first.
+
+A report is only as good as the files under it, so a missing manifest, a schema problem or a hash
+mismatch stops it with one line instead of printing numbers from a tree that changed after the run.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from parity.errors import ParityError
+from parity.manifest import check_references, read_manifest, validate_document
+
+EXPERIMENTS = ("confirmation", "locality", "admission", "gc", "offline-limit")
+MLPERF_RUN = "mlperf-run.json"
+
+
+def _checked(path: Path, kind: str) -> dict:
+    """A manifest of `kind`, schema-valid, whose file references all resolve with their recorded hashes."""
+    doc = read_manifest(path)
+    if doc.get("kind") != kind:
+        raise ParityError(f"{path}: a {doc.get('kind')!r} manifest, expected {kind!r}")
+    problems = validate_document(doc, path=path) + check_references(doc, path)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ParityError(f"{problems[0]}{more}")
+    return doc
+
+
+def _linked(ref: dict, manifest: Path) -> Path:
+    return Path(os.path.normpath(manifest.parent / ref["path"]))
+
+
+@dataclass
+class Experiment:
+    """One experiment manifest with its trial and pair manifests, read once."""
+
+    path: Path
+    doc: dict
+    trials: dict[str, dict] = field(default_factory=dict)  # trial_id -> trial manifest
+    pairs: list[tuple[dict, dict, dict]] = field(default_factory=list)  # (pair, reference, candidate)
+
+    @property
+    def name(self) -> str:
+        return self.doc["experiment"]
+
+    @property
+    def cases(self) -> list[dict]:
+        return self.doc["cases"]
+
+    def trials_where(self, **match) -> list[dict]:
+        """Trial manifests of the cases whose experiment.json entries carry every key=value given."""
+        return [self.trials[c["trial_id"]] for c in self.cases if all(c.get(k) == v for k, v in match.items())]
+
+    def pairs_where(self, stage: str, trace_name: str) -> list[tuple[dict, dict]]:
+        return [(ref, cand) for pair, ref, cand in self.pairs
+                if pair.get("stage") == stage and pair["trace_name"] == trace_name]
+
+
+def load_experiment(path: Path) -> Experiment:
+    """An experiment manifest (file, or folder holding experiment.json) with its linked trials and pairs."""
+    path = Path(path)
+    if path.is_dir():
+        path = path / "experiment.json"
+    if not path.is_file():
+        raise ParityError(f"{path}: no experiment manifest (run `parity experiment run` first)")
+    doc = _checked(path, "experiment")
+    experiment = Experiment(path, doc)
+    by_path: dict[Path, dict] = {}
+    for case in doc["cases"]:
+        trial_path = _linked(case["manifest"], path)
+        by_path[trial_path] = experiment.trials[case["trial_id"]] = read_manifest(trial_path)
+    for ref in doc["pairs"]:
+        pair_path = _linked(ref, path)
+        pair = _checked(pair_path, "pair")
+        sides = []
+        for side in ("reference", "candidate"):
+            trial_path = _linked(pair[side]["manifest"], pair_path)
+            if trial_path not in by_path:
+                by_path[trial_path] = read_manifest(trial_path)
+            sides.append(by_path[trial_path])
+        experiment.pairs.append((pair, *sides))
+    return experiment
+
+
+def find_experiments(results: Path) -> list[Path]:
+    """RESULTS/NAME/experiment.json, as the workflow lays them out."""
+    return sorted(results.glob("*/experiment.json"))
+
+
+def load_experiments(paths: list[Path]) -> dict[str, Experiment]:
+    """Experiments by name; two manifests of the same experiment are ambiguous and refused."""
+    out: dict[str, Experiment] = {}
+    for path in paths:
+        experiment = load_experiment(path)
+        if experiment.name in out:
+            raise ParityError(f"two {experiment.name} experiments: {out[experiment.name].path} and {experiment.path}")
+        out[experiment.name] = experiment
+    return out
+
+
+@dataclass
+class MlperfRun:
+    """One `parity mlperf run` performance manifest, keyed like the study's rows (standalone, flame-b64)."""
+
+    path: Path
+    doc: dict
+
+    @property
+    def key(self) -> str:
+        if self.doc["arm"] == "standalone":
+            return "standalone"
+        return f"flame-b{self.doc['path'].get('batch_limit')}"
+
+
+def load_mlperf(folder: Path | None) -> tuple[list[MlperfRun], list[tuple[Path, dict]]]:
+    """Performance runs and compare manifests under `folder`; ([], []) if it is absent or holds none."""
+    if folder is None or not Path(folder).is_dir():
+        return [], []
+    runs, compares = [], []
+    for path in sorted(Path(folder).rglob("*.json")):
+        try:
+            doc = read_manifest(path)
+        except ParityError:  # other JSON (a tokenizer, a dataset) is not evidence of the control
+            continue
+        if doc.get("kind") != "mlperf":
+            continue
+        doc = _checked(path, "mlperf")
+        if doc["step"] == "run" and doc["mode"] == "performance":
+            runs.append(MlperfRun(path, doc))
+        elif doc["step"] == "compare":
+            compares.append((path, doc))
+    keys = [r.key for r in runs]
+    if len(set(keys)) != len(keys):
+        raise ParityError(f"{folder}: more than one MLPerf performance run of one configuration: {sorted(keys)}")
+    return runs, compares

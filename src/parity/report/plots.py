@@ -1,0 +1,102 @@
+"""PNG plots of the report's numbers: matplotlib's Agg backend, no pyplot state, reproducible bytes.
+
+Each plot takes the plain numbers a table builder returned, so a plot can never disagree with its
+table. PNG metadata carries no software version or date, so the same numbers give the same file.
+"""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import matplotlib.style
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from parity.manifest import atomic_write_bytes
+
+COLORS = {"vllm": "#4c72b0", "flame": "#dd8452", "study": "#b0b0b0"}
+
+
+def _title(text: str, evidence: str | None) -> str:
+    return f"{text} ({evidence})" if evidence and evidence != "measured" else text
+
+
+def _save(fig: Figure, path: Path) -> Path:
+    import io
+
+    buffer = io.BytesIO()
+    FigureCanvasAgg(fig)
+    fig.savefig(buffer, format="png", dpi=100, metadata={"Software": None})
+    atomic_write_bytes(path, buffer.getvalue())
+    return path
+
+
+def throughput(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
+    """Median requests/s per system and trace, with min–max bars (confirmation pairs)."""
+    if not per_trace:
+        return None
+    with matplotlib.style.context("default"):
+        fig = Figure(figsize=(3.2 * len(per_trace) + 1, 3.6))
+        for i, (trace, data) in enumerate(per_trace.items()):
+            ax = fig.add_subplot(1, len(per_trace), i + 1)
+            for x, system in enumerate(("vllm", "flame")):
+                s = data[system]
+                ax.bar(x, s["median"], color=COLORS[system], width=0.6)
+                ax.errorbar(x, s["median"], yerr=[[s["median"] - s["min"]], [s["max"] - s["median"]]],
+                            color="black", capsize=6)
+            ax.set_xticks([0, 1], ["standalone vLLM", "Flame"])
+            ax.set_title(trace)
+            ax.set_ylabel("requests/s (median, min–max)")
+        fig.suptitle(_title("Final throughput", evidence))
+        fig.tight_layout()
+        return _save(fig, path)
+
+
+def ratios(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
+    """Each pair's Flame / vLLM ratio against the 99% target, with the study's published range."""
+    if not per_trace:
+        return None
+    with matplotlib.style.context("default"):
+        fig = Figure(figsize=(2.2 * len(per_trace) + 2.5, 3.6))
+        ax = fig.add_subplot(1, 1, 1)
+        for x, (trace, data) in enumerate(per_trace.items()):
+            if data.get("study_ratio_range"):
+                low, high = (v * 100 for v in data["study_ratio_range"])
+                ax.bar(x, high - low, bottom=low, width=0.5, color=COLORS["study"], alpha=0.5,
+                       label="study range" if x == 0 else None)
+            values = [r * 100 for r in data["ratios"]]
+            ax.plot([x] * len(values), values, "o", color=COLORS["flame"], label="ours, per pair" if x == 0 else None)
+        shown = [99.0, 100.0] + [r * 100 for d in per_trace.values() for r in d["ratios"]]
+        shown += [v * 100 for d in per_trace.values() for v in d.get("study_ratio_range") or []]
+        ax.set_ylim(min(shown) - 0.5, max(shown) + 0.5)
+        ax.axhline(99, color="red", linestyle="--", label="99% target")
+        ax.axhline(100, color="gray", linestyle=":", linewidth=1)
+        ax.set_xticks(range(len(per_trace)), list(per_trace))
+        ax.set_xlim(-0.6, len(per_trace) - 0.4)
+        ax.set_ylabel("Flame / vLLM throughput (%)")
+        ax.legend(loc="lower right", fontsize="small")
+        ax.set_title(_title("Paired throughput ratios", evidence))
+        fig.tight_layout()
+        return _save(fig, path)
+
+
+def cached_share(per_config: dict, evidence: str | None, path: Path) -> Path | None:
+    """Cached input share on the reuse trace per locality configuration, ours beside the study's."""
+    rows = [(v["label"], v["ours"], v["study"]) for v in per_config.values() if v["ours"] is not None]
+    if not rows:
+        return None
+    with matplotlib.style.context("default"):
+        fig = Figure(figsize=(8, 4.2))
+        ax = fig.add_subplot(1, 1, 1)
+        xs = range(len(rows))
+        ax.bar([x - 0.2 for x in xs], [r[2] * 100 for r in rows], width=0.4, color=COLORS["study"], label="study")
+        ax.bar([x + 0.2 for x in xs], [r[1] * 100 for r in rows], width=0.4, color=COLORS["vllm"],
+               label=f"ours ({evidence})" if evidence else "ours")
+        ax.set_xticks(list(xs), [textwrap.fill(r[0], 20) for r in rows], fontsize="small")
+        ax.set_ylabel("cached input tokens on reuse (%)")
+        ax.set_ylim(0, 100)
+        ax.legend(loc="upper left", fontsize="small")
+        ax.set_title(_title("Cached input share by placement", evidence))
+        fig.tight_layout()
+        return _save(fig, path)

@@ -1,0 +1,338 @@
+"""The study's tables, each row of the study beside the matching row we reproduced.
+
+Every table keeps the study's columns and adds a Source column: "study (…)" for a published number,
+"ours, simulated" / "ours, measured" / "ours, mixed" for ours, so a simulated figure can never pass
+for a measurement. Numbers come from `parity.stats` over passed trials only; an experiment that was
+not run gives "—" and a note. Each builder also returns the plain numbers the plots and report.json use.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from parity import stats
+from parity.report import format as f
+from parity.report.inputs import Experiment, MlperfRun
+
+STUDY_GPU = "study (B200, measured)"
+
+
+@dataclass
+class Table:
+    title: str
+    section: str  # the study section its published numbers came from
+    columns: list[str]
+    rows: list[list[str]] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def markdown(self) -> str:
+        def line(cells):
+            return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
+
+        out = [f"### {self.title}", "", f"Study numbers from the section “{self.section}”.", "",
+               line(self.columns), "|" + "---|" * len(self.columns)]
+        out += [line(row) for row in self.rows]
+        if self.notes:
+            out += [""] + [f"- {note}" for note in self.notes]
+        return "\n".join(out) + "\n"
+
+
+def evidence(docs: list[dict]) -> str | None:
+    """simulated, measured or mixed, from the manifests' own `simulated` flags; None for no manifest."""
+    flags = {bool(d["simulated"]) for d in docs}
+    if not flags:
+        return None
+    return "mixed" if len(flags) == 2 else ("simulated" if True in flags else "measured")
+
+
+def ours(docs: list[dict]) -> str:
+    label = evidence(docs)
+    return "ours" if label is None else f"ours, {label}"
+
+
+def not_run(name: str) -> str:
+    return f"— : the {name} experiment was not given to the report (not run), so it has no numbers."
+
+
+def _trace_names(reference: dict, experiment: Experiment | None) -> list[str]:
+    names = list(reference)
+    if experiment is not None:
+        names += sorted({c["trace_name"] for c in experiment.cases} - set(names))
+    return names
+
+
+def _below(ratios: list[float]) -> int:
+    return sum(r < stats.TARGET for r in ratios)
+
+
+# ---- 1. final throughput ------------------------------------------------------------------------
+
+def final_throughput(confirmation: Experiment | None, offline: Experiment | None, ref: dict) -> tuple[Table, dict]:
+    """Median [min–max] per system, the median difference and paired ratios per trace; headline numbers."""
+    study = ref["final_throughput"]
+    table = Table("Final throughput (confirmation pairs)", study["section"],
+                  ["Workload", "Source", "Standalone vLLM requests/s", "Flame requests/s", "Flame vs vLLM median",
+                   "Paired throughput ratios", "Pairs counted / excluded", "Every pair ≥ 99%",
+                   "Both medians within 1%", "Share of offline limit (vLLM / Flame)"])
+    limits = {x["trace_name"]: x for x in (offline.doc.get("limits", []) if offline else [])}
+    headline, plot = {}, {}
+    for trace in _trace_names(study["traces"], confirmation):
+        s = study["traces"].get(trace)
+        label = s["label"] if s else trace
+        if s:
+            below = s.get("pairs_below_99", 0)
+            table.rows.append([label, STUDY_GPU, f.spread(s["standalone"]), f.spread(s["flame"]),
+                               f.signed_pct(f.from_pct(s["median_difference_pct"])),
+                               f.pct_range(*(f.from_pct(x) for x in s["ratio_range_pct"])),
+                               f"{study['pairs_per_trace']} / 0",
+                               f.yes_no(study["every_pair_meets_99"][trace])
+                               + (f" ({below} of {study['pairs_per_trace']} below)" if below else ""),
+                               f.yes_no(study["medians_within_1pct"][trace]), f.MISSING])
+        if confirmation is None:
+            table.rows.append([label, "ours", *[f.MISSING] * 8])
+            continue
+        pairs = confirmation.pairs_where("final", trace)
+        c = stats.compare(pairs)
+        docs = [d for pair in pairs for d in pair]
+        if not c["pairs"]:
+            table.rows.append([label, ours(docs), *[f.MISSING] * 4, f"0 / {c['excluded_pairs']}", *[f.MISSING] * 3])
+            table.notes.append(f"{label}: — : no confirmation pair on the {trace} trace "
+                               + ("had two passed trials." if c["excluded_pairs"] else "was run."))
+            continue
+        limit = limits.get(trace)
+        share = f.MISSING
+        if limit and limit.get("passed", True) and limit["requests_per_s"] > 0:
+            share = (f"{f.pct(c['reference']['median'] / limit['requests_per_s'], 1)} / "
+                     f"{f.pct(c['candidate']['median'] / limit['requests_per_s'], 1)}")
+        below = _below(c["ratios"])
+        table.rows.append([label, ours(docs), f.spread(c["reference"]), f.spread(c["candidate"]),
+                           f.signed_pct(c["median_difference"]), f.pct_range(*c["ratio_range"]),
+                           f"{c['pairs']} / {c['excluded_pairs']}",
+                           f.yes_no(c["every_pair_meets_99"]) + (f" ({below} of {c['pairs']} below)" if below else ""),
+                           f.yes_no(c["medians_within_1pct"]), share])
+        headline[trace] = {"pairs": c["pairs"], "excluded_pairs": c["excluded_pairs"],
+                           "reference_median": c["reference"]["median"], "candidate_median": c["candidate"]["median"],
+                           "median_difference": c["median_difference"], "ratio_range": c["ratio_range"],
+                           "every_pair_meets_99": c["every_pair_meets_99"],
+                           "medians_within_1pct": c["medians_within_1pct"], "evidence": evidence(docs),
+                           "offline_limit": limit["requests_per_s"] if share != f.MISSING else None}
+        plot[trace] = {"vllm": c["reference"], "flame": c["candidate"], "ratios": c["ratios"],
+                       "study_ratio_range": [x / 100 for x in s["ratio_range_pct"]] if s else None}
+    if confirmation is None:
+        table.notes.append(not_run("confirmation"))
+    if offline is None:
+        table.notes.append("Share of offline limit: — : no offline-limit experiment was given.")
+    table.notes.append("The study does not publish the engine's offline limit (—). Ratios are Flame / vLLM per "
+                       "fresh pair; only pairs whose two trials passed every check count.")
+    return table, {"headline": headline, "plot": plot}
+
+
+# ---- 2. prefix affinity -------------------------------------------------------------------------
+
+def locality(experiment: Experiment | None, ref: dict) -> tuple[list[Table], dict]:
+    """The four placements x (no-reuse, reuse, cached share on reuse), then the affinity gains on reuse."""
+    study = ref["locality"]
+    table = Table("Prefix affinity (locality)", study["section"],
+                  ["Configuration", "Source", "No reuse requests/s", "Prefix reuse requests/s",
+                   "Cached input tokens on reuse"])
+    medians, plot = {}, {}
+    for key, s in study["configurations"].items():
+        table.rows.append([s["label"], STUDY_GPU, f.spread(s["no-reuse"]), f.spread(s["reuse"]),
+                           f.pct(f.from_pct(s["cached_share_reuse_pct"]))])
+        if experiment is None:
+            table.rows.append([s["label"], "ours", f.MISSING, f.MISSING, f.MISSING])
+            continue
+        no_reuse = experiment.trials_where(stage=key, trace_name="no-reuse")
+        reuse = experiment.trials_where(stage=key, trace_name="reuse")
+        a, b = stats.describe(no_reuse), stats.describe(reuse)
+        share = b.get("cached_share", {}).get("median")
+        medians[key] = b.get("requests_per_s", {}).get("median")
+        plot[key] = {"label": s["label"], "ours": share, "study": s["cached_share_reuse_pct"] / 100}
+        table.rows.append([s["label"], ours(no_reuse + reuse), f.spread(a.get("requests_per_s")),
+                           f.spread(b.get("requests_per_s")), f.pct(share)])
+    if experiment is None:
+        table.notes.append(not_run("locality"))
+    else:
+        repeats = experiment.doc["settings"].get("repeats")
+        flame = experiment.doc["settings"].get("flame", {})
+        table.notes.append(f"Ours: {repeats} repetitions per configuration, Flame batch limit "
+                           f"{flame.get('batch_limit', 32)}, window {flame.get('window_ms', 2)} ms "
+                           f"(study: {study['repeats']} repetitions, batch {study['batch_limit']}, "
+                           f"{study['window_ms']} ms).")
+
+    def gain(a: str, b: str) -> float | None:
+        return medians[a] / medians[b] - 1 if medians.get(a) and medians.get(b) else None
+
+    gains = {"vllm": gain("vllm-sticky", "vllm-alternating"), "flame": gain("flame-sticky", "flame-global"),
+             "flame_vs_vllm_sticky": gain("flame-sticky", "vllm-sticky")}
+    label = ours(experiment.trials_where(trace_name="reuse")) if experiment else "ours"
+    gains_table = Table("Affinity gains on the reuse trace (median requests/s)", study["section"],
+                        ["Comparison", STUDY_GPU, label])
+    for name, key, published in (("vLLM: sticky vs alternating", "vllm", study["reuse_gain_pct"]["vllm"]),
+                                 ("Flame: sticky sessions vs global session", "flame", study["reuse_gain_pct"]["flame"]),
+                                 ("Flame sticky vs vLLM sticky", "flame_vs_vllm_sticky",
+                                  study["flame_sticky_vs_vllm_sticky_pct"])):
+        gains_table.rows.append([name, f.signed_pct(f.from_pct(published), 1), f.signed_pct(gains[key], 1)])
+    if experiment is None:
+        gains_table.notes.append(not_run("locality"))
+    return [table, gains_table], {"gains": gains, "plot": plot}
+
+
+# ---- 3. admission -------------------------------------------------------------------------------
+
+def _bytes(value: int | None) -> str:
+    return f.MISSING if value is None else f"{value:,}"
+
+
+def _pilot_rows(experiment: Experiment, group: str, describe_config) -> list[list[str]]:
+    rows = []
+    for case in experiment.cases:
+        if not (case.get("stage") or "").startswith(f"{group}-"):
+            continue
+        doc = experiment.trials[case["trial_id"]]
+        ok = stats.passed(doc)
+        rows.append([describe_config(case["flame"] or {}), case["trace_name"], ours([doc]) + ", pilot",
+                     f.rate(stats.rps(doc)) if ok else f.MISSING, f.pct(stats.cached_share(doc)) if ok else f.MISSING,
+                     _bytes(stats.encoded_input_bytes(doc)) if ok else f.MISSING,
+                     "passed" if ok else "failed (excluded)"])
+    return rows
+
+
+def _stage_row(label: str, experiment: Experiment | None, stage: str) -> tuple[list[str], dict]:
+    if experiment is None:
+        return [label, "ours", f.MISSING, f.MISSING, f.MISSING, f.MISSING], {}
+    results, docs = {}, []
+    for trace in ("no-reuse", "reuse"):
+        pairs = experiment.pairs_where(stage, trace)
+        docs += [d for pair in pairs for d in pair]
+        results[trace] = stats.compare(pairs)
+    diff = {t: r.get("median_difference") for t, r in results.items()}
+    both = None if None in diff.values() else all(r["medians_within_1pct"] for r in results.values())
+    counts = " · ".join(f"{t}: {r['pairs']} / {r['excluded_pairs']}" for t, r in results.items())
+    return ([label, ours(docs), f.signed_pct(diff["no-reuse"]), f.signed_pct(diff["reuse"]), f.yes_no(both), counts],
+            {"median_difference": diff, "both_within_1pct": both})
+
+
+def admission(experiment: Experiment | None, confirmation: Experiment | None, ref: dict) -> tuple[list[Table], dict]:
+    """Screening pilots (labelled, never confirmation), then the three paired stages of the study."""
+    study = ref["admission"]
+    screen = study["screening"]
+    columns = ["Source", "Requests/s", "Cached input share", "Encoded service inputs (bytes)", "Status"]
+    batch = Table("Admission screening: batch limit × formation window (pilots)", study["section"],
+                  ["Pilot (batch limit, window)", "Trace", *columns])
+    api = Table("Admission screening: engine API × input codec (pilots)", study["section"],
+                ["Pilot (API, codec)", "Trace", *columns])
+    sel = screen["selected"]
+    batch.rows.append([f"{screen['batch_windows']} combinations screened; selected batch {sel['batch_limit']}, "
+                       f"{sel['window_ms']} ms", "reuse", "study", f.MISSING, f.MISSING, f.MISSING, f.MISSING])
+    raw, zlib = screen["encoded_reuse_input_bytes"]["raw"], screen["encoded_reuse_input_bytes"]["zlib"]
+    api.rows.append(["raw inputs (reuse burst)", "reuse", "study", f.MISSING, f.MISSING, f"{raw:,}", f.MISSING])
+    api.rows.append(["zlib level 1 inputs (reuse burst)", "reuse", "study", f.MISSING, f.MISSING, f"{zlib:,}", f.MISSING])
+    for t in (batch, api):
+        t.notes.append("Pilots choose a configuration; they are never paired and never count as confirmation. "
+                       "The study publishes no pilot scores (—).")
+    if experiment is None:
+        batch.notes.append(not_run("admission"))
+        api.notes.append(not_run("admission"))
+    else:
+        batch.rows += _pilot_rows(experiment, "screen-batch",
+                                  lambda c: f"batch {c.get('batch_limit')}, {c.get('window_ms', 0):g} ms")
+        api.rows += _pilot_rows(experiment, "screen-api",
+                                lambda c: f"{c.get('api')}, {'zlib' if c.get('compress') else 'raw'}")
+        chosen = experiment.doc["settings"].get("selected", {})
+        batch.notes.append(f"Ours: selected in the configuration before any pair ran: batch "
+                           f"{chosen.get('batch_limit')}, {chosen.get('window_ms')} ms.")
+    stages = Table("Admission stages (paired medians)", study["section"],
+                   ["Flame configuration", "Source", "Median difference without reuse", "Median difference with reuse",
+                    "Both medians within 1%", "Pairs counted / excluded"])
+    data = {}
+    for key, s in study["stages"].items():
+        stages.rows.append([s["label"], STUDY_GPU, f.signed_pct(f.from_pct(s["no-reuse_pct"])),
+                            f.signed_pct(f.from_pct(s["reuse_pct"])), f.yes_no(s["both_within_1pct"]),
+                            f"{ref['final_throughput']['pairs_per_trace']} per trace"])
+        source = confirmation if key == "final" else experiment
+        row, data[key] = _stage_row(s["label"], source, key)
+        stages.rows.append(row)
+    if experiment is None:
+        stages.notes.append(not_run("admission") + " (batch-window and async-zlib stages)")
+    if confirmation is None:
+        stages.notes.append(not_run("confirmation") + " (final stage)")
+    return [batch, api, stages], data
+
+
+# ---- 4. GC diagnostics --------------------------------------------------------------------------
+
+def gc_diagnostics(experiment: Experiment | None, ref: dict) -> tuple[Table, dict]:
+    """Normal collection vs startup-heap freeze: the largest per-worker GC pause total, per single trial."""
+    study = ref["gc"]
+    table = Table("GC diagnostics (single trials)", study["section"],
+                  ["Collection", "Source", "Max per-worker GC pause total inside inference", "Requests/s", "Trial"])
+    data = {}
+    for mode, label in (("normal", "Normal collection"), ("freeze", "Startup-heap freeze")):
+        table.rows.append([label, STUDY_GPU, f"{study['max_worker_gc_pause_ms'][mode]:.2f} ms", f.MISSING, f.MISSING])
+        if experiment is None:
+            table.rows.append([label, "ours", f.MISSING, f.MISSING, f.MISSING])
+            continue
+        for doc in experiment.trials_where(stage=mode):
+            if not stats.passed(doc):
+                table.rows.append([label, ours([doc]), f.MISSING, f.MISSING, f"{doc['trial_id']} (failed, excluded)"])
+                continue
+            pause = stats.max_worker_gc_pause(doc)
+            data.setdefault(mode, []).append(pause)
+            table.rows.append([label, ours([doc]), f.MISSING if pause is None else f"{pause * 1000:.2f} ms",
+                               f.rate(stats.rps(doc)), doc["trial_id"]])
+    table.notes.append("The study publishes no per-trial throughput for these diagnostics (—); they are "
+                       "diagnostics, not confirmation.")
+    if experiment is None:
+        table.notes.append(not_run("gc"))
+    return table, data
+
+
+# ---- 5. MLPerf control --------------------------------------------------------------------------
+
+def _compliance(doc: dict) -> str:
+    label = doc["compliance"]
+    if label["compliant"]:
+        return "compliant"
+    more = f" (+{len(label['reasons']) - 1} more)" if len(label["reasons"]) > 1 else ""
+    return f"non-compliant: {label['reasons'][0]}{more}"
+
+
+def mlperf(runs: list[MlperfRun], compares: list[tuple], ref: dict) -> Table:
+    """The development Offline control; our runs carry their compliance label."""
+    study = ref["mlperf"]
+    table = Table("MLPerf Offline control", study["section"],
+                  ["Development Offline configuration", "Source", "Completed requests/s",
+                   "LoadGen performance result", "Compliance"])
+    by_key = {r.key: r for r in runs}
+    for key in list(study["runs"]) + sorted(set(by_key) - set(study["runs"])):
+        s = study["runs"].get(key)
+        label = s["label"] if s else key
+        if s:
+            table.rows.append([label, STUDY_GPU, f.rate(s["requests_per_s"], 2), s["result"],
+                               "development run, not a submission"])
+        run = by_key.get(key)
+        if run is None:
+            table.rows.append([label, "ours", f.MISSING, "not run", f.MISSING])
+            continue
+        result = run.doc["result"]
+        table.rows.append([label, ours([run.doc]), f.rate(result["samples_per_second"], 2),
+                           result["validity"] or f.MISSING, _compliance(run.doc)])
+    if not runs:
+        table.notes.append("— : MLPerf not run (no `parity mlperf run` performance manifests were given).")
+    for _, doc in compares:
+        table.notes += [f"compare: {flag}" for flag in doc["flags"]]
+    table.notes.append("These are development controls, not MLPerf results; a row is compliant only if "
+                       "LoadGen says VALID and every rule the control checks holds.")
+    return table
+
+
+def excluded(experiments: dict[str, Experiment]) -> list[dict]:
+    """Every failed trial, with the reasons its checks gave: listed, never counted."""
+    out = []
+    for name, experiment in experiments.items():
+        for case in experiment.cases:
+            doc = experiment.trials[case["trial_id"]]
+            if not stats.passed(doc):
+                out.append({"experiment": name, "trial_id": case["trial_id"], "reasons": doc["verdict"]["reasons"]})
+    return out

@@ -1,0 +1,296 @@
+"""The report: study numbers beside ours, simulated labelling, exclusions, "—" for what was not run, links."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from click.testing import CliRunner
+
+from parity.cli import main
+from parity.errors import ParityError
+from parity.manifest import file_ref, header, read_manifest, sha256_file, validate_paths, write_manifest
+from parity.report import write_report
+from parity.report.reference import load_reference
+from parity.stats import gc_pause_by_worker, max_worker_gc_pause, write_pair
+from test_manifest import trial_doc  # tests/ is on sys.path (pytest's rootdir-relative import)
+
+ROOT = Path(__file__).resolve().parents[1]
+REFERENCE = ROOT / "config" / "study-reference.yaml"
+STUDY_TEXT = Path("/work/shared/seeds/000_714587cc2dc21c43.txt")
+
+
+def _trial(root: Path, trial_id: str, system: str, trace: str, rps: float, *, stage=None, simulated=True,
+           failed=False, cached=0, batches=None) -> tuple[Path, dict]:
+    doc = trial_doc()
+    tokens = root / "traces" / f"{trace}.tokens"
+    tokens.parent.mkdir(parents=True, exist_ok=True)
+    tokens.write_bytes(trace.encode())
+    gpu = "sim-0" if simulated else "GPU-0"
+    doc |= {"simulated": simulated, "trial_id": trial_id, "system": system, "trace_name": trace,
+            "gpus": [{"uuid": gpu}]}
+    doc["engine"]["simulated"] = simulated
+    doc["records"][0] |= {"gpu_uuid": gpu, "prompt_tokens": 100, "cached_tokens": cached}
+    doc["timing"]["requests_per_s"] = rps
+    if failed:
+        doc["verdict"] = {"status": "failed", "checks": {"length": {"passed": False}},
+                          "reasons": ["length: request 3 generated 3 tokens, expected 16"]}
+    if batches is not None:
+        doc["batches"] = batches
+    path = root / "trials" / f"{trial_id}.json"
+    doc["trace"] = file_ref(tokens, path.parent)
+    write_manifest(path, doc)
+    return path, doc
+
+
+def _experiment(root: Path, name: str, trials: list[tuple[Path, dict, dict]], pairs=(), **extra) -> Path:
+    """trials: (path, doc, case fields); pairs: (stage, index, reference trial index, candidate trial index)."""
+    cases = [{"trial_id": doc["trial_id"], "system": doc["system"], "routing": "sticky", "trace_name": doc["trace_name"],
+              "stage": None, "pair": None, "flame": None, "status": doc["verdict"]["status"],
+              "requests_per_s": doc["timing"]["requests_per_s"], "cached_share": 0.0, "simulated": doc["simulated"],
+              "cluster": "stand-in" if doc["system"] == "flame" else None, "manifest": file_ref(path, root)} | fields
+             for path, doc, fields in trials]
+    refs = []
+    for stage, index, r, c in pairs:
+        (rp, rd, _), (cp, cd, _) = trials[r], trials[c]
+        pair_path = root / "pairs" / f"{stage}-{rd['trace_name']}-p{index}.json"
+        write_pair(pair_path, index, (rp, rd), (cp, cd), experiment=name, stage=stage)
+        refs.append(file_ref(pair_path, root))
+    doc = header("experiment", simulated=any(d["simulated"] for _, d, _ in trials)) | {
+        "experiment": name, "settings": {}, "cases": cases, "pairs": refs,
+        "backend": {"engine": "sim", "cluster": "standin", "gpus": ["sim-0", "sim-1"], "warmup_rounds": 0}} | extra
+    write_manifest(root / "experiment.json", doc)
+    return root / "experiment.json"
+
+
+def _confirmation(root: Path, *, simulated=True, fail_one=False) -> Path:
+    """Two traces x two pairs of the final stage; optionally one Flame trial failed."""
+    rates = {"no-reuse": [(7.60, 7.58), (7.64, 7.59)], "reuse": [(28.6, 28.4), (28.5, 27.9)]}
+    trials, pairs = [], []
+    for trace, values in rates.items():
+        for index, (ref, cand) in enumerate(values):
+            bad = fail_one and trace == "reuse" and index == 1
+            for system, rps in (("vllm", ref), ("flame", cand)):
+                tid = f"confirmation-final-{trace}-p{index}-{system}"
+                path, doc = _trial(root, tid, system, trace, rps, simulated=simulated, failed=bad and system == "flame")
+                trials.append((path, doc, {"stage": "final", "pair": index}))
+            pairs.append(("final", index, len(trials) - 2, len(trials) - 1))
+    return _experiment(root, "confirmation", trials, pairs)
+
+
+def _locality(root: Path) -> Path:
+    trials = []
+    shares = {"vllm-alternating": 53, "flame-global": 50, "vllm-sticky": 75, "flame-sticky": 74}
+    for stage, share in shares.items():
+        system = stage.split("-")[0]
+        for trace, rps in (("no-reuse", 7.5), ("reuse", 15.0 if "sticky" not in stage else 27.0)):
+            path, doc = _trial(root, f"locality-{stage}-{trace}-r0", system, trace, rps,
+                               cached=share if trace == "reuse" else 0)
+            trials.append((path, doc, {"stage": stage}))
+    return _experiment(root, "locality", trials, settings={"repeats": 1})
+
+
+def _gc(root: Path) -> Path:
+    trials = []
+    for stage, pauses in (("normal", [0.004, 0.005, 0.003]), ("freeze", [0.001, 0.002, 0.0005])):
+        batches = [{"batch_id": f"b{i}", "executor_id": f"w{i % 2}", "gc_pause_s": p, "gc_frozen": stage == "freeze",
+                    "engine_s": 1.0, "input_bytes": 1000} for i, p in enumerate(pauses)]
+        path, doc = _trial(root, f"gc-{stage}-reuse-r0", "flame", "reuse", 28.0, batches=batches)
+        trials.append((path, doc, {"stage": stage}))
+    return _experiment(root, "gc", trials)
+
+
+@pytest.fixture()
+def results(tmp_path):
+    _confirmation(tmp_path / "confirmation", fail_one=True)
+    _locality(tmp_path / "locality")
+    _gc(tmp_path / "gc")
+    return tmp_path
+
+
+def test_reference_numbers_are_transcribed_from_the_study_text():
+    ref = load_reference(REFERENCE)
+    assert ref["final_throughput"]["traces"]["reuse"]["flame"]["median"] == 28.350
+    assert ref["locality"]["reuse_gain_pct"] == {"vllm": 77.5, "flame": 73.4}
+    assert ref["gc"]["max_worker_gc_pause_ms"] == {"normal": 8.80, "freeze": 4.59}
+    if not STUDY_TEXT.exists():
+        pytest.skip("the study text is not on this machine")
+    text = STUDY_TEXT.read_text(encoding="utf-8").replace("−", "-").replace(",", "")
+    published = {float(x) for x in re.findall(r"\d+\.\d+", text)}
+    headings = set(text.splitlines())
+
+    def walk(node):
+        if isinstance(node, dict):
+            if "section" in node:
+                assert node["section"] in headings, node["section"]
+            for key, value in node.items():
+                if key not in ("pairs_per_trace", "requests", "requests_validated", "repeats", "batch_limit", "window_ms",
+                               "samples", "min_duration_s", "batch_windows", "budget_mib", "pairs_below_99"):
+                    walk(value)
+        elif isinstance(node, list):
+            for value in node:
+                walk(value)
+        elif isinstance(node, float):
+            assert abs(node) in published, node
+
+    walk(ref)
+
+
+def test_gc_pause_is_summed_per_worker_then_maxed():
+    doc = {"batches": [{"executor_id": "a", "gc_pause_s": 0.004}, {"executor_id": "b", "gc_pause_s": 0.005},
+                       {"executor_id": "a", "gc_pause_s": 0.003}]}
+    assert gc_pause_by_worker(doc) == pytest.approx({"a": 0.007, "b": 0.005})
+    assert max_worker_gc_pause(doc) == pytest.approx(0.007)
+    assert max_worker_gc_pause({"batches": []}) is None
+
+
+def test_report_puts_study_numbers_beside_ours_and_labels_simulation(results, tmp_path):
+    out = tmp_path / "report"
+    made = write_report([results / "confirmation", results / "locality", results / "gc"], None, REFERENCE, out)
+    md = (out / "report.md").read_text()
+    # the study's numbers
+    for number in ("7.628 [7.624–7.641]", "28.350 [27.989–28.416]", "−0.86%", "97.97%–99.37%", "53.13%",
+                   "+77.5%", "+73.4%", "−2.22%", "−1.01%", "8.80 ms", "4.59 ms", "53.38", "32.41", "53.41"):
+        assert number in md, number
+    # ours: no-reuse medians 7.62 vs 7.585; reuse pair 1 excluded (its Flame trial failed)
+    assert "7.620 [7.600–7.640]" in md and "7.585 [7.580–7.590]" in md
+    assert f"{(7.585 / 7.62 - 1) * 100:+.2f}%".replace("-", "−") in md
+    assert "| Prefix reuse | ours, simulated | 28.600 [28.600–28.600] | 28.400 [28.400–28.400] |" in md
+    assert "1 / 1" in md  # reuse: one pair counted, one excluded
+    assert "Evidence: **Simulated**" in md and "stand-in" in md
+    assert "ours, measured" not in md
+    # GC: per worker, summed over batches (w0: batches 0 and 2), then the largest worker
+    assert "| Normal collection | ours, simulated | 7.00 ms | 28.000 | gc-normal-reuse-r0 |" in md
+    assert "| Startup-heap freeze | ours, simulated | 2.00 ms |" in md
+    # a failed trial is excluded and named, with its reason
+    assert "| confirmation | confirmation-final-reuse-p1-flame | length: request 3 generated 3 tokens" in md
+    # what was not run shows "—" with a note, never 0
+    assert "| admission | — (not run) |" in md
+    assert "the admission experiment was not given to the report (not run)" in md
+    assert "MLPerf not run" in md and "| Standalone vLLM | ours | — | not run | — |" in md
+    assert "Share of offline limit: — : no offline-limit experiment was given." in md
+    # the manifest
+    doc = made["manifest"]
+    assert doc["kind"] == "report" and doc["simulated"] is True and doc["evidence"] == "simulated"
+    assert doc["excluded_trials"][0]["trial_id"] == "confirmation-final-reuse-p1-flame"
+    assert doc["headline"]["reuse"]["pairs"] == 1 and doc["headline"]["reuse"]["excluded_pairs"] == 1
+    assert doc["headline"]["no-reuse"]["every_pair_meets_99"] is True
+    assert set(doc["missing_experiments"]) == {"admission", "offline-limit"}
+    assert set(doc["outputs"]["plots"]) == {"throughput", "ratios", "cached-share"}
+    for name in ("throughput.png", "ratios.png", "cached-share.png"):
+        assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    checked, problems = validate_paths([out / "report.json"])
+    assert not problems and checked > 10
+
+
+def test_plots_are_reproducible(results, tmp_path):
+    hashes = []
+    for name in ("a", "b"):
+        write_report([results / "confirmation", results / "locality"], None, REFERENCE, tmp_path / name)
+        hashes.append({p.name: sha256_file(p) for p in sorted((tmp_path / name).glob("*.png"))})
+    assert hashes[0] == hashes[1] and len(hashes[0]) == 3
+
+
+def test_measured_and_mixed_evidence_are_said_plainly(tmp_path):
+    _confirmation(tmp_path / "confirmation", simulated=False)
+    out = write_report([tmp_path / "confirmation"], None, REFERENCE, tmp_path / "r1")
+    assert out["evidence"] == "measured" and "ours, measured" in out["markdown"] and "simulated" not in out["final_table"]
+    _locality(tmp_path / "locality")
+    out = write_report([tmp_path / "confirmation", tmp_path / "locality"], None, REFERENCE, tmp_path / "r2")
+    assert out["evidence"] == "mixed" and out["manifest"]["simulated"] is True
+    assert "**Mixed: simulated and measured.**" in out["markdown"] and "ours, simulated" in out["markdown"]
+
+
+def test_a_changed_trial_is_refused_in_one_line(results, tmp_path):
+    trial = results / "confirmation" / "trials" / "confirmation-final-reuse-p0-vllm.json"
+    doc = json.loads(trial.read_text())
+    doc["timing"]["requests_per_s"] = 99.0
+    trial.write_text(json.dumps(doc))
+    with pytest.raises(ParityError, match="sha256-mismatch"):
+        write_report([results / "confirmation"], None, REFERENCE, tmp_path / "r")
+
+
+def test_cli_finds_experiments_under_results_and_prints_the_final_table(results, tmp_path):
+    out = tmp_path / "r"
+    run = CliRunner().invoke(main, ["report", "--results", str(results), "--reference", str(REFERENCE),
+                                    "--out", str(out)])
+    assert run.exit_code == 0, run.output
+    assert "evidence: simulated" in run.output and "| Prefix reuse | study (B200, measured) |" in run.output
+    assert set(read_manifest(out / "report.json")["experiments"]) == {"confirmation", "locality", "gc"}
+    missing = CliRunner().invoke(main, ["report", "--experiment", str(tmp_path / "nowhere"), "--out", str(out)])
+    assert missing.exit_code == 1 and "no experiment manifest" in missing.output
+    assert "Traceback" not in missing.output
+
+
+def test_mlperf_runs_fill_the_control_table(tmp_path):
+    _confirmation(tmp_path / "confirmation")
+    mlperf = tmp_path / "mlperf"
+    for key, arm, batch, rate, valid in (("standalone", "standalone", None, 12.5, "VALID"),
+                                         ("flame-b64", "flame", 64, 12.4, "INVALID")):
+        run = _mlperf_run_doc(arm, batch, rate, valid)
+        (mlperf / key / "loadgen").mkdir(parents=True)
+        (mlperf / key / "user.conf").write_text("x\n")
+        run["settings"]["user_conf"] = file_ref(mlperf / key / "user.conf", mlperf / key)
+        write_manifest(mlperf / key / "mlperf-run.json", run)
+    made = write_report([tmp_path / "confirmation"], mlperf, REFERENCE, tmp_path / "r")
+    md = made["markdown"]
+    assert "| Standalone vLLM | ours, simulated | 12.50 | VALID | non-compliant: simulated engine |" in md
+    assert "| Flame, batch 64 | ours, simulated | 12.40 | INVALID |" in md
+    assert "| Flame, batch 32 | ours | — | not run | — |" in md
+    assert len(made["manifest"]["mlperf"]) == 2
+    assert not validate_paths([tmp_path / "r" / "report.json"])[1]
+
+
+def _mlperf_run_doc(arm: str, batch: int | None, rate: float, validity: str) -> dict:
+    sha = "0" * 64
+    return header("mlperf", simulated=True) | {
+        "step": "run", "arm": arm, "mode": "performance", "scenario": "Offline", "model": "llama3_1-8b",
+        "loadgen": {"package": "5.1.1", "reported": "5.1.1"},
+        "settings": {"mlperf_conf_sha256": sha, "user_conf": None, "user_conf_values": {}, "effective": {},
+                     "target_qps": {"value": 10.0, "source": "option", "probe": None}},
+        "dataset": {"file": "cnn_eval.json", "sha256": sha, "samples": 64, "origin": "synthetic", "synthetic": True},
+        "engine": {"name": "sim", "simulated": True, "vllm_version": None, "args": {"enable_prefix_caching": False},
+                   "sampling": {}},
+        "path": {"cluster": "stand-in", "batch_limit": batch} if arm == "flame" else {"replicas": "sim"},
+        "result": {"validity": validity, "samples_per_second": rate, "tokens_per_second": rate * 100,
+                   "duration_s": 10.0, "sample_count": 64},
+        "sut": {"completed": 64, "failed": 0},
+        "compliance": {"compliant": False, "reasons": ["simulated engine"]},
+        "logs": {}, "versions": {"parity": "0.1.0", "python": "3.11"},
+    }
+
+
+def test_report_from_a_real_simulated_confirmation_run(small_inputs, tmp_path):
+    """End to end on the simulator: `parity experiment`'s own manifests feed the report unchanged."""
+    from parity.experiments import plan
+    from parity.experiments.backend import Backend
+    from parity.experiments.runner import run_experiment
+    from parity.trace import TraceSpec, build_trace
+
+    corpus, tok = small_inputs
+    traces = [build_trace(TraceSpec("reuse", documents=3, questions_per_document=2, prefix_tokens=300, seed=1),
+                          corpus, tok, tmp_path / "traces")]
+    backend = Backend.from_dict({"engine": "sim", "sim_params": str(ROOT / "config/sim/h200-llama31-8b.yaml"),
+                                 "warmup_rounds": 0})
+    final = plan.FlameConfig(batch_limit=128, window_ms=10, budget_mib=4, api="async", compress=True, gc_freeze=True)
+    run_experiment("confirmation", plan.confirmation(traces, 1, final), backend, tmp_path / "confirmation",
+                   settings={"pairs": 1}, log=lambda m: None)
+    made = write_report([tmp_path / "confirmation"], None, REFERENCE, tmp_path / "r")
+    assert made["manifest"]["headline"]["reuse"]["pairs"] == 1
+    assert made["manifest"]["flame_clusters"] == ["stand-in"]
+    assert "| Prefix reuse | ours, simulated |" in made["markdown"]
+    assert "| No document reuse | ours | — |" in made["markdown"]
+    assert not validate_paths([tmp_path / "r"])[1]
+
+
+def test_reference_without_a_section_is_refused(tmp_path):
+    ref = yaml.safe_load(REFERENCE.read_text())
+    del ref["gc"]
+    bad = tmp_path / "ref.yaml"
+    bad.write_text(yaml.safe_dump(copy.deepcopy(ref)))
+    with pytest.raises(ParityError, match="missing section"):
+        load_reference(bad)
