@@ -92,3 +92,35 @@ def test_no_gpu_list_is_an_error(lock_dir, monkeypatch):
     monkeypatch.delenv("PARITY_GPUS")
     with pytest.raises(ParityError, match="PARITY_GPUS"):
         ParityService().on_session_enter(session({"engine": "sim"}))
+
+
+def test_a_failed_session_enter_is_left_for_the_client_but_a_surplus_worker_is_not(lock_dir, tmp_path, monkeypatch):
+    failures = tmp_path / "failures"
+    monkeypatch.setenv(service.FAILURE_DIR_ENV, str(failures))
+    with pytest.raises(ParityError, match="simulator parameters not found"):
+        ParityService().on_session_enter(session({"engine": "sim", "sim_params": str(tmp_path / "missing.yaml")}))
+    assert "simulator parameters not found" in (failures / "s0.txt").read_text()
+    (failures / "s0.txt").unlink()
+
+    monkeypatch.setenv("PARITY_GPUS", "sim-0")
+    holder = ParityService()
+    holder.on_session_enter(session({"engine": "sim"}))
+    try:
+        with pytest.raises(service.GpuBusy):
+            ParityService().on_session_enter(session({"engine": "sim"}))
+        assert not failures.exists() or not any(failures.iterdir())  # Flame releases it; nothing to report
+    finally:
+        holder.on_session_leave()
+    again = ParityService()
+    again.on_session_enter(session({"engine": "sim"}))  # the lease was given back on leave
+    again.on_session_leave()
+
+
+def test_a_deep_temp_dir_is_replaced_by_tmp(monkeypatch):
+    import tempfile
+
+    monkeypatch.setenv("TMPDIR", "/" + "deep/" * 20)
+    monkeypatch.setattr(tempfile, "tempdir", "/" + "deep/" * 20)
+    monkeypatch.delenv("VLLM_RPC_BASE_PATH", raising=False)
+    service.short_temp_dir()
+    assert tempfile.gettempdir() == "/tmp" and service.os.environ["VLLM_RPC_BASE_PATH"] == "/tmp"
