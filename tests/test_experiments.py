@@ -85,6 +85,7 @@ def test_confirmation_runs_checks_pairs_and_keeps_finished_trials(tiny_traces, t
     assert pair["stage"] == "final" and pair["ratio"] > 0
     candidate = read_manifest(tmp_path / "trials" / "confirmation-final-reuse-p0-flame.json")
     assert candidate["verdict"]["checks"]["placement"]["passed"]
+    assert candidate["engine"]["version"] == candidate["workers"][0].get("engine_version")  # as the worker says
     checked, problems = validate_paths([tmp_path])
     assert not problems and checked >= 4 + 2 + 1
 

@@ -209,7 +209,11 @@ def run_trial(endpoint: str, gpus: int, settings: FlameSettings, trace_path: Pat
               "window_s": settings.window_s, "budget": settings.budget, "compress": settings.compress,
               "engine": settings.engine, "sim_mode": settings.sim_mode, "gc_freeze": settings.gc_freeze,
               "warmup_rounds": warmup_rounds, "cluster": "stand-in" if stand_in else "flame-v0.6.0"}
-    engine = {"name": settings.engine, "simulated": simulated, "version": None, "args": settings.engine_args}
+    versions = sorted({str(w.get("engine_version")) for w in workers.values() if w.get("engine_version")})
+    if len(versions) > 1:
+        raise ParityError(f"the Flame workers ran different engine versions: {', '.join(versions)}")
+    engine = {"name": settings.engine, "simulated": simulated, "version": versions[0] if versions else None,
+              "args": settings.engine_args}  # the version the workers report, not this client's
     gpus = sorted({w["gpu_uuid"] for w in workers.values()})
     doc = trial_manifest(trial_id=trial_id, experiment=experiment, system="flame", engine=engine, trace=trace,
                          config=config, records=records, release_s=release,

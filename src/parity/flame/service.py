@@ -134,7 +134,8 @@ class ParityService(flamepy.FlameService):
         endpoint = os.environ.get(flamepy.FLAME_INSTANCE_ENDPOINT, "")
         self.identity = {"executor_id": Path(endpoint).name.removesuffix(".sock"), "pid": os.getpid(),
                          "host": socket.gethostname(), "gpu_uuid": self.engine.describe()["gpu_uuid"],
-                         "session_id": context.session_id, "engine": self.engine.describe()["name"]}
+                         "session_id": context.session_id, "engine": self.engine.describe()["name"],
+                         "engine_version": self.engine.describe().get("version")}
         self.gc = GcObserver()
         if config.get("gc_freeze"):
             gc.collect()
