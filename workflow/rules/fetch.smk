@@ -82,3 +82,15 @@ if not config["inputs"]["generate"]:
             f"{FETCH_LOGS}/fetch_mlperf_dataset.log",
         shell:
             "parity fetch mlperf-dataset --pins {params.pins} --dest {params.dest} {params.record} 2> {log}"
+
+    rule fetch_nltk_punkt:
+        """NLTK's punkt_tab (read inside its zip) for the MLPerf accuracy check's sentence splitting."""
+        output:
+            "resources/nltk_data/tokenizers/punkt_tab.zip",
+        params:
+            pins=f"{FETCH_PINS}/nltk-punkt-tab.json",
+            record=FETCH_RECORD,
+        log:
+            f"{FETCH_LOGS}/fetch_nltk_punkt.log",
+        shell:
+            "parity fetch url --pins {params.pins} --dest resources/nltk_data/tokenizers {params.record} 2> {log}"

@@ -76,7 +76,47 @@ rule mlperf_compare:
         "parity mlperf compare --standalone {input.standalone} --flame {input.flame} --out {output} > {log} 2>&1"
 
 
+MLPERF_ACCURACY = MLPERF.get("accuracy", True)
+
+if MLPERF_ACCURACY:
+
+    rule mlperf_accuracy_run:
+        """One arm in accuracy mode: every sample once, outputs saved for scoring."""
+        input:
+            MLPERF["dataset"],
+        output:
+            f"{RESULTS}/mlperf/accuracy/{{arm}}/mlperf-run.json",
+        wildcard_constraints:
+            arm="|".join(MLPERF_ARMS),
+        params:
+            arm=lambda wildcards: MLPERF_ARMS[wildcards.arm],
+            options=mlperf_options(),
+            out=lambda wildcards: f"{RESULTS}/mlperf/accuracy/{wildcards.arm}",
+        resources:
+            gpu=2,
+        log:
+            f"{RESULTS}/logs/mlperf_accuracy_run_{{arm}}.log",
+        shell:
+            "parity mlperf run {params.arm} --mode accuracy --dataset {input} {params.options} --out {params.out} > {log} 2>&1"
+
+    rule mlperf_accuracy:
+        """ROUGE-1/2/L/Lsum and the generated-length gate on an arm's saved outputs."""
+        input:
+            run=f"{RESULTS}/mlperf/accuracy/{{arm}}/mlperf-run.json",
+            punkt="resources/nltk_data/tokenizers/punkt_tab.zip",
+        output:
+            f"{RESULTS}/mlperf/accuracy/{{arm}}/accuracy.json",
+        params:
+            tokenizer=config["inputs"]["tokenizer"],
+        log:
+            f"{RESULTS}/logs/mlperf_accuracy_{{arm}}.log",
+        shell:
+            "parity mlperf accuracy {input.run} --tokenizer {params.tokenizer} --nltk-data resources/nltk_data"
+            " --out {output} > {log} 2>&1"
+
+
 rule mlperf:
-    """The MLPerf control table: standalone, Flame batch 32, Flame batch 64."""
+    """The MLPerf control table (standalone, Flame batch 32 and 64), and each arm's accuracy gates."""
     input:
         expand(f"{RESULTS}/mlperf/compare-b{{batch}}.json", batch=[32, 64]),
+        expand(f"{RESULTS}/mlperf/accuracy/{{arm}}/accuracy.json", arm=MLPERF_ARMS) if MLPERF_ACCURACY else [],
