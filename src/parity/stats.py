@@ -12,6 +12,7 @@ import statistics
 from collections import Counter
 from pathlib import Path
 
+from parity import record
 from parity.manifest import file_ref, header, write_manifest
 
 TARGET = 0.99
@@ -41,8 +42,8 @@ def describe(docs: list[dict]) -> dict:
 
 
 def cached_share(doc: dict) -> float:
-    prompt = sum(r["prompt_tokens"] for r in doc["records"])
-    return sum(r["cached_tokens"] for r in doc["records"]) / prompt if prompt else 0.0
+    """Cached share of a trial's prompt tokens (parity.record.cached_share over its records)."""
+    return record.cached_share(doc["records"])
 
 
 def batch_histogram(doc: dict) -> dict[int, int]:

@@ -58,6 +58,14 @@ class EngineArgs:
         return cls(**values)
 
 
+def length_mismatch(count: int | None, sampling: dict) -> str | None:
+    """What was expected, when `count` new tokens fall outside the sampling's bounds; else None."""
+    low, high = sampling["min_tokens"], sampling["max_tokens"]
+    if count is not None and low <= count <= high:
+        return None
+    return str(high) if low == high else f"{low} to {high}"
+
+
 @dataclass
 class Completion:
     """One prompt's result. Times are seconds on the engine's clock (wall or virtual)."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
-from parity.engine import SAMPLING, Completion, EngineArgs
+from parity.engine import SAMPLING, Completion, EngineArgs, length_mismatch
 from parity.errors import ParityError
 
 SUPPORTED = ("0.26", "0.27", "0.28")
@@ -90,9 +90,7 @@ def serve_arguments(args: EngineArgs, port: int) -> list[str]:
 def to_completion(output: Any, submit_s: float, complete_s: float, sampling: dict = SAMPLING) -> Completion:
     """Map a vLLM `RequestOutput` to a Completion; a length outside the sampling's bounds is an error."""
     tokens = list(output.outputs[0].token_ids)
-    low, high = sampling["min_tokens"], sampling["max_tokens"]
-    if not low <= len(tokens) <= high:
-        expected = high if low == high else f"{low} to {high}"
+    if expected := length_mismatch(len(tokens), sampling):
         raise ParityError(f"request {output.request_id} returned {len(tokens)} tokens, expected {expected}")
     return Completion(output_token_ids=[int(t) for t in tokens],
                       prompt_tokens=len(output.prompt_token_ids or []),

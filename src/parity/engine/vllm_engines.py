@@ -39,6 +39,7 @@ class _VllmBase(Engine):
         compat.apply_environment()
         _raise_on_sigterm()
         self.args = args
+        self.sampling = args.sampling()
         self.versions = compat.versions()
         self.kwargs = compat.engine_kwargs(args, self.versions["vllm"])
         self.gpu_uuid = compat.gpu_uuid()
@@ -63,7 +64,7 @@ class VllmSyncEngine(_VllmBase):
         from vllm import LLM, SamplingParams
 
         self._llm = LLM(**self.kwargs)
-        self._params = SamplingParams(**compat.sampling_kwargs(sampling=args.sampling()))
+        self._params = SamplingParams(**compat.sampling_kwargs(sampling=self.sampling))
 
     def generate(self, prompts: Sequence[Sequence[int]]) -> list[Completion]:
         from vllm.inputs import TokensPrompt
@@ -72,7 +73,7 @@ class VllmSyncEngine(_VllmBase):
         submit = time.monotonic()
         outputs = self._llm.generate(inputs, self._params, use_tqdm=False)
         complete = time.monotonic()  # LLM.generate returns the batch together
-        return [compat.to_completion(o, submit, complete, self.args.sampling()) for o in outputs]
+        return [compat.to_completion(o, submit, complete, self.sampling) for o in outputs]
 
     def reset_prefix_cache(self) -> None:
         if not self._llm.reset_prefix_cache():
@@ -108,7 +109,7 @@ class VllmAsyncEngine(_VllmBase):
     def _sampling(self):
         from vllm import SamplingParams
 
-        return SamplingParams(**compat.sampling_kwargs(final_only=True, sampling=self.args.sampling()))
+        return SamplingParams(**compat.sampling_kwargs(final_only=True, sampling=self.sampling))
 
     async def _start(self):
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -128,7 +129,7 @@ class VllmAsyncEngine(_VllmBase):
         async for output in self._engine.generate(
                 TokensPrompt(prompt_token_ids=[int(t) for t in prompt]), self._params, request_id):
             final = output
-        return compat.to_completion(final, submit, time.monotonic(), self.args.sampling())
+        return compat.to_completion(final, submit, time.monotonic(), self.sampling)
 
     async def _all(self, prompts: Sequence[Sequence[int]]) -> list[Completion]:
         return list(await asyncio.gather(*(self._one(p) for p in prompts)))

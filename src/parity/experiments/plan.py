@@ -89,6 +89,11 @@ def pairs(experiment: str, stage: str, traces: list[Path], count: int, flame: Fl
     return cases
 
 
+def pick_trace(traces: list[Path], name: str) -> Path:
+    """The trace called `name`, else the last one given (the reuse burst comes last)."""
+    return next((t for t in traces if t.stem == name), traces[-1])
+
+
 def admission(traces: list[Path], settings: dict) -> list[Case]:
     """Screen batch x window, screen API x codec, then paired stages of the selected configurations.
 
@@ -96,7 +101,7 @@ def admission(traces: list[Path], settings: dict) -> list[Case]:
     10 ms, then async + zlib), so no pair is chosen from its own scores.
     """
     base = FlameConfig.from_dict(settings.get("base"))
-    screen_trace = next((t for t in traces if t.stem == settings.get("screen_trace", "reuse")), traces[-1])
+    screen_trace = pick_trace(traces, settings.get("screen_trace", "reuse"))
     grid = [replace(base, batch_limit=b, window_ms=w) for b, w in settings["batch_windows"]]
     selected = replace(base, **settings["selected"])
     engines = [replace(selected, api=api, compress=compress) for api in ("sync", "async") for compress in (False, True)]
@@ -134,8 +139,7 @@ def for_experiment(name: str, traces: list[Path], settings: dict) -> list[Case]:
     if name == "confirmation":
         return confirmation(traces, settings.get("pairs", 5), flame)
     if name == "gc":
-        trace = next((t for t in traces if t.stem == settings.get("trace", "reuse")), traces[-1])
-        return gc_diagnostics(trace, flame, settings.get("repeats", 1))
+        return gc_diagnostics(pick_trace(traces, settings.get("trace", "reuse")), flame, settings.get("repeats", 1))
     from parity.errors import ParityError
 
     raise ParityError(f"unknown experiment {name!r}")

@@ -146,22 +146,26 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
         for number, case in enumerate(cases, start=1):
             log(f"[{number}/{len(cases)}] {case.trial_id}")
             paths[case.trial_id] = runner.run(case)
-    pair_refs = []
-    for (stage, trace, index), sides in sorted(_pair_cases(cases).items()):
+    pairs = sorted(_pair_cases(cases).items())
+    for (stage, trace, index), sides in pairs:  # pinning first: it may change a candidate's verdict
         if set(sides) != {"vllm", "flame"}:
             raise ParityError(f"pair {stage}/{trace}/{index} lacks a side: {sorted(sides)}")
-        ref_path, cand_path = paths[sides["vllm"].trial_id], paths[sides["flame"].trial_id]
         if sides["flame"].pinned:
-            verdict = check_file(cand_path, pinning_of(read_manifest(ref_path)))
+            reference = read_manifest(paths[sides["vllm"].trial_id])
+            verdict = check_file(paths[sides["flame"].trial_id], pinning_of(reference))
             if verdict["status"] == "failed":
                 log(f"{sides['flame'].trial_id}: failed the pinning check: {'; '.join(verdict['reasons'])}")
+    docs = {trial_id: read_manifest(path) for trial_id, path in paths.items()}
+    pair_refs = []
+    for (stage, trace, index), sides in pairs:
+        ref_id, cand_id = sides["vllm"].trial_id, sides["flame"].trial_id
         pair_path = out_dir / "pairs" / f"{stage}-{trace}-p{index}.json"
-        reference, candidate = read_manifest(ref_path), read_manifest(cand_path)
-        write_pair(pair_path, index, (ref_path, reference), (cand_path, candidate), experiment=experiment, stage=stage)
+        write_pair(pair_path, index, (paths[ref_id], docs[ref_id]), (paths[cand_id], docs[cand_id]),
+                   experiment=experiment, stage=stage)
         pair_refs.append(file_ref(pair_path, out_dir))
     entries = []
     for case in cases:
-        doc = read_manifest(paths[case.trial_id])
+        doc = docs[case.trial_id]
         entries.append({"trial_id": case.trial_id, "system": case.system, "routing": case.routing,
                         "trace_name": doc["trace_name"], "stage": case.stage, "pair": case.pair,
                         "flame": case.flame.__dict__ | {"label": case.flame.label()} if case.system == "flame" else None,

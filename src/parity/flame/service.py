@@ -132,10 +132,11 @@ class ParityService(flamepy.FlameService):
                            "gpu_uuid": uuid, "mode": config.get("sim_mode", "sync")}
         self.engine = make_engine(kind, args, **sim_options)
         endpoint = os.environ.get(flamepy.FLAME_INSTANCE_ENDPOINT, "")
+        described = self.engine.describe()
         self.identity = {"executor_id": Path(endpoint).name.removesuffix(".sock"), "pid": os.getpid(),
-                         "host": socket.gethostname(), "gpu_uuid": self.engine.describe()["gpu_uuid"],
-                         "session_id": context.session_id, "engine": self.engine.describe()["name"],
-                         "engine_version": self.engine.describe().get("version")}
+                         "host": socket.gethostname(), "gpu_uuid": described["gpu_uuid"],
+                         "session_id": context.session_id, "engine": described["name"],
+                         "engine_version": described.get("version")}
         self.gc = GcObserver()
         if config.get("gc_freeze"):
             gc.collect()

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import aiohttp
 import numpy as np
 
-from parity.engine import SAMPLING
+from parity.engine import SAMPLING, length_mismatch
 from parity.errors import ParityError
 
 KEEPALIVE_S = 4.0  # below uvicorn's 5 s idle timeout in `vllm serve`
@@ -48,9 +48,7 @@ def parse_reply(data: dict, request_id: str, submit_s: float, complete_s: float,
         usage = data["usage"]
     except (KeyError, IndexError, TypeError):
         raise ParityError(f"request {request_id}: malformed response {str(data)[:200]}") from None
-    low, high = sampling["min_tokens"], sampling["max_tokens"]
-    if tokens is None or not low <= len(tokens) <= high:
-        expected = high if low == high else f"{low} to {high}"
+    if expected := length_mismatch(None if tokens is None else len(tokens), sampling):
         raise ParityError(f"request {request_id}: {0 if tokens is None else len(tokens)} output tokens, expected {expected}")
     details = usage.get("prompt_tokens_details") or {}
     if "cached_tokens" not in details:
