@@ -130,3 +130,19 @@ def test_offline_limit_splits_the_trace_as_the_sticky_router_does(tiny_traces, t
     parent = load_trace(tiny_traces[1])
     assert [r.sha256 for r in shard.requests] == [parent.requests[i].sha256 for i in positions[0]]
     assert not validate_paths([tmp_path])[1]
+
+
+def test_bad_backend_or_settings_give_one_line_errors(tmp_path):
+    from click.testing import CliRunner
+
+    from parity.cli import main
+
+    trace = tmp_path / "t.json"
+    trace.write_text("{}")
+    for backend, settings, message in [("{not json", "{}", "backend: neither JSON"),
+                                       ('{"engine": "sim"}', "[1]", "must be a JSON object"),
+                                       ('{"engine": "sim"}', "{x", "--settings is not JSON")]:
+        result = CliRunner().invoke(main, ["experiment", "run", "gc", "--trace", str(trace), "--backend", backend,
+                                           "--settings", settings, "--out", str(tmp_path / "out")])
+        assert result.exit_code == 1 and message in result.output and "Traceback" not in result.output
+        assert not (tmp_path / "out").exists()  # nothing written

@@ -455,7 +455,12 @@ def experiment_run(name, traces, backend_text, settings_text, out_dir):
     from parity.experiments.runner import run_experiment
 
     backend = Backend.parse(backend_text)
-    settings = json.loads(settings_text)
+    try:
+        settings = json.loads(settings_text)
+    except ValueError as exc:
+        raise ParityError(f"--settings is not JSON: {exc}") from None
+    if not isinstance(settings, dict):
+        raise ParityError(f"--settings must be a JSON object, got {type(settings).__name__}")
     traces = list(traces)
     log = functools.partial(click.echo, err=True)
     if name == "offline-limit":

@@ -57,7 +57,12 @@ class Backend:
         import yaml
 
         path = Path(text)
-        values = yaml.safe_load(path.read_text()) if not text.lstrip().startswith("{") and path.exists() else json.loads(text)
+        try:
+            values = yaml.safe_load(path.read_text()) if not text.lstrip().startswith("{") and path.exists() else json.loads(text)
+        except (ValueError, yaml.YAMLError) as exc:
+            raise ParityError(f"backend: neither JSON nor a readable YAML file ({exc})") from None
+        if not isinstance(values, (dict, type(None))):
+            raise ParityError(f"backend: expected a mapping, got {type(values).__name__}")
         return cls.from_dict(values or {})
 
     @property
