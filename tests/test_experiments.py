@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -99,6 +100,14 @@ def test_confirmation_runs_checks_pairs_and_keeps_finished_trials(tiny_traces, t
     assert kept.read_bytes() == kept_bytes
     assert sum("kept" in line for line in lines) == 3
     assert read_manifest(broken)["verdict"]["status"] == "passed"
+
+    # A settings change never passes old trials off as new: the Flame trials are run again, vLLM's kept.
+    lines = []
+    changed = plan.confirmation(tiny_traces, 1, replace(FINAL, batch_limit=256))
+    run_experiment("confirmation", changed, backend, tmp_path, settings={"pairs": 1}, log=lines.append)
+    assert sum("stale" in line and "batch_limit" in line for line in lines) == 2
+    assert sum("kept" in line for line in lines) == 2
+    assert read_manifest(tmp_path / "trials" / "confirmation-final-reuse-p0-flame.json")["config"]["batch_limit"] == 256
 
 
 def test_a_failed_trial_stays_on_disk_with_its_reason(tiny_traces, tmp_path):

@@ -2,8 +2,9 @@
 
 Each case starts fresh engines: a new replica set for standalone vLLM, new sessions (so new worker
 processes and engines) for Flame; the Flame session manager itself is started once per experiment.
-A case whose trial manifest is already valid and checked is kept, so a rerun after an interruption
-redoes only what is missing or invalid. A trial that fails a check stays on disk with its reasons and
+A case whose trial manifest is already valid, checked and made from the same trace, engine settings
+and configuration is kept, so a rerun after an interruption redoes only what is missing, invalid or
+stale (a settings change never passes old trials off as new ones). A trial that fails a check stays on disk with its reasons and
 is excluded from statistics, never dropped.
 """
 
@@ -19,7 +20,7 @@ from parity.errors import ParityError
 from parity.experiments.backend import Backend
 from parity.experiments.plan import Case
 from parity.flame.service import FAILURE_DIR_ENV
-from parity.manifest import file_ref, header, read_manifest, validate_document, write_manifest
+from parity.manifest import file_ref, header, read_manifest, sha256_file, validate_document, write_manifest
 from parity.stats import cached_share, write_pair
 
 # What a Flame worker must inherit to find the same Python packages and engine settings as this process.
@@ -27,15 +28,33 @@ PASSED_ENV = ("PYTHONPATH", "LD_LIBRARY_PATH", "PATH", "VLLM_USE_FLASHINFER_SAMP
               "HF_HUB_OFFLINE", "TRITON_CACHE_DIR", "VLLM_CACHE_ROOT", "PARITY_GPU_LOCK_DIR", "PARITY_FAILURE_DIR")
 
 
-def finished(path: Path) -> bool:
-    """A trial manifest that exists, is schema-valid and carries a verdict: nothing to redo."""
+def finished(path: Path) -> dict | None:
+    """A trial manifest that exists, is schema-valid and carries a verdict (else None)."""
     if not path.exists():
-        return False
+        return None
     try:
         doc = read_manifest(path)
     except Exception:
-        return False
-    return not validate_document(doc, path=path) and doc.get("verdict", {}).get("status") in ("passed", "failed")
+        return None
+    ok = not validate_document(doc, path=path) and doc.get("verdict", {}).get("status") in ("passed", "failed")
+    return doc if ok else None
+
+
+def stale(doc: dict, case: Case, backend: Backend) -> str | None:
+    """Why a finished trial does not belong to this case (another trace, engine or configuration), else None."""
+    if doc["trace"]["sha256"] != sha256_file(case.trace):
+        return "it ran another trace"
+    if doc["engine"]["args"] != backend.args().to_dict():
+        return "it ran other engine settings"
+    config, flame = doc["config"], case.flame
+    if case.system == "vllm":
+        return None if config.get("routing") == case.routing else "it used another routing policy"
+    engine, sim_mode = backend.engine_kind(flame.api)
+    wanted = {"placement": case.routing, "batch_limit": flame.batch_limit, "window_s": flame.window_ms / 1000,
+              "budget": int(flame.budget_mib * 1024 * 1024), "compress": flame.compress, "gc_freeze": flame.gc_freeze,
+              "engine": engine, "sim_mode": sim_mode}
+    changed = sorted(k for k, v in wanted.items() if config.get(k) != v)
+    return f"its Flame configuration differs ({', '.join(changed)})" if changed else None
 
 
 def _flame_settings(case: Case, backend: Backend):
@@ -112,9 +131,13 @@ class Runner:
     def run(self, case: Case) -> Path:
         """One fresh case: its trial manifest, checked (pinning is checked later, once its pair exists)."""
         path = self.trial_path(case)
-        if finished(path):
-            self.log(f"{case.trial_id}: kept (already run and checked)")
-            return path
+        doc = finished(path)
+        if doc is not None:
+            reason = stale(doc, case, self.backend)
+            if reason is None:
+                self.log(f"{case.trial_id}: kept (already run and checked)")
+                return path
+            self.log(f"{case.trial_id}: run again: the trial on disk is stale, {reason}")
         started = time.monotonic()
         summary = (self._run_vllm if case.system == "vllm" else self._run_flame)(case, path)
         verdict = check_file(path)
