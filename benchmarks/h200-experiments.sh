@@ -12,7 +12,8 @@ traces=/tmp/parity-gpu/traces  # beside the results, so their relative links sur
 parity() { python3 -m parity "$@"; }
 backend=$(printf '{"engine": "vllm", "gpus": ["auto"], "cluster": "%s", "flame_bin_dir": "%s", "model": "%s", "load_format": "dummy", "warmup_rounds": 2}' \
   "${CLUSTER:-flame}" "${FLAME_BIN_DIR:-}" "$model")
-final='{"batch_limit": 128, "window_ms": 10, "budget_mib": 4, "api": "async", "compress": true, "gc_freeze": true}'
+# the final Flame configuration as committed (config/experiments.yaml), never a copy of it
+final=$(python3 -c 'import json, yaml; print(json.dumps(yaml.safe_load(open("config/experiments.yaml"))["experiments"]["confirmation"]["flame"]))')
 case $1 in
 stop)  # whatever an interrupted run left behind
   for pattern in '^/tmp/flame-bin/' '-m vllm.entrypoints' '^vllm serve' '-m parity (flame worker|engine run|native sim-server)'; do

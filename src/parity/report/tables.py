@@ -240,11 +240,17 @@ def admission(experiment: Experiment | None, confirmation: Experiment | None, re
         api.rows += _pilot_rows(experiment, "screen-api",
                                 lambda c: f"{c.get('api')}, {'zlib' if c.get('compress') else 'raw'}")
         chosen = experiment.doc["settings"].get("selected", {})
-        batch.notes.append(f"Ours: selected in the configuration before any pair ran: batch "
-                           f"{chosen.get('batch_limit')}, {chosen.get('window_ms')} ms.")
     stages = Table("Admission stages (paired medians)", study["section"],
                    ["Flame configuration", "Source", "Median difference without reuse", "Median difference with reuse",
                     "Both medians within 1%", "Pairs counted / excluded"])
+    if experiment is not None:
+        chosen = experiment.doc["settings"].get("selected", {})
+        batch.notes.append(f"Ours: selected in the configuration before any pair ran: batch "
+                           f"{chosen.get('batch_limit')}, {chosen.get('window_ms')} ms.")
+        if chosen and chosen != sel:
+            stages.notes.append(f"Our rows use batch {chosen.get('batch_limit')}, {chosen.get('window_ms')} ms where "
+                                f"the study's labels say batch {sel['batch_limit']}, {sel['window_ms']} ms "
+                                "(config/experiments.yaml says why).")
     data = {}
     for key, s in study["stages"].items():
         stages.rows.append([s["label"], STUDY_GPU, f.signed_pct(f.from_pct(s["no-reuse_pct"])),
