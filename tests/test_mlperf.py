@@ -93,6 +93,14 @@ def test_probe_sets_target_qps(smoke, tmp_path):
     assert target["source"] == "probe" and target["value"] == pytest.approx(target["probe"]["samples_per_s"] * 1.1,
                                                                             rel=1e-3)
     assert f"target_qps = {target['value']}" in (tmp_path / "probe" / "user.conf").read_text()
+    assert doc["settings"]["warmup"]["samples"] == min(16, SAMPLES)  # untimed, before the probe
+
+
+def test_warmup_can_be_turned_off(smoke, tmp_path):
+    doc = run(smoke, tmp_path / "cold", "flame", "--warmup-samples", 0, "--target-qps", 50, "--min-duration-ms", 0,
+              "--min-query-count", SAMPLES)
+    assert doc["settings"]["warmup"] == {"samples": 0, "seconds": 0.0}
+    assert doc["result"]["validity"] == "VALID"
 
 
 def test_accuracy_run_scores_and_compare(smoke, tmp_path):

@@ -496,6 +496,8 @@ def mlperf_group():
 @click.option("--samples", type=int, default=None, help="Use only the first N dataset entries (non-compliant).")
 @click.option("--target-qps", type=float, default=None, help="Offline target_qps; default: estimate with a probe.")
 @click.option("--probe-samples", default=256, show_default=True, help="Samples the target_qps probe sends.")
+@click.option("--warmup-samples", default=16, show_default=True,
+              help="Samples run untimed first (worker start-up, kernel JIT); 0: none.")
 @click.option("--qps-margin", default=1.1, show_default=True, help="target_qps = probe samples/s x this.")
 @click.option("--min-duration-ms", type=int, default=None, help="Override min_duration (rules: 600000).")
 @click.option("--min-query-count", type=int, default=None, help="Override min_query_count (rules: 13368).")
@@ -509,7 +511,7 @@ def mlperf_group():
 @click.option("--startup-timeout", default=600.0, show_default=True, help="Seconds to wait for replicas.")
 @friendly_errors
 def mlperf_run(arm, dataset, out_dir, mode, engine, gpus, model, load_format, engine_args, max_tokens, sim_params,
-               samples, target_qps, probe_samples, qps_margin, min_duration_ms, min_query_count,
+               samples, target_qps, probe_samples, warmup_samples, qps_margin, min_duration_ms, min_query_count,
                performance_sample_count, max_in_flight, batch_limit, window_ms, placement, cluster, flame_bin_dir,
                startup_timeout):
     """One arm under LoadGen in this process (prefix caching off); writes OUT/mlperf-run.json."""
@@ -518,7 +520,7 @@ def mlperf_run(arm, dataset, out_dir, mode, engine, gpus, model, load_format, en
     spec = RunSpec(arm=arm, dataset=dataset, out=out_dir, mode=mode, engine=engine, gpus=tuple(gpus),
                    engine_args=_engine_args(model, load_format, engine_args), max_tokens=max_tokens,
                    sim_params=sim_params, samples=samples, target_qps=target_qps, probe_samples=probe_samples,
-                   qps_margin=qps_margin, min_duration_ms=min_duration_ms, min_query_count=min_query_count,
+                   warmup_samples=warmup_samples, qps_margin=qps_margin, min_duration_ms=min_duration_ms, min_query_count=min_query_count,
                    performance_sample_count=performance_sample_count, max_in_flight=max_in_flight,
                    batch_limit=batch_limit, window_ms=window_ms, placement=placement, cluster=cluster,
                    flame_bin_dir=flame_bin_dir, startup_timeout_s=startup_timeout)
