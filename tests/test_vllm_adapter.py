@@ -92,3 +92,49 @@ def test_vllm_engine_without_vllm_is_a_clear_error():
         pytest.skip("vLLM is installed here")
     with pytest.raises(ParityError, match="needs vLLM and torch"):
         make_engine("vllm-sync")
+
+
+class FakeNvml:
+    """vLLM's vendored pynvml, for one GPU: what `visible_gpu` may ask of NVML."""
+
+    class NVMLError(Exception):
+        pass
+
+    def __init__(self, uuid: str):
+        self.uuid, self.calls = uuid, []
+
+    def nvmlInit(self):
+        self.calls.append("init")
+
+    def nvmlShutdown(self):
+        self.calls.append("shutdown")
+
+    def nvmlDeviceGetHandleByUUID(self, uuid):
+        if uuid != self.uuid:
+            raise self.NVMLError("Not Found")
+        return "handle"
+
+    def nvmlDeviceGetUUID(self, handle):
+        return self.uuid
+
+    def nvmlDeviceGetName(self, handle):
+        return "NVIDIA H200"
+
+
+def test_a_pinned_gpu_is_read_through_nvml_without_a_cuda_context(monkeypatch):
+    import sys
+    import types
+
+    nvml = FakeNvml("GPU-1234")
+    third_party = types.ModuleType("vllm.third_party")
+    third_party.pynvml = nvml
+    monkeypatch.setitem(sys.modules, "vllm", types.ModuleType("vllm"))
+    monkeypatch.setitem(sys.modules, "vllm.third_party", third_party)
+    monkeypatch.setitem(sys.modules, "torch", None)  # importing torch (and opening CUDA) would fail the test
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-1234")
+    assert compat.visible_gpu() == ("GPU-1234", "NVIDIA H200")
+    assert nvml.calls == ["init", "shutdown"]
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "GPU-9999")
+    with pytest.raises(ParityError, match="GPU-9999.*NVML cannot find"):
+        compat.visible_gpu()
+    assert compat.ENVIRONMENT["VLLM_WORKER_MULTIPROC_METHOD"] == "spawn"  # as `vllm serve` starts its core

@@ -14,8 +14,9 @@ from parity.errors import ParityError
 
 SUPPORTED = ("0.26", "0.27", "0.28")
 # Offline hygiene: no usage report, no hub, loopback only, reproducible block hashes.
+# The engine core is spawned, as `vllm serve` spawns it, never forked from a client's heap.
 ENVIRONMENT = {"VLLM_NO_USAGE_STATS": "1", "HF_HUB_OFFLINE": "1", "VLLM_HOST_IP": "127.0.0.1",
-               "PYTHONHASHSEED": "0"}
+               "PYTHONHASHSEED": "0", "VLLM_WORKER_MULTIPROC_METHOD": "spawn"}
 
 
 def check_version(version: str) -> str:
@@ -104,13 +105,31 @@ def apply_environment() -> None:
         os.environ.setdefault(key, value)
 
 
-def gpu_uuid() -> str:
-    """The UUID of the GPU this process sees as device 0 (CUDA_VISIBLE_DEVICES pins it)."""
+def visible_gpu() -> tuple[str, str]:
+    """UUID and name of the GPU this process sees as device 0 (CUDA_VISIBLE_DEVICES pins it).
+
+    Read through NVML when CUDA_VISIBLE_DEVICES names a UUID, as every parity launcher does, so this
+    process opens no CUDA context beside its engine core's: `vllm serve`'s API server holds none, and a
+    context here takes memory on the engine's GPU. Anything else is read through torch (opening one).
+    """
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES", "").split(",")[0].strip()
+    if visible.startswith("GPU-"):
+        from vllm.third_party import pynvml
+
+        try:
+            pynvml.nvmlInit()
+            try:
+                handle = pynvml.nvmlDeviceGetHandleByUUID(visible)
+                return pynvml.nvmlDeviceGetUUID(handle), pynvml.nvmlDeviceGetName(handle)
+            finally:
+                pynvml.nvmlShutdown()
+        except pynvml.NVMLError as exc:
+            raise ParityError(f"CUDA_VISIBLE_DEVICES names {visible}, which NVML cannot find: {exc}") from exc
     import torch
 
     if not torch.cuda.is_available():
         raise ParityError("no CUDA device visible: the vLLM engine needs a GPU (use the sim engine on CPU)")
-    return f"GPU-{torch.cuda.get_device_properties(0).uuid}"
+    return f"GPU-{torch.cuda.get_device_properties(0).uuid}", torch.cuda.get_device_name(0)
 
 
 def versions() -> dict[str, str | None]:

@@ -42,16 +42,14 @@ class _VllmBase(Engine):
         self.sampling = args.sampling()
         self.versions = compat.versions()
         self.kwargs = compat.engine_kwargs(args, self.versions["vllm"])
-        self.gpu_uuid = compat.gpu_uuid()
+        self.gpu_uuid, self.gpu_name = compat.visible_gpu()
         self._closed = False
         atexit.register(self.close)
 
     def describe(self) -> dict:
-        import torch
-
         return {"name": self.name, "version": self.versions["vllm"], "torch": self.versions["torch"],
                 "simulated": False, "args": self.args.to_dict(), "engine_kwargs": self.kwargs,
-                "device": torch.cuda.get_device_name(0), "gpu_uuid": self.gpu_uuid}
+                "device": self.gpu_name, "gpu_uuid": self.gpu_uuid}
 
 
 class VllmSyncEngine(_VllmBase):
