@@ -3,7 +3,7 @@
 # under real LoadGen 5.1.1, one after the other on the same GPU, each in its own process, prefix caching
 # off, up to 128 new tokens. The dataset is random token IDs in cnn_eval.json's shape (labelled
 # synthetic-random), the pool 256 samples and min_duration 60 s (MIN_MS=...): every manifest says non-compliant.
-# The Flame arm uses the stand-in unless CLUSTER=flame (with FLAME_BIN_DIR). About 5 minutes.
+# The Flame arms (batch 32 and 64) use the stand-in unless CLUSTER=flame (with FLAME_BIN_DIR). About 6 minutes.
 # From the repo root after `source .gpu/b/setup.sh`:   benchmarks/h200-mlperf.sh OUTDIR
 set -euo pipefail
 out=$1
@@ -15,10 +15,13 @@ common=(--dataset "$out/cnn_eval-random.json" --engine vllm "${gpus[@]:0:2}" --m
         --min-duration-ms "${MIN_MS:-60000}" --min-query-count 256 --probe-samples 64 --startup-timeout 300)
 status=0
 parity mlperf run --arm standalone "${common[@]}" --out "$out/standalone" || status=1
-parity mlperf run --arm flame --batch-limit 64 --cluster "${CLUSTER:-standin}" "${common[@]}" --out "$out/flame" || status=1
-if [ -f "$out/standalone/mlperf-run.json" ] && [ -f "$out/flame/mlperf-run.json" ]; then
-  parity mlperf compare --standalone "$out/standalone/mlperf-run.json" --flame "$out/flame/mlperf-run.json" \
-    --out "$out/compare.json" || status=1
-fi
+for batch in 32 64; do  # the study's two Flame arms
+  parity mlperf run --arm flame --batch-limit $batch --cluster "${CLUSTER:-standin}" "${common[@]}" \
+    --out "$out/flame-b$batch" || status=1
+  if [ -f "$out/standalone/mlperf-run.json" ] && [ -f "$out/flame-b$batch/mlperf-run.json" ]; then
+    parity mlperf compare --standalone "$out/standalone/mlperf-run.json" --flame "$out/flame-b$batch/mlperf-run.json" \
+      --out "$out/compare-b$batch.json" || status=1
+  fi
+done
 parity validate "$out" || status=1
 exit $status
