@@ -5,12 +5,14 @@ from __future__ import annotations
 import copy
 import json
 import re
+from collections import Counter
 from pathlib import Path
 
 import pytest
 import yaml
 from click.testing import CliRunner
 
+from parity import stats
 from parity.cli import main
 from parity.errors import ParityError
 from parity.manifest import file_ref, header, read_manifest, sha256_file, validate_paths, write_manifest
@@ -284,7 +286,25 @@ def test_report_from_a_real_simulated_confirmation_run(small_inputs, tmp_path):
     assert made["manifest"]["flame_clusters"] == ["stand-in"]
     assert "| Prefix reuse | ours, simulated |" in made["markdown"]
     assert "| No document reuse | ours | — |" in made["markdown"]
+    # where the time goes: one row per shard, each Flame task with its prompts and engine seconds
+    flame = read_manifest(tmp_path / "confirmation" / "trials" / "confirmation-final-reuse-p0-flame.json")
+    assert made["manifest"]["batch_histograms"] == {"reuse": {str(n): k for n, k in
+                                                              Counter(flame["batch_sizes"]).items()}}
+    rows = [line for line in made["markdown"].splitlines() if line.startswith("| reuse | 0 |")]
+    assert len(rows) == len(stats.shard_finish_s(flame)) and all("ours, simulated" in r for r in rows)
     assert not validate_paths([tmp_path / "r"])[1]
+
+
+def test_shard_finish_and_tasks_show_a_serialized_tail():
+    doc = {"timing": {"release_s": 10.0}, "records": [
+        {"shard": 0, "complete_s": 23.8, "batch_id": "s0/t1"},
+        {"shard": 1, "complete_s": 24.7, "batch_id": "s1/t1"},
+        {"shard": 1, "complete_s": 25.4, "batch_id": "s1/t2"}],
+        "batches": [{"batch_id": "s0/t1", "prompts": 124, "engine_s": 13.7},
+                    {"batch_id": "s1/t1", "prompts": 128, "engine_s": 14.6},
+                    {"batch_id": "s1/t2", "prompts": 4, "engine_s": 0.7}]}
+    assert stats.shard_finish_s(doc) == pytest.approx({0: 13.8, 1: 15.4})
+    assert stats.shard_tasks(doc) == {0: [(124, 13.7)], 1: [(128, 14.6), (4, 0.7)]}
 
 
 def test_reference_without_a_section_is_refused(tmp_path):

@@ -51,6 +51,24 @@ def batch_histogram(doc: dict) -> dict[int, int]:
     return dict(sorted(Counter(doc.get("batch_sizes", [])).items()))
 
 
+def shard_finish_s(doc: dict) -> dict[int, float]:
+    """Seconds from burst release to each shard's last completion: where a pair's gap sits."""
+    release = doc["timing"]["release_s"]
+    finish: dict[int, float] = {}
+    for r in doc["records"]:
+        finish[r["shard"]] = max(finish.get(r["shard"], 0.0), r["complete_s"] - release)
+    return dict(sorted(finish.items()))
+
+
+def shard_tasks(doc: dict) -> dict[int, list[tuple[int, float]]]:
+    """A Flame trial's tasks per shard, in the order sent: (prompts, seconds inside the engine)."""
+    shard_of = {r["batch_id"]: r["shard"] for r in doc["records"] if r.get("batch_id")}
+    tasks: dict[int, list[tuple[int, float]]] = {}
+    for b in doc.get("batches", []):
+        tasks.setdefault(shard_of.get(b["batch_id"], -1), []).append((b["prompts"], b["engine_s"]))
+    return dict(sorted(tasks.items()))
+
+
 def compare(pairs: list[tuple[dict, dict]]) -> dict:
     """Paired scores of candidate vs reference; only pairs whose two trials both passed count."""
     good = [(r, c) for r, c in pairs if passed(r) and passed(c)]

@@ -95,6 +95,7 @@ def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, referenc
     clusters = _clusters(experiments, runs)
     get = experiments.get
     final, final_data = tables.final_throughput(get("confirmation"), get("offline-limit"), ref)
+    timeline, histograms = tables.shard_timeline(get("confirmation"))
     locality, locality_data = tables.locality(get("locality"), ref)
     admission, admission_data = tables.admission(get("admission"), get("confirmation"), ref)
     gc, gc_data = tables.gc_diagnostics(get("gc"), ref)
@@ -110,7 +111,7 @@ def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, referenc
     ) if p is not None}
 
     parts = [_header(experiments, runs, evidence, clusters, ref, out),
-             "## 1. Final throughput\n", final.markdown(),
+             "## 1. Final throughput\n", final.markdown(), timeline.markdown(),
              "## 2. Prefix affinity\n", *(t.markdown() for t in locality),
              "## 3. Admission\n", *(t.markdown() for t in admission),
              "## 4. Python startup heap (GC)\n", gc.markdown(),
@@ -139,6 +140,7 @@ def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, referenc
                     "plots": {name: file_ref(p, out) for name, p in drawn.items()}},
         "excluded_trials": excluded,
         "headline": final_data["headline"],
+        "batch_histograms": {trace: {str(n): k for n, k in h.items()} for trace, h in histograms.items()},
         "locality_gains": locality_data["gains"],
         "admission_stages": admission_data,
         "gc_max_worker_pause_s": gc_data,

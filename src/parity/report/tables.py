@@ -8,6 +8,7 @@ not run gives "—" and a note. Each builder also returns the plain numbers the 
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 
 from parity import stats
@@ -20,7 +21,7 @@ STUDY_GPU = "study (B200, measured)"
 @dataclass
 class Table:
     title: str
-    section: str  # the study section its published numbers came from
+    section: str | None  # the study section its published numbers came from (None: ours only)
     columns: list[str]
     rows: list[list[str]] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
@@ -29,8 +30,9 @@ class Table:
         def line(cells):
             return "| " + " | ".join(str(c).replace("|", "\\|") for c in cells) + " |"
 
-        out = [f"### {self.title}", "", f"Study numbers from the section “{self.section}”.", "",
-               line(self.columns), "|" + "---|" * len(self.columns)]
+        source = (f"Study numbers from the section “{self.section}”." if self.section
+                  else "The study publishes no such table: ours only.")
+        out = [f"### {self.title}", "", source, "", line(self.columns), "|" + "---|" * len(self.columns)]
         out += [line(row) for row in self.rows]
         if self.notes:
             out += [""] + [f"- {note}" for note in self.notes]
@@ -125,6 +127,39 @@ def final_throughput(confirmation: Experiment | None, offline: Experiment | None
     table.notes.append("The study does not publish the engine's offline limit (—). Ratios are Flame / vLLM per "
                        "fresh pair; only pairs whose two trials passed every check count.")
     return table, {"headline": headline, "plot": plot}
+
+
+def shard_timeline(confirmation: Experiment | None) -> tuple[Table, dict]:
+    """Per pair and shard: when each system finished, and the Flame tasks that shard ran (batch sizes)."""
+    table = Table("Where the time goes: shard finish times and Flame tasks (confirmation pairs)", None,
+                  ["Workload", "Pair", "Shard", "Source", "Standalone finish (s)", "Flame finish (s)",
+                   "Flame tasks: prompts (engine s)"])
+    histograms: dict[str, dict[int, int]] = {}
+    if confirmation is None:
+        table.notes.append(not_run("confirmation"))
+        return table, histograms
+    for trace in _trace_names({}, confirmation):
+        counts: Counter = Counter()
+        for index, (ref, cand) in enumerate(confirmation.pairs_where("final", trace)):
+            if not (stats.passed(ref) and stats.passed(cand)):
+                continue
+            counts.update(stats.batch_histogram(cand))
+            vllm, flame, tasks = stats.shard_finish_s(ref), stats.shard_finish_s(cand), stats.shard_tasks(cand)
+            for shard in sorted(set(vllm) | set(flame)):
+                table.rows.append([trace, str(index), str(shard), ours([ref, cand]), _seconds(vllm.get(shard)),
+                                   _seconds(flame.get(shard)),
+                                   " + ".join(f"{n} ({s:.2f})" for n, s in tasks.get(shard, [])) or f.MISSING])
+        if counts:
+            histograms[trace] = dict(sorted(counts.items()))
+            table.notes.append(f"{trace}: Flame batch sizes over the counted pairs (prompts: tasks): "
+                               + ", ".join(f"{n}: {k}" for n, k in sorted(counts.items())) + ".")
+    table.notes.append("A shard's finish is its last completion after burst release. Flame invocations on a worker "
+                       "run one at a time, so a shard with more than one task waits for each in turn.")
+    return table, histograms
+
+
+def _seconds(value: float | None) -> str:
+    return f.MISSING if value is None else f"{value:.2f}"
 
 
 # ---- 2. prefix affinity -------------------------------------------------------------------------
