@@ -520,8 +520,8 @@ def mlperf_run(arm, dataset, out_dir, mode, engine, gpus, model, load_format, en
     spec = RunSpec(arm=arm, dataset=dataset, out=out_dir, mode=mode, engine=engine, gpus=tuple(gpus),
                    engine_args=_engine_args(model, load_format, engine_args), max_tokens=max_tokens,
                    sim_params=sim_params, samples=samples, target_qps=target_qps, probe_samples=probe_samples,
-                   warmup_samples=warmup_samples, qps_margin=qps_margin, min_duration_ms=min_duration_ms, min_query_count=min_query_count,
-                   performance_sample_count=performance_sample_count, max_in_flight=max_in_flight,
+                   warmup_samples=warmup_samples, qps_margin=qps_margin, min_duration_ms=min_duration_ms,
+                   min_query_count=min_query_count, performance_sample_count=performance_sample_count, max_in_flight=max_in_flight,
                    batch_limit=batch_limit, window_ms=window_ms, placement=placement, cluster=cluster,
                    flame_bin_dir=flame_bin_dir, startup_timeout_s=startup_timeout)
     summary = run_arm(spec, log=functools.partial(click.echo, err=True))

@@ -4,13 +4,14 @@ Each case starts fresh engines: a new replica set for standalone vLLM, new sessi
 processes and engines) for Flame; the Flame session manager itself is started once per experiment.
 A case whose trial manifest is already valid, checked and made from the same trace, engine settings
 and configuration is kept, so a rerun after an interruption redoes only what is missing, invalid or
-stale (a settings change never passes old trials off as new ones). A trial that fails a check stays on disk with its reasons and
-is excluded from statistics, never dropped.
+stale (a settings change never passes old trials off as new ones). A trial that fails a check stays
+on disk with its reasons and is excluded from statistics, never dropped.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import time
 from pathlib import Path
@@ -46,14 +47,11 @@ def stale(doc: dict, case: Case, backend: Backend) -> str | None:
         return "it ran another trace"
     if doc["engine"]["args"] != backend.args().to_dict():
         return "it ran other engine settings"
-    config, flame = doc["config"], case.flame
+    config = doc["config"]
     if case.system == "vllm":
         return None if config.get("routing") == case.routing else "it used another routing policy"
-    engine, sim_mode = backend.engine_kind(flame.api)
-    wanted = {"placement": case.routing, "batch_limit": flame.batch_limit, "window_s": flame.window_ms / 1000,
-              "budget": int(flame.budget_mib * 1024 * 1024), "compress": flame.compress, "gc_freeze": flame.gc_freeze,
-              "engine": engine, "sim_mode": sim_mode}
-    changed = sorted(k for k, v in wanted.items() if config.get(k) != v)
+    wanted = dataclasses.asdict(_flame_settings(case, backend))  # what this case would run, as the trial records it
+    changed = sorted(k for k, v in wanted.items() if k in config and config[k] != v)
     return f"its Flame configuration differs ({', '.join(changed)})" if changed else None
 
 

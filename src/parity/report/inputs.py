@@ -54,9 +54,13 @@ class Experiment:
         """Trial manifests of the cases whose experiment.json entries carry every key=value given."""
         return [self.trials[c["trial_id"]] for c in self.cases if all(c.get(k) == v for k, v in match.items())]
 
-    def pairs_where(self, stage: str, trace_name: str) -> list[tuple[dict, dict]]:
-        return [(ref, cand) for pair, ref, cand in self.pairs
+    def pair_manifests_where(self, stage: str, trace_name: str) -> list[tuple[dict, dict, dict]]:
+        """(pair, reference, candidate) of one stage on one trace."""
+        return [(pair, ref, cand) for pair, ref, cand in self.pairs
                 if pair.get("stage") == stage and pair["trace_name"] == trace_name]
+
+    def pairs_where(self, stage: str, trace_name: str) -> list[tuple[dict, dict]]:
+        return [(ref, cand) for _, ref, cand in self.pair_manifests_where(stage, trace_name)]
 
 
 def load_experiment(path: Path) -> Experiment:

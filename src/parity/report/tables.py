@@ -140,13 +140,13 @@ def shard_timeline(confirmation: Experiment | None) -> tuple[Table, dict]:
         return table, histograms
     for trace in _trace_names({}, confirmation):
         counts: Counter = Counter()
-        for index, (ref, cand) in enumerate(confirmation.pairs_where("final", trace)):
+        for pair, ref, cand in confirmation.pair_manifests_where("final", trace):
             if not (stats.passed(ref) and stats.passed(cand)):
                 continue
             counts.update(stats.batch_histogram(cand))
             vllm, flame, tasks = stats.shard_finish_s(ref), stats.shard_finish_s(cand), stats.shard_tasks(cand)
             for shard in sorted(set(vllm) | set(flame)):
-                table.rows.append([trace, str(index), str(shard), ours([ref, cand]), _seconds(vllm.get(shard)),
+                table.rows.append([trace, str(pair["pair_index"]), str(shard), ours([ref, cand]), _seconds(vllm.get(shard)),
                                    _seconds(flame.get(shard)),
                                    " + ".join(f"{n} ({s:.2f})" for n, s in tasks.get(shard, [])) or f.MISSING])
         if counts:
