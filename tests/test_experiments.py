@@ -40,7 +40,10 @@ def test_admission_screens_before_its_stages_and_never_pairs_a_pilot():
                 "selected": {"batch_limit": 128, "window_ms": 10}, "stage_pairs": 1}
     cases = plan.admission(TRACES, settings)
     pilots = [c for c in cases if c.stage.startswith("screen-")]
-    assert len(pilots) == 2 + 4 and all(c.pair is None and c.trace.stem == "reuse" for c in pilots)
+    assert len(pilots) == 2 + 4 + 2 and all(c.pair is None and c.trace.stem == "reuse" for c in pilots)
+    orders = [c.flame for c in pilots if c.stage.startswith("screen-order-")]
+    assert [o.order for o in orders] == ["arrival", "prefix"]
+    assert all(o.api == "async" and o.compress and o.batch_limit == 128 for o in orders)
     assert cases[: len(pilots)] == pilots
     stages = {c.stage for c in cases if c.pair is not None}
     assert stages == {"batch-window", "async-zlib"}
@@ -108,6 +111,17 @@ def test_confirmation_runs_checks_pairs_and_keeps_finished_trials(tiny_traces, t
     assert sum("stale" in line and "batch_limit" in line for line in lines) == 2
     assert sum("kept" in line for line in lines) == 2
     assert read_manifest(tmp_path / "trials" / "confirmation-final-reuse-p0-flame.json")["config"]["batch_limit"] == 256
+
+    # A trial from before the admission order was recorded ran in arrival order: stale for "prefix".
+    legacy = tmp_path / "trials" / "confirmation-final-reuse-p0-flame.json"
+    doc = read_manifest(legacy)
+    del doc["config"]["order"]
+    write_manifest(legacy, doc)
+    lines = []
+    run_experiment("confirmation", plan.confirmation(tiny_traces, 1, replace(FINAL, batch_limit=256, order="prefix")),
+                   backend, tmp_path, settings={"pairs": 1}, log=lines.append)
+    assert sum("stale" in line and "(order)" in line for line in lines) == 2
+    assert read_manifest(legacy)["config"]["order"] == "prefix"
 
 
 def test_a_failed_trial_stays_on_disk_with_its_reason(tiny_traces, tmp_path):

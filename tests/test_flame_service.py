@@ -36,9 +36,10 @@ def batch(n=4, length=300, compress=False):
     return prompts, codec.encode(prompts, compress=compress)
 
 
-def test_task_outputs_in_input_order_with_identity(lock_dir):
+@pytest.mark.parametrize("order", ["arrival", "prefix"])
+def test_task_outputs_in_input_order_with_identity(lock_dir, order):
     svc = ParityService()
-    svc.on_session_enter(session({"engine": "sim", "budget": 1 << 20}))
+    svc.on_session_enter(session({"engine": "sim", "budget": 1 << 20, "order": order}))
     try:
         prompts, data = batch(compress=True)
         doc = decode_output(svc.on_task_invoke(flamepy.TaskContext(task_id="1", session_id="s0", input=data)))
@@ -47,8 +48,16 @@ def test_task_outputs_in_input_order_with_identity(lock_dir):
         assert all(o["input_sha256"] == token_sha256(p.tokens) for o, p in zip(doc["outputs"], prompts))
         assert doc["worker"]["executor_id"] == "exec-7" and doc["worker"]["gpu_uuid"] == "sim-0"
         assert doc["timings"]["prompts"] == 4 and doc["timings"]["engine_s"] > 0
+        assert doc["timings"]["order"] == order
     finally:
         svc.on_session_leave()
+
+
+def test_an_unknown_admission_order_fails_the_bind(lock_dir):
+    svc = ParityService()
+    with pytest.raises(ParityError, match="unknown admission order 'random'"):
+        svc.on_session_enter(session({"engine": "sim", "order": "random"}))
+    svc.on_session_leave()
 
 
 def test_over_budget_task_fails_with_a_clear_error(lock_dir):

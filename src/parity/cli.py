@@ -358,6 +358,8 @@ def flame_worker():
 @click.option("--sim-mode", type=click.Choice(["sync", "async"]), default="sync", show_default=True)
 @click.option("--sim-params", type=click.Path(path_type=Path), default=None)
 @click.option("--gc-freeze/--no-gc-freeze", default=False, show_default=True)
+@click.option("--order", type=click.Choice(["arrival", "prefix"]), default="arrival", show_default=True,
+              help="How each worker admits a batch into its engine (parity.flame.admission).")
 @click.option("--model", default=None)
 @click.option("--load-format", default=None)
 @click.option("--engine-arg", "engine_args", multiple=True, help="Override an engine setting: KEY=VALUE.")
@@ -367,7 +369,7 @@ def flame_worker():
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True)
 @friendly_errors
 def flame_run(cluster, flame_bin_dir, gpus, placements, traces, batch_limit, window_ms, budget_mib, compress,
-              engine, sim_mode, sim_params, gc_freeze, model, load_format, engine_args, warmup_rounds, repeats,
+              engine, sim_mode, sim_params, gc_freeze, order, model, load_format, engine_args, warmup_rounds, repeats,
               experiment, out_dir):
     """Start a cluster, register one application per GPU, run each placement x trace, clean up."""
     import tempfile
@@ -399,7 +401,8 @@ def flame_run(cluster, flame_bin_dir, gpus, placements, traces, batch_limit, win
                         settings = FlameSettings(placement=placement, batch_limit=batch_limit, window_s=window_ms / 1000,
                                                  budget=int(budget_mib * 1024 * 1024), compress=compress, engine=engine,
                                                  engine_args=args.to_dict(), sim_mode=sim_mode,
-                                                 sim_params=str(sim_params) if sim_params else None, gc_freeze=gc_freeze)
+                                                 sim_params=str(sim_params) if sim_params else None, gc_freeze=gc_freeze,
+                                                 order=order)
                         trial_id = f"{experiment}-flame-{placement}-{trace.stem}-r{repeat}"
                         click.echo(f"{trial_id}:", err=True)
                         summary = run_trial(flame.endpoint, len(gpus), settings, trace, out_dir / f"{trial_id}.json",

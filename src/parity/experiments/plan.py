@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from parity.flame.admission import ORDERS
+
 
 @dataclass(frozen=True)
 class FlameConfig:
@@ -22,6 +24,7 @@ class FlameConfig:
     api: str = "sync"
     compress: bool = False
     gc_freeze: bool = False
+    order: str = "arrival"  # admission order of a batch in the engine: arrival | prefix
 
     @classmethod
     def from_dict(cls, values: dict | None) -> "FlameConfig":
@@ -30,7 +33,7 @@ class FlameConfig:
 
     def label(self) -> str:
         return (f"b{self.batch_limit}-w{self.window_ms:g}ms-{self.api}-{'zlib' if self.compress else 'raw'}"
-                + ("-freeze" if self.gc_freeze else ""))
+                + ("-freeze" if self.gc_freeze else "") + ("" if self.order == "arrival" else f"-{self.order}"))
 
 
 @dataclass(frozen=True)
@@ -95,7 +98,7 @@ def pick_trace(traces: list[Path], name: str) -> Path:
 
 
 def admission(traces: list[Path], settings: dict) -> list[Case]:
-    """Screen batch x window, screen API x codec, then paired stages of the selected configurations.
+    """Screen batch x window, API x codec, then admission order; then paired stages of the selections.
 
     The selections are fixed in the configuration before any pair runs (the study's: 128 prompts and
     10 ms, then async + zlib), so no pair is chosen from its own scores.
@@ -105,7 +108,10 @@ def admission(traces: list[Path], settings: dict) -> list[Case]:
     grid = [replace(base, batch_limit=b, window_ms=w) for b, w in settings["batch_windows"]]
     selected = replace(base, **settings["selected"])
     engines = [replace(selected, api=api, compress=compress) for api in ("sync", "async") for compress in (False, True)]
-    cases = screening("admission", "screen-batch", screen_trace, grid) + screening("admission", "screen-api", screen_trace, engines)
+    orders = [replace(selected, api="async", compress=True, order=order) for order in ORDERS]
+    cases = (screening("admission", "screen-batch", screen_trace, grid)
+             + screening("admission", "screen-api", screen_trace, engines)
+             + screening("admission", "screen-order", screen_trace, orders))
     stage_pairs = settings.get("stage_pairs", 0)
     if stage_pairs:
         cases += pairs("admission", "batch-window", traces, stage_pairs, selected)

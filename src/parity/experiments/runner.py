@@ -41,13 +41,17 @@ def finished(path: Path) -> dict | None:
     return doc if ok else None
 
 
+# Flame settings that trials made before the setting existed ran with, without recording it.
+UNRECORDED_DEFAULTS = {"order": "arrival"}
+
+
 def stale(doc: dict, case: Case, backend: Backend) -> str | None:
     """Why a finished trial does not belong to this case (another trace, engine or configuration), else None."""
     if doc["trace"]["sha256"] != sha256_file(case.trace):
         return "it ran another trace"
     if doc["engine"]["args"] != backend.args().to_dict():
         return "it ran other engine settings"
-    config = doc["config"]
+    config = UNRECORDED_DEFAULTS | doc["config"]
     if case.system == "vllm":
         return None if config.get("routing") == case.routing else "it used another routing policy"
     wanted = dataclasses.asdict(_flame_settings(case, backend))  # what this case would run, as the trial records it
@@ -62,7 +66,8 @@ def _flame_settings(case: Case, backend: Backend):
     return FlameSettings(placement=case.routing, batch_limit=case.flame.batch_limit,
                          window_s=case.flame.window_ms / 1000, budget=int(case.flame.budget_mib * 1024 * 1024),
                          compress=case.flame.compress, engine=engine, engine_args=backend.args().to_dict(),
-                         sim_mode=sim_mode, sim_params=backend.sim_params, gc_freeze=case.flame.gc_freeze)
+                         sim_mode=sim_mode, sim_params=backend.sim_params, gc_freeze=case.flame.gc_freeze,
+                         order=case.flame.order)
 
 
 class Runner:

@@ -46,11 +46,12 @@ class FlameSettings:
     sim_params: str | None = None
     sim_mode: str = "sync"
     gc_freeze: bool = False
+    order: str = "arrival"  # how the service admits a batch into its engine (parity.flame.admission)
 
     def common_data(self) -> bytes:
         return json.dumps({"engine": self.engine, "engine_args": self.engine_args, "budget": self.budget,
                            "sim_params": self.sim_params, "sim_mode": self.sim_mode,
-                           "gc_freeze": self.gc_freeze}, sort_keys=True).encode()
+                           "gc_freeze": self.gc_freeze, "order": self.order}, sort_keys=True).encode()
 
 
 GLOBAL_APP = "parity-all-gpus"
@@ -208,7 +209,7 @@ def run_trial(endpoint: str, gpus: int, settings: FlameSettings, trace_path: Pat
     config = {"path": "flame", "placement": settings.placement, "batch_limit": settings.batch_limit,
               "window_s": settings.window_s, "budget": settings.budget, "compress": settings.compress,
               "engine": settings.engine, "sim_mode": settings.sim_mode, "gc_freeze": settings.gc_freeze,
-              "warmup_rounds": warmup_rounds, "cluster": "stand-in" if stand_in else "flame-v0.6.0"}
+              "order": settings.order, "warmup_rounds": warmup_rounds, "cluster": "stand-in" if stand_in else "flame-v0.6.0"}
     versions = sorted({str(w.get("engine_version")) for w in workers.values() if w.get("engine_version")})
     if len(versions) > 1:
         raise ParityError(f"the Flame workers ran different engine versions: {', '.join(versions)}")

@@ -3,8 +3,8 @@
 On session enter it leases a GPU, builds the engine (sim, vllm-sync or vllm-async) from the
 session's common data and, optionally, freezes the long-lived startup heap (`gc.freeze()`), caching
 `gc.get_freeze_count()` once: the study excluded a probe that queried it per batch, since it walks
-the permanent heap. On each task it decodes a batch (raw or zlib), runs the engine, and returns the
-outputs in input order with the worker's identity (executor id, pid, GPU UUID), per-batch timings
+the permanent heap. On each task it decodes a batch (raw or zlib), admits it to the engine in the
+configured order (`admission`), and returns the outputs in input order with the worker's identity (executor id, pid, GPU UUID), per-batch timings
 and the GC pauses that fell inside inference. On session leave it unfreezes the heap and tears the
 engine down.
 
@@ -28,6 +28,7 @@ import flamepy
 from parity.engine import EngineArgs, make_engine
 from parity.errors import ParityError
 from parity.flame import codec
+from parity.flame.admission import admission_order
 from parity.flame.batcher import encode_output
 from parity.trace import token_sha256
 
@@ -50,8 +51,9 @@ class GpuBusy(ParityError):
     """Every GPU this worker may use is held: Flame started more executors than the session uses."""
 
 
-def lease_gpu(gpus: list[str], lock_dir: Path = GPU_LOCK_DIR):
+def lease_gpu(gpus: list[str], lock_dir: Path | None = None):
     """Hold the lock of the first free GPU; returns (uuid, open lock file) — the lock lives with the process."""
+    lock_dir = lock_dir or GPU_LOCK_DIR
     lock_dir.mkdir(parents=True, exist_ok=True)
     for uuid in gpus:
         handle = open(lock_dir / f"{uuid}.lock", "w")
@@ -99,6 +101,7 @@ class ParityService(flamepy.FlameService):
         self.frozen = False
         self.freeze_count = 0
         self.budget = 4 * 1024 * 1024
+        self.order = "arrival"
         self.identity: dict = {}
         self.gc = None
         self._lease = None
@@ -118,6 +121,8 @@ class ParityService(flamepy.FlameService):
         gpus = [g for g in os.environ.get("PARITY_GPUS", "").split(",") if g]
         if not gpus:
             raise ParityError("PARITY_GPUS is not set for this application: which GPU(s) may a worker use?")
+        self.order = config.get("order", "arrival")
+        admission_order([], self.order)  # an unknown order fails the bind, not the first task
         uuid, self._lease = lease_gpu(gpus)
         kind = config.get("engine", "sim")
         if kind != "sim":
@@ -149,8 +154,12 @@ class ParityService(flamepy.FlameService):
         prompts = codec.decode(context.input or b"", budget=self.budget)
         decoded = time.perf_counter()
         pauses, collections = self.gc.pause_s, self.gc.collections
-        completions = self.engine.generate([p.tokens for p in prompts])
+        order = admission_order([p.tokens for p in prompts], self.order)
+        admitted = self.engine.generate([prompts[i].tokens for i in order])
         inferred = time.perf_counter()
+        completions = [None] * len(prompts)
+        for position, completion in zip(order, admitted):
+            completions[position] = completion  # back in input order
         outputs = [{"request_id": p.request_id, "input_sha256": token_sha256(p.tokens),
                     "output_token_ids": [int(t) for t in c.output_token_ids],
                     "prompt_tokens": c.prompt_tokens, "cached_tokens": c.cached_tokens}
@@ -158,7 +167,7 @@ class ParityService(flamepy.FlameService):
         timings = {"decode_s": decoded - started, "engine_s": inferred - decoded, "prompts": len(prompts),
                    "input_bytes": len(context.input or b""), "gc_pause_s": self.gc.pause_s - pauses,
                    "gc_collections": self.gc.collections - collections, "gc_frozen": self.frozen,
-                   "gc_freeze_count": self.freeze_count}
+                   "gc_freeze_count": self.freeze_count, "order": self.order}
         return encode_output(outputs, self.identity, timings)
 
     def on_session_leave(self):

@@ -124,6 +124,10 @@ def final_throughput(confirmation: Experiment | None, offline: Experiment | None
         table.notes.append(not_run("confirmation"))
     if offline is None:
         table.notes.append("Share of offline limit: — : no offline-limit experiment was given.")
+    if confirmation is not None and confirmation.doc["settings"].get("flame", {}).get("order") == "prefix":
+        table.notes.append("Our Flame configuration admits each batch in prefix order (parity.flame.admission): "
+                           "prompts that share a document reach its engine side by side. The study's adapter "
+                           "admitted in arrival order; the standalone vLLM reference keeps its clients' arrival order.")
     table.notes.append("The study does not publish the engine's offline limit (—). Ratios are Flame / vLLM per "
                        "fresh pair; only pairs whose two trials passed every check count.")
     return table, {"headline": headline, "plot": plot}
@@ -257,24 +261,30 @@ def admission(experiment: Experiment | None, confirmation: Experiment | None, re
                   ["Pilot (batch limit, window)", "Trace", *columns])
     api = Table("Admission screening: engine API × input codec (pilots)", study["section"],
                 ["Pilot (API, codec)", "Trace", *columns])
+    order = Table("Admission screening: order of a batch's prompts into the engine (pilots)", None,
+                  ["Pilot (admission order)", "Trace", *columns])
+    order.notes.append("The study's adapter admitted each batch in arrival order; `prefix` sorts a batch so that "
+                       "prompts sharing a document reach the engine side by side (parity.flame.admission).")
     sel = screen["selected"]
     batch.rows.append([f"{screen['batch_windows']} combinations screened; selected batch {sel['batch_limit']}, "
                        f"{sel['window_ms']} ms", "reuse", "study", f.MISSING, f.MISSING, f.MISSING, f.MISSING])
     raw, zlib = screen["encoded_reuse_input_bytes"]["raw"], screen["encoded_reuse_input_bytes"]["zlib"]
     api.rows.append(["raw inputs (reuse burst)", "reuse", "study", f.MISSING, f.MISSING, f"{raw:,}", f.MISSING])
     api.rows.append(["zlib level 1 inputs (reuse burst)", "reuse", "study", f.MISSING, f.MISSING, f"{zlib:,}", f.MISSING])
-    for t in (batch, api):
+    for t in (batch, api, order):
         t.notes.append("Pilots choose a configuration; they are never paired and never count as confirmation. "
                        "The study publishes no pilot scores (—).")
     if experiment is None:
-        batch.notes.append(not_run("admission"))
-        api.notes.append(not_run("admission"))
+        for t in (batch, api, order):
+            t.notes.append(not_run("admission"))
     else:
         batch.rows += _pilot_rows(experiment, "screen-batch",
                                   lambda c: f"batch {c.get('batch_limit')}, {c.get('window_ms', 0):g} ms")
         api.rows += _pilot_rows(experiment, "screen-api",
                                 lambda c: f"{c.get('api')}, {'zlib' if c.get('compress') else 'raw'}")
-        chosen = experiment.doc["settings"].get("selected", {})
+        order.rows += _pilot_rows(experiment, "screen-order",
+                                  lambda c: f"{c.get('order', 'arrival')} order ({c.get('api')}, "
+                                            f"{'zlib' if c.get('compress') else 'raw'})")
     stages = Table("Admission stages (paired medians)", study["section"],
                    ["Flame configuration", "Source", "Median difference without reuse", "Median difference with reuse",
                     "Both medians within 1%", "Pairs counted / excluded"])
@@ -298,7 +308,7 @@ def admission(experiment: Experiment | None, confirmation: Experiment | None, re
         stages.notes.append(not_run("admission") + " (batch-window and async-zlib stages)")
     if confirmation is None:
         stages.notes.append(not_run("confirmation") + " (final stage)")
-    return [batch, api, stages], data
+    return [batch, api, order, stages], data
 
 
 # ---- 4. GC diagnostics --------------------------------------------------------------------------
