@@ -6,6 +6,7 @@
 #   benchmarks/h200-experiments.sh traces                       the two full-size bursts (smoke inputs)
 #   benchmarks/h200-experiments.sh confirmation RESULTS N TRACE...   pairs 0..N-1 per trace; kept pairs are not rerun
 #   benchmarks/h200-experiments.sh offline-limit RESULTS TRACE...
+#   benchmarks/h200-experiments.sh order RESULTS ENGINE REPEATS TRACE [SHARD...]   admission order on one engine, first GPU
 set -euo pipefail
 source benchmarks/h200-env.sh
 traces=/tmp/parity-gpu/traces  # beside the results, so their relative links survive a copy
@@ -40,4 +41,10 @@ offline-limit)
   out=$2; shift 2
   args=(); for t in "$@"; do args+=(--trace $traces/$t.json); done
   parity experiment run offline-limit "${args[@]}" --backend "$backend" --out "$out/offline-limit" ;;
+order)  # each shard in arrival and in prefix order on one engine (vllm-async: Flame's; vllm-sync: LLM.generate)
+  out=$2; engine=$3; repeats=$4; trace=$5; shift 5
+  only=(); for s in "$@"; do only+=(--shard "$s"); done
+  CUDA_VISIBLE_DEVICES=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1) \
+    parity bench order --engine "$engine" --trace $traces/$trace.json "${only[@]}" --repeats "$repeats" \
+    --model "$model" --load-format dummy --out "$out/order-$engine-$trace" ;;
 esac

@@ -244,6 +244,45 @@ def bench_sim(trace, repeats):
                f"time (x{r['speedup']:.0f}); {verdict} the {r['target_cpu_s']:.0f} s target")
 
 
+@bench.command("order")
+@click.option("--engine", "kind", type=click.Choice(["sim", "vllm-sync", "vllm-async"]), default="sim",
+              show_default=True)
+@click.option("--trace", "traces", type=click.Path(path_type=Path, exists=True), multiple=True, required=True)
+@click.option("--shards", default=2, show_default=True, help="Shards the sticky router splits each burst into.")
+@click.option("--shard", "only", type=int, multiple=True, help="Run only this shard (repeat); default every one.")
+@click.option("--repeats", default=2, show_default=True, help="Interleaved runs per shard and order.")
+@click.option("--warmup-rounds", default=2, show_default=True)
+@click.option("--model", default=None)
+@click.option("--load-format", default=None)
+@click.option("--engine-arg", "engine_args", multiple=True, help="Override an engine setting: KEY=VALUE.")
+@click.option("--sim-params", type=click.Path(path_type=Path), default=None)
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True)
+@friendly_errors
+def bench_order(kind, traces, shards, only, repeats, warmup_rounds, model, load_format, engine_args, sim_params, out_dir):
+    """One engine runs each shard in arrival and in prefix order, interleaved: the admission-order speedup."""
+    import json
+
+    from parity.bench import order
+    from parity.engine import make_engine
+    from parity.engine.sim import SimParams
+
+    args = _engine_args(model, load_format, engine_args)
+    options = {"params": SimParams.load(sim_params), "clock": "virtual", "mode": "async"} if kind == "sim" else {}
+    results = []
+    with make_engine(kind, args, **options) as engine:
+        for trace in traces:
+            r = order.run(engine, trace, out_dir, shards=shards, only=set(only), repeats=repeats, warmup_rounds=warmup_rounds,
+                          log=lambda m: click.echo(m, err=True))
+            results.append(r)
+            label = "simulated" if r["simulated"] else "measured"
+            for row in r["shards"]:
+                click.echo(f"{r['trace']} shard {row['shard']} ({row['requests']} requests, {r['engine']}): arrival "
+                           f"{row['arrival_median_s']:.3f} s, prefix {row['prefix_median_s']:.3f} s, arrival/prefix "
+                           f"{row['speedup']:.4f} ({label}, median of {repeats})")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "order.json").write_text(json.dumps(results, indent=2) + "\n")
+
+
 @main.group("native")
 def native_group():
     """The standalone vLLM path: pinned replicas behind HTTP and a routing client."""

@@ -1,0 +1,52 @@
+"""Admission order on the engine alone: each shard of a burst in arrival order and in prefix order.
+
+The shards are the sticky router's, as both serving paths split the burst. Each shard is written as a
+trace of its own twice (arrival order, prefix order; parity.flame.admission), and one engine runs
+them interleaved, arrival then prefix, `repeats` times, each run warmed up on its shifted variants
+and checked like any offline trial. The ratio per shard is the median arrival time over the median
+prefix time: above 1 means prefix order finished the shard sooner on this engine.
+"""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+
+from parity.engine import Engine
+from parity.experiments.offline_limit import shard_positions
+from parity.flame.admission import admission_order
+from parity.offline import run_offline
+from parity.trace import load_trace, write_subset
+
+
+def shard_traces(trace_path: Path, shards: int, out_dir: Path, only: set[int] | None = None) -> dict[int, dict[str, Path]]:
+    """Per shard, its trace in each admission order (burst positions reordered, prompts unchanged)."""
+    trace = load_trace(trace_path)
+    out = {}
+    for shard, positions in enumerate(shard_positions(trace_path, shards)):
+        if not positions or (only and shard not in only):
+            continue
+        order = admission_order([trace.prompts[i] for i in positions], "prefix")
+        out[shard] = {name: write_subset(trace_path, ordered, f"{trace.name}-shard{shard}-{name}", out_dir)
+                      for name, ordered in (("arrival", positions), ("prefix", [positions[i] for i in order]))}
+    return out
+
+
+def run(engine: Engine, trace_path: Path, out_dir: Path, *, shards: int = 2, only: set[int] | None = None,
+        repeats: int = 2, warmup_rounds: int = 2, log=print) -> dict:
+    rows = []
+    for shard, paths in shard_traces(trace_path, shards, out_dir / "traces", only).items():
+        seconds: dict[str, list[float]] = {"arrival": [], "prefix": []}
+        for repeat in range(repeats):
+            for name, path in paths.items():
+                out = out_dir / "trials" / f"{path.stem}-r{repeat}.json"
+                summary = run_offline(engine, path, out, warmup_rounds=warmup_rounds, log=log,
+                                      trial_id=f"order-{path.stem}-r{repeat}")
+                seconds[name].append(summary["duration_s"])
+                log(f"shard {shard} {name} r{repeat}: {summary['duration_s']:.3f} s, "
+                    f"cached {summary['cached_share']:.2%} ({'simulated' if summary['simulated'] else 'measured'})")
+        arrival, prefix = statistics.median(seconds["arrival"]), statistics.median(seconds["prefix"])
+        rows.append({"shard": shard, "requests": len(load_trace(paths["arrival"]).prompts), "seconds": seconds,
+                     "arrival_median_s": arrival, "prefix_median_s": prefix, "speedup": arrival / prefix})
+    return {"trace": load_trace(trace_path).name, "engine": engine.describe()["name"],
+            "simulated": engine.simulated, "repeats": repeats, "shards": rows}
