@@ -35,6 +35,13 @@ def test_pairs_alternate_which_system_goes_first_and_pin_only_the_candidate():
     assert all(c.flame == FINAL and c.routing == "sticky" for c in cases)
 
 
+def test_pairs_per_trace_name_keep_each_pairs_ids_and_order():
+    cases = plan.confirmation(TRACES, {"reuse": 3, "no-reuse": 1}, FINAL)
+    assert [c.trial_id.removeprefix("confirmation-final-") for c in cases] == [
+        "no-reuse-p0-vllm", "no-reuse-p0-flame", "reuse-p0-vllm", "reuse-p0-flame",
+        "reuse-p1-flame", "reuse-p1-vllm", "reuse-p2-vllm", "reuse-p2-flame"]
+
+
 def test_admission_screens_before_its_stages_and_never_pairs_a_pilot():
     settings = {"base": {"budget_mib": 4}, "batch_windows": [[32, 2], [128, 10]],
                 "selected": {"batch_limit": 128, "window_ms": 10}, "stage_pairs": 1}

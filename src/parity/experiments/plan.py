@@ -75,15 +75,17 @@ def screening(experiment: str, group: str, trace: Path, configs: list[FlameConfi
             for repeat in range(repeats) for config in rotate(list(configs), repeat)]
 
 
-def pairs(experiment: str, stage: str, traces: list[Path], count: int, flame: FlameConfig,
+def pairs(experiment: str, stage: str, traces: list[Path], count: int | dict[str, int], flame: FlameConfig,
           pinned: bool = False) -> list[Case]:
     """Fresh pairs: sticky standalone vLLM (the fixed reference) and Flame sticky sessions (the candidate).
 
-    Pair k runs the reference first when k is even and the candidate first when k is odd.
+    `count` is pairs per trace, or a count per trace name (a trace may gather more pairs across
+    sessions than another). Pair k runs the reference first when k is even, the candidate first when odd.
     """
+    counts = {t.stem: count.get(t.stem, 0) if isinstance(count, dict) else count for t in traces}
     cases = []
-    for index in range(count):
-        for trace in traces:
+    for index in range(max(counts.values(), default=0)):
+        for trace in (t for t in traces if index < counts[t.stem]):
             reference = Case(f"{experiment}-{stage}-{trace.stem}-p{index}-vllm", experiment, "vllm", "sticky", trace,
                              flame, stage=stage, pair=index)
             candidate = replace(reference, trial_id=f"{experiment}-{stage}-{trace.stem}-p{index}-flame",
@@ -119,7 +121,7 @@ def admission(traces: list[Path], settings: dict) -> list[Case]:
     return cases
 
 
-def confirmation(traces: list[Path], count: int, flame: FlameConfig) -> list[Case]:
+def confirmation(traces: list[Path], count: int | dict[str, int], flame: FlameConfig) -> list[Case]:
     """The final configuration against the fixed sticky vLLM reference, shards pinned to the same GPUs."""
     return pairs("confirmation", "final", traces, count, flame, pinned=True)
 
