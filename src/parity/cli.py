@@ -10,6 +10,7 @@ import click
 
 from parity import __version__
 from parity.errors import ParityError
+from parity.flame.admission import ORDERS
 
 
 def friendly_errors(command):
@@ -258,7 +259,8 @@ def bench_sim(trace, repeats):
 @click.option("--sim-params", type=click.Path(path_type=Path), default=None)
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True)
 @friendly_errors
-def bench_order(kind, traces, shards, only, repeats, warmup_rounds, model, load_format, engine_args, sim_params, out_dir):
+def bench_order(kind, traces, shards, only, repeats, warmup_rounds, model, load_format, engine_args, sim_params,
+                out_dir):
     """One engine runs each shard in arrival and in prefix order, interleaved: the admission-order speedup."""
     import json
 
@@ -271,8 +273,8 @@ def bench_order(kind, traces, shards, only, repeats, warmup_rounds, model, load_
     results = []
     with make_engine(kind, args, **options) as engine:
         for trace in traces:
-            r = order.run(engine, trace, out_dir, shards=shards, only=set(only), repeats=repeats, warmup_rounds=warmup_rounds,
-                          log=lambda m: click.echo(m, err=True))
+            r = order.run(engine, trace, out_dir, shards=shards, only=set(only), repeats=repeats,
+                          warmup_rounds=warmup_rounds, log=lambda m: click.echo(m, err=True))
             results.append(r)
             label = "simulated" if r["simulated"] else "measured"
             for row in r["shards"]:
@@ -397,7 +399,7 @@ def flame_worker():
 @click.option("--sim-mode", type=click.Choice(["sync", "async"]), default="sync", show_default=True)
 @click.option("--sim-params", type=click.Path(path_type=Path), default=None)
 @click.option("--gc-freeze/--no-gc-freeze", default=False, show_default=True)
-@click.option("--order", type=click.Choice(["arrival", "prefix"]), default="arrival", show_default=True,
+@click.option("--order", type=click.Choice(ORDERS), default="arrival", show_default=True,
               help="How each worker admits a batch into its engine (parity.flame.admission).")
 @click.option("--model", default=None)
 @click.option("--load-format", default=None)

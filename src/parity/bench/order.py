@@ -16,12 +16,12 @@ from parity.engine import Engine
 from parity.experiments.offline_limit import shard_positions
 from parity.flame.admission import admission_order
 from parity.offline import run_offline
-from parity.trace import load_trace, write_subset
+from parity.trace import Trace, load_trace, write_subset
 
 
-def shard_traces(trace_path: Path, shards: int, out_dir: Path, only: set[int] | None = None) -> dict[int, dict[str, Path]]:
+def shard_traces(trace_path: Path, trace: Trace, shards: int, out_dir: Path,
+                 only: set[int] | None = None) -> dict[int, dict[str, Path]]:
     """Per shard, its trace in each admission order (burst positions reordered, prompts unchanged)."""
-    trace = load_trace(trace_path)
     out = {}
     for shard, positions in enumerate(shard_positions(trace_path, shards)):
         if not positions or (only and shard not in only):
@@ -34,8 +34,9 @@ def shard_traces(trace_path: Path, shards: int, out_dir: Path, only: set[int] | 
 
 def run(engine: Engine, trace_path: Path, out_dir: Path, *, shards: int = 2, only: set[int] | None = None,
         repeats: int = 2, warmup_rounds: int = 2, log=print) -> dict:
+    trace = load_trace(trace_path)
     rows = []
-    for shard, paths in shard_traces(trace_path, shards, out_dir / "traces", only).items():
+    for shard, paths in shard_traces(trace_path, trace, shards, out_dir / "traces", only).items():
         seconds: dict[str, list[float]] = {"arrival": [], "prefix": []}
         for repeat in range(repeats):
             for name, path in paths.items():
@@ -46,7 +47,7 @@ def run(engine: Engine, trace_path: Path, out_dir: Path, *, shards: int = 2, onl
                 log(f"shard {shard} {name} r{repeat}: {summary['duration_s']:.3f} s, "
                     f"cached {summary['cached_share']:.2%} ({'simulated' if summary['simulated'] else 'measured'})")
         arrival, prefix = statistics.median(seconds["arrival"]), statistics.median(seconds["prefix"])
-        rows.append({"shard": shard, "requests": len(load_trace(paths["arrival"]).prompts), "seconds": seconds,
+        rows.append({"shard": shard, "requests": summary["requests"], "seconds": seconds,
                      "arrival_median_s": arrival, "prefix_median_s": prefix, "speedup": arrival / prefix})
-    return {"trace": load_trace(trace_path).name, "engine": engine.describe()["name"],
+    return {"trace": trace.name, "engine": engine.describe()["name"],
             "simulated": engine.simulated, "repeats": repeats, "shards": rows}

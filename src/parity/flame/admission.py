@@ -18,19 +18,24 @@ from __future__ import annotations
 
 from typing import Sequence
 
-import numpy as np
-
 from parity.errors import ParityError
 
 ORDERS = ("arrival", "prefix")
 
 
+def check(order: str) -> str:
+    """The order, or a clear error for one this module does not know."""
+    if order not in ORDERS:
+        raise ParityError(f"unknown admission order {order!r}: use one of {', '.join(ORDERS)}")
+    return order
+
+
 def admission_order(prompts: Sequence[Sequence[int]], order: str) -> list[int]:
     """Input positions in the order to admit them (a permutation of range(len(prompts)))."""
-    if order == "arrival":
+    if check(order) == "arrival":
         return list(range(len(prompts)))
-    if order == "prefix":
-        # big-endian bytes compare as the token sequences do; equal prompts keep arrival order
-        keys = [np.asarray(p, dtype=">u4").tobytes() for p in prompts]
-        return sorted(range(len(prompts)), key=keys.__getitem__)
-    raise ParityError(f"unknown admission order {order!r}: use one of {', '.join(ORDERS)}")
+    import numpy as np  # here, so the command line can name ORDERS without loading numpy
+
+    # big-endian bytes compare as the token sequences do; equal prompts keep arrival order
+    keys = [np.asarray(p, dtype=">u4").tobytes() for p in prompts]
+    return sorted(range(len(prompts)), key=keys.__getitem__)

@@ -4,8 +4,8 @@ On session enter it leases a GPU, builds the engine (sim, vllm-sync or vllm-asyn
 session's common data and, optionally, freezes the long-lived startup heap (`gc.freeze()`), caching
 `gc.get_freeze_count()` once: the study excluded a probe that queried it per batch, since it walks
 the permanent heap. On each task it decodes a batch (raw or zlib), admits it to the engine in the
-configured order (`admission`), and returns the outputs in input order with the worker's identity (executor id, pid, GPU UUID), per-batch timings
-and the GC pauses that fell inside inference. On session leave it unfreezes the heap and tears the
+configured order (`admission`), and returns the outputs in input order with the worker's identity
+(executor id, pid, GPU UUID), per-batch timings and the GC pauses that fell inside inference. On session leave it unfreezes the heap and tears the
 engine down.
 
 GPU lease: Flame counts GPUs but never assigns them. A worker takes the first GPU of `PARITY_GPUS`
@@ -28,7 +28,7 @@ import flamepy
 from parity.engine import EngineArgs, make_engine
 from parity.errors import ParityError
 from parity.flame import codec
-from parity.flame.admission import admission_order
+from parity.flame import admission
 from parity.flame.batcher import encode_output
 from parity.trace import token_sha256
 
@@ -121,8 +121,7 @@ class ParityService(flamepy.FlameService):
         gpus = [g for g in os.environ.get("PARITY_GPUS", "").split(",") if g]
         if not gpus:
             raise ParityError("PARITY_GPUS is not set for this application: which GPU(s) may a worker use?")
-        self.order = config.get("order", "arrival")
-        admission_order([], self.order)  # an unknown order fails the bind, not the first task
+        self.order = admission.check(config.get("order", "arrival"))  # fails the bind, not the first task
         uuid, self._lease = lease_gpu(gpus)
         kind = config.get("engine", "sim")
         if kind != "sim":
@@ -154,7 +153,7 @@ class ParityService(flamepy.FlameService):
         prompts = codec.decode(context.input or b"", budget=self.budget)
         decoded = time.perf_counter()
         pauses, collections = self.gc.pause_s, self.gc.collections
-        order = admission_order([p.tokens for p in prompts], self.order)
+        order = admission.admission_order([p.tokens for p in prompts], self.order)
         admitted = self.engine.generate([prompts[i].tokens for i in order])
         inferred = time.perf_counter()
         completions = [None] * len(prompts)
