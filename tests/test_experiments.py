@@ -62,6 +62,8 @@ def test_admission_screens_before_its_stages_and_never_pairs_a_pilot():
 def test_unknown_experiment_and_backend_settings_are_refused():
     with pytest.raises(ParityError, match="unknown experiment"):
         plan.for_experiment("speed", TRACES, {})
+    with pytest.raises(ParityError, match="unknown admission order 'random'"):
+        plan.for_experiment("confirmation", TRACES, {"flame": {"order": "random"}})
     with pytest.raises(ParityError, match="unknown backend setting"):
         Backend.from_dict({"engine": "sim", "gpu": ["x"]})
     with pytest.raises(ParityError, match="backend engine"):

@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from parity.flame.admission import ORDERS
+from parity.flame.admission import ORDERS, check
 
 
 @dataclass(frozen=True)
@@ -25,6 +25,9 @@ class FlameConfig:
     compress: bool = False
     gc_freeze: bool = False
     order: str = "arrival"  # admission order of a batch in the engine: arrival | prefix
+
+    def __post_init__(self):
+        check(self.order)  # when the plan is made, not when a worker binds after earlier cases ran
 
     @classmethod
     def from_dict(cls, values: dict | None) -> "FlameConfig":
