@@ -178,3 +178,19 @@ def test_bad_backend_or_settings_give_one_line_errors(tmp_path):
                                            "--settings", settings, "--out", str(tmp_path / "out")])
         assert result.exit_code == 1 and message in result.output and "Traceback" not in result.output
         assert not (tmp_path / "out").exists()  # nothing written
+
+
+def test_bench_order_runs_each_shard_in_both_orders_and_counts_simulated_steps(tiny_traces, tmp_path):
+    from parity.bench import order
+    from parity.checks import check_file
+    from parity.engine.sim import SimEngine, SimParams
+
+    with SimEngine(params=SimParams.load(SIM), clock="virtual", mode="async") as engine:
+        result = order.run(engine, tiny_traces[1], tmp_path, shards=2, repeats=1, warmup_rounds=0, log=lambda m: None)
+    assert result["simulated"] and result["trace"] == "reuse"
+    assert sum(row["requests"] for row in result["shards"]) == 16
+    for row in result["shards"]:
+        assert len(row["steps"]["arrival"]) == len(row["steps"]["prefix"]) == 1 and row["steps"]["prefix"][0] > 0
+        assert row["speedup"] == row["arrival_median_s"] / row["prefix_median_s"]
+    trials = sorted((tmp_path / "trials").glob("*.json"))
+    assert len(trials) == 2 * len(result["shards"]) and all(check_file(t)["status"] == "passed" for t in trials)

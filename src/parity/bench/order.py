@@ -4,7 +4,9 @@ The shards are the sticky router's, as both serving paths split the burst. Each 
 trace of its own twice (arrival order, prefix order; parity.flame.admission), and one engine runs
 them interleaved, arrival then prefix, `repeats` times, each run warmed up on its shifted variants
 and checked like any offline trial. The ratio per shard is the median arrival time over the median
-prefix time: above 1 means prefix order finished the shard sooner on this engine.
+prefix time: above 1 means prefix order finished the shard sooner on this engine. The simulator
+also counts its scheduler steps per run (the measured burst and its warmups; with no warmup rounds,
+the burst alone), which shows where the time went.
 """
 
 from __future__ import annotations
@@ -38,16 +40,23 @@ def run(engine: Engine, trace_path: Path, out_dir: Path, *, shards: int = 2, onl
     rows = []
     for shard, paths in shard_traces(trace_path, trace, shards, out_dir / "traces", only).items():
         seconds: dict[str, list[float]] = {"arrival": [], "prefix": []}
+        steps: dict[str, list[int]] = {"arrival": [], "prefix": []}
         for repeat in range(repeats):
             for name, path in paths.items():
                 out = out_dir / "trials" / f"{path.stem}-r{repeat}.json"
+                before = engine.stats()["steps"] if engine.simulated else 0
                 summary = run_offline(engine, path, out, warmup_rounds=warmup_rounds, log=log,
                                       trial_id=f"order-{path.stem}-r{repeat}")
                 seconds[name].append(summary["duration_s"])
-                log(f"shard {shard} {name} r{repeat}: {summary['duration_s']:.3f} s, "
+                counted = ""
+                if engine.simulated:
+                    steps[name].append(engine.stats()["steps"] - before)
+                    counted = f", {steps[name][-1]} engine steps"
+                log(f"shard {shard} {name} r{repeat}: {summary['duration_s']:.3f} s{counted}, "
                     f"cached {summary['cached_share']:.2%} ({'simulated' if summary['simulated'] else 'measured'})")
         arrival, prefix = statistics.median(seconds["arrival"]), statistics.median(seconds["prefix"])
         rows.append({"shard": shard, "requests": summary["requests"], "seconds": seconds,
+                     "steps": steps if engine.simulated else None,
                      "arrival_median_s": arrival, "prefix_median_s": prefix, "speedup": arrival / prefix})
     return {"trace": trace.name, "engine": engine.describe()["name"],
             "simulated": engine.simulated, "repeats": repeats, "shards": rows}
