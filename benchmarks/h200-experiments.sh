@@ -6,13 +6,16 @@
 #   benchmarks/h200-experiments.sh traces                       the two full-size bursts (smoke inputs)
 #   benchmarks/h200-experiments.sh confirmation RESULTS N TRACE...   pairs 0..N-1 per trace; kept pairs are not rerun
 #   benchmarks/h200-experiments.sh offline-limit RESULTS TRACE...
+#     (on a one-GPU host: GPUS=one SHARDS=2 ... runs the two shards one after another on the first GPU)
 #   benchmarks/h200-experiments.sh order RESULTS ENGINE REPEATS TRACE [SHARD...]   admission order on one engine, first GPU
 set -euo pipefail
 source benchmarks/h200-env.sh
 traces=/tmp/parity-gpu/traces  # beside the results, so their relative links survive a copy
 parity() { python3 -m parity "$@"; }
-backend=$(printf '{"engine": "vllm", "gpus": ["auto"], "cluster": "%s", "flame_bin_dir": "%s", "model": "%s", "load_format": "dummy", "warmup_rounds": 2}' \
-  "${CLUSTER:-flame}" "${FLAME_BIN_DIR:-}" "$model")
+gpus='["auto"]'
+if [ "${GPUS:-}" = one ]; then gpus="[\"$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)\"]"; fi
+backend=$(printf '{"engine": "vllm", "gpus": %s, "cluster": "%s", "flame_bin_dir": "%s", "model": "%s", "load_format": "dummy", "warmup_rounds": 2}' \
+  "$gpus" "${CLUSTER:-flame}" "${FLAME_BIN_DIR:-}" "$model")
 # the final Flame configuration as committed (config/experiments.yaml), never a copy of it
 final=$(python3 -c 'import json, yaml; print(json.dumps(yaml.safe_load(open("config/experiments.yaml"))["experiments"]["confirmation"]["flame"]))')
 case $1 in
@@ -40,7 +43,8 @@ confirmation)
 offline-limit)
   out=$2; shift 2
   args=(); for t in "$@"; do args+=(--trace $traces/$t.json); done
-  parity experiment run offline-limit "${args[@]}" --backend "$backend" --out "$out/offline-limit" ;;
+  parity experiment run offline-limit "${args[@]}" --backend "$backend" \
+    --settings "{\"shards\": ${SHARDS:-2}}" --out "$out/offline-limit" ;;
 order)  # each shard in arrival and in prefix order on one engine (vllm-async: Flame's; vllm-sync: LLM.generate)
   out=$2; engine=$3; repeats=$4; trace=$5; shift 5
   only=(); for s in "$@"; do only+=(--shard "$s"); done

@@ -164,6 +164,28 @@ def test_offline_limit_splits_the_trace_as_the_sticky_router_does(tiny_traces, t
     assert not validate_paths([tmp_path])[1]
 
 
+def test_offline_limit_runs_more_shards_than_gpus_in_waves_and_says_so(tiny_traces, tmp_path):
+    backend = Backend.from_dict({"engine": "sim", "sim_params": str(SIM), "warmup_rounds": 1, "gpus": ["sim-0"]})
+    lines = []
+    out = offline_limit.run(tiny_traces[1:], backend, tmp_path, settings={"shards": 2}, log=lines.append)
+    (limit,) = read_manifest(out)["limits"]
+    positions = offline_limit.shard_positions(tiny_traces[1], 2)
+    assert [s["requests"] for s in limit["shards"]] == [len(p) for p in positions if p]
+    assert limit["side_by_side"] is False and limit["passed"]
+    assert any("in waves on 1 GPU(s)" in line for line in lines)
+    assert not validate_paths([tmp_path])[1]
+    # a rerun keeps the checked shards and runs only the one whose trial is gone
+    (tmp_path / "trials" / "sim-reuse-shard1.json").unlink()
+    lines.clear()
+    offline_limit.run(tiny_traces[1:], backend, tmp_path, settings={"shards": 2}, log=lines.append)
+    assert "  reuse-shard0: kept (already run and checked)" in lines
+    assert not any("shard1: kept" in line for line in lines)
+    assert (tmp_path / "trials" / "sim-reuse-shard1.json").exists()
+    for bad in (0, "2", True):
+        with pytest.raises(ParityError, match="shards must be a whole number"):
+            offline_limit.run(tiny_traces[1:], backend, tmp_path / "bad", settings={"shards": bad}, log=lines.append)
+
+
 def test_bad_backend_or_settings_give_one_line_errors(tmp_path):
     from click.testing import CliRunner
 

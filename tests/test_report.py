@@ -295,6 +295,23 @@ def test_report_from_a_real_simulated_confirmation_run(small_inputs, tmp_path):
     assert not validate_paths([tmp_path / "r"])[1]
 
 
+def test_offline_limit_measured_in_waves_or_on_other_gpus_is_said(tmp_path):
+    _confirmation(tmp_path / "confirmation", simulated=False)
+    shards = [{"shard": k, "requests": 66, "duration_s": 7.0, "requests_per_s": 9.4, "gpu_uuid": "GPU-9"}
+              for k in range(2)]
+    root = tmp_path / "offline-limit"
+    trials = [(*_trial(root, f"engine-reuse-shard{k}", "engine", "reuse", 9.4, simulated=False),
+               {"stage": f"shard{k}"}) for k in range(2)]
+    _experiment(root, "offline-limit", trials, limits=[
+        {"trace_name": "reuse", "requests": 132, "shards": shards, "side_by_side": False,
+         "requests_per_s": 132 / 7.0, "passed": True}])
+    md = write_report([tmp_path / "confirmation", tmp_path / "offline-limit"], None, REFERENCE, tmp_path / "r")["markdown"]
+    assert "Offline limit, reuse: its 2 shards ran one after another" in md
+    assert "Offline limit, reuse: measured on other GPUs (GPU-9) than the confirmation pairs" in md
+    share = f"{28.55 / (132 / 7.0):.1%}"  # the vLLM median over the ceiling
+    assert share.rstrip("%") in md
+
+
 def test_shard_finish_and_tasks_show_a_serialized_tail():
     doc = {"timing": {"release_s": 10.0}, "records": [
         {"shard": 0, "complete_s": 23.8, "batch_id": "s0/t1"},

@@ -4,6 +4,12 @@ The sticky router splits the trace into the shards both serving paths use; each 
 of its own (linked to the original by hash) and runs through `parity engine run` in its own process,
 pinned to its GPU, all shards at the same time. The ceiling for the pair of GPUs is all requests over
 the slowest shard's duration; the report gives each path as a share of it.
+
+A shard whose trial is already on disk, checked and made from the same shard trace and engine settings
+is kept, so a rerun after an interruption runs only the shards still missing.
+
+With more shards than GPUs (`shards: 2` on a one-GPU host) the shards run in waves, one GPU each, and
+the ceiling supposes they had run side by side on identical GPUs; the manifest and the report say so.
 """
 
 from __future__ import annotations
@@ -19,7 +25,8 @@ from parity.checks import check_file
 from parity.engine import MODEL_REVISION
 from parity.errors import ParityError
 from parity.experiments.backend import Backend
-from parity.manifest import file_ref, header, read_manifest, write_manifest
+from parity.experiments.runner import finished
+from parity.manifest import file_ref, header, read_manifest, sha256_file, write_manifest
 from parity.stats import cached_share
 from parity.trace import load_trace, write_subset
 
@@ -51,19 +58,38 @@ def _command(backend: Backend, trace: Path, out_dir: Path) -> list[str]:
     return command
 
 
-def run(traces: list[Path], backend: Backend, out_dir: Path, *, settings: dict, log=print) -> Path:
-    """Run every shard of every trace at once per trace; write OUT/experiment.json with the ceilings."""
-    gpus = backend.gpu_uuids()
-    trials_dir, logs = out_dir / "trials", out_dir / "logs"
-    logs.mkdir(parents=True, exist_ok=True)
-    cases, limits = [], []
-    for trace in traces:
-        name = load_trace(trace).name
-        positions = shard_positions(trace, len(gpus))
-        shard_traces = [write_subset(trace, p, f"{name}-shard{k}", out_dir / "traces") for k, p in enumerate(positions) if p]
-        log(f"{name}: shards of {', '.join(str(len(p)) for p in positions)} requests, one process per GPU")
+def shard_count(settings: dict, gpus: list[str]) -> int:
+    """The number of shards: the serving paths' (one per GPU) unless the settings name another."""
+    shards = settings.get("shards", len(gpus))
+    if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
+        raise ParityError(f"offline limit: shards must be a whole number ≥ 1, got {shards!r}")
+    return shards
+
+
+def _trial_path(backend: Backend, shard_trace: Path, trials_dir: Path) -> Path:
+    return trials_dir / f"{'sim' if backend.simulated else 'vllm-sync'}-{shard_trace.stem}.json"
+
+
+def _kept(backend: Backend, shard_trace: Path, trials_dir: Path) -> bool:
+    """Whether this shard already ran, was checked, on this very shard trace with these engine settings."""
+    doc = finished(_trial_path(backend, shard_trace, trials_dir))
+    return (doc is not None and doc["trace"]["sha256"] == sha256_file(shard_trace)
+            and doc["engine"]["args"] == backend.args().to_dict())
+
+
+def _run_shards(backend: Backend, shard_traces: list[Path], gpus: list[str], trials_dir: Path, logs: Path,
+                log) -> None:
+    """Each shard in its own process on its GPU; with more shards than GPUs, in waves of one per GPU."""
+    kept = [t for t in shard_traces if _kept(backend, t, trials_dir)]
+    for shard_trace in kept:
+        log(f"  {shard_trace.stem}: kept (already run and checked)")
+    shard_traces = [t for t in shard_traces if t not in kept]
+    for start in range(0, len(shard_traces), len(gpus)):
+        wave = shard_traces[start:start + len(gpus)]
+        if len(shard_traces) > len(gpus):
+            log(f"  wave {start // len(gpus) + 1}: {', '.join(t.stem for t in wave)}")
         procs = []
-        for shard, (shard_trace, gpu) in enumerate(zip(shard_traces, gpus)):
+        for shard_trace, gpu in zip(wave, gpus):
             env = dict(os.environ)
             if not backend.simulated:
                 env["CUDA_VISIBLE_DEVICES"] = gpu
@@ -72,11 +98,28 @@ def run(traces: list[Path], backend: Backend, out_dir: Path, *, settings: dict, 
                                               stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL))
         codes = [p.wait() for p in procs]
         if any(codes):
-            bad = [t.stem for t, c in zip(shard_traces, codes) if c]
+            bad = [t.stem for t, c in zip(wave, codes) if c]
             raise ParityError(f"offline limit: shard run(s) {', '.join(bad)} failed; see {logs}")
+
+
+def run(traces: list[Path], backend: Backend, out_dir: Path, *, settings: dict, log=print) -> Path:
+    """Run every shard of every trace, at once where there are GPUs enough; write OUT/experiment.json."""
+    gpus = backend.gpu_uuids()
+    shards = shard_count(settings, gpus)
+    trials_dir, logs = out_dir / "trials", out_dir / "logs"
+    logs.mkdir(parents=True, exist_ok=True)
+    cases, limits = [], []
+    for trace in traces:
+        name = load_trace(trace).name
+        positions = shard_positions(trace, shards)
+        shard_traces = [write_subset(trace, p, f"{name}-shard{k}", out_dir / "traces") for k, p in enumerate(positions) if p]
+        side_by_side = len(shard_traces) <= len(gpus)
+        log(f"{name}: shards of {', '.join(str(len(p)) for p in positions)} requests, one process per GPU"
+            + ("" if side_by_side else f", in waves on {len(gpus)} GPU(s)"))
+        _run_shards(backend, shard_traces, gpus, trials_dir, logs, log)
         shard_rows = []
         for shard, shard_trace in enumerate(shard_traces):
-            path = trials_dir / f"{'sim' if backend.simulated else 'vllm-sync'}-{shard_trace.stem}.json"
+            path = _trial_path(backend, shard_trace, trials_dir)
             verdict = check_file(path)
             doc = read_manifest(path)
             row = {"shard": shard, "requests": len(doc["records"]), "duration_s": doc["timing"]["duration_s"],
@@ -90,7 +133,7 @@ def run(traces: list[Path], backend: Backend, out_dir: Path, *, settings: dict, 
         total = sum(r["requests"] for r in shard_rows)
         ceiling = total / max(r["duration_s"] for r in shard_rows)
         passed = all(r["status"] == "passed" for r in shard_rows)
-        limits.append({"trace_name": name, "requests": total, "shards": shard_rows,
+        limits.append({"trace_name": name, "requests": total, "shards": shard_rows, "side_by_side": side_by_side,
                        "requests_per_s": ceiling if passed else 0.0, "passed": passed})
         log(f"{name}: offline limit {ceiling:.3f} req/s ({'simulated' if backend.simulated else 'measured'})"
             + ("" if passed else " — a shard failed its checks; excluded"))

@@ -124,6 +124,7 @@ def final_throughput(confirmation: Experiment | None, offline: Experiment | None
         table.notes.append(not_run("confirmation"))
     if offline is None:
         table.notes.append("Share of offline limit: — : no offline-limit experiment was given.")
+    table.notes.extend(_offline_limit_notes(limits, confirmation))
     if confirmation is not None and confirmation.doc["settings"].get("flame", {}).get("order") == "prefix":
         table.notes.append("Our Flame configuration admits each batch in prefix order (parity.flame.admission): "
                            "prompts that share a document reach its engine side by side. The study's adapter "
@@ -131,6 +132,22 @@ def final_throughput(confirmation: Experiment | None, offline: Experiment | None
     table.notes.append("The study does not publish the engine's offline limit (—). Ratios are Flame / vLLM per "
                        "fresh pair; only pairs whose two trials passed every check count.")
     return table, {"headline": headline, "plot": plot}
+
+
+def _offline_limit_notes(limits: dict, confirmation: Experiment | None) -> list[str]:
+    """Where the offline limit was not measured as the confirmation ran: shards in waves, or other GPUs."""
+    notes = []
+    paired = {g["uuid"] for d in (confirmation.trials.values() if confirmation else []) if not d["simulated"]
+              for g in d["gpus"]}
+    for trace, limit in limits.items():
+        if not limit.get("side_by_side", True):
+            notes.append(f"Offline limit, {trace}: its {len(limit['shards'])} shards ran one after another, more "
+                         "shards than GPUs; the ceiling supposes they had run side by side on identical GPUs.")
+        used = {row["gpu_uuid"] for row in limit["shards"]}
+        if paired and not used <= paired:
+            notes.append(f"Offline limit, {trace}: measured on other GPUs ({', '.join(sorted(used))}) than the "
+                         "confirmation pairs, so the shares compare hosts as well as paths.")
+    return notes
 
 
 def shard_timeline(confirmation: Experiment | None) -> tuple[Table, dict]:
