@@ -157,7 +157,7 @@ def test_offline_limit_splits_the_trace_as_the_sticky_router_does(tiny_traces, t
     (limit,) = doc["limits"]
     positions = offline_limit.shard_positions(tiny_traces[1], 2)
     assert [s["requests"] for s in limit["shards"]] == [len(p) for p in positions if p]
-    assert limit["requests"] == 16 and limit["passed"] and limit["requests_per_s"] > 0
+    assert limit["requests"] == 16 and limit["passed"] and limit["requests_per_s"] > 0 and limit["side_by_side"]
     shard = load_trace(tmp_path / "traces" / "reuse-shard0.json")
     parent = load_trace(tiny_traces[1])
     assert [r.sha256 for r in shard.requests] == [parent.requests[i].sha256 for i in positions[0]]
@@ -181,6 +181,11 @@ def test_offline_limit_runs_more_shards_than_gpus_in_waves_and_says_so(tiny_trac
     assert "  reuse-shard0: kept (already run and checked)" in lines
     assert not any("shard1: kept" in line for line in lines)
     assert (tmp_path / "trials" / "sim-reuse-shard1.json").exists()
+    # one GPU per shard, but a shard kept from before: they did not run at once, and the manifest says so
+    two = Backend.from_dict({"engine": "sim", "sim_params": str(SIM), "warmup_rounds": 1, "gpus": ["sim-0", "sim-1"]})
+    (tmp_path / "trials" / "sim-reuse-shard1.json").unlink()
+    (limit,) = read_manifest(offline_limit.run(tiny_traces[1:], two, tmp_path, settings={}, log=lines.append))["limits"]
+    assert limit["side_by_side"] is False
     for bad in (0, "2", True):
         with pytest.raises(ParityError, match="shards must be a whole number"):
             offline_limit.run(tiny_traces[1:], backend, tmp_path / "bad", settings={"shards": bad}, log=lines.append)

@@ -78,8 +78,8 @@ def _kept(backend: Backend, shard_trace: Path, trials_dir: Path) -> bool:
 
 
 def _run_shards(backend: Backend, shard_traces: list[Path], gpus: list[str], trials_dir: Path, logs: Path,
-                log) -> None:
-    """Each shard in its own process on its GPU; with more shards than GPUs, in waves of one per GPU."""
+                log) -> bool:
+    """Each shard in its own process on its GPU, in waves where shards outnumber GPUs; True if all ran at once."""
     kept = [t for t in shard_traces if _kept(backend, t, trials_dir)]
     for shard_trace in kept:
         log(f"  {shard_trace.stem}: kept (already run and checked)")
@@ -100,6 +100,7 @@ def _run_shards(backend: Backend, shard_traces: list[Path], gpus: list[str], tri
         if any(codes):
             bad = [t.stem for t, c in zip(wave, codes) if c]
             raise ParityError(f"offline limit: shard run(s) {', '.join(bad)} failed; see {logs}")
+    return not kept and len(shard_traces) <= len(gpus)
 
 
 def run(traces: list[Path], backend: Backend, out_dir: Path, *, settings: dict, log=print) -> Path:
@@ -113,10 +114,9 @@ def run(traces: list[Path], backend: Backend, out_dir: Path, *, settings: dict, 
         name = load_trace(trace).name
         positions = shard_positions(trace, shards)
         shard_traces = [write_subset(trace, p, f"{name}-shard{k}", out_dir / "traces") for k, p in enumerate(positions) if p]
-        side_by_side = len(shard_traces) <= len(gpus)
         log(f"{name}: shards of {', '.join(str(len(p)) for p in positions)} requests, one process per GPU"
-            + ("" if side_by_side else f", in waves on {len(gpus)} GPU(s)"))
-        _run_shards(backend, shard_traces, gpus, trials_dir, logs, log)
+            + ("" if len(shard_traces) <= len(gpus) else f", in waves on {len(gpus)} GPU(s)"))
+        side_by_side = _run_shards(backend, shard_traces, gpus, trials_dir, logs, log)
         shard_rows = []
         for shard, shard_trace in enumerate(shard_traces):
             path = _trial_path(backend, shard_trace, trials_dir)

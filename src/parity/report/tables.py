@@ -141,8 +141,9 @@ def _offline_limit_notes(limits: dict, confirmation: Experiment | None) -> list[
               for g in d["gpus"]}
     for trace, limit in limits.items():
         if not limit.get("side_by_side", True):
-            notes.append(f"Offline limit, {trace}: its {len(limit['shards'])} shards ran one after another, more "
-                         "shards than GPUs; the ceiling supposes they had run side by side on identical GPUs.")
+            notes.append(f"Offline limit, {trace}: its {len(limit['shards'])} shards did not all run at once (more "
+                         "shards than GPUs, or kept from an earlier run); the ceiling supposes they had run side by "
+                         "side on identical GPUs.")
         used = {row["gpu_uuid"] for row in limit["shards"]}
         if paired and not used <= paired:
             notes.append(f"Offline limit, {trace}: measured on other GPUs ({', '.join(sorted(used))}) than the "
