@@ -25,8 +25,8 @@ from parity.checks import check_file
 from parity.engine import MODEL_REVISION
 from parity.errors import ParityError
 from parity.experiments.backend import Backend
-from parity.experiments.runner import finished
-from parity.manifest import file_ref, header, read_manifest, sha256_file, write_manifest
+from parity.experiments.runner import finished, ran_elsewhere
+from parity.manifest import file_ref, header, read_manifest, write_manifest
 from parity.stats import cached_share
 from parity.trace import load_trace, write_subset
 
@@ -73,8 +73,7 @@ def _trial_path(backend: Backend, shard_trace: Path, trials_dir: Path) -> Path:
 def _kept(backend: Backend, shard_trace: Path, trials_dir: Path) -> bool:
     """Whether this shard already ran, was checked, on this very shard trace with these engine settings."""
     doc = finished(_trial_path(backend, shard_trace, trials_dir))
-    return (doc is not None and doc["trace"]["sha256"] == sha256_file(shard_trace)
-            and doc["engine"]["args"] == backend.args().to_dict())
+    return doc is not None and ran_elsewhere(doc, shard_trace, backend) is None
 
 
 def _run_shards(backend: Backend, shard_traces: list[Path], gpus: list[str], trials_dir: Path, logs: Path,
@@ -83,10 +82,10 @@ def _run_shards(backend: Backend, shard_traces: list[Path], gpus: list[str], tri
     kept = [t for t in shard_traces if _kept(backend, t, trials_dir)]
     for shard_trace in kept:
         log(f"  {shard_trace.stem}: kept (already run and checked)")
-    shard_traces = [t for t in shard_traces if t not in kept]
-    for start in range(0, len(shard_traces), len(gpus)):
-        wave = shard_traces[start:start + len(gpus)]
-        if len(shard_traces) > len(gpus):
+    todo = [t for t in shard_traces if t not in kept]
+    for start in range(0, len(todo), len(gpus)):
+        wave = todo[start:start + len(gpus)]
+        if len(todo) > len(gpus):
             log(f"  wave {start // len(gpus) + 1}: {', '.join(t.stem for t in wave)}")
         procs = []
         for shard_trace, gpu in zip(wave, gpus):
@@ -100,7 +99,7 @@ def _run_shards(backend: Backend, shard_traces: list[Path], gpus: list[str], tri
         if any(codes):
             bad = [t.stem for t, c in zip(wave, codes) if c]
             raise ParityError(f"offline limit: shard run(s) {', '.join(bad)} failed; see {logs}")
-    return not kept and len(shard_traces) <= len(gpus)
+    return not kept and len(todo) <= len(gpus)
 
 
 def run(traces: list[Path], backend: Backend, out_dir: Path, *, settings: dict, log=print) -> Path:

@@ -45,12 +45,20 @@ def finished(path: Path) -> dict | None:
 UNRECORDED_DEFAULTS = {"order": "arrival"}
 
 
-def stale(doc: dict, case: Case, backend: Backend) -> str | None:
-    """Why a finished trial does not belong to this case (another trace, engine or configuration), else None."""
-    if doc["trace"]["sha256"] != sha256_file(case.trace):
+def ran_elsewhere(doc: dict, trace: Path, backend: Backend) -> str | None:
+    """Why a finished trial did not run this trace on these engine settings, else None."""
+    if doc["trace"]["sha256"] != sha256_file(trace):
         return "it ran another trace"
     if doc["engine"]["args"] != backend.args().to_dict():
         return "it ran other engine settings"
+    return None
+
+
+def stale(doc: dict, case: Case, backend: Backend) -> str | None:
+    """Why a finished trial does not belong to this case (another trace, engine or configuration), else None."""
+    reason = ran_elsewhere(doc, case.trace, backend)
+    if reason:
+        return reason
     config = UNRECORDED_DEFAULTS | doc["config"]
     if case.system == "vllm":
         return None if config.get("routing") == case.routing else "it used another routing policy"
