@@ -5,8 +5,8 @@ session's common data and, optionally, freezes the long-lived startup heap (`gc.
 `gc.get_freeze_count()` once: the study excluded a probe that queried it per batch, since it walks
 the permanent heap. On each task it decodes a batch (raw or zlib), admits it to the engine in the
 configured order (`admission`), and returns the outputs in input order with the worker's identity
-(executor id, pid, GPU UUID), per-batch timings and the GC pauses that fell inside inference. On session leave it unfreezes the heap and tears the
-engine down.
+(executor id, pid, GPU UUID), per-batch timings and the GC pauses that fell inside inference. On
+session leave it unfreezes the heap and tears the engine down.
 
 GPU lease: Flame counts GPUs but never assigns them. A worker takes the first GPU of `PARITY_GPUS`
 whose lock file it can hold, and pins itself with CUDA_VISIBLE_DEVICES before the engine starts;
@@ -27,8 +27,7 @@ import flamepy
 
 from parity.engine import EngineArgs, make_engine
 from parity.errors import ParityError
-from parity.flame import codec
-from parity.flame import admission
+from parity.flame import admission, codec
 from parity.flame.batcher import encode_output
 from parity.trace import token_sha256
 
