@@ -10,14 +10,14 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[test,workflow]'
+	$(BIN)/python -m pip install --quiet -e '.[test,workflow,slurm]'
 	touch $(STAMP)
 
 install: $(STAMP)
 
 ## make smoke: the smoke workflow, end to end, on the CPU (simulator engine, Flame stand-in)
 smoke: $(STAMP)
-	$(BIN)/snakemake --workflow-profile workflow/profiles/smoke all
+	$(BIN)/snakemake --workflow-profile smoke all
 
 ## make test: the test suite
 test: $(STAMP)

@@ -5,7 +5,7 @@ requirement at one exact version, with the hashes of the files that image can in
 on manylinux x86_64 with glibc 2.39 (Ubuntu 24.04, the CUDA base image's OS).
 
 How: `uv pip compile` resolves requirements.in together with pyproject.toml's runtime dependencies
-and its `gpu` and `workflow` extras, for that target. Then, for each pin, PyPI's JSON simple API
+and its `gpu`, `workflow` and `mlperf` extras, for that target. Then, for each pin, PyPI's JSON simple API
 (PEP 691) lists the release's files; the lock keeps the hashes of the wheels the target can install
 (or of the sdist when no such wheel exists), and each must be one uv also reported. `--check`
 re-checks a committed lock against PyPI without resolving anything.
@@ -39,7 +39,7 @@ INDEX = "https://pypi.org/simple"
 PYTHON = (3, 12)
 GLIBC = (2, 39)  # Ubuntu 24.04
 UV_PLATFORM = f"x86_64-manylinux_{GLIBC[0]}_{GLIBC[1]}"
-EXTRAS = ("gpu", "workflow")
+EXTRAS = ("gpu", "workflow", "mlperf")  # mlperf: the accuracy jobs (ROUGE, NLTK) run in the image too
 
 # Facts about single pins that the lock should carry next to them, for a reader auditing it.
 NOTES = {
@@ -91,9 +91,15 @@ def release_hashes(name: str, version: str, tags: frozenset[str]) -> tuple[list[
 
 
 def resolve(uv: str) -> str:
-    """uv's hashed, platform-specific resolution of requirements.in + pyproject.toml, as text."""
+    """uv's hashed, platform-specific resolution of requirements.in + pyproject.toml, as text.
+
+    uv prefers the versions already in its output file, so the committed lock is copied there first:
+    adding a requirement pins what is new and leaves every other pin as it was.
+    """
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "resolved.txt"
+        if LOCK_FILE.exists():
+            shutil.copyfile(LOCK_FILE, out)
         command = [uv, "pip", "compile", str(IN_FILE), str(ROOT / "pyproject.toml"),
                    *[arg for extra in EXTRAS for arg in ("--extra", extra)],
                    "--generate-hashes", "--no-header", "--no-annotate", "--quiet", "--no-python-downloads",

@@ -396,3 +396,50 @@ def test_build_script_refuses_without_apptainer(tmp_path):
     env = os.environ | {"PATH": "/usr/bin:/bin", "PYTHON": sys.executable}
     result = subprocess.run([str(BUILD)], env=env, capture_output=True, text=True)
     assert result.returncode == 1 and "apptainer is not installed" in result.stderr
+
+
+# ---- what the workflow's jobs import, the image holds ------------------------------------------
+
+# Modules of the GPU extra, not installed on a CPU machine: their distributions by name.
+GPU_MODULES = {"vllm": "vllm", "torch": "torch"}
+
+
+def third_party_imports(package: Path) -> set[str]:
+    """Top-level modules that any module of the package imports, other than the standard library and itself."""
+    import ast
+
+    found = set()
+    for path in package.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                found |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module.split(".")[0])
+    return {m for m in found if m not in sys.stdlib_module_names and m not in ("parity", "__future__")}
+
+
+def test_every_module_a_workflow_job_imports_is_in_the_lock(pins):
+    """Each rule runs `parity ...` in the image, so every import of the package must be installable there."""
+    import importlib.metadata
+
+    owners = importlib.metadata.packages_distributions()
+    missing = {}
+    for module in sorted(third_party_imports(ROOT / "src" / "parity")):
+        dists = owners.get(module) or [GPU_MODULES.get(module, module)]
+        if not any(canonical_name(d) in pins for d in dists):
+            missing[module] = dists
+    assert not missing, f"imported by src/parity but not in requirements.lock: {missing}"
+    for dist in ("rouge-score", "nltk", "mlcommons-loadgen"):  # the MLPerf accuracy jobs run in the image too
+        assert dist in pins
+
+
+def test_every_extra_the_image_serves_is_in_the_lock(pyproject, pins):
+    for extra in ("gpu", "workflow", "mlperf"):
+        for line in pyproject["project"]["optional-dependencies"][extra]:
+            name = canonical_name(Requirement(line).name)
+            assert name in pins, f"the {extra} extra's {name} is not in requirements.lock"
+
+
+def test_the_import_scan_sees_a_missing_module(tmp_path):
+    (tmp_path / "mod.py").write_text("import json\nfrom surely_not_locked.sub import x\nimport numpy as np\n")
+    assert third_party_imports(tmp_path) == {"surely_not_locked", "numpy"}

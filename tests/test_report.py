@@ -173,7 +173,7 @@ def test_report_puts_study_numbers_beside_ours_and_labels_simulation(results, tm
     # what was not run shows "—" with a note, never 0
     assert "| admission | — (not run) |" in md
     assert "the admission experiment was not given to the report (not run)" in md
-    assert "MLPerf not run" in md and "| Standalone vLLM | ours | — | not run | — |" in md
+    assert "MLPerf not run" in md and "| Standalone vLLM | ours | — | — | not run | — |" in md
     assert "Share of offline limit: — : no offline-limit experiment was given." in md
     # the manifest
     doc = made["manifest"]
@@ -240,9 +240,10 @@ def test_mlperf_runs_fill_the_control_table(tmp_path):
         write_manifest(mlperf / key / "mlperf-run.json", run)
     made = write_report([tmp_path / "confirmation"], mlperf, REFERENCE, tmp_path / "r")
     md = made["markdown"]
-    assert "| Standalone vLLM | ours, simulated | 12.50 | VALID | non-compliant: simulated engine |" in md
-    assert "| Flame, batch 64 | ours, simulated | 12.40 | INVALID |" in md
-    assert "| Flame, batch 32 | ours | — | not run | — |" in md
+    assert "| Standalone vLLM | ours, simulated | 12.50 | 1250.0 | VALID | non-compliant: simulated engine |" in md
+    assert "| Flame, batch 64 | ours, simulated | 12.40 | 1240.0 | INVALID |" in md
+    assert "| Flame, batch 32 | ours | — | — | not run | — |" in md
+    assert "| Standalone vLLM | study (B200, measured) | 53.38 | — | VALID |" in md  # the study published samples/s only
     assert len(made["manifest"]["mlperf"]) == 2
     assert not validate_paths([tmp_path / "r" / "report.json"])[1]
 

@@ -11,6 +11,7 @@ import click
 from parity import __version__
 from parity.errors import ParityError
 from parity.flame.admission import ORDERS
+from parity.workflow_config import check_experiment_settings, experiment_names
 
 
 def friendly_errors(command):
@@ -483,7 +484,7 @@ def experiment_group():
 
 
 @experiment_group.command("run")
-@click.argument("name", type=click.Choice(["locality", "admission", "confirmation", "gc", "offline-limit"]))
+@click.argument("name", type=click.Choice(experiment_names()))
 @click.option("--trace", "traces", type=click.Path(path_type=Path, exists=True), multiple=True, required=True,
               help="Trace manifest (repeat: no-reuse, reuse).")
 @click.option("--backend", "backend_text", required=True,
@@ -505,6 +506,7 @@ def experiment_run(name, traces, backend_text, settings_text, out_dir):
         raise ParityError(f"--settings is not JSON: {exc}") from None
     if not isinstance(settings, dict):
         raise ParityError(f"--settings must be a JSON object, got {type(settings).__name__}")
+    check_experiment_settings(name, settings)
     traces = list(traces)
     log = functools.partial(click.echo, err=True)
     if name == "offline-limit":
@@ -553,16 +555,38 @@ def mlperf_group():
 @click.option("--cluster", type=click.Choice(["standin", "flame"]), default="standin", show_default=True)
 @click.option("--flame-bin-dir", type=click.Path(path_type=Path), default=None)
 @click.option("--startup-timeout", default=600.0, show_default=True, help="Seconds to wait for replicas.")
+@click.option("--backend", "backend_text", default=None,
+              help="Where to run, as the experiments do (JSON or a YAML file): engine, GPUs (the first serves), "
+                   "cluster, model, load format, engine args. Replaces the options it covers.")
+@click.pass_context
 @friendly_errors
-def mlperf_run(arm, dataset, out_dir, mode, engine, gpus, model, load_format, engine_args, max_tokens, sim_params,
+def mlperf_run(ctx, arm, dataset, out_dir, mode, engine, gpus, model, load_format, engine_args, max_tokens, sim_params,
                samples, target_qps, probe_samples, warmup_samples, qps_margin, min_duration_ms, min_query_count,
                performance_sample_count, max_in_flight, batch_limit, window_ms, placement, cluster, flame_bin_dir,
-               startup_timeout):
+               startup_timeout, backend_text):
     """One arm under LoadGen in this process (prefix caching off); writes OUT/mlperf-run.json."""
     from parity.mlperf.run import RunSpec, run_arm
 
+    if backend_text is not None:
+        covered = ("engine", "gpus", "model", "load_format", "engine_args", "sim_params", "cluster", "flame_bin_dir",
+                   "startup_timeout")
+        given = [name for name in covered
+                 if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
+        if given:
+            raise ParityError(f"--backend sets {', '.join('--' + g.replace('_', '-') for g in given)} already; "
+                              "give one or the other")
+        from parity.experiments.backend import Backend
+
+        backend = Backend.parse(backend_text)
+        engine, cluster, startup_timeout = backend.engine, backend.cluster, backend.startup_timeout_s
+        gpus = tuple(backend.gpu_uuids()[:1])
+        sim_params = Path(backend.sim_params) if backend.sim_params else None
+        flame_bin_dir = Path(backend.flame_bin_dir) if backend.flame_bin_dir else None
+        args = backend.args()
+    else:
+        args = _engine_args(model, load_format, engine_args)
     spec = RunSpec(arm=arm, dataset=dataset, out=out_dir, mode=mode, engine=engine, gpus=tuple(gpus),
-                   engine_args=_engine_args(model, load_format, engine_args), max_tokens=max_tokens,
+                   engine_args=args, max_tokens=max_tokens,
                    sim_params=sim_params, samples=samples, target_qps=target_qps, probe_samples=probe_samples,
                    warmup_samples=warmup_samples, qps_margin=qps_margin, min_duration_ms=min_duration_ms,
                    min_query_count=min_query_count, performance_sample_count=performance_sample_count, max_in_flight=max_in_flight,
@@ -603,7 +627,8 @@ def mlperf_compare(standalone, flame, out):
     from parity.mlperf.compare import compare
 
     doc = compare(standalone, flame, out)
-    click.echo(f"flame/standalone samples/s: {doc['flame_to_standalone_samples_per_second']}; "
+    click.echo(f"flame/standalone samples/s: {doc['flame_to_standalone_samples_per_second']}, tokens/s: "
+               f"{doc['flame_to_standalone_tokens_per_second']}; "
                f"vLLM versions match: {doc['vllm_versions_match']}" +
                "".join(f"\n  flag: {f}" for f in doc["flags"]))
 

@@ -1,24 +1,93 @@
-# Config validation and the paths every rule shares.
+# The config, validated whole, and the helpers every rule shares (functions only; rules live beside).
+# The profile names its config file (profiles/<name>/profile.yaml: configfile); Snakemake merges it deeply
+# over config/experiments.yaml, and the merged result is validated here: a missing, misspelt or mistyped key
+# stops the run with its name before any job starts, and no profile falls back to another's values.
 import json
+import shlex
+import shutil
 
+from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-validate(config, schema="../../schemas/config.schema.yaml")
+if "profile" not in config:
+    raise WorkflowError(
+        "no profile config: run with a profile (bare `snakemake` loads profiles/default; "
+        "`--workflow-profile smoke` for the CPU run) or pass --configfile config/<profile>.yaml"
+    )
+validate(config, schema="../../schemas/config.schema.yaml", set_default=False)
 
 RESULTS = config["results"]
 TRACES = f"{RESULTS}/traces"
-EXPERIMENTS = ["locality", "admission", "confirmation", "gc", "offline-limit"]
-BACKEND_JSON = json.dumps(config["backend"], sort_keys=True)
+LOGS = f"{RESULTS}/logs"
+EXPERIMENTS = list(config["experiments"])
+INPUTS = config["inputs"]
+MLPERF = config["mlperf"]
+FETCH_PINS = "manifests/pins"
+FETCH_RECORD = "--record-pins" if config.get("fetch", {}).get("record_pins", False) else ""
+
+
+def q(value):
+    """One shell word, whatever the value holds (spaces, quotes, JSON)."""
+    return shlex.quote(str(value))
+
+
+def as_json(value):
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
 def trace_manifests():
     return [f"{TRACES}/{name}.json" for name in config["traces"]]
 
 
-def experiment_settings(name):
-    """config/experiments.yaml's settings for one experiment, with this profile's overrides applied."""
-    return json.dumps(config["experiments"][name] | config.get("overrides", {}).get(name, {}), sort_keys=True)
+def trace_options(wildcards, input):
+    return " ".join(f"--trace {q(path)}" for path in input.traces)
+
+
+def experiment_settings(wildcards):
+    """The merged config's settings of one experiment, as the JSON `parity experiment run` records."""
+    return as_json(config["experiments"][wildcards.experiment])
 
 
 def experiment_manifest(name):
     return f"{RESULTS}/{name}/experiment.json"
+
+
+def backend_json():
+    """Where jobs run (engine, GPUs, cluster, model, load format, engine args): one object for every rule."""
+    return as_json(config["backend"])
+
+
+def pinned_files(pins_file, section="files"):
+    """The file names a pins file lists (read at parse time: a local file, no network)."""
+    with open(f"{FETCH_PINS}/{pins_file}") as handle:
+        return list(json.load(handle).get(section, {}))
+
+
+def mlperf_options():
+    """This profile's MLPerf run options (lengths, durations) as `parity mlperf run` flags."""
+    options = [f"--max-tokens {MLPERF['max_tokens']}"]
+    for key in ("target_qps", "min_duration_ms", "min_query_count", "samples"):
+        if MLPERF.get(key) is not None:
+            options.append(f"--{key.replace('_', '-')} {q(MLPERF[key])}")
+    return " ".join(options)
+
+
+def image_check():
+    """Why this profile's jobs cannot run in the image (None if they can, or the profile runs on the host).
+
+    Snakemake refuses even a dry run when apptainer is missing; a dry run needs no image, so it goes on
+    without the Apptainer deployment (a warning says so) and a real run stops at start (`onstart`).
+    """
+    settings = workflow.deployment_settings
+    methods = settings.deployment_method if settings else set()
+    apptainer = next((m for m in methods if m.name == "APPTAINER"), None)
+    if apptainer is None:
+        return None
+    if shutil.which("apptainer") or shutil.which("singularity"):
+        if os.path.exists(config["container"]):
+            return None
+        return f"the image {config['container']} is not built: run containers/build.sh first"
+    methods.discard(apptainer)
+    problem = "this profile runs every job in the pinned Apptainer image, but apptainer is not installed"
+    logger.warning(f"{problem}: only a dry run (-n) can go on")
+    return problem

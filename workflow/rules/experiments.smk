@@ -1,28 +1,28 @@
 # The study's experiments (parity experiment run NAME; cases in parity.experiments.plan).
 # Each holds both GPUs for its whole run, so no two ever overlap (profiles set resources: gpu=2).
-# A rerun keeps every trial already run and checked: only what is missing or invalid is redone.
+# A rerun keeps every trial already run and checked: only what is missing, invalid or stale is redone.
 
 
 rule experiment:
     """One experiment: fresh engines per case, every trial checked, pairs, OUT/experiment.json."""
     input:
-        trace_manifests(),
+        traces=trace_manifests(),
     output:
         f"{RESULTS}/{{experiment}}/experiment.json",
     wildcard_constraints:
         experiment="|".join(EXPERIMENTS),
     params:
-        traces=" ".join(f"--trace {t}" for t in trace_manifests()),
-        settings=lambda wildcards: experiment_settings(wildcards.experiment),
-        backend=BACKEND_JSON,
-        out=lambda wildcards: f"{RESULTS}/{wildcards.experiment}",
+        traces=trace_options,
+        settings=experiment_settings,
+        backend=backend_json(),
+        out=lambda wildcards, output: os.path.dirname(output[0]),
     resources:
         gpu=2,
     log:
-        f"{RESULTS}/logs/experiment_{{experiment}}.log",
+        f"{LOGS}/experiment_{{experiment}}.log",
     shell:
-        "parity experiment run {wildcards.experiment} {params.traces} --backend '{params.backend}'"
-        " --settings '{params.settings}' --out {params.out} > {log} 2>&1"
+        "parity experiment run {wildcards.experiment:q} {params.traces} --backend {params.backend:q}"
+        " --settings {params.settings:q} --out {params.out:q} > {log:q} 2>&1"
 
 
 rule locality:

@@ -1,46 +1,29 @@
 # The MLPerf Offline control (parity mlperf; LoadGen QSL/SUTs in parity.mlperf): each arm its own job,
-# so its own process, as LoadGen keeps its configuration per process.
+# so its own process, as LoadGen keeps its configuration per process. An arm serves from one GPU (the
+# backend's first); on one node each MLPerf job holds both GPUs, as the experiments do, so none overlaps.
+# The engine, GPUs, model, load format and engine arguments come from the same `backend` as the experiments.
 
-MLPERF = config["mlperf"]
 MLPERF_ARMS = {"standalone": "--arm standalone", "flame-b32": "--arm flame --batch-limit 32",
                "flame-b64": "--arm flame --batch-limit 64"}
+MLPERF_ACCURACY = MLPERF.get("accuracy", True)
 
 
-def mlperf_options():
-    """The run options this profile sets (engine, lengths, durations), as `parity mlperf run` flags."""
-    b, m = config["backend"], MLPERF
-    options = [f"--engine {m.get('engine', 'vllm')}", f"--max-tokens {m.get('max_tokens', 128)}",
-               f"--cluster {b['cluster']}"]
-    for key in ("target_qps", "min_duration_ms", "min_query_count", "samples"):
-        if m.get(key) is not None:
-            options.append(f"--{key.replace('_', '-')} {m[key]}")
-    if b.get("sim_params"):
-        options.append(f"--sim-params {b['sim_params']}")
-    if b.get("model"):
-        options.append(f"--model {b['model']}")
-    if b.get("flame_bin_dir"):
-        options.append(f"--flame-bin-dir {b['flame_bin_dir']}")
-    gpu = b["gpus"][0]
-    options.append("--gpu $(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -n 1)" if gpu == "auto"
-                   else f"--gpu {gpu}")
-    return " ".join(options)
-
-
-if config["inputs"]["generate"]:
+if INPUTS["generate"]:
 
     rule mlperf_smoke_dataset:
         """A cnn_eval.json-shaped dataset in the smoke tokenizer's IDs (synthetic, labelled so)."""
         input:
-            f"{config['inputs']['tokenizer']}/tokenizer.json",
+            f"{INPUTS['tokenizer']}/tokenizer.json",
         output:
             MLPERF["dataset"],
         params:
-            tokenizer=config["inputs"]["tokenizer"],
+            tokenizer=lambda wildcards, input: os.path.dirname(input[0]),
             samples=MLPERF.get("samples", 64),
         log:
-            f"{RESULTS}/logs/mlperf_smoke_dataset.log",
+            f"{LOGS}/mlperf_smoke_dataset.log",
         shell:
-            "parity mlperf smoke-dataset --tokenizer {params.tokenizer} --out {output} --samples {params.samples} 2> {log}"
+            "parity mlperf smoke-dataset --tokenizer {params.tokenizer:q} --out {output:q}"
+            " --samples {params.samples} 2> {log:q}"
 
 
 rule mlperf_run:
@@ -53,14 +36,16 @@ rule mlperf_run:
         arm="|".join(MLPERF_ARMS),
     params:
         arm=lambda wildcards: MLPERF_ARMS[wildcards.arm],
+        backend=backend_json(),
         options=mlperf_options(),
-        out=lambda wildcards: f"{RESULTS}/mlperf/{wildcards.arm}",
+        out=lambda wildcards, output: os.path.dirname(output[0]),
     resources:
         gpu=2,
     log:
-        f"{RESULTS}/logs/mlperf_{{arm}}.log",
+        f"{LOGS}/mlperf_{{arm}}.log",
     shell:
-        "parity mlperf run {params.arm} --dataset {input} {params.options} --out {params.out} > {log} 2>&1"
+        "parity mlperf run {params.arm} --dataset {input:q} --backend {params.backend:q} {params.options}"
+        " --out {params.out:q} > {log:q} 2>&1"
 
 
 rule mlperf_compare:
@@ -71,12 +56,10 @@ rule mlperf_compare:
     output:
         f"{RESULTS}/mlperf/compare-b{{batch}}.json",
     log:
-        f"{RESULTS}/logs/mlperf_compare_b{{batch}}.log",
+        f"{LOGS}/mlperf_compare_b{{batch}}.log",
     shell:
-        "parity mlperf compare --standalone {input.standalone} --flame {input.flame} --out {output} > {log} 2>&1"
+        "parity mlperf compare --standalone {input.standalone:q} --flame {input.flame:q} --out {output:q} > {log:q} 2>&1"
 
-
-MLPERF_ACCURACY = MLPERF.get("accuracy", True)
 
 if MLPERF_ACCURACY:
 
@@ -90,29 +73,33 @@ if MLPERF_ACCURACY:
             arm="|".join(MLPERF_ARMS),
         params:
             arm=lambda wildcards: MLPERF_ARMS[wildcards.arm],
+            backend=backend_json(),
             options=mlperf_options(),
-            out=lambda wildcards: f"{RESULTS}/mlperf/accuracy/{wildcards.arm}",
+            out=lambda wildcards, output: os.path.dirname(output[0]),
         resources:
             gpu=2,
         log:
-            f"{RESULTS}/logs/mlperf_accuracy_run_{{arm}}.log",
+            f"{LOGS}/mlperf_accuracy_run_{{arm}}.log",
         shell:
-            "parity mlperf run {params.arm} --mode accuracy --dataset {input} {params.options} --out {params.out} > {log} 2>&1"
+            "parity mlperf run {params.arm} --mode accuracy --dataset {input:q} --backend {params.backend:q}"
+            " {params.options} --out {params.out:q} > {log:q} 2>&1"
 
     rule mlperf_accuracy:
         """ROUGE-1/2/L/Lsum and the generated-length gate on an arm's saved outputs."""
         input:
             run=f"{RESULTS}/mlperf/accuracy/{{arm}}/mlperf-run.json",
             punkt="resources/nltk_data/tokenizers/punkt_tab.zip",
+            tokenizer=f"{INPUTS['tokenizer']}/tokenizer.json",
         output:
             f"{RESULTS}/mlperf/accuracy/{{arm}}/accuracy.json",
         params:
-            tokenizer=config["inputs"]["tokenizer"],
+            tokenizer=lambda wildcards, input: os.path.dirname(input.tokenizer),
+            nltk_data=lambda wildcards, input: os.path.dirname(os.path.dirname(input.punkt)),
         log:
-            f"{RESULTS}/logs/mlperf_accuracy_{{arm}}.log",
+            f"{LOGS}/mlperf_accuracy_{{arm}}.log",
         shell:
-            "parity mlperf accuracy {input.run} --tokenizer {params.tokenizer} --nltk-data resources/nltk_data"
-            " --out {output} > {log} 2>&1"
+            "parity mlperf accuracy {input.run:q} --tokenizer {params.tokenizer:q} --nltk-data {params.nltk_data:q}"
+            " --out {output:q} > {log:q} 2>&1"
 
 
 rule mlperf:

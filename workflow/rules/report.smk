@@ -4,28 +4,35 @@
 rule report:
     """Markdown tables shaped like the study's, the study's numbers beside ours, PNG plots."""
     input:
-        [experiment_manifest(name) for name in EXPERIMENTS],
-        rules.mlperf.input,
+        experiments=[experiment_manifest(name) for name in EXPERIMENTS],
+        mlperf=rules.mlperf.input,
         reference="config/study-reference.yaml",
     output:
         markdown=f"{RESULTS}/report/report.md",
         manifest=f"{RESULTS}/report/report.json",
     params:
-        out=f"{RESULTS}/report",
+        results=lambda wildcards, input: os.path.dirname(os.path.dirname(input.experiments[0])),
+        mlperf=lambda wildcards, input: os.path.join(os.path.dirname(os.path.dirname(input.experiments[0])), "mlperf"),
+        out=lambda wildcards, output: os.path.dirname(output.manifest),
     log:
-        f"{RESULTS}/logs/report.log",
+        f"{LOGS}/report.log",
     shell:
-        "parity report --results {RESULTS} --mlperf {RESULTS}/mlperf --reference {input.reference}"
-        " --out {params.out} > {log} 2>&1"
+        "parity report --results {params.results:q} --mlperf {params.mlperf:q} --reference {input.reference:q}"
+        " --out {params.out:q} > {log:q} 2>&1"
 
 
 rule validate_manifests:
-    """Every manifest of the run, schema-valid and hash-linked (parity validate)."""
+    """Every manifest of the run, schema-valid and hash-linked (parity validate): it vouches for each input."""
     input:
-        rules.report.output.manifest,
+        traces=trace_manifests(),
+        experiments=[experiment_manifest(name) for name in EXPERIMENTS],
+        mlperf=rules.mlperf.input,
+        report=rules.report.output.manifest,
     output:
         touch(f"{RESULTS}/validated.ok"),
+    params:
+        results=lambda wildcards, output: os.path.dirname(output[0]),
     log:
-        f"{RESULTS}/logs/validate.log",
+        f"{LOGS}/validate.log",
     shell:
-        "parity validate {RESULTS} 2> {log}"
+        "parity validate {params.results:q} 2> {log:q}"

@@ -1,8 +1,5 @@
 # Trace inputs (smoke: generated offline; real: fetched and checksum-verified) and the two bursts.
 
-INPUTS = config["inputs"]
-
-
 if INPUTS["generate"]:
 
     rule smoke_inputs:
@@ -13,9 +10,9 @@ if INPUTS["generate"]:
         params:
             out=lambda wildcards, output: os.path.dirname(output.corpus),
         log:
-            f"{RESULTS}/logs/smoke_inputs.log",
+            f"{LOGS}/smoke_inputs.log",
         shell:
-            "parity smoke-inputs --out {params.out} 2> {log}"
+            "parity smoke-inputs --out {params.out:q} 2> {log:q}"
 
 
 rule trace:
@@ -29,12 +26,15 @@ rule trace:
     params:
         spec=lambda wildcards: config["traces"][wildcards.name],
         shifts=" ".join(f"--warmup-shift {s}" for s in config["warmup_shifts"]),
-        tokenizer_dir=INPUTS["tokenizer"],
+        tokenizer_dir=lambda wildcards, input: os.path.dirname(input.tokenizer),
+        out=lambda wildcards, output: os.path.dirname(output.manifest),
+        corpus_origin=INPUTS["corpus_origin"],
+        tokenizer_origin=INPUTS["tokenizer_origin"],
     log:
-        f"{RESULTS}/logs/trace_{{name}}.log",
+        f"{LOGS}/trace_{{name}}.log",
     shell:
-        "parity trace --corpus {input.corpus} --tokenizer {params.tokenizer_dir} --name {wildcards.name}"
+        "parity trace --corpus {input.corpus:q} --tokenizer {params.tokenizer_dir:q} --name {wildcards.name:q}"
         " --documents {params.spec[documents]} --questions {params.spec[questions]}"
         " --prefix-tokens {params.spec[prefix_tokens]} --seed {params.spec[seed]} {params.shifts}"
-        " --corpus-origin {INPUTS[corpus_origin]} --tokenizer-origin {INPUTS[tokenizer_origin]}"
-        " --out {TRACES} > {log} 2>&1"
+        " --corpus-origin {params.corpus_origin:q} --tokenizer-origin {params.tokenizer_origin:q}"
+        " --out {params.out:q} > {log:q} 2>&1"

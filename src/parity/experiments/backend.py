@@ -14,6 +14,7 @@ from pathlib import Path
 
 from parity.engine import EngineArgs
 from parity.errors import ParityError
+from parity.workflow_config import check_backend
 
 ENGINE_FAMILIES = ("sim", "vllm")
 CLUSTERS = ("standin", "flame")
@@ -35,10 +36,8 @@ class Backend:
 
     @classmethod
     def from_dict(cls, values: dict) -> "Backend":
+        check_backend(values)  # names an unknown key, a wrong type or an out-of-range value
         values = dict(values)
-        unknown = sorted(set(values) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ParityError(f"unknown backend setting(s): {', '.join(unknown)}")
         if "gpus" in values:
             values["gpus"] = tuple(values["gpus"]) if isinstance(values["gpus"], list) else values["gpus"]
         for key in ("sim_params", "flame_bin_dir"):  # Flame workers run in their own directories

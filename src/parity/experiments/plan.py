@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from parity.errors import ParityError
 from parity.flame.admission import ORDERS, check
 
 
@@ -31,8 +32,13 @@ class FlameConfig:
 
     @classmethod
     def from_dict(cls, values: dict | None) -> "FlameConfig":
-        fields = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in (values or {}).items() if k in fields})
+        """The study's first configuration with `values` over it; an unknown key is refused by name."""
+        values = dict(values or {})
+        unknown = sorted(set(values) - set(cls.__dataclass_fields__))
+        if unknown:
+            raise ParityError(f"unknown Flame setting(s): {', '.join(unknown)} "
+                              f"(known: {', '.join(cls.__dataclass_fields__)})")
+        return cls(**values)
 
     def label(self) -> str:
         return (f"b{self.batch_limit}-w{self.window_ms:g}ms-{self.api}-{'zlib' if self.compress else 'raw'}"
@@ -151,6 +157,4 @@ def for_experiment(name: str, traces: list[Path], settings: dict) -> list[Case]:
         return confirmation(traces, settings.get("pairs", 5), flame)
     if name == "gc":
         return gc_diagnostics(pick_trace(traces, settings.get("trace", "reuse")), flame, settings.get("repeats", 1))
-    from parity.errors import ParityError
-
     raise ParityError(f"unknown experiment {name!r}")

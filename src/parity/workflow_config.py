@@ -1,0 +1,64 @@
+"""What a workflow setting may be: `schemas/config.schema.yaml`, one schema for every route a setting takes.
+
+Snakemake validates the whole merged config with it before any job starts; the CLI validates the parts
+it receives as JSON (`--settings` of an experiment, `--backend`) against the same definitions, so a
+misspelt key, a wrong type or an out-of-range value is refused with its name, whichever way it came in.
+"""
+
+from __future__ import annotations
+
+from functools import lru_cache
+
+from parity.errors import ParityError
+
+SCHEMA_FILE = "config.schema.yaml"
+
+
+@lru_cache(maxsize=1)
+def schema() -> dict:
+    import yaml
+
+    from parity.manifest import schemas_dir
+
+    return yaml.safe_load((schemas_dir() / SCHEMA_FILE).read_text(encoding="utf-8"))
+
+
+def _validator(part: dict):
+    from jsonschema import Draft202012Validator
+
+    return Draft202012Validator({**part, "$defs": schema()["$defs"]})
+
+
+def _message(error, what: str) -> str:
+    """One line: what was checked, the key path, the problem; an unknown key is named as such."""
+    where = ".".join(str(p) for p in error.absolute_path)
+    if error.validator == "additionalProperties" and isinstance(error.instance, dict):
+        known = set(error.schema.get("properties", {}))
+        unknown = sorted(k for k in error.instance if k not in known)
+        return (f"unknown {what} setting(s){f' in {where}' if where else ''}: {', '.join(unknown)} "
+                f"(known: {', '.join(sorted(known))})")
+    return f"{what}{f' {where}' if where else ''}: {error.message}"
+
+
+def check(part: dict, values, what: str) -> None:
+    """ParityError naming the first problem (by key path) if `values` does not fit `part` of the schema."""
+    errors = sorted(_validator(part).iter_errors(values), key=lambda e: (list(map(str, e.absolute_path)), e.message))
+    if errors:
+        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
+        raise ParityError(_message(errors[0], what) + more)
+
+
+def experiment_names() -> list[str]:
+    return list(schema()["$defs"]["experiments"])
+
+
+def check_experiment_settings(name: str, settings) -> None:
+    """An experiment's settings (the config's experiments.NAME) as the schema allows them."""
+    definitions = schema()["$defs"]["experiments"]
+    if name not in definitions:
+        raise ParityError(f"unknown experiment {name!r}: use one of {', '.join(definitions)}")
+    check(definitions[name], settings, name)
+
+
+def check_backend(values) -> None:
+    check(schema()["$defs"]["backend"], values, "backend")

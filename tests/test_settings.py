@@ -1,0 +1,86 @@
+"""One route for settings: the JSON an experiment or an MLPerf arm receives is checked against the same
+schema as the workflow config, and an unknown key, a wrong type or a range error is refused by name."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+from click.testing import CliRunner
+
+from parity.cli import main
+from parity.errors import ParityError
+from parity.experiments.backend import Backend
+from parity.experiments.plan import FlameConfig
+from parity.workflow_config import check_experiment_settings, experiment_names, schema
+
+SIM = json.dumps({"engine": "sim", "gpus": ["sim-0", "sim-1"], "cluster": "standin"})
+
+
+def test_experiment_names_come_from_the_schema():
+    assert experiment_names() == ["locality", "admission", "confirmation", "gc", "offline-limit"]
+    assert set(schema()["properties"]["experiments"]["required"]) == set(experiment_names())
+
+
+@pytest.mark.parametrize("name, settings, named", [
+    ("gc", {"flame": {"batch_limt": 64}}, "batch_limt"),
+    ("gc", {"repeats": "3"}, "repeats"),
+    ("gc", {"repeats": 0}, "repeats"),
+    ("confirmation", {"pairs": "five"}, "pairs"),
+    ("confirmation", {"flame": {"order": "random"}}, "flame.order"),
+    ("admission", {"batch_windows": [[32, 2]], "selected": {}, "stage_pair": 3}, "stage_pair"),
+    ("admission", {"batch_windows": [["32", 2]], "selected": {}}, "batch_windows.0.0"),
+    ("offline-limit", {"shards": True}, "shards"),
+    ("locality", [], "locality: [] is not of type 'object'"),
+])
+def test_bad_settings_are_refused_by_name(name, settings, named):
+    with pytest.raises(ParityError) as error:
+        check_experiment_settings(name, settings)
+    assert named in str(error.value) and "\n" not in str(error.value)
+
+
+def test_the_study_settings_pass():
+    import yaml
+
+    study = yaml.safe_load(open("config/experiments.yaml"))["experiments"]
+    for name, settings in study.items():
+        check_experiment_settings(name, settings)
+
+
+def test_an_unknown_flame_setting_is_refused():
+    with pytest.raises(ParityError, match="batch_limt"):
+        FlameConfig.from_dict({"batch_limt": 64})
+    assert FlameConfig.from_dict({"batch_limit": 64}).batch_limit == 64
+
+
+@pytest.mark.parametrize("values, named", [
+    ({"gpus": "sim-0"}, "gpus"), ({"engine": "vllm-sync"}, "engine"), ({"warmup_rounds": -1}, "warmup_rounds"),
+    ({"gpu": ["sim-0"]}, "gpu"), ({"engine_args": []}, "engine_args"),
+])
+def test_a_bad_backend_is_refused_by_name(values, named):
+    with pytest.raises(ParityError) as error:
+        Backend.from_dict(values)
+    assert named in str(error.value)
+
+
+@pytest.mark.parametrize("settings", ['{"flame": {"batch_limt": 64}}', '{"repeats": "x"}', '[1]', 'not json'])
+def test_experiment_run_refuses_bad_settings_before_anything_runs(tmp_path, small_reuse_trace, settings):
+    out = tmp_path / "gc"
+    result = CliRunner().invoke(main, ["experiment", "run", "gc", "--trace", str(small_reuse_trace),
+                                       "--backend", SIM, "--settings", settings, "--out", str(out)])
+    assert result.exit_code == 1 and result.output.startswith("Error: ")
+    assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
+    assert not out.exists()
+
+
+def test_mlperf_run_takes_the_backend_or_the_flags_not_both(tmp_path):
+    dataset = tmp_path / "d.json"
+    dataset.write_text("[]")
+    done = subprocess.run([sys.executable, "-m", "parity", "mlperf", "run", "--arm", "standalone", "--dataset",
+                           str(dataset), "--out", str(tmp_path / "o"), "--backend", SIM, "--engine", "sim",
+                           "--model", "m"], capture_output=True, text=True, timeout=60)
+    assert done.returncode == 1
+    assert "--backend sets --engine, --model already" in done.stderr and "Traceback" not in done.stderr
+    assert not (tmp_path / "o").exists()

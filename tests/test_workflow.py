@@ -1,0 +1,162 @@
+"""The workflow as a reviewer meets it: the bare command gets the default profile, every profile dry-runs
+on a machine without GPUs, Apptainer or sbatch, the linter is quiet, and configuration has one route.
+
+Each test runs the real `snakemake` (dry runs) on a copy of the workflow's files in a temporary folder,
+so nothing is written into the checkout.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+WORKFLOW_FILES = ("Snakefile", "workflow", "profiles", "config", "schemas", "manifests")
+SNAKEMAKE = shutil.which("snakemake", path=os.path.dirname(sys.executable)) or shutil.which("snakemake")
+PROFILES = ("default", "slurm", "smoke")
+
+pytestmark = pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake is not installed (the workflow extra)")
+
+
+@pytest.fixture
+def checkout(tmp_path) -> Path:
+    """The workflow's files, copied; the folder name has a space, as a reviewer's home folder may."""
+    root = tmp_path / "a reviewer's copy"
+    root.mkdir()
+    for name in WORKFLOW_FILES:
+        source = ROOT / name
+        (shutil.copytree if source.is_dir() else shutil.copy2)(source, root / name)
+    return root
+
+
+def snakemake(root: Path, *args: str) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("SNAKEMAKE")}
+    # a machine without GPUs, Apptainer or sbatch: only this interpreter's folder and the basics on PATH
+    env["PATH"] = os.pathsep.join([os.path.dirname(sys.executable), "/usr/bin", "/bin"])
+    return subprocess.run([SNAKEMAKE, *args], cwd=root, env=env, capture_output=True, text=True, timeout=300)
+
+
+def shell_commands(output: str) -> list[list[str]]:
+    return [shlex.split(line.split("Shell command: ", 1)[1]) for line in output.splitlines()
+            if line.startswith("Shell command: ") and not line.endswith("None")]
+
+
+def edit_config(root: Path, name: str, change) -> None:
+    path = root / "config" / f"{name}.yaml"
+    doc = yaml.safe_load(path.read_text())
+    change(doc)
+    path.write_text(yaml.safe_dump(doc))
+
+
+def test_a_bare_invocation_gets_the_default_profile(checkout):
+    if shutil.which("apptainer") or shutil.which("singularity"):
+        pytest.skip("this machine has apptainer: the dry run would use it")
+    run = snakemake(checkout, "-n", "-p", "--cores", "20", "all")
+    assert run.returncode == 0, run.stderr[-2000:]
+    log = run.stdout + run.stderr
+    assert "Using workflow specific profile profiles/default" in log
+    assert "config/default.yaml" in log  # the profile names its config
+    assert "apptainer is not installed: only a dry run (-n) can go on" in log
+    experiments = [c for c in shell_commands(log) if c[:3] == ["parity", "experiment", "run"]]
+    assert len(experiments) == 5
+    backend = experiments[0][experiments[0].index("--backend") + 1]
+    assert '"engine":"vllm"' in backend and '"cluster":"flame"' in backend  # the default profile's backend
+
+
+def test_a_real_run_without_apptainer_stops_before_any_job(checkout):
+    if shutil.which("apptainer") or shutil.which("singularity"):
+        pytest.skip("this machine has apptainer")
+    run = snakemake(checkout, "--cores", "20", "all")
+    assert run.returncode != 0
+    assert "apptainer is not installed" in run.stderr
+    assert not (checkout / "results").exists() and not (checkout / "resources").exists()
+
+
+@pytest.mark.parametrize("profile", PROFILES)
+def test_every_profile_dry_runs_without_gpus_apptainer_or_sbatch(checkout, profile):
+    if profile == "slurm":
+        pytest.importorskip("snakemake_executor_plugin_slurm", reason="the slurm extra is not installed")
+    run = snakemake(checkout, "-n", "--workflow-profile", profile, "all")
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    assert f"Using workflow specific profile profiles/{profile}" in run.stdout + run.stderr
+
+
+def test_the_linter_reports_nothing(checkout):
+    for profile in PROFILES:
+        if profile == "slurm" and shutil.which("sbatch") is None:
+            try:
+                import snakemake_executor_plugin_slurm  # noqa: F401
+            except ImportError:
+                continue
+        run = snakemake(checkout, "--lint", "--workflow-profile", profile)
+        log = run.stdout + run.stderr
+        assert run.returncode == 0 and "Lints for" not in log, log[-3000:]
+        assert "Congratulations, your workflow is in a good condition!" in log
+
+
+def test_every_shell_argument_is_quoted(checkout):
+    run = snakemake(checkout, "-n", "-p", "--workflow-profile", "smoke", "all", "--config", "results=results/a b")
+    assert run.returncode == 0, run.stderr[-2000:]
+    commands = shell_commands(run.stdout + run.stderr)
+    assert len(commands) > 10
+    words = [word for command in commands for word in command]
+    assert any(word.startswith("results/a b/") for word in words)
+    assert not any(word in ("b", "results/a") or word.startswith("b/") for word in words)
+
+
+def test_a_truncated_profile_config_does_not_fall_back_to_another(checkout):
+    edit_config(checkout, "smoke", lambda doc: doc.pop("backend"))
+    run = snakemake(checkout, "-n", "--workflow-profile", "smoke", "all")
+    assert run.returncode != 0
+    assert "'backend' is a required property" in run.stdout + run.stderr
+
+
+def test_no_profile_config_is_refused_with_a_hint(checkout):
+    run = snakemake(checkout, "-n", "--workflow-profile", "none", "--cores", "1", "all")
+    assert run.returncode != 0
+    assert "no profile config" in run.stdout + run.stderr
+
+
+def test_a_misspelt_key_is_refused_by_name(checkout):
+    edit_config(checkout, "smoke", lambda doc: doc["experiments"].update(gc={"flame": {"batch_limt": 64}}))
+    run = snakemake(checkout, "-n", "--workflow-profile", "smoke", "all")
+    assert run.returncode != 0
+    assert "batch_limt" in run.stdout + run.stderr
+
+
+def test_a_profile_changes_one_key_and_keeps_the_study_settings_beside_it(checkout):
+    edit_config(checkout, "smoke", lambda doc: doc["experiments"].update(gc={"flame": {"batch_limit": 64}}))
+    run = snakemake(checkout, "-n", "-p", "--workflow-profile", "smoke", f"results/smoke/gc/experiment.json")
+    assert run.returncode == 0, run.stderr[-2000:]
+    (command,) = [c for c in shell_commands(run.stdout + run.stderr) if c[:4] == ["parity", "experiment", "run", "gc"]]
+    settings = yaml.safe_load(command[command.index("--settings") + 1])
+    assert settings["flame"] == {"batch_limit": 64, "window_ms": 10, "budget_mib": 4, "api": "async",
+                                 "compress": True, "order": "prefix"}
+
+
+def test_mlperf_jobs_get_the_same_backend_as_the_experiments(checkout):
+    edit_config(checkout, "smoke", lambda doc: doc["backend"].update(load_format="dummy",
+                                                                     engine_args={"max_num_seqs": 32}))
+    run = snakemake(checkout, "-n", "-p", "--workflow-profile", "smoke", "all")
+    assert run.returncode == 0, run.stderr[-2000:]
+    commands = shell_commands(run.stdout + run.stderr)
+    backends = {c[c.index("--backend") + 1] for c in commands if "--backend" in c}
+    assert len(backends) == 1 and '"load_format":"dummy"' in backends.pop()
+    assert sum(c[:3] == ["parity", "mlperf", "run"] for c in commands) == 3
+
+
+def test_validation_depends_on_every_manifest_it_vouches_for(checkout):
+    run = snakemake(checkout, "-n", "--workflow-profile", "smoke", "results/smoke/validated.ok")
+    assert run.returncode == 0, run.stderr[-2000:]
+    log = run.stdout
+    block = log[log.index("rule validate_manifests:"):].split("\n\n")[0]
+    for name in ("locality", "admission", "confirmation", "gc", "offline-limit"):
+        assert f"results/smoke/{name}/experiment.json" in block
+    assert "results/smoke/report/report.json" in block and "results/smoke/traces/reuse.json" in block
