@@ -13,6 +13,7 @@ import http.server
 import io
 import json
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -530,3 +531,78 @@ def test_hub_verified_rerun_needs_no_token(tmp_path, fake_hub, monkeypatch):
     monkeypatch.delenv("HF_TOKEN")
     receipt, _ = run_fetch(pins, dest)
     assert read_manifest(receipt)["token_used"] is False and len(fake_hub.calls) == len(FILES)
+
+
+# ---- pin provenance: published, recorded on first download, missing ----------------------------
+
+def test_pinned_file_with_other_content_is_refused_in_one_line_and_leaves_nothing(tmp_path, server):
+    server.routes["/data/config.json"] = b'{"model_type": "not llama"}\n'
+    pinned = sha(FILES["config.json"])
+    pins = tmp_path / "pins.json"
+    pins.write_text(json.dumps({"source": {"type": "url", "url": f"{server.url}/data"},
+                                "files": {"config.json": {"sha256": pinned, "evidence": "a public listing"}}}))
+    dest = tmp_path / "dest"
+    result = CliRunner().invoke(main, ["fetch", "url", "--pins", str(pins), "--dest", str(dest)])
+    assert result.exit_code == 1
+    [line] = [line for line in result.output.splitlines() if line.startswith("Error:")]  # others: the log
+    assert line.startswith("Error: config.json: SHA-256 mismatch: pinned ")
+    assert pinned in line and sha(server.routes["/data/config.json"]) in line and "(published)" in line
+    assert leftovers(dest) == []  # no file, no staging folder, no receipt, not even the folder
+
+
+def test_pin_status_tells_published_recorded_and_missing_apart(tmp_path, server):
+    for name in ("a.json", "b.json", "c.json"):
+        server.routes[f"/data/{name}"] = name.encode()
+    pins_path = tmp_path / "pins.json"
+    pins_path.write_text(json.dumps({"source": {"type": "url", "url": f"{server.url}/data"}, "files": {
+        "a.json": {"sha256": sha(b"a.json"), "evidence": "listed in a public index"},
+        "b.json": {"sha256": sha(b"b.json")},
+        "c.json": {"sha256": None}}}))
+    pins = Pins.load(pins_path)
+    assert [pins.status(n) for n in ("a.json", "b.json", "c.json")] == ["published", "recorded on first download",
+                                                                       "missing"]
+    assert pins.revision_status() is None  # a URL source has no commit to pin
+    lines = pins.status_lines()
+    assert lines[0] == str(pins_path)
+    assert lines[1] == "  a.json: published (listed in a public index)"
+    assert lines[2] == "  b.json: recorded on first download"
+    assert lines[3].startswith("  c.json: missing (no public hash; recorded on first download")
+
+    receipt, _ = run_fetch(pins_path, tmp_path / "dest", record_pins=True)
+    doc = read_manifest(receipt)
+    assert validate_document(doc) == []
+    assert {f["name"]: (f["pin"], f["pin_evidence"]) for f in doc["files"]} == {
+        "a.json": ("published", "listed in a public index"),
+        "b.json": ("recorded on first download", None),
+        "c.json": ("recorded on first download", None)}  # recorded by this very run
+    assert Pins.load(pins_path).status("c.json") == "recorded on first download"
+
+
+def test_hub_revision_status_and_receipt(tmp_path, fake_hub):
+    pins_path = hub_pins(tmp_path)
+    doc = json.loads(pins_path.read_text())
+    assert Pins.load(pins_path).revision_status() == "recorded on first download"
+    doc["source"]["revision_evidence"] = "a saved Hub API response"
+    pins_path.write_text(json.dumps(doc))
+    assert Pins.load(pins_path).revision_status() == "published"
+    receipt, _ = run_fetch(pins_path, tmp_path / "model")
+    assert read_manifest(receipt)["revision_pin"] == "published"
+    doc["source"]["revision"] = None
+    del doc["source"]["revision_evidence"]
+    pins_path.write_text(json.dumps(doc))
+    assert Pins.load(pins_path).revision_status() == "missing"
+
+
+def test_evidence_without_a_value_or_empty_is_refused(tmp_path):
+    url = {"type": "url", "url": "https://example.invalid"}
+    bad = [
+        (url, {"a": {"sha256": None, "evidence": "somewhere"}}, r"files\['a'\].evidence is given but sha256 is null"),
+        (url, {"a": {"sha256": "0" * 64, "evidence": " "}}, r"files\['a'\].evidence must be a non-empty text"),
+        ({"type": "huggingface", "repo": "o/r", "revision": None, "revision_evidence": "x"}, {"a": {"sha256": None}},
+         "source.revision_evidence is given but revision is null"),
+    ]
+    for source, files, message in bad:
+        path = tmp_path / "pins.json"
+        path.write_text(json.dumps({"source": source, "files": files}))
+        with pytest.raises(FetchError, match=message):
+            Pins.load(path)
