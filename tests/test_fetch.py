@@ -13,6 +13,7 @@ import http.server
 import io
 import json
 import os
+import re
 import threading
 from pathlib import Path
 
@@ -530,3 +531,172 @@ def test_hub_verified_rerun_needs_no_token(tmp_path, fake_hub, monkeypatch):
     monkeypatch.delenv("HF_TOKEN")
     receipt, _ = run_fetch(pins, dest)
     assert read_manifest(receipt)["token_used"] is False and len(fake_hub.calls) == len(FILES)
+
+
+# ---- pin provenance: published, recorded on first download, missing ----------------------------
+
+REPO_ROOT = Path(__file__).resolve().parents[1]
+COMMITTED_PINS = sorted((REPO_ROOT / "manifests" / "pins").glob("*.json"))
+
+
+def test_pinned_file_with_other_content_is_refused_in_one_line_and_leaves_nothing(tmp_path, server):
+    server.routes["/data/config.json"] = b'{"model_type": "not llama"}\n'
+    pinned = sha(FILES["config.json"])
+    pins = tmp_path / "pins.json"
+    pins.write_text(json.dumps({"source": {"type": "url", "url": f"{server.url}/data"},
+                                "files": {"config.json": {"sha256": pinned, "evidence": "a public listing"}}}))
+    dest = tmp_path / "dest"
+    result = CliRunner().invoke(main, ["fetch", "url", "--pins", str(pins), "--dest", str(dest)])
+    assert result.exit_code == 1
+    [line] = [line for line in result.output.splitlines() if line.startswith("Error:")]  # others: the log
+    assert line.startswith("Error: config.json: SHA-256 mismatch: pinned ")
+    assert pinned in line and sha(server.routes["/data/config.json"]) in line and "(published)" in line
+    assert leftovers(dest) == []  # no file, no staging folder, no receipt, not even the folder
+
+
+def test_pin_status_tells_published_recorded_and_missing_apart(tmp_path, server):
+    for name in ("a.json", "b.json", "c.json"):
+        server.routes[f"/data/{name}"] = name.encode()
+    pins_path = tmp_path / "pins.json"
+    pins_path.write_text(json.dumps({"source": {"type": "url", "url": f"{server.url}/data"}, "files": {
+        "a.json": {"sha256": sha(b"a.json"), "evidence": "listed in a public index"},
+        "b.json": {"sha256": sha(b"b.json")},
+        "c.json": {"sha256": None}}}))
+    pins = Pins.load(pins_path)
+    assert [pins.status(n) for n in ("a.json", "b.json", "c.json")] == ["published", "recorded on first download",
+                                                                       "missing"]
+    assert pins.revision_status() is None  # a URL source has no commit to pin
+    lines = pins.status_lines()
+    assert lines[0] == str(pins_path)
+    assert lines[1] == "  a.json: published (listed in a public index)"
+    assert lines[2] == "  b.json: recorded on first download"
+    assert lines[3].startswith("  c.json: missing (no public hash; recorded on first download")
+
+    receipt, _ = run_fetch(pins_path, tmp_path / "dest", record_pins=True)
+    doc = read_manifest(receipt)
+    assert validate_document(doc) == []
+    assert {f["name"]: (f["pin"], f["pin_evidence"]) for f in doc["files"]} == {
+        "a.json": ("published", "listed in a public index"),
+        "b.json": ("recorded on first download", None),
+        "c.json": ("recorded on first download", None)}  # recorded by this very run
+    assert Pins.load(pins_path).status("c.json") == "recorded on first download"
+
+
+def test_hub_revision_status_and_receipt(tmp_path, fake_hub):
+    pins_path = hub_pins(tmp_path)
+    doc = json.loads(pins_path.read_text())
+    assert Pins.load(pins_path).revision_status() == "recorded on first download"
+    doc["source"]["revision_evidence"] = "a saved Hub API response"
+    pins_path.write_text(json.dumps(doc))
+    assert Pins.load(pins_path).revision_status() == "published"
+    receipt, _ = run_fetch(pins_path, tmp_path / "model")
+    assert read_manifest(receipt)["revision_pin"] == "published"
+    doc["source"]["revision"] = None
+    del doc["source"]["revision_evidence"]
+    pins_path.write_text(json.dumps(doc))
+    assert Pins.load(pins_path).revision_status() == "missing"
+
+
+def test_evidence_without_a_value_or_empty_is_refused(tmp_path):
+    url = {"type": "url", "url": "https://example.invalid"}
+    bad = [
+        (url, {"a": {"sha256": None, "evidence": "somewhere"}}, r"files\['a'\].evidence is given but sha256 is null"),
+        (url, {"a": {"sha256": "0" * 64, "evidence": " "}}, r"files\['a'\].evidence must be a non-empty text"),
+        ({"type": "huggingface", "repo": "o/r", "revision": None, "revision_evidence": "x"}, {"a": {"sha256": None}},
+         "source.revision_evidence is given but revision is null"),
+    ]
+    for source, files, message in bad:
+        path = tmp_path / "pins.json"
+        path.write_text(json.dumps({"source": source, "files": files}))
+        with pytest.raises(FetchError, match=message):
+            Pins.load(path)
+
+
+def test_cli_pins_status_lists_each_pin(tmp_path, monkeypatch):
+    result = CliRunner().invoke(main, ["fetch", "pins-status", *map(str, COMMITTED_PINS)])
+    assert result.exit_code == 0, result.output
+    assert "  cnn_eval.json: missing (no public hash; recorded on first download with --record-pins)" in result.output
+    assert "  model-00001-of-00004.safetensors: published (LFS oid" in result.output
+    monkeypatch.chdir(tmp_path)  # no manifests/pins here
+    result = CliRunner().invoke(main, ["fetch", "pins-status"])
+    assert result.exit_code == 1 and result.output.strip().splitlines() == [
+        "Error: manifests/pins: no pins files (*.json) found; name the pins files to list"]
+
+
+@pytest.mark.parametrize("path", COMMITTED_PINS, ids=lambda p: p.name)
+def test_committed_pins_files_are_well_formed(path):
+    assert COMMITTED_PINS, "manifests/pins/*.json not found"
+    pins = Pins.load(path)  # refuses a bad digest, a branch as revision, evidence without a value
+    source = pins.source
+    if source["type"] == "huggingface" and source.get("revision") is not None:
+        assert re.fullmatch(r"[0-9a-f]{40}", source["revision"])
+    if source["type"] == "url" and "raw.githubusercontent.com" in source["url"]:
+        ref = source["url"].split("/")[5]  # https://raw.githubusercontent.com/OWNER/REPO/REF/...
+        assert re.fullmatch(r"[0-9a-f]{40}", ref), f"{path.name}: {ref} is a branch, and a branch can move"
+    for section in ("files", "derived"):
+        for name in pins.names(section):
+            digest = pins.sha256(name, section)
+            assert digest is None or re.fullmatch(r"[0-9a-f]{64}", digest)
+            assert pins.status(name, section) in ("published", "recorded on first download", "missing")
+
+
+def git_blob_id(data: bytes) -> str:
+    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+
+
+def llama_index() -> bytes:
+    """model.safetensors.index.json of Llama 3.1 8B as transformers writes it: 5 GB shards, sorted, indent 2."""
+    hidden, inter, vocab, kv, b = 4096, 14336, 128256, 1024, 2
+    tensors = [("model.embed_tokens.weight", vocab * hidden * b)]
+    for layer in range(32):
+        p = f"model.layers.{layer}."
+        tensors += [(p + f"self_attn.{w}_proj.weight", rows * hidden * b)
+                    for w, rows in (("q", hidden), ("k", kv), ("v", kv), ("o", hidden))]
+        tensors += [(p + f"mlp.{w}_proj.weight", inter * hidden * b) for w in ("gate", "up", "down")]
+        tensors += [(p + "input_layernorm.weight", hidden * b), (p + "post_attention_layernorm.weight", hidden * b)]
+    tensors += [("model.norm.weight", hidden * b), ("lm_head.weight", vocab * hidden * b)]
+    shards, size = [[]], 0
+    for name, nbytes in tensors:
+        if size + nbytes > 5_000_000_000 and shards[-1]:
+            shards, size = [*shards, []], 0
+        shards[-1].append(name)
+        size += nbytes
+    weight_map = {n: f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i, s in enumerate(shards) for n in s}
+    doc = {"metadata": {"total_size": sum(n for _, n in tensors)}, "weight_map": weight_map}
+    return (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode()
+
+
+LLAMA_CONFIG = {
+    "architectures": ["LlamaForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 128000,
+    "eos_token_id": [128001, 128008, 128009], "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
+    "intermediate_size": 14336, "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "llama",
+    "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8, "pretraining_tp": 1,
+    "rms_norm_eps": 1e-05, "rope_scaling": {"factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                                            "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+    "rope_theta": 500000.0, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+    "transformers_version": "4.42.3", "use_cache": True, "vocab_size": 128256}
+LLAMA_GENERATION = {"bos_token_id": 128000, "do_sample": True, "eos_token_id": [128001, 128008, 128009],
+                    "temperature": 0.6, "top_p": 0.9, "transformers_version": "4.42.3"}
+SPECIAL = {"content": None, "lstrip": False, "normalized": False, "rstrip": False, "single_word": False}
+LLAMA_SPECIAL_TOKENS = {"bos_token": SPECIAL | {"content": "<|begin_of_text|>"},
+                        "eos_token": SPECIAL | {"content": "<|eot_id|>"}}
+
+
+@pytest.mark.parametrize(("name", "data", "hub_blob_id"), [
+    ("config.json", (json.dumps(LLAMA_CONFIG, indent=2) + "\n").encode(), "0bb6fd75b3ad2fe988565929f329945262c2814e"),
+    ("generation_config.json", (json.dumps(LLAMA_GENERATION, indent=2) + "\n").encode(),
+     "cc7276afd599de091142c6ed3005faf8a74aa257"),
+    ("special_tokens_map.json", (json.dumps(LLAMA_SPECIAL_TOKENS, indent=2) + "\n").encode(),
+     "02ee80b6196926a5ad790a004d9efd6ab1ba6542"),
+    ("model.safetensors.index.json", llama_index(), "0fd8120f1c6acddc268ebc2583058efaf699a771"),
+])
+def test_rebuilt_model_files_match_the_hub_blob_ids_and_the_committed_pins(name, data, hub_blob_id):
+    """The evidence 'rebuilt bytes whose git blob id is the Hub's' of these pins, checked offline.
+
+    The blob ids are the Hub's own (`blobId` at 0e9e39f2 in the saved API response the evidence names): a file
+    rebuilt here with the same git blob id has the Hub's bytes, so its SHA-256 is the file's true one.
+    """
+    pins = Pins.load(REPO_ROOT / "manifests" / "pins" / "llama-3.1-8b-instruct.json")
+    assert git_blob_id(data) == hub_blob_id
+    assert pins.sha256(name) == sha(data) and pins.status(name) == "published"
+    assert hub_blob_id in pins.evidence(name)

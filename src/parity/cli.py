@@ -725,6 +725,23 @@ def fetch_articles_cmd(pins_path, dest, record_pins, receipt):
     click.echo(f"wrote {out}")
 
 
+@fetch_group.command("pins-status")
+@click.argument("pins_files", nargs=-1, type=click.Path(path_type=Path, dir_okay=False))
+@friendly_errors
+def fetch_pins_status_cmd(pins_files):
+    """Each pin: published (with its source), recorded on first download, or missing.
+
+    PINS_FILES default to manifests/pins/*.json.
+    """
+    from parity.fetch import FetchError, Pins
+
+    paths = pins_files or sorted(Path("manifests/pins").glob("*.json"))
+    if not paths:
+        raise FetchError("manifests/pins: no pins files (*.json) found; name the pins files to list")
+    for path in paths:
+        click.echo("\n".join(Pins.load(path).status_lines()))
+
+
 @main.command("report")
 @click.option("--experiment", "experiments", type=click.Path(path_type=Path), multiple=True,
               help="Experiment folder or experiment.json (repeat the option).")

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from parity.fetch.errors import FetchError
 from parity.fetch.pins import Pins
-from parity.fetch.transfer import FileResult, require_pins, write_receipt
+from parity.fetch.transfer import FileResult, file_result, require_pins, write_receipt
 from parity.manifest import file_ref, sha256_file
 
 FIELDS = ("id", "article")
@@ -84,7 +84,8 @@ def _derive_one(pins: Pins, name: str, source: Path, target: Path, *, log) -> tu
         log(f"{name}: already present and verified (sha256 {pinned}); not converted again")
         with open(target, "rb") as handle:
             rows = sum(1 for _ in handle)
-        return FileResult(name, pinned, target.stat().st_size, pinned, True, False), rows
+        return file_result(pins, name, pinned, target.stat().st_size, pinned=pinned, downloaded=False,
+                           section="derived"), rows
     tmp = tempfile.NamedTemporaryFile(delete=False, dir=target.parent, prefix=f".{target.name}.", suffix=".tmp")
     try:
         with tmp:
@@ -103,4 +104,5 @@ def _derive_one(pins: Pins, name: str, source: Path, target: Path, *, log) -> tu
         log(f"{name}: {rows} articles; pin recorded in {pins.path} (sha256 {digest})")
     else:
         log(f"{name}: {rows} articles, verified (sha256 {digest})")
-    return FileResult(name, digest, target.stat().st_size, pinned, pinned is not None, False), rows
+    return file_result(pins, name, digest, target.stat().st_size, pinned=pinned, downloaded=False,
+                       section="derived"), rows

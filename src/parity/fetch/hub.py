@@ -54,7 +54,8 @@ def fetch(pins: Pins, dest: Path, *, receipt: Path, record_pins: bool, log: Call
 
     results = fetch_files(pins, dest, download, record_pins=record_pins, log=log)
     return write_receipt(receipt, {"type": "huggingface", "repo": repo, "revision": revision}, results,
-                         token_used=token is not None, pins=pins, repo_type=repo_type)
+                         token_used=token is not None, pins=pins, repo_type=repo_type,
+                         revision_pin=pins.revision_status())
 
 
 def _resolve_commit(repo: str, repo_type: str, token: str | None) -> str:

@@ -2,7 +2,10 @@
 
 A pin is either a hex digest or `null`. A null pin is filled in once, by a fetch run with
 `--record-pins` on a trusted network, and from then on only verified: a recorded pin is never
-overwritten. Pins files are plain JSON (no `kind`), so `parity validate` leaves them alone.
+overwritten. A pin taken from a public source carries `evidence` (where that hash was published),
+and a pinned revision may carry `revision_evidence`; `status` tells the three kinds apart, so a
+receipt never passes off a hash we recorded ourselves as one someone else published.
+Pins files are plain JSON (no `kind`), so `parity validate` leaves them alone.
 """
 
 from __future__ import annotations
@@ -20,6 +23,9 @@ SHA256 = re.compile(r"[0-9a-f]{64}")
 COMMIT = re.compile(r"[0-9a-f]{40}")
 SOURCE_TYPES = ("huggingface", "url")
 SECTIONS = ("files", "derived")
+PUBLISHED = "published"  # the hash (or commit) comes from a public source, named in its evidence
+RECORDED = "recorded on first download"  # trust on first use: filled in by a --record-pins run
+MISSING = "missing"  # still null: the next fetch needs --record-pins
 
 
 def plain_url(url) -> bool:
@@ -61,6 +67,7 @@ class Pins:
             if revision is not None and not (isinstance(revision, str) and COMMIT.fullmatch(revision)):
                 raise FetchError(f"{where}: revision must be a full 40-hex commit (or null until recorded), "
                                  f"not {revision!r}: a branch or tag can move")
+            _check_evidence(where, "source.revision_evidence", source.get("revision_evidence"), revision, "revision")
         elif not plain_url(source.get("url")):
             raise FetchError(f"{where}: a url source needs an http(s) url without user:password@")
         if not isinstance(doc.get("files"), dict) or not doc["files"]:
@@ -77,6 +84,7 @@ class Pins:
                 digest = entry["sha256"]
                 if digest is not None and not (isinstance(digest, str) and SHA256.fullmatch(digest)):
                     raise FetchError(f"{where}: {section}[{name!r}].sha256 must be 64 lower-case hex digits or null")
+                _check_evidence(where, f"{section}[{name!r}].evidence", entry.get("evidence"), digest, "sha256")
 
     @property
     def source(self) -> dict:
@@ -93,6 +101,31 @@ class Pins:
 
     def sha256(self, name: str, section: str = "files") -> str | None:
         return self.entry(name, section)["sha256"]
+
+    def status(self, name: str, section: str = "files") -> str:
+        """PUBLISHED, RECORDED or MISSING: where this file's pin came from."""
+        return _status(self.sha256(name, section), self.evidence(name, section))
+
+    def evidence(self, name: str, section: str = "files") -> str | None:
+        return self.entry(name, section).get("evidence")
+
+    def revision_status(self) -> str | None:
+        """Like `status`, for a Hub source's commit; None for a source without one (a URL)."""
+        if self.source["type"] != "huggingface":
+            return None
+        return _status(self.source.get("revision"), self.source.get("revision_evidence"))
+
+    def status_lines(self) -> list[str]:
+        """The pins file, its revision and each file, one line each, with the evidence of published pins."""
+        lines = [str(self.path)]
+        if (revision := self.revision_status()) is not None:
+            lines.append(_line(f"revision {self.source.get('revision') or '(none)'}", revision,
+                               self.source.get("revision_evidence")))
+        for section in SECTIONS:
+            suffix = "" if section == "files" else f" ({section})"
+            lines += [_line(name + suffix, self.status(name, section), self.evidence(name, section))
+                      for name in self.names(section)]
+        return lines
 
     def unpinned(self, section: str = "files") -> list[str]:
         return [name for name in self.names(section) if self.sha256(name, section) is None]
@@ -115,3 +148,24 @@ class Pins:
 
     def _save(self) -> None:
         atomic_write_text(self.path, json.dumps(self.doc, indent=2, ensure_ascii=False) + "\n")
+
+
+def _check_evidence(where: Path, key: str, evidence, value, what: str) -> None:
+    """Evidence names a public source for a value, so it needs a value and must say something."""
+    if evidence is None:
+        return
+    if not isinstance(evidence, str) or not evidence.strip():
+        raise FetchError(f"{where}: {key} must be a non-empty text naming the public source")
+    if value is None:
+        raise FetchError(f"{where}: {key} is given but {what} is null: evidence is for a published value")
+
+
+def _status(value, evidence) -> str:
+    if value is None:
+        return MISSING
+    return PUBLISHED if evidence else RECORDED
+
+
+def _line(label: str, status: str, evidence: str | None) -> str:
+    detail = {PUBLISHED: f" ({evidence})", MISSING: f" (no public hash; {RECORDED} with --record-pins)"}
+    return f"  {label}: {status}{detail.get(status, '')}"

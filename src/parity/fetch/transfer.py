@@ -18,7 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from parity.fetch.errors import FetchError
-from parity.fetch.pins import Pins
+from parity.fetch.pins import RECORDED, Pins
 from parity.manifest import header, sha256_file, write_manifest
 
 STAGING_PREFIX = ".fetch-"
@@ -29,7 +29,11 @@ Downloader = Callable[[str, Path], Path]
 
 @dataclass(frozen=True)
 class FileResult:
-    """One line of a receipt: what the file hashed to, what it was pinned to, and what was done."""
+    """One line of a receipt: what the file hashed to, what it was pinned to, and what was done.
+
+    `pin` says where the pin came from (pins.PUBLISHED with `pin_evidence`, or pins.RECORDED), so a
+    reader of the receipt knows whether the hash was checked against a public source or only recorded.
+    """
 
     name: str
     sha256: str
@@ -37,6 +41,15 @@ class FileResult:
     pinned_sha256: str | None
     verified: bool
     downloaded: bool
+    pin: str
+    pin_evidence: str | None
+
+
+def file_result(pins: Pins, name: str, digest: str, size: int, *, pinned: str | None, downloaded: bool,
+                section: str = "files") -> FileResult:
+    """The receipt line for a file now on disk whose pin `pins` holds (recorded by now, if it was null)."""
+    return FileResult(name, digest, size, pinned, pinned is not None, downloaded,
+                      pins.status(name, section), pins.evidence(name, section))
 
 
 def require_pins(pins: Pins, names: list[str], *, record_pins: bool, section: str = "files") -> None:
@@ -73,15 +86,15 @@ def _fetch_one(pins: Pins, dest: Path, name: str, download: Downloader, *, recor
         on_disk = sha256_file(target)
         if on_disk == pinned:
             log(f"{name}: already present and verified (sha256 {pinned}); not downloaded again")
-            return FileResult(name, on_disk, target.stat().st_size, pinned, True, False)
+            return file_result(pins, name, on_disk, target.stat().st_size, pinned=pinned, downloaded=False)
         log(f"{name}: on disk with sha256 {on_disk}, pinned {pinned}; downloading it again")
     staging = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=dest))
     try:
         got = Path(download(name, staging))
         digest = sha256_file(got)
         if pinned is not None and digest != pinned:
-            raise FetchError(f"{name}: SHA-256 mismatch: pinned {pinned}, downloaded {digest}; "
-                             "the download was discarded")
+            raise FetchError(f"{name}: SHA-256 mismatch: pinned {pinned} ({pins.status(name)}), "
+                             f"downloaded {digest}; the download was discarded")
         target.parent.mkdir(parents=True, exist_ok=True)
         size = got.stat().st_size
         os.replace(got, target)
@@ -92,10 +105,10 @@ def _fetch_one(pins: Pins, dest: Path, name: str, download: Downloader, *, recor
         shutil.rmtree(staging, ignore_errors=True)
     if pinned is None:
         pins.record(name, digest)
-        log(f"{name}: downloaded; pin recorded in {pins.path} (sha256 {digest})")
+        log(f"{name}: downloaded; pin {RECORDED}, saved in {pins.path} (sha256 {digest})")
     else:
-        log(f"{name}: downloaded and verified (sha256 {digest})")
-    return FileResult(name, digest, size, pinned, pinned is not None, True)
+        log(f"{name}: downloaded and verified (sha256 {digest}; pin {pins.status(name)})")
+    return file_result(pins, name, digest, size, pinned=pinned, downloaded=True)
 
 
 def write_receipt(path: Path, source: dict, results: list[FileResult], *, token_used: bool, pins: Pins,
