@@ -700,3 +700,12 @@ def test_rebuilt_model_files_match_the_hub_blob_ids_and_the_committed_pins(name,
     assert git_blob_id(data) == hub_blob_id
     assert pins.sha256(name) == sha(data) and pins.status(name) == "published"
     assert hub_blob_id in pins.evidence(name)
+
+
+def test_the_engine_loads_the_revision_the_pins_fetch():
+    """One revision for the weights: what `parity fetch model` downloads is what vLLM is told to load."""
+    from parity.engine import HUB_REVISION, EngineArgs
+
+    pins = json.loads((Path(__file__).resolve().parents[1] / "manifests/pins/llama-3.1-8b-instruct.json").read_text())
+    assert pins["source"]["revision"] == HUB_REVISION == EngineArgs().revision
+    assert EngineArgs().model == pins["source"]["repo"]

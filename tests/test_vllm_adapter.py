@@ -7,7 +7,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from parity.engine import MODEL_REVISION, SAMPLING, EngineArgs
+from parity.engine import HUB_REVISION, SAMPLING, EngineArgs
 from parity.engine import vllm_compat as compat
 from parity.errors import ParityError
 
@@ -19,7 +19,7 @@ def test_study_settings_become_engine_kwargs():
     assert (kwargs["max_model_len"], kwargs["max_num_seqs"], kwargs["max_num_batched_tokens"]) == (32768, 64, 8192)
     assert kwargs["enable_prefix_caching"] is True and kwargs["tensor_parallel_size"] == 1
     assert kwargs["skip_tokenizer_init"] is True  # token-ID prompts, no tokenizer
-    assert kwargs["revision"] == MODEL_REVISION
+    assert kwargs["revision"] == HUB_REVISION
     assert "attention_backend" not in kwargs  # mutually exclusive with attention_config
 
 
