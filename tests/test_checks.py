@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import copy
+import json
 
 import pytest
 from click.testing import CliRunner
 
-from parity.checks import check_trial, pinning_of
+from parity.checks import check_trial, pinning_of, timing_mismatch, unsupported
 from parity.cli import main
 from parity.engine.sim import SimEngine
-from parity.manifest import read_manifest
+from parity.manifest import read_manifest, write_manifest
 from parity.offline import run_offline
 from parity.trace import load_trace
 
@@ -61,3 +62,53 @@ def test_check_command_writes_only_the_verdict(trial):
     after = read_manifest(path)
     assert after["verdict"]["status"] == "passed"
     assert {k: v for k, v in after.items() if k != "verdict"} == {k: v for k, v in doc.items() if k != "verdict"}
+
+
+def _one_line_error(result) -> str:
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("Error: ")
+    return line
+
+
+def test_check_command_exits_1_on_a_failed_trial_and_prints_every_verdict(trial, tmp_path):
+    path, doc, _ = trial
+    broken = tmp_path / "broken.json"
+    bad = copy.deepcopy(doc)
+    bad["records"][7]["output_token_ids"] = bad["records"][7]["output_token_ids"][:3]  # verdict left "passed"
+    write_manifest(broken, bad)
+    result = CliRunner().invoke(main, ["check", str(path), str(broken)])
+    assert result.exit_code == 1
+    assert f"{path}: passed" in result.output and f"{broken}: failed\n  output_length: 1 request(s)" in result.output
+    assert read_manifest(broken)["verdict"]["status"] == "failed"
+
+
+def test_check_command_refuses_what_is_not_a_trial_in_one_line(trial, small_reuse_trace, tmp_path):
+    path, doc, _ = trial
+    before = path.read_bytes()
+    text = tmp_path / "notes.json"
+    text.write_text("not json")
+    experiment = tmp_path / "experiment.json"
+    experiment.write_text(json.dumps({"kind": "experiment", "schema_version": 1}))
+    edited = tmp_path / "edited.json"
+    write_manifest(edited, doc | {"timing": doc["timing"] | {"requests_per_s": doc["timing"]["requests_per_s"] * 10}})
+    for target, message in [(experiment, "is not a trial manifest (kind 'experiment')"),
+                            (small_reuse_trace, "is not a trial manifest (kind 'trace')"),
+                            (text, "not valid JSON"),
+                            (edited, "its timing is not what its records give: it states")]:
+        assert message in _one_line_error(CliRunner().invoke(main, ["check", str(path), str(target)]))
+    assert message in _one_line_error(CliRunner().invoke(main, ["check", str(path), "--pinning-from", str(edited)]))
+    assert path.read_bytes() == before  # no verdict written when any file is not a trial
+
+
+def test_a_verdict_is_what_its_records_give_and_names_its_pinning(trial):
+    _, doc, trace = trial
+    doc = doc | {"verdict": check_trial(doc, trace)}
+    assert unsupported(doc, trace) is None
+    pinned = doc | {"verdict": check_trial(doc, trace, pinning={0: "sim-1"})}
+    assert pinned["verdict"]["pinning"] == {"0": "sim-1"} and unsupported(pinned, trace) is None
+    left = copy.deepcopy(doc)
+    del left["records"][0]
+    assert unsupported(left, trace).startswith("its verdict says passed, its records say failed (coverage: ")
+    assert timing_mismatch(doc) is None
+    assert "its 64 records give" in timing_mismatch(doc | {"timing": doc["timing"] | {"requests_per_s": 1.0}})

@@ -117,37 +117,20 @@ def test_confirmation_runs_checks_pairs_and_keeps_finished_trials(tiny_traces, t
     lines = []
     changed = plan.confirmation(tiny_traces, 1, replace(FINAL, batch_limit=256))
     run_experiment("confirmation", changed, backend, tmp_path, settings={"pairs": 1}, log=lines.append)
-    assert sum("stale" in line and "batch_limit" in line for line in lines) == 2
+    assert sum("stale" in line and "flame.batch_limit" in line for line in lines) == 2
     assert sum("kept" in line for line in lines) == 2
     assert read_manifest(tmp_path / "trials" / "confirmation-final-reuse-p0-flame.json")["config"]["batch_limit"] == 256
 
-    # A trial from before the admission order was recorded ran in arrival order: stale for "prefix".
+    # A trial that does not record what it ran with (made before parity recorded it) is stale.
     legacy = tmp_path / "trials" / "confirmation-final-reuse-p0-flame.json"
     doc = read_manifest(legacy)
-    del doc["config"]["order"]
+    del doc["ran_with"]
     write_manifest(legacy, doc)
     lines = []
-    run_experiment("confirmation", plan.confirmation(tiny_traces, 1, replace(FINAL, batch_limit=256, order="prefix")),
-                   backend, tmp_path, settings={"pairs": 1}, log=lines.append)
-    assert sum("stale" in line and "(order)" in line for line in lines) == 2
-    assert read_manifest(legacy)["config"]["order"] == "prefix"
-
-
-def test_a_failed_trial_stays_on_disk_with_its_reason(tiny_traces, tmp_path):
-    backend = Backend.from_dict({"engine": "sim", "sim_params": str(SIM), "warmup_rounds": 0})
-    cases = plan.locality(tiny_traces[1:], 1, plan.FlameConfig())[:1]
-    path = tmp_path / "trials" / f"{cases[0].trial_id}.json"
-    run_experiment("locality", cases, backend, tmp_path, settings={}, log=lambda m: None)
-    doc = read_manifest(path)
-    doc["records"][0]["output_token_ids"] = doc["records"][0]["output_token_ids"][:3]  # a short answer
-    doc["verdict"] = {"status": "pending", "checks": {}, "reasons": []}
-    write_manifest(path, doc)
-    from parity.checks import check_file
-
-    assert check_file(path)["status"] == "failed"
-    out = run_experiment("locality", cases, backend, tmp_path, settings={}, log=lambda m: None)
-    entry = read_manifest(out)["cases"][0]
-    assert entry["status"] == "failed" and path.exists()
+    run_experiment("confirmation", changed, backend, tmp_path, settings={"pairs": 1}, log=lines.append)
+    assert [line.split(":")[0] for line in lines if "run again" in line] == ["confirmation-final-reuse-p0-flame"]
+    assert any("does not record what it ran with" in line for line in lines)
+    assert read_manifest(legacy)["ran_with"]["flame"]["batch_limit"] == 256
 
 
 def test_offline_limit_splits_the_trace_as_the_sticky_router_does(tiny_traces, tmp_path):
@@ -181,8 +164,12 @@ def test_offline_limit_runs_more_shards_than_gpus_in_waves_and_says_so(tiny_trac
     assert "  reuse-shard0: kept (already run and checked)" in lines
     assert not any("shard1: kept" in line for line in lines)
     assert (tmp_path / "trials" / "sim-reuse-shard1.json").exists()
-    # one GPU per shard, but a shard kept from before: they did not run at once, and the manifest says so
+    # other GPUs make every shard stale; then one GPU per shard, but a shard kept from before: they did not
+    # run at once, and the manifest says so
     two = Backend.from_dict({"engine": "sim", "sim_params": str(SIM), "warmup_rounds": 1, "gpus": ["sim-0", "sim-1"]})
+    lines.clear()
+    (limit,) = read_manifest(offline_limit.run(tiny_traces[1:], two, tmp_path, settings={}, log=lines.append))["limits"]
+    assert limit["side_by_side"] is True and sum("stale: it ran with other gpus" in line for line in lines) == 2
     (tmp_path / "trials" / "sim-reuse-shard1.json").unlink()
     (limit,) = read_manifest(offline_limit.run(tiny_traces[1:], two, tmp_path, settings={}, log=lines.append))["limits"]
     assert limit["side_by_side"] is False

@@ -18,6 +18,7 @@ from parity.errors import ParityError
 from parity.manifest import file_ref, header, read_manifest, sha256_file, validate_paths, write_manifest
 from parity.report import write_report
 from parity.report.reference import load_reference
+from parity.record import timing as record_timing
 from parity.stats import gc_pause_by_worker, max_worker_gc_pause, write_pair
 from test_manifest import trial_doc  # tests/ is on sys.path (pytest's rootdir-relative import)
 
@@ -36,8 +37,8 @@ def _trial(root: Path, trial_id: str, system: str, trace: str, rps: float, *, st
     doc |= {"simulated": simulated, "trial_id": trial_id, "system": system, "trace_name": trace,
             "gpus": [{"uuid": gpu}]}
     doc["engine"]["simulated"] = simulated
-    doc["records"][0] |= {"gpu_uuid": gpu, "prompt_tokens": 100, "cached_tokens": cached}
-    doc["timing"]["requests_per_s"] = rps
+    doc["records"][0] |= {"gpu_uuid": gpu, "prompt_tokens": 100, "cached_tokens": cached, "complete_s": 1 / rps}
+    doc["timing"] = record_timing(doc["records"], 0.0)  # as its one record gives: rps requests/s
     if failed:
         doc["verdict"] = {"status": "failed", "checks": {"length": {"passed": False}},
                           "reasons": ["length: request 3 generated 3 tokens, expected 16"]}
@@ -214,6 +215,23 @@ def test_a_changed_trial_is_refused_in_one_line(results, tmp_path):
     trial.write_text(json.dumps(doc))
     with pytest.raises(ParityError, match="sha256-mismatch"):
         write_report([results / "confirmation"], None, REFERENCE, tmp_path / "r")
+
+
+def test_a_rate_its_records_do_not_give_is_refused_even_when_its_hash_was_recorded_again(results, tmp_path):
+    """Say an old parity re-blessed an edited trial: the report still recomputes its rate from its records."""
+    root = results / "locality"
+    trial = root / "trials" / "locality-vllm-sticky-reuse-r0.json"
+    doc = json.loads(trial.read_text())
+    doc["timing"]["requests_per_s"] *= 10
+    trial.write_text(json.dumps(doc))
+    experiment = read_manifest(root / "experiment.json")
+    for case in experiment["cases"]:
+        if case["trial_id"] == doc["trial_id"]:
+            case["manifest"] = file_ref(trial, root)
+    write_manifest(root / "experiment.json", experiment)
+    with pytest.raises(ParityError, match="locality-vllm-sticky-reuse-r0.json: its timing is not what its records "
+                                          "give: it states 270 requests/s, its 1 records give 27"):
+        write_report([root], None, REFERENCE, tmp_path / "r")
 
 
 def test_cli_finds_experiments_under_results_and_prints_the_final_table(results, tmp_path):

@@ -217,3 +217,81 @@ def test_cli_builds_a_trace(inputs, tmp_path):
     assert result.exit_code == 0, result.output
     assert "3 requests" in result.output
     assert load_trace(tmp_path / "no-reuse.json").sha256 in result.output
+
+
+# ---- malformed traces: refused in one line naming the file and the request ---------------------
+
+def _rewrite(manifest_path: Path, prompts=None, change=None) -> None:
+    """Rewrite a trace as a careless tool might: token file and hashes consistent, content bad."""
+    from parity.manifest import file_ref
+
+    doc = json.loads(manifest_path.read_text())
+    if prompts is not None:
+        tokens = manifest_path.parent / doc["tokens"]["path"]
+        tokens.write_bytes(encode_token_file(prompts))
+        doc["tokens"] = file_ref(tokens, manifest_path.parent)
+        doc["trace_sha256"] = doc["tokens"]["sha256"]
+        doc["requests"] = [r | {"tokens": int(p.size), "sha256": token_sha256(p)}
+                           for r, p in zip(doc["requests"], prompts)]
+        doc["num_requests"], doc["total_tokens"] = len(prompts), int(sum(p.size for p in prompts))
+    if change is not None:
+        change(doc)
+    manifest_path.write_text(json.dumps(doc))
+
+
+@pytest.mark.parametrize("token", [200000, 0xFFFFFFFF])
+def test_a_token_id_outside_the_vocabulary_is_refused(inputs, tmp_path, token):
+    corpus, tokenizer = inputs
+    path = build_trace(small_spec(), corpus, tokenizer, tmp_path)
+    trace = load_trace(path)
+    prompts = [p.copy() for p in trace.prompts]
+    prompts[3][-1] = token
+    _rewrite(path, prompts)
+    with pytest.raises(TraceError) as raised:
+        load_trace(path)
+    vocab = json.loads(path.read_text())["inputs"]["tokenizer"]["vocab_size"]
+    assert str(raised.value) == (f"trace file {tmp_path / 'reuse.tokens'}: request {trace.requests[3].id} holds token "
+                                 f"ID {token}, outside the vocabulary of {vocab} that {path} records")
+
+
+def test_a_repeated_request_id_is_refused(inputs, tmp_path):
+    corpus, tokenizer = inputs
+    path = build_trace(small_spec(), corpus, tokenizer, tmp_path)
+    first = load_trace(path).requests[0].id
+    _rewrite(path, change=lambda d: d["requests"][5].update(id=first))
+    with pytest.raises(TraceError, match=f"request id {first} is listed more than once"):
+        load_trace(path)
+
+
+def test_an_empty_trace_is_refused(inputs, tmp_path):
+    corpus, tokenizer = inputs
+    path = build_trace(small_spec(), corpus, tokenizer, tmp_path)
+    _rewrite(path, prompts=[], change=lambda d: d.update(requests=[]))
+    with pytest.raises(TraceError, match=f"^trace {path} holds no requests$"):
+        load_trace(path)
+    assert any(p.rule == "minItems" for p in validate_paths([path])[1])  # the schema says so too
+
+
+def test_a_manifest_that_disagrees_with_itself_is_refused(inputs, tmp_path):
+    corpus, tokenizer = inputs
+    path = build_trace(small_spec(), corpus, tokenizer, tmp_path)
+    _rewrite(path, change=lambda d: d.update(num_requests=d["num_requests"] + 1))
+    with pytest.raises(TraceError, match="num_requests is 25, its requests give 24"):
+        load_trace(path)
+    _rewrite(path, change=lambda d: d.update(num_requests=24, requests="none"))
+    with pytest.raises(TraceError, match="not a valid trace manifest: .*/requests: type"):
+        load_trace(path)
+
+
+def test_cli_refuses_a_malformed_trace_in_one_line(inputs, tmp_path):
+    corpus, tokenizer = inputs
+    path = build_trace(small_spec(), corpus, tokenizer, tmp_path / "t")
+    prompts = [p.copy() for p in load_trace(path).prompts]
+    prompts[0][0] = 200000
+    _rewrite(path, prompts)
+    result = CliRunner().invoke(main, ["engine", "run", "--engine", "sim", "--trace", str(path), "--warmup-rounds", "0",
+                                       "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.strip().splitlines()[-1].startswith("Error: trace file ")
+    assert "holds token ID 200000" in result.output
+    assert not list((tmp_path / "out").glob("*.json"))

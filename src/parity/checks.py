@@ -8,16 +8,22 @@
   given (e.g. from the paired standalone trial), the same GPU UUID per shard.
 A trial that fails a check is marked failed with the reasons, and excluded from statistics later; the
 checks only ever write the verdict, never a record.
+
+A trial manifest must also say only what its records give: its timing is recomputed from them
+(`timing_mismatch`), and a finished trial's verdict is recomputed too (`unsupported`), so an edited
+number or a verdict left "passed" over broken records is caught wherever a trial is read again.
 """
 
 from __future__ import annotations
 
+import math
 from collections import Counter
 from pathlib import Path
 
 from parity.engine import OUTPUT_TOKENS
 from parity.errors import ParityError
-from parity.manifest import read_manifest, write_manifest
+from parity.manifest import read_manifest, validate_document, write_manifest
+from parity.record import timing
 from parity.trace import Trace, load_trace
 
 CHECKS = ("input", "coverage", "output_length", "placement")
@@ -74,23 +80,76 @@ def _placement(doc: dict, pinning: dict[int, str] | None, exclusive: bool) -> li
 
 
 def check_trial(doc: dict, trace: Trace, pinning: dict[int, str] | None = None) -> dict:
-    """The verdict of one trial: every check with its outcome, and the reasons for any failure."""
+    """The verdict of one trial: every check with its outcome, the reasons for any failure, and the
+    pinning it was held to (so the verdict can be recomputed from the trial alone)."""
     exclusive = doc.get("config", {}).get("placement") != "global"  # a global session shares one queue
     found = {"input": _input(doc, trace), "coverage": _coverage(doc, trace),
              "output_length": _output_length(doc), "placement": _placement(doc, pinning, exclusive)}
     checks = {name: ({"passed": False, "detail": "; ".join(r)} if r else {"passed": True})
               for name, r in found.items()}
     reasons = [f"{name}: {reason}" for name, rs in found.items() for reason in rs]
-    return {"status": "failed" if reasons else "passed", "checks": checks, "reasons": reasons}
+    verdict = {"status": "failed" if reasons else "passed", "checks": checks, "reasons": reasons}
+    if pinning is not None:
+        verdict["pinning"] = {str(shard): gpu for shard, gpu in sorted(pinning.items())}
+    return verdict
 
 
-def check_file(path: Path, pinning: dict[int, str] | None = None) -> dict:
-    """Check a trial manifest against the trace it links, and write its verdict (only the verdict)."""
+def timing_mismatch(doc: dict) -> str | None:
+    """Why a trial's stated timing is not what its records give (release to last completion), else None."""
+    records, stated = doc["records"], doc["timing"]
+    if not records:
+        return "it holds no records"
+    if min(r["submit_s"] for r in records) < stated["release_s"]:
+        return "a record was submitted before the burst's release"
+    if any(r["complete_s"] < r["submit_s"] for r in records):
+        return "a record completed before it was submitted"
+    given = timing(records, stated["release_s"])
+    wrong = [k for k, v in given.items() if not math.isclose(stated[k], v, rel_tol=1e-9, abs_tol=1e-12)]
+    if wrong:
+        return (f"it states {stated['requests_per_s']:.6g} requests/s, its {len(records)} records give "
+                f"{given['requests_per_s']:.6g} ({', '.join(wrong)} differ)")
+    return None
+
+
+def read_trial(path: Path) -> dict:
+    """A trial manifest: of kind trial, schema-valid, its timing what its records give; else one-line ParityError."""
     doc = read_manifest(path)
+    if doc.get("kind") != "trial":
+        raise ParityError(f"{path} is not a trial manifest (kind {doc.get('kind')!r})")
+    problems = validate_document(doc, path=path)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise ParityError(f"{problems[0]}{more}")
+    if why := timing_mismatch(doc):
+        raise ParityError(f"{path}: its timing is not what its records give: {why}")
+    return doc
+
+
+def trace_of(path: Path, doc: dict) -> Trace:
+    """The trace a trial links, as long as it is still the file the trial ran (same SHA-256)."""
     trace = load_trace(path.parent / doc["trace"]["path"])
     if trace.manifest_sha256 != doc["trace"]["sha256"]:
         raise ParityError(f"{path} names trace {doc['trace']['path']} with SHA-256 {doc['trace']['sha256']}, "
                           f"but that file now has {trace.manifest_sha256}")
-    doc["verdict"] = check_trial(doc, trace, pinning)
+    return trace
+
+
+def unsupported(doc: dict, trace: Trace) -> str | None:
+    """Why a checked trial's verdict is not the one its records give now (held to its recorded pinning), else None."""
+    stated = doc["verdict"]
+    pinning = {int(k): v for k, v in stated["pinning"].items()} if "pinning" in stated else None
+    fresh = check_trial(doc, trace, pinning)
+    if fresh == stated:
+        return None
+    if fresh["status"] != stated["status"]:
+        return (f"its verdict says {stated['status']}, its records say {fresh['status']}"
+                + (f" ({fresh['reasons'][0]})" if fresh["reasons"] else ""))
+    return "its verdict's checks or reasons differ from what its records give"
+
+
+def check_file(path: Path, pinning: dict[int, str] | None = None) -> dict:
+    """Check a trial manifest against the trace it links, and write its verdict (only the verdict)."""
+    doc = read_trial(path)
+    doc["verdict"] = check_trial(doc, trace_of(path, doc), pinning)
     write_manifest(path, doc)
     return doc["verdict"]

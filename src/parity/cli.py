@@ -465,17 +465,20 @@ def flame_run(cluster, flame_bin_dir, gpus, placements, traces, batch_limit, win
               help="A trial whose shard -> GPU UUID mapping the others must match (the paired standalone run).")
 @friendly_errors
 def check_cmd(trials, pinning_from):
-    """Run the four per-request checks on trial manifests and write each one's verdict."""
-    from parity.checks import check_file, pinning_of
-    from parity.manifest import read_manifest
+    """Run the four per-request checks on trial manifests and write each one's verdict; exit 1 if any failed."""
+    from parity.checks import check_file, pinning_of, read_trial
 
-    pinning = pinning_of(read_manifest(pinning_from)) if pinning_from else None
+    pinning = pinning_of(read_trial(pinning_from)) if pinning_from else None
+    for path in trials:  # every file a trial manifest whose timing is its records' before any verdict is written
+        read_trial(path)
     failed = 0
     for path in trials:
         verdict = check_file(path, pinning)
         failed += verdict["status"] == "failed"
         click.echo(f"{path}: {verdict['status']}" + "".join(f"\n  {r}" for r in verdict["reasons"]))
     click.echo(f"{len(trials) - failed} passed, {failed} failed", err=True)
+    if failed:
+        raise SystemExit(1)
 
 
 @main.group("experiment")

@@ -71,12 +71,21 @@ def request_records(trace: Trace, completions: list[Completion], placements: lis
     return records
 
 
+def timing(records: list[dict], release_s: float) -> dict:
+    """A burst's timing from its records: release to the last completion, and requests over that span.
+
+    The one place this is computed, so a trial's stated rate can always be recomputed from its records.
+    """
+    last = max(r["complete_s"] for r in records)
+    duration = last - release_s
+    return {"release_s": release_s, "last_completion_s": last, "duration_s": duration,
+            "requests_per_s": len(records) / duration if duration > 0 else 0.0}
+
+
 def trial_manifest(*, trial_id: str, experiment: str, system: str, engine: dict, trace: Trace,
                    config: dict, records: list[dict], release_s: float, gpus: list[dict],
                    manifest_path: Path, extra: dict | None = None) -> dict:
     """Assemble a trial manifest (verdict pending) linked by hash to its trace manifest."""
-    last = max(r["complete_s"] for r in records)
-    duration = last - release_s
     doc = header("trial", simulated=bool(engine.get("simulated"))) | {
         "trial_id": trial_id, "experiment": experiment, "system": system,
         "engine": {"name": engine["name"], "version": engine.get("version"), "args": engine.get("args", {}),
@@ -84,8 +93,7 @@ def trial_manifest(*, trial_id: str, experiment: str, system: str, engine: dict,
         "trace": file_ref(trace.manifest_path, manifest_path.parent), "trace_name": trace.name,
         "config": config, "config_sha256": config_sha256(config), "versions": package_versions(),
         "gpus": gpus,
-        "timing": {"release_s": release_s, "last_completion_s": last, "duration_s": duration,
-                   "requests_per_s": len(records) / duration if duration > 0 else 0.0},
+        "timing": timing(records, release_s),
         "records": records,
         "verdict": {"status": "pending", "checks": {}, "reasons": []},
     }

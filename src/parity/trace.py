@@ -115,6 +115,8 @@ def decode_token_file(data: bytes) -> list[np.ndarray]:
     if data[:8] != TOKEN_FILE_MAGIC or len(data) < 12:
         raise TraceError("not a parity token file (bad magic)")
     (n,) = struct.unpack_from("<I", data, 8)
+    if len(data) < 12 + 4 * n or (len(data) - 12) % 4:
+        raise TraceError(f"token file of {len(data)} bytes cannot hold the {n} requests its header names")
     counts = np.frombuffer(data, dtype="<u4", count=n, offset=12)
     body = np.frombuffer(data, dtype="<u4", offset=12 + 4 * n)
     if int(counts.sum()) != body.size:
@@ -334,7 +336,12 @@ def _check_unseen(prompts, variants, shifts, period) -> None:
 # ---- loading -----------------------------------------------------------------------------------
 
 def load_trace(manifest_path: Path, variant: str = "measured") -> Trace:
-    """Load a trace variant ("measured", "warmup1", "warmup2", ...) and verify it against its manifest."""
+    """Load a trace variant ("measured", "warmup1", "warmup2", ...) and verify it against its manifest.
+
+    Refused, in one line naming the file and the request: a manifest that is not a valid trace (no
+    requests, a repeated request id, counts that disagree), a token file that does not match it, and
+    a token ID outside the vocabulary the manifest records (an engine would fail on it, or worse).
+    """
     from parity.manifest import ManifestError, read_manifest
 
     try:
@@ -343,6 +350,10 @@ def load_trace(manifest_path: Path, variant: str = "measured") -> Trace:
         raise TraceError(str(exc)) from None
     if manifest.get("kind") != "trace":
         raise TraceError(f"{manifest_path} is not a trace manifest (kind {manifest.get('kind')!r})")
+    manifest_sha256 = sha256_file(manifest_path)
+    if manifest_sha256 not in _CHECKED_MANIFESTS:  # a trace is loaded per round of every trial: check it once
+        _check_manifest(manifest, manifest_path)
+        _CHECKED_MANIFESTS.add(manifest_sha256)
     if variant == "measured":
         ref = manifest["tokens"]
     else:
@@ -357,17 +368,61 @@ def load_trace(manifest_path: Path, variant: str = "measured") -> Trace:
     actual = hashlib.sha256(data).hexdigest()
     if actual != ref["sha256"]:
         raise TraceError(f"trace file {path} has SHA-256 {actual}, its manifest {manifest_path} says {ref['sha256']}")
-    prompts = decode_token_file(data)
+    try:
+        prompts = decode_token_file(data)
+    except TraceError as exc:
+        raise TraceError(f"trace file {path}: {exc}") from None
     requests = tuple(TraceRequest(**r) for r in manifest["requests"])
     if len(prompts) != len(requests) or any(p.size != r.tokens for p, r in zip(prompts, requests)):
         raise TraceError(f"trace file {path} does not hold the requests its manifest lists")
+    vocab = manifest["inputs"]["tokenizer"]["vocab_size"]
+    for prompt, request in zip(prompts, requests):
+        if int(prompt.max()) >= vocab:
+            raise TraceError(f"trace file {path}: request {request.id} holds token ID {int(prompt.max())}, outside "
+                             f"the vocabulary of {vocab} that {manifest_path} records")
     if variant == "measured":
         for prompt, request in zip(prompts, requests):
             if token_sha256(prompt) != request.sha256:
                 raise TraceError(f"request {request.id} in {path} does not match its SHA-256 in {manifest_path}")
     return Trace(name=manifest["name"], variant=variant, sha256=actual, requests=requests,
-                 prompts=tuple(prompts), manifest_path=manifest_path,
-                 manifest_sha256=sha256_file(manifest_path))
+                 prompts=tuple(prompts), manifest_path=manifest_path, manifest_sha256=manifest_sha256)
+
+
+_CHECKED_MANIFESTS: set[str] = set()  # SHA-256 of trace manifests that passed _check_manifest
+
+
+def _check_manifest(manifest: dict, manifest_path: Path) -> None:
+    """A trace manifest that is schema-valid and agrees with itself: requests listed once each, in burst order."""
+    from parity.manifest import validate_document
+
+    if manifest.get("requests") == [] or manifest.get("num_requests") == 0:
+        raise TraceError(f"trace {manifest_path} holds no requests")
+    problems = validate_document(manifest, path=manifest_path)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        raise TraceError(f"not a valid trace manifest: {problems[0]}{more}")
+    seen = set()
+    for index, request in enumerate(manifest["requests"]):
+        if request["id"] in seen:
+            raise TraceError(f"trace {manifest_path}: request id {request['id']} is listed more than once")
+        seen.add(request["id"])
+        if request["position"] != index:
+            raise TraceError(f"trace {manifest_path}: request {request['id']} is listed at {index} with position "
+                             f"{request['position']}")
+    if manifest["trace_sha256"] != manifest["tokens"]["sha256"]:
+        raise TraceError(f"trace {manifest_path}: trace_sha256 is not the SHA-256 of its measured token file")
+    counts = {"num_requests": len(manifest["requests"]), "total_tokens": sum(r["tokens"] for r in manifest["requests"])}
+    for key, value in counts.items():
+        if manifest[key] != value:
+            raise TraceError(f"trace {manifest_path}: {key} is {manifest[key]}, its requests give {value}")
+
+
+def check_context(trace: Trace, context_tokens: int, new_tokens: int, context_name: str) -> None:
+    """Every prompt with the new tokens it asks for fits a context of `context_tokens` (the engine's, named)."""
+    longest = max(trace.requests, key=lambda r: r.tokens)
+    if longest.tokens + new_tokens > context_tokens:
+        raise TraceError(f"trace {trace.manifest_path}: request {longest.id} has {longest.tokens} prompt tokens; with "
+                         f"{new_tokens} new tokens it does not fit {context_name} {context_tokens}")
 
 
 # ---- subsets -----------------------------------------------------------------------------------

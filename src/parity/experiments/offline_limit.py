@@ -5,8 +5,10 @@ of its own (linked to the original by hash) and runs through `parity engine run`
 pinned to its GPU, all shards at the same time. The ceiling for the pair of GPUs is all requests over
 the slowest shard's duration; the report gives each path as a share of it.
 
-A shard whose trial is already on disk, checked and made from the same shard trace and engine settings
-is kept, so a rerun after an interruption runs only the shards still missing.
+A shard's trial on disk is kept under the experiment runner's rule (`runner.must_run`): finished, made
+with the same shard trace and settings, unchanged since an earlier experiment.json recorded it, and
+its timing and verdict what its records give; so a rerun after an interruption runs only the shards
+still missing, and an edited or stale shard is run again.
 
 With more shards than GPUs (`shards: 2` on a one-GPU host) the shards run in waves, one GPU each, and
 the ceiling supposes they had run side by side on identical GPUs; the manifest and the report say so.
@@ -25,7 +27,7 @@ from parity.checks import check_file
 from parity.engine import MODEL_REVISION
 from parity.errors import ParityError
 from parity.experiments.backend import Backend
-from parity.experiments.runner import finished, ran_elsewhere
+from parity.experiments.runner import fits_engine, must_run, ran_with, recorded_hashes, sim_params_sha256
 from parity.manifest import file_ref, header, read_manifest, write_manifest
 from parity.stats import cached_share
 from parity.trace import load_trace, write_subset
@@ -70,18 +72,20 @@ def _trial_path(backend: Backend, shard_trace: Path, trials_dir: Path) -> Path:
     return trials_dir / f"{'sim' if backend.simulated else 'vllm-sync'}-{shard_trace.stem}.json"
 
 
-def _kept(backend: Backend, shard_trace: Path, trials_dir: Path) -> bool:
-    """Whether this shard already ran, was checked, on this very shard trace with these engine settings."""
-    doc = finished(_trial_path(backend, shard_trace, trials_dir))
-    return doc is not None and ran_elsewhere(doc, shard_trace, backend) is None
-
-
 def _run_shards(backend: Backend, shard_traces: list[Path], gpus: list[str], trials_dir: Path, logs: Path,
-                log) -> bool:
+                recorded: dict, log) -> bool:
     """Each shard in its own process on its GPU, in waves where shards outnumber GPUs; True if all ran at once."""
-    kept = [t for t in shard_traces if _kept(backend, t, trials_dir)]
-    for shard_trace in kept:
-        log(f"  {shard_trace.stem}: kept (already run and checked)")
+    wanted = {t: ran_with(backend, gpus, t, routing="sticky", flame=None) for t in shard_traces}
+    why = {t: must_run(_trial_path(backend, t, trials_dir), wanted[t], recorded) for t in shard_traces}
+    kept = [t for t in shard_traces if why[t] is None]
+    for shard_trace in shard_traces:
+        path = _trial_path(backend, shard_trace, trials_dir)
+        if why[shard_trace] is None:
+            failed = read_manifest(path)["verdict"]["status"] == "failed"
+            log(f"  {shard_trace.stem}: " + (f"kept as failed (delete {path} to run it again)" if failed
+                                             else "kept (already run and checked)"))
+        elif path.exists():
+            log(f"  {shard_trace.stem}: run again: {why[shard_trace]}")
     todo = [t for t in shard_traces if t not in kept]
     for start in range(0, len(todo), len(gpus)):
         wave = todo[start:start + len(gpus)]
@@ -99,6 +103,9 @@ def _run_shards(backend: Backend, shard_traces: list[Path], gpus: list[str], tri
         if any(codes):
             bad = [t.stem for t, c in zip(wave, codes) if c]
             raise ParityError(f"offline limit: shard run(s) {', '.join(bad)} failed; see {logs}")
+        for shard_trace in wave:
+            path = _trial_path(backend, shard_trace, trials_dir)
+            write_manifest(path, read_manifest(path) | {"ran_with": wanted[shard_trace]})
     return not kept and len(todo) <= len(gpus)
 
 
@@ -106,7 +113,10 @@ def run(traces: list[Path], backend: Backend, out_dir: Path, *, settings: dict, 
     """Run every shard of every trace, at once where there are GPUs enough; write OUT/experiment.json."""
     gpus = backend.gpu_uuids()
     shards = shard_count(settings, gpus)
+    for trace in traces:  # before anything is written
+        fits_engine(trace, backend.args())
     trials_dir, logs = out_dir / "trials", out_dir / "logs"
+    recorded = recorded_hashes(out_dir)  # read before any shard is run again
     logs.mkdir(parents=True, exist_ok=True)
     cases, limits = [], []
     for trace in traces:
@@ -115,7 +125,7 @@ def run(traces: list[Path], backend: Backend, out_dir: Path, *, settings: dict, 
         shard_traces = [write_subset(trace, p, f"{name}-shard{k}", out_dir / "traces") for k, p in enumerate(positions) if p]
         log(f"{name}: shards of {', '.join(str(len(p)) for p in positions)} requests, one process per GPU"
             + ("" if len(shard_traces) <= len(gpus) else f", in waves on {len(gpus)} GPU(s)"))
-        side_by_side = _run_shards(backend, shard_traces, gpus, trials_dir, logs, log)
+        side_by_side = _run_shards(backend, shard_traces, gpus, trials_dir, logs, recorded, log)
         shard_rows = []
         for shard, shard_trace in enumerate(shard_traces):
             path = _trial_path(backend, shard_trace, trials_dir)
@@ -139,7 +149,8 @@ def run(traces: list[Path], backend: Backend, out_dir: Path, *, settings: dict, 
     doc = header("experiment", simulated=backend.simulated) | {
         "experiment": "offline-limit", "settings": settings,
         "backend": {"engine": backend.engine, "cluster": backend.cluster, "gpus": gpus,
-                    "warmup_rounds": backend.warmup_rounds, "load_format": backend.load_format},
+                    "warmup_rounds": backend.warmup_rounds, "load_format": backend.load_format,
+                    "sim_params_sha256": sim_params_sha256(backend)},
         "cases": cases, "pairs": [], "limits": limits,
     }
     out = out_dir / "experiment.json"

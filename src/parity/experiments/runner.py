@@ -2,10 +2,18 @@
 
 Each case starts fresh engines: a new replica set for standalone vLLM, new sessions (so new worker
 processes and engines) for Flame; the Flame session manager itself is started once per experiment.
-A case whose trial manifest is already valid, checked and made from the same trace, engine settings
-and configuration is kept, so a rerun after an interruption redoes only what is missing, invalid or
-stale (a settings change never passes old trials off as new ones). A trial that fails a check stays
-on disk with its reasons and is excluded from statistics, never dropped.
+
+A rerun after an interruption redoes only what is missing: a trial on disk is kept only when
+`must_run` finds nothing against it. It must be a finished, schema-valid trial; made with every
+setting that can change a result as the case would run now (`stale`, over `RESULT_SETTINGS`); byte
+for byte what an earlier run's experiment.json and pair manifests recorded, where they exist; and
+its timing and verdict must be what its records give when checked again. Anything else is run
+again, and the log line says why, so an edited trial is never counted and a settings change never
+passes old trials off as new ones.
+
+A trial that failed its checks stays on disk with its reasons and is excluded from statistics. A
+rerun keeps it as failed (its records still give that verdict) rather than running the case until
+it passes; delete its manifest to run that case again.
 """
 
 from __future__ import annotations
@@ -16,55 +24,143 @@ import os
 import time
 from pathlib import Path
 
-from parity.checks import check_file, pinning_of
+from parity.checks import check_file, pinning_of, read_trial, trace_of, unsupported
+from parity.engine import EngineArgs
 from parity.errors import ParityError
 from parity.experiments.backend import Backend
-from parity.experiments.plan import Case
+from parity.experiments.plan import Case, FlameConfig
 from parity.flame.service import FAILURE_DIR_ENV
-from parity.manifest import file_ref, header, read_manifest, sha256_file, validate_document, write_manifest
+from parity.manifest import (
+    ManifestError,
+    file_ref,
+    header,
+    is_file_reference,
+    read_manifest,
+    sha256_file,
+    write_manifest,
+)
+from parity.record import package_versions
 from parity.stats import cached_share, write_pair
+from parity.trace import check_context, load_trace
 
 # What a Flame worker must inherit to find the same Python packages and engine settings as this process.
 PASSED_ENV = ("PYTHONPATH", "LD_LIBRARY_PATH", "PATH", "VLLM_USE_FLASHINFER_SAMPLER", "VLLM_NO_USAGE_STATS",
               "HF_HUB_OFFLINE", "TRITON_CACHE_DIR", "VLLM_CACHE_ROOT", "PARITY_GPU_LOCK_DIR", "PARITY_FAILURE_DIR")
 
+# Everything that can change a trial's result; a kept trial ran with the same value of each. The runner
+# records them in the trial as `ran_with`; the trace, engine arguments and versions are read from what
+# the run itself recorded. The trace hash covers its tokens; engine_args holds the model, revision,
+# load_format and max_model_len; sim_params is the simulator file's content, not its path.
+RESULT_SETTINGS = ("trace", "engine", "engine_args", "sim_params", "warmup_rounds", "gpus", "cluster",
+                   "flame_binaries", "routing", "flame", "versions")
+_UNRECORDED = object()  # a setting the trial does not record: never equal to a wanted value
 
-def finished(path: Path) -> dict | None:
-    """A trial manifest that exists, is schema-valid and carries a verdict (else None)."""
-    if not path.exists():
+
+def sim_params_sha256(backend: Backend) -> str | None:
+    """SHA-256 of the simulator parameter file the engine will load (the default one when none is named)."""
+    if not backend.simulated:
         return None
+    from parity.engine.sim import DEFAULT_PARAMS
+
+    path = Path(backend.sim_params) if backend.sim_params else DEFAULT_PARAMS
+    return sha256_file(path) if path.is_file() else None
+
+
+def flame_binaries_sha256(backend: Backend) -> dict[str, str] | None:
+    """SHA-256 of each real Flame binary the cluster will start; None for the stand-in or when they are missing."""
+    if backend.cluster != "flame":
+        return None
+    from parity.flame.cluster import find_binaries
+
     try:
-        doc = read_manifest(path)
-    except Exception:
-        return None
-    ok = not validate_document(doc, path=path) and doc.get("verdict", {}).get("status") in ("passed", "failed")
-    return doc if ok else None
+        return {name: sha256_file(path) for name, path in sorted(find_binaries(backend.flame_bin_dir).items())}
+    except ParityError:
+        return None  # the run itself says what is missing
 
 
-# Flame settings that trials made before the setting existed ran with, without recording it.
-UNRECORDED_DEFAULTS = {"order": "arrival"}
+def ran_with(backend: Backend, gpus: list[str], trace: Path, *, routing: str | None,
+             flame: FlameConfig | None, flame_binaries: dict | None = None) -> dict:
+    """RESULT_SETTINGS as a trial of `trace` would run now (`flame`: the Flame case's configuration, else None)."""
+    values = {"trace": sha256_file(trace), "engine": backend.engine, "engine_args": backend.args().to_dict(),
+              "sim_params": sim_params_sha256(backend), "warmup_rounds": backend.warmup_rounds, "gpus": list(gpus),
+              "cluster": backend.cluster if flame else None, "flame_binaries": flame_binaries if flame else None,
+              "routing": routing, "flame": dataclasses.asdict(flame) if flame else None,
+              "versions": package_versions()}
+    return {name: values[name] for name in RESULT_SETTINGS}
 
 
-def ran_elsewhere(doc: dict, trace: Path, backend: Backend) -> str | None:
-    """Why a finished trial did not run this trace on these engine settings, else None."""
-    if doc["trace"]["sha256"] != sha256_file(trace):
-        return "it ran another trace"
-    if doc["engine"]["args"] != backend.args().to_dict():
-        return "it ran other engine settings"
-    return None
+def stale(doc: dict, wanted: dict) -> str | None:
+    """Which of RESULT_SETTINGS a finished trial ran with other values of than `wanted`, else None."""
+    recorded = doc.get("ran_with")
+    if not isinstance(recorded, dict):
+        return "it does not record what it ran with (made before parity recorded it)"
+    recorded = recorded | {"trace": doc["trace"]["sha256"], "engine_args": doc["engine"]["args"],
+                           "versions": doc["versions"]}
+    changed = []
+    for name in RESULT_SETTINGS:
+        old, new = recorded.get(name, _UNRECORDED), wanted[name]
+        if old == new:
+            continue
+        if isinstance(old, dict) and isinstance(new, dict):
+            changed += [f"{name}.{k}" for k in sorted(set(old) | set(new))
+                        if old.get(k, _UNRECORDED) != new.get(k, _UNRECORDED)]
+        else:
+            changed.append(name)
+    return f"it ran with other {', '.join(changed)}" if changed else None
 
 
-def stale(doc: dict, case: Case, backend: Backend) -> str | None:
-    """Why a finished trial does not belong to this case (another trace, engine or configuration), else None."""
-    reason = ran_elsewhere(doc, case.trace, backend)
-    if reason:
-        return reason
-    config = UNRECORDED_DEFAULTS | doc["config"]
-    if case.system == "vllm":
-        return None if config.get("routing") == case.routing else "it used another routing policy"
-    wanted = dataclasses.asdict(_flame_settings(case, backend))  # what this case would run, as the trial records it
-    changed = sorted(k for k, v in wanted.items() if k in config and config[k] != v)
-    return f"its Flame configuration differs ({', '.join(changed)})" if changed else None
+def recorded_hashes(out_dir: Path) -> dict[str, list[tuple[Path, str]]]:
+    """Trial manifest (absolute path) -> (recording manifest, SHA-256) for every earlier record of it.
+
+    An earlier run's OUT/experiment.json names each case's trial by hash, and each OUT/pairs/*.json its
+    two sides; a file that cannot be read records nothing.
+    """
+    out: dict[str, list[tuple[Path, str]]] = {}
+    manifests = [out_dir / "experiment.json", *sorted((out_dir / "pairs").glob("*.json"))]
+    for manifest in (m for m in manifests if m.is_file()):
+        try:
+            doc = read_manifest(manifest)
+        except ManifestError:
+            continue
+        if doc.get("kind") == "experiment":
+            refs = [c.get("manifest") for c in doc.get("cases", []) if isinstance(c, dict)]
+        elif doc.get("kind") == "pair":
+            refs = [doc.get(side, {}).get("manifest") for side in ("reference", "candidate")]
+        else:
+            continue
+        for ref in refs:
+            if is_file_reference(ref) and isinstance(ref["path"], str):
+                trial = os.path.abspath(manifest.parent / ref["path"])
+                out.setdefault(trial, []).append((manifest, ref["sha256"]))
+    return out
+
+
+def must_run(path: Path, wanted: dict, recorded: dict[str, list[tuple[Path, str]]]) -> str | None:
+    """Why the case whose trial manifest is `path` must run (again), or None to keep the trial as it is."""
+    if not path.exists():
+        return "not run yet"
+    try:
+        doc = read_trial(path)
+    except ParityError as exc:  # not JSON, not a trial, schema problems, a rate its records do not give
+        return str(exc)
+    if doc["verdict"]["status"] == "pending":
+        return "the trial on disk was never checked"
+    if why := stale(doc, wanted):
+        return f"the trial on disk is stale: {why}"
+    actual = sha256_file(path)
+    for manifest, sha256 in recorded.get(os.path.abspath(path), []):
+        if sha256 != actual:
+            return f"the trial on disk changed after {manifest} recorded it (SHA-256 {actual}, recorded {sha256})"
+    try:
+        why = unsupported(doc, trace_of(path, doc))
+    except ParityError as exc:
+        return f"its trace cannot be checked again: {exc}"
+    return f"the trial on disk is not what its records give: {why}" if why else None
+
+
+def fits_engine(trace: Path, args: EngineArgs) -> None:
+    """A trace the engine can serve: valid, and every prompt with its new tokens within max_model_len."""
+    check_context(load_trace(trace), args.max_model_len, args.max_tokens, "the engine's max_model_len")
 
 
 def _flame_settings(case: Case, backend: Backend):
@@ -85,8 +181,10 @@ class Runner:
         self.experiment, self.backend, self.out_dir, self.log = experiment, backend, out_dir, log
         self.trials_dir = out_dir / "trials"
         self.gpus = backend.gpu_uuids()
+        self.recorded = recorded_hashes(out_dir)  # read before any trial is run again
         self._stack = contextlib.ExitStack()
         self._flame = None
+        self._flame_binaries = None
 
     def __enter__(self) -> "Runner":
         for sub in ("trials", "cleanup", "logs", "pairs"):
@@ -142,21 +240,35 @@ class Runner:
     def run(self, case: Case) -> Path:
         """One fresh case: its trial manifest, checked (pinning is checked later, once its pair exists)."""
         path = self.trial_path(case)
-        doc = finished(path)
-        if doc is not None:
-            reason = stale(doc, case, self.backend)
-            if reason is None:
+        wanted = self.wanted(case)
+        why = must_run(path, wanted, self.recorded)
+        if why is None:
+            verdict = read_manifest(path)["verdict"]
+            if verdict["status"] == "passed":
                 self.log(f"{case.trial_id}: kept (already run and checked)")
-                return path
-            self.log(f"{case.trial_id}: run again: the trial on disk is stale, {reason}")
+            else:
+                self.log(f"{case.trial_id}: kept as failed, excluded from statistics (delete {path} to run it "
+                         f"again): {'; '.join(verdict['reasons'])}")
+            return path
+        if path.exists():
+            self.log(f"{case.trial_id}: run again: {why}")
         started = time.monotonic()
         summary = (self._run_vllm if case.system == "vllm" else self._run_flame)(case, path)
+        write_manifest(path, read_manifest(path) | {"ran_with": wanted})
         verdict = check_file(path)
         label = "simulated" if summary["simulated"] else "measured"
         self.log(f"{case.trial_id}: {summary['requests_per_s']:.3f} req/s ({label}), cached "
                  f"{summary['cached_share']:.2%}, {verdict['status']}"
                  + "".join(f"\n  {r}" for r in verdict["reasons"]) + f"  [{time.monotonic() - started:.0f} s]")
         return path
+
+    def wanted(self, case: Case) -> dict:
+        """RESULT_SETTINGS as this case runs now."""
+        flame = case.flame if case.system == "flame" else None
+        if flame is not None and self._flame_binaries is None:
+            self._flame_binaries = flame_binaries_sha256(self.backend)  # hashed once per experiment
+        return ran_with(self.backend, self.gpus, case.trace, routing=case.routing, flame=flame,
+                        flame_binaries=self._flame_binaries)
 
 
 def _pair_cases(cases: list[Case]) -> dict[tuple, dict[str, Case]]:
@@ -175,6 +287,8 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
     ids = [c.trial_id for c in cases]
     if len(set(ids)) != len(ids):
         raise ParityError(f"experiment {experiment} names a trial twice")
+    for trace in sorted({c.trace for c in cases}):  # before anything is written
+        fits_engine(trace, backend.args())
     paths = {}
     with Runner(experiment, backend, out_dir, log) as runner:
         for number, case in enumerate(cases, start=1):
@@ -210,7 +324,8 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
     doc = header("experiment", simulated=simulated) | {
         "experiment": experiment, "settings": settings,
         "backend": {"engine": backend.engine, "cluster": backend.cluster, "gpus": runner.gpus,
-                    "warmup_rounds": backend.warmup_rounds, "load_format": backend.load_format},
+                    "warmup_rounds": backend.warmup_rounds, "load_format": backend.load_format,
+                    "sim_params_sha256": sim_params_sha256(backend)},
         "cases": entries, "pairs": pair_refs,
     }
     out = out_dir / "experiment.json"

@@ -2,6 +2,8 @@
 
 A report is only as good as the files under it, so a missing manifest, a schema problem or a hash
 mismatch stops it with one line instead of printing numbers from a tree that changed after the run.
+Each trial must also be a valid trial manifest whose stated timing is what its records give, so a rate
+edited before the experiment manifest recorded the trial is refused as well.
 """
 
 from __future__ import annotations
@@ -10,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from parity.checks import read_trial
 from parity.errors import ParityError
 from parity.manifest import check_references, read_manifest, validate_document
 
@@ -75,7 +78,7 @@ def load_experiment(path: Path) -> Experiment:
     by_path: dict[Path, dict] = {}
     for case in doc["cases"]:
         trial_path = _linked(case["manifest"], path)
-        by_path[trial_path] = experiment.trials[case["trial_id"]] = read_manifest(trial_path)
+        by_path[trial_path] = experiment.trials[case["trial_id"]] = read_trial(trial_path)
     for ref in doc["pairs"]:
         pair_path = _linked(ref, path)
         pair = _checked(pair_path, "pair")
@@ -83,7 +86,7 @@ def load_experiment(path: Path) -> Experiment:
         for side in ("reference", "candidate"):
             trial_path = _linked(pair[side]["manifest"], pair_path)
             if trial_path not in by_path:
-                by_path[trial_path] = read_manifest(trial_path)
+                by_path[trial_path] = read_trial(trial_path)
             sides.append(by_path[trial_path])
         experiment.pairs.append((pair, *sides))
     return experiment
