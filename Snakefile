@@ -33,7 +33,11 @@ onstart:
 
 
 rule all:
+    """The report and the validated evidence. Every manifest validation vouches for is listed here too:
+    Snakemake does not remake a deleted intermediate file when what follows is up to date, but it always
+    makes this rule's inputs, and the report and validation then follow from the newer file."""
     default_target: True
     input:
+        rules.validate_manifests.input,
         rules.report.output,
         rules.validate_manifests.output,

@@ -160,3 +160,31 @@ def test_validation_depends_on_every_manifest_it_vouches_for(checkout):
     for name in ("locality", "admission", "confirmation", "gc", "offline-limit"):
         assert f"results/smoke/{name}/experiment.json" in block
     assert "results/smoke/report/report.json" in block and "results/smoke/traces/reuse.json" in block
+
+
+def _finished_smoke_run(root: Path) -> None:
+    """Every output of the smoke workflow present, each newer than its inputs (as after `make smoke`)."""
+    import time
+
+    r = "results/smoke"
+    files = [f"{r}/inputs/corpus.jsonl", f"{r}/inputs/tokenizer/tokenizer.json", f"{r}/mlperf/cnn_eval-smoke.json"]
+    files += [f"{r}/traces/{n}.{e}" for n in ("no-reuse", "reuse") for e in ("json", "tokens")]
+    files += [f"{r}/{n}/experiment.json" for n in ("locality", "admission", "confirmation", "gc", "offline-limit")]
+    files += [f"{r}/mlperf/{a}/mlperf-run.json" for a in ("standalone", "flame-b32", "flame-b64")]
+    files += [f"{r}/mlperf/compare-b{b}.json" for b in (32, 64)]
+    files += [f"{r}/report/report.md", f"{r}/report/report.json", f"{r}/validated.ok"]
+    start = time.time() - 1000
+    for offset, name in enumerate(files):
+        path = root / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.touch()
+        os.utime(path, (start + offset, start + offset))
+
+
+def test_a_deleted_experiment_is_run_again_and_revalidated(checkout):
+    _finished_smoke_run(checkout)
+    assert "Nothing to be done" in snakemake(checkout, "-n", "--workflow-profile", "smoke", "all").stdout
+    shutil.rmtree(checkout / "results/smoke/gc")
+    run = snakemake(checkout, "-n", "--workflow-profile", "smoke", "all")
+    jobs = {line.split()[0] for line in run.stdout.split("Job stats:")[1].splitlines()[3:] if line.strip()}
+    assert {"experiment", "report", "validate_manifests"} <= jobs, run.stdout[-2000:]
