@@ -191,3 +191,15 @@ def test_a_tampered_accuracy_log_is_one_line(tmp_path, entries, says):
     with pytest.raises(ParityError) as err:
         accuracy.read_accuracy_log(log)
     assert says in str(err.value) and str(log) in str(err.value)
+
+
+def test_accuracy_refuses_a_log_changed_since_the_run(tmp_path, monkeypatch):
+    from parity.errors import ParityError
+
+    log = tmp_path / "mlperf_log_accuracy.json"
+    log.write_text('[{"qsl_idx": 0, "data": "01000000"}]')
+    run = truncated_run(tmp_path, mode="accuracy",
+                        logs={"mlperf_log_accuracy.json": {"path": log.name, "sha256": "0" * 64}})
+    monkeypatch.setattr(accuracy, "validate_document", lambda doc, path: [])  # the rest of the run is not needed
+    with pytest.raises(ParityError, match=f"^{log} changed since the run"):
+        accuracy.evaluate_run(run, tmp_path, tmp_path / "accuracy.json", accuracy.untrained_punkt_splitter())

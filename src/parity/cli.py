@@ -23,7 +23,7 @@ ENVIRONMENT_ERRORS = {
     errno.EROFS: "read-only file system",
     errno.EACCES: "permission denied",
     errno.ENOTDIR: "a part of this path is a file, not a folder",
-    errno.EEXIST: "exists and is not a folder",
+    errno.EEXIST: "exists and is not a folder",  # parity's mkdirs all pass exist_ok: a file is in the way
     errno.EISDIR: "is a folder, not a file",
     errno.ENAMETOOLONG: "file name too long",
 }
@@ -209,7 +209,7 @@ def _engine_args(model: str | None, load_format: str | None, extra: tuple[str, .
             values[key.replace("-", "_")] = yaml.safe_load(value)
         except yaml.YAMLError as exc:
             raise ParityError(f"engine argument {item!r}: the value is not YAML "
-                              f"({' '.join(str(exc).split())})") from None
+                              f"({getattr(exc, 'problem', None) or exc})") from None
     return EngineArgs.from_dict(values)
 
 
