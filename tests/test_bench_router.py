@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import pytest
+from click.testing import CliRunner
+
 from parity.bench import router
+from parity.cli import main
 
 
 def test_router_benchmark_reports_a_ratio():
@@ -13,3 +17,13 @@ def test_router_benchmark_reports_a_ratio():
     assert result["route_us_per_request"] > 0 and result["hash_us_per_request"] > 0
     assert result["ratio_route_to_hash"] == result["route_us_per_request"] / result["hash_us_per_request"]
     assert result["target_us_per_request"] == 20.0 and isinstance(result["meets_target"], bool)
+
+
+@pytest.mark.parametrize("args, option", [
+    (["--requests", "0"], "--requests"), (["--requests", "-5"], "--requests"),
+    (["--repeats", "0"], "--repeats"), (["--prompt-tokens", "16"], "--prompt-tokens"),
+])
+def test_out_of_range_options_are_a_usage_error_not_a_traceback(args, option):
+    result = CliRunner().invoke(main, ["bench", "router", *args])
+    assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
+    assert f"Invalid value for '{option}'" in result.output and "Traceback" not in result.output

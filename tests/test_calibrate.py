@@ -13,6 +13,7 @@ from parity import smoke_inputs
 from parity.engine import EngineArgs
 from parity.engine.calibrate import calibrate, nnls, predicted_duration, work_totals
 from parity.engine.sim import DEFAULT_PARAMS, SimParams
+from parity.errors import ParityError
 from parity.trace import TraceSpec, build_trace, load_trace
 
 
@@ -52,3 +53,34 @@ def test_committed_calibration_is_within_ten_percent_on_both_study_traces():
                                                           ("no-reuse", "vllm-async"), ("reuse", "vllm-async")}
     assert all(abs(r["error"]) <= 0.10 for r in study)
     assert all(r["measured_cached"] == pytest.approx(r["predicted_cached"], abs=0.005) for r in study)
+
+
+GOOD_RUN = {"trace": "reuse", "trace_sha256": "0" * 64, "engine": "vllm-sync", "batch": None, "requests": 4,
+            "duration_s": 1.5}
+
+
+@pytest.mark.parametrize("doc, says", [
+    ([1, 2], "not a JSON object but list"),
+    ({"what": "no runs"}, "expected a `runs` list, got NoneType"),
+    ({"runs": "x"}, "expected a `runs` list, got str"),
+    ({"runs": ["x"]}, "runs[0]: expected an object, got str"),
+    ({"runs": [{"trace": "reuse"}]}, "runs[0]: missing trace_sha256"),
+    ({"runs": [GOOD_RUN | {"duration_s": "slow"}]}, "runs[0]: duration_s must be a positive number, got 'slow'"),
+    ({"runs": [GOOD_RUN | {"requests": 0}]}, "runs[0]: requests must be a positive number, got 0"),
+    ({"runs": [GOOD_RUN | {"engine": 7}]}, "runs[0]: engine must be a string, got 7"),
+    ({"runs": [GOOD_RUN | {"batch": "all"}]}, "runs[0]: batch must be a positive integer or null, got 'all'"),
+    ({"runs": [GOOD_RUN], "kv_cache_tokens": "lots"}, "kv_cache_tokens must be a positive integer, got 'lots'"),
+])
+def test_bad_measurements_are_one_line_naming_run_and_key(tmp_path, doc, says):
+    measurements = tmp_path / "m.json"
+    measurements.write_text(json.dumps(doc))
+    with pytest.raises(ParityError) as err:
+        calibrate(measurements, tmp_path, SimParams.load())
+    assert str(err.value).startswith(f"{measurements}: ") and says in str(err.value)
+
+
+def test_measurements_that_are_not_json_are_one_line(tmp_path):
+    measurements = tmp_path / "m.json"
+    measurements.write_bytes(b"\xff\xfe garbage")
+    with pytest.raises(ParityError, match="not valid JSON"):
+        calibrate(measurements, tmp_path, SimParams.load())

@@ -34,6 +34,60 @@ def test_calibrated_parameters_load():
         SimParams.load("/nonexistent.yaml")
 
 
+@pytest.mark.parametrize("text, says", [
+    ("params:\n  fixed_s: fast\n", "simulator parameter fixed_s must be a number, got 'fast'"),
+    ("params:\n  kv_cache_tokens: 1.5\n", "simulator parameter kv_cache_tokens must be an integer, got 1.5"),
+    ("params:\n  decode_seq_s: true\n", "simulator parameter decode_seq_s must be a number, got True"),
+    ("params:\n  speed: 3\n", "unknown simulator parameter(s) speed: known are fixed_s, "),
+    ("params:\n  kv_cache_tokens: -5\n", "simulator parameter kv_cache_tokens must be at least 1, got -5"),
+    ("params:\n  fixed_s: -0.1\n", "simulator parameter fixed_s must be at least 0, got -0.1"),
+    ("- 1\n- 2\n", "simulator parameters must be a mapping, got list"),
+    ("", "simulator parameters must be a mapping, got an empty file"),
+    ("params:\n  - 1\n", "`params` must be a mapping, got list"),
+    ("params: {fixed_s: [1\n", "not YAML: expected ',' or ']', but got '<stream end>' at line 2"),
+])
+def test_bad_parameter_file_is_one_line_naming_file_and_key(tmp_path, text, says):
+    path = tmp_path / "p.yaml"
+    path.write_text(text)
+    with pytest.raises(ParityError) as err:
+        SimParams.load(path)
+    assert str(err.value).startswith(f"{path}: ") and says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_parameter_file_takes_integers_for_numbers(tmp_path):
+    path = tmp_path / "p.yaml"
+    path.write_text("params:\n  fixed_s: 0\n  decode_seq_s: 1\n")
+    params = SimParams.load(path)
+    assert params.fixed_s == 0.0 and isinstance(params.decode_seq_s, float) and params.source == str(path)
+
+
+@pytest.mark.parametrize("values, says", [
+    ({"max_num_seqs": "abc"}, "engine argument max_num_seqs must be an integer, got 'abc'"),
+    ({"max_num_seqs": 2.5}, "engine argument max_num_seqs must be an integer, got 2.5"),
+    ({"max_num_seqs": True}, "engine argument max_num_seqs must be an integer, got True"),
+    ({"enable_prefix_caching": "maybe"}, "engine argument enable_prefix_caching must be true or false, got 'maybe'"),
+    ({"model": [1, 2]}, "engine argument model must be a string, got [1, 2]"),
+    ({"revision": 3}, "engine argument revision must be a string or null, got 3"),
+    ({"gpu_memory_utilization": float("nan")}, "engine argument gpu_memory_utilization must be a number, got nan"),
+    ({"gpu_memory_utilization": 1.5}, "engine argument gpu_memory_utilization must be in (0, 1], got 1.5"),
+    ({"block_size": 0}, "engine argument block_size must be at least 1, got 0"),
+    ({"max_tokens": -1}, "engine argument max_tokens must be at least 1, got -1"),
+    ({"max_num_seq": 4}, "unknown engine argument(s) max_num_seq: known are model, "),
+    ([("max_num_seqs", 4)], "engine arguments: expected a mapping of KEY: VALUE, got list"),
+])
+def test_bad_engine_arguments_are_one_line(values, says):
+    with pytest.raises(ParityError) as err:
+        EngineArgs.from_dict(values)
+    assert says in str(err.value) and "\n" not in str(err.value)
+
+
+def test_engine_arguments_take_integers_for_numbers_and_null_where_allowed():
+    args = EngineArgs.from_dict({"gpu_memory_utilization": 1, "revision": None, "seed": -3})
+    assert args.gpu_memory_utilization == 1.0 and isinstance(args.gpu_memory_utilization, float)
+    assert args.revision is None and args.seed == -3
+    assert EngineArgs.from_dict(None) == EngineArgs() == EngineArgs.from_dict(EngineArgs().to_dict())
+
+
 def test_cache_hits_count_whole_blocks_capped_at_prompt_minus_one():
     engine = SimEngine()
     prompt = doc(1, 8004)

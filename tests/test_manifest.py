@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import errno
 import hashlib
 import json
 import os
@@ -286,6 +287,25 @@ def test_atomic_write_failing_mid_way_keeps_the_old_file(tmp_path, monkeypatch):
     with pytest.raises(UnicodeEncodeError):
         atomic_write_text(path, "lone surrogate \ud800")
     assert [p.name for p in tmp_path.iterdir()] == ["m.json"] and path.read_text() == "old"
+
+
+def test_atomic_write_on_a_full_disk_names_the_file_and_leaves_nothing(tmp_path, monkeypatch):
+    def full(fd):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(manifest.os, "fsync", full)
+    with pytest.raises(OSError) as err:
+        atomic_write_bytes(tmp_path / "m.json", b"new")
+    assert err.value.errno == errno.ENOSPC and err.value.filename == str(tmp_path / "m.json")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_atomic_write_onto_a_folder_names_it_and_leaves_no_temporary_file(tmp_path):
+    (tmp_path / "out").mkdir()
+    with pytest.raises(IsADirectoryError) as err:
+        atomic_write_bytes(tmp_path / "out", b"new")
+    assert err.value.filename == str(tmp_path / "out") and err.value.filename2 is None
+    assert [p.name for p in tmp_path.iterdir()] == ["out"]
 
 
 def test_dumps_is_deterministic(tmp_path):

@@ -144,3 +144,62 @@ def test_vllm_mapping_accepts_mlperf_lengths():
         compat.to_completion(output(0), 0, 1, mlperf)
     with pytest.raises(ParityError, match="expected 16"):
         compat.to_completion(output(37), 0, 1)
+
+
+def truncated_run(tmp_path, **fields):
+    """A run manifest that says what it is but lacks the rest (tampered or cut short)."""
+    from parity.manifest import header
+
+    path = tmp_path / "mlperf-run.json"
+    path.write_text(json.dumps(header("mlperf", simulated=True) | {"step": "run", "versions": {}} | fields))
+    return path
+
+
+def test_compare_refuses_a_truncated_run_in_one_line(tmp_path):
+    from parity.errors import ParityError
+    from parity.mlperf.compare import compare
+
+    run = truncated_run(tmp_path, arm="standalone")
+    with pytest.raises(ParityError) as err:
+        compare(run, run, tmp_path / "compare.json")
+    assert str(err.value).startswith(f"not a valid run manifest: {run}: ") and "\n" not in str(err.value)
+    assert not (tmp_path / "compare.json").exists()
+
+
+def test_accuracy_refuses_a_truncated_run_in_one_line(tmp_path):
+    from parity.errors import ParityError
+
+    run = truncated_run(tmp_path, mode="accuracy")
+    with pytest.raises(ParityError) as err:
+        accuracy.evaluate_run(run, tmp_path, tmp_path / "accuracy.json", accuracy.untrained_punkt_splitter())
+    assert str(err.value).startswith(f"not a valid run manifest: {run}: ")
+    assert not (tmp_path / "accuracy.json").exists()
+
+
+@pytest.mark.parametrize("entries, says", [
+    ({"qsl_idx": 0}, "is not a JSON list but dict"),
+    ([{"qsl_idx": 0}], "entry 0 is not LoadGen's {qsl_idx, data} (KeyError"),
+    ([{"qsl_idx": 0, "data": "zz"}], "entry 0 is not LoadGen's {qsl_idx, data} (ValueError"),
+    ([{"qsl_idx": "first", "data": "01000000"}], "entry 0 is not LoadGen's {qsl_idx, data} (ValueError"),
+    (["x"], "entry 0 is not LoadGen's {qsl_idx, data} (TypeError"),
+])
+def test_a_tampered_accuracy_log_is_one_line(tmp_path, entries, says):
+    from parity.errors import ParityError
+
+    log = tmp_path / "mlperf_log_accuracy.json"
+    log.write_text(json.dumps(entries))
+    with pytest.raises(ParityError) as err:
+        accuracy.read_accuracy_log(log)
+    assert says in str(err.value) and str(log) in str(err.value)
+
+
+def test_accuracy_refuses_a_log_changed_since_the_run(tmp_path, monkeypatch):
+    from parity.errors import ParityError
+
+    log = tmp_path / "mlperf_log_accuracy.json"
+    log.write_text('[{"qsl_idx": 0, "data": "01000000"}]')
+    run = truncated_run(tmp_path, mode="accuracy",
+                        logs={"mlperf_log_accuracy.json": {"path": log.name, "sha256": "0" * 64}})
+    monkeypatch.setattr(accuracy, "validate_document", lambda doc, path: [])  # the rest of the run is not needed
+    with pytest.raises(ParityError, match=f"^{log} changed since the run"):
+        accuracy.evaluate_run(run, tmp_path, tmp_path / "accuracy.json", accuracy.untrained_punkt_splitter())

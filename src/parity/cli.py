@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
+import os
 from pathlib import Path
 
 import click
@@ -14,8 +16,34 @@ from parity.flame.admission import ORDERS
 from parity.workflow_config import check_experiment_settings, experiment_names
 
 
+# OSErrors that are about the user's machine, not a bug in parity: a full disk, a read-only folder, a
+# file where a folder belongs. Any other OSError still shows its traceback.
+ENVIRONMENT_ERRORS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.ENOTDIR: "a part of this path is a file, not a folder",
+    errno.EEXIST: "exists and is not a folder",  # parity's mkdirs all pass exist_ok: a file is in the way
+    errno.EISDIR: "is a folder, not a file",
+    errno.ENAMETOOLONG: "file name too long",
+}
+
+
+def environment_error(exc: OSError) -> str | None:
+    """The one-line message for an OSError of the user's environment, naming the path; else None."""
+    reason = ENVIRONMENT_ERRORS.get(exc.errno)
+    if reason is None:
+        return None
+    where = exc.filename if exc.filename2 is None else f"{exc.filename} -> {exc.filename2}"
+    return reason if where is None else f"{os.fsdecode(where)}: {reason}"
+
+
 def friendly_errors(command):
-    """Turn a ParityError into a one-line `Error: ...` and exit status 1, never a traceback."""
+    """Turn a ParityError, or an OSError of the environment, into a one-line `Error: ...`, exit 1.
+
+    Everything else (a bug) keeps its traceback.
+    """
 
     @functools.wraps(command)
     def wrapper(*args, **kwargs):
@@ -23,14 +51,31 @@ def friendly_errors(command):
             return command(*args, **kwargs)
         except ParityError as exc:
             raise click.ClickException(str(exc)) from None
+        except OSError as exc:
+            message = environment_error(exc)
+            if message is None:
+                raise
+            raise click.ClickException(message) from None
 
     return wrapper
 
 
 def log_summary(out_dir: Path, summary: dict) -> None:
-    """One line per run in OUT/summary.jsonl: a log to read at a glance, not a manifest."""
-    with (out_dir / "summary.jsonl").open("a") as log:
-        log.write(json.dumps(summary, sort_keys=True) + "\n")
+    """One line per run in OUT/summary.jsonl: a log to read at a glance, not a manifest.
+
+    A failed write (a full disk) is cut back off, so the log never ends in half a line.
+    """
+    path = out_dir / "summary.jsonl"
+    line = memoryview((json.dumps(summary, sort_keys=True) + "\n").encode("utf-8"))
+    with path.open("ab", buffering=0) as log:
+        start = log.seek(0, os.SEEK_END)
+        try:
+            while line:
+                line = line[log.write(line):]
+        except OSError as exc:
+            log.truncate(start)
+            exc.filename = exc.filename or str(path)
+            raise
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -42,7 +87,8 @@ def main():
 @main.command("smoke-inputs")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
               help="Directory for corpus.jsonl and tokenizer/.")
-@click.option("--articles", default=1200, show_default=True, help="Synthetic articles to generate.")
+@click.option("--articles", default=1200, show_default=True, type=click.IntRange(min=1),
+              help="Synthetic articles to generate.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the article generator.")
 @click.option("--vocab-size", default=8192, show_default=True, help="BPE vocabulary size.")
 @friendly_errors
@@ -50,6 +96,9 @@ def smoke_inputs_cmd(out_dir: Path, articles: int, seed: int, vocab_size: int):
     """Generate the offline smoke inputs: a synthetic news corpus and a BPE tokenizer trained on it."""
     from parity import smoke_inputs
 
+    if vocab_size < smoke_inputs.MIN_VOCAB:  # checked before the corpus is written
+        raise click.BadParameter(f"{vocab_size} is smaller than the {smoke_inputs.MIN_VOCAB} bytes and special tokens.",
+                                 param_hint="'--vocab-size'")
     corpus = smoke_inputs.write_corpus(out_dir / "corpus.jsonl", articles=articles, seed=seed)
     tokenizer = smoke_inputs.train_tokenizer(corpus, out_dir / "tokenizer", vocab_size=vocab_size)
     click.echo(f"wrote {corpus} ({articles} synthetic articles) and {tokenizer}/tokenizer.json", err=True)
@@ -94,6 +143,7 @@ def trace_cmd(corpus, tokenizer_dir, name, documents, questions, prefix_tokens, 
 
 @main.command("validate")
 @click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@friendly_errors
 def validate_cmd(paths):
     """Validate manifests (files, or directories searched for *.json) and the files they link by hash.
 
@@ -120,10 +170,12 @@ def bench():
 
 
 @bench.command("router")
-@click.option("--requests", "num_requests", default=512, show_default=True)
-@click.option("--prompt-tokens", default=8000, show_default=True)
-@click.option("--repeats", default=5, show_default=True)
+@click.option("--requests", "num_requests", default=512, show_default=True, type=click.IntRange(min=1))
+@click.option("--prompt-tokens", default=8000, show_default=True, type=click.IntRange(min=17),
+              help="Tokens per prompt: a shared document and a 16-token question.")
+@click.option("--repeats", default=5, show_default=True, type=click.IntRange(min=1))
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@friendly_errors
 def bench_router(num_requests, prompt_tokens, repeats, as_json):
     """Routing cost per request, and its ratio to hashing the first 1,024 tokens once."""
     from parity.bench import router
@@ -154,7 +206,11 @@ def _engine_args(model: str | None, load_format: str | None, extra: tuple[str, .
         key, sep, value = item.partition("=")
         if not sep:
             raise ParityError(f"engine argument {item!r} is not KEY=VALUE")
-        values[key.replace("-", "_")] = yaml.safe_load(value)
+        try:
+            values[key.replace("-", "_")] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise ParityError(f"engine argument {item!r}: the value is not YAML "
+                              f"({getattr(exc, 'problem', None) or exc})") from None
     return EngineArgs.from_dict(values)
 
 
@@ -168,9 +224,10 @@ def engine_group():
               show_default=True)
 @click.option("--trace", "traces", type=click.Path(path_type=Path, exists=True), multiple=True, required=True,
               help="Trace manifest (repeat for several; one engine serves them all, in order).")
-@click.option("--batch", "batches", type=int, multiple=True, default=(0,), show_default=True,
+@click.option("--batch", "batches", type=click.IntRange(min=0), multiple=True, default=(0,), show_default=True,
               help="Hand prompts over in batches of N; 0 = all at once. Repeat to run each trace at each size.")
-@click.option("--warmup-rounds", default=2, show_default=True, help="Warmup rounds on token-shifted variants.")
+@click.option("--warmup-rounds", default=2, show_default=True, type=click.IntRange(min=0),
+              help="Warmup rounds on token-shifted variants.")
 @click.option("--model", default=None, help="Model id or directory (a config.json alone with --load-format dummy).")
 @click.option("--load-format", default=None, help="auto, or dummy for random weights of the model's shape.")
 @click.option("--engine-arg", "engine_args", multiple=True, help="Override an engine setting: KEY=VALUE.")
@@ -235,7 +292,8 @@ def sim_calibrate(measurements, traces, base, out):
 @bench.command("sim")
 @click.option("--trace", type=click.Path(path_type=Path, exists=True), required=True,
               help="Trace manifest, e.g. the 256-request reuse burst.")
-@click.option("--repeats", default=3, show_default=True)
+@click.option("--repeats", default=3, show_default=True, type=click.IntRange(min=1))
+@friendly_errors
 def bench_sim(trace, repeats):
     """CPU time to simulate a burst in virtual time, beside the engine time it models (target < 2 s)."""
     from parity.bench import sim
@@ -250,10 +308,13 @@ def bench_sim(trace, repeats):
 @click.option("--engine", "kind", type=click.Choice(["sim", "vllm-sync", "vllm-async"]), default="sim",
               show_default=True)
 @click.option("--trace", "traces", type=click.Path(path_type=Path, exists=True), multiple=True, required=True)
-@click.option("--shards", default=2, show_default=True, help="Shards the sticky router splits each burst into.")
-@click.option("--shard", "only", type=int, multiple=True, help="Run only this shard (repeat); default every one.")
-@click.option("--repeats", default=2, show_default=True, help="Interleaved runs per shard and order.")
-@click.option("--warmup-rounds", default=2, show_default=True)
+@click.option("--shards", default=2, show_default=True, type=click.IntRange(min=1),
+              help="Shards the sticky router splits each burst into.")
+@click.option("--shard", "only", type=click.IntRange(min=0), multiple=True,
+              help="Run only this shard (repeat); default every one.")
+@click.option("--repeats", default=2, show_default=True, type=click.IntRange(min=1),
+              help="Interleaved runs per shard and order.")
+@click.option("--warmup-rounds", default=2, show_default=True, type=click.IntRange(min=0))
 @click.option("--model", default=None)
 @click.option("--load-format", default=None)
 @click.option("--engine-arg", "engine_args", multiple=True, help="Override an engine setting: KEY=VALUE.")
@@ -263,12 +324,14 @@ def bench_sim(trace, repeats):
 def bench_order(kind, traces, shards, only, repeats, warmup_rounds, model, load_format, engine_args, sim_params,
                 out_dir):
     """One engine runs each shard in arrival and in prefix order, interleaved: the admission-order speedup."""
-    import json
-
     from parity.bench import order
     from parity.engine import make_engine
     from parity.engine.sim import SimParams
+    from parity.manifest import atomic_write_text
 
+    beyond = sorted(s for s in only if s >= shards)
+    if beyond:
+        raise ParityError(f"--shard {beyond[0]}: there are only shards 0 to {shards - 1} (--shards {shards})")
     args = _engine_args(model, load_format, engine_args)
     options = {"params": SimParams.load(sim_params), "clock": "virtual", "mode": "async"} if kind == "sim" else {}
     results = []
@@ -282,8 +345,7 @@ def bench_order(kind, traces, shards, only, repeats, warmup_rounds, model, load_
                 click.echo(f"{r['trace']} shard {row['shard']} ({row['requests']} requests, {r['engine']}): arrival "
                            f"{row['arrival_median_s']:.3f} s, prefix {row['prefix_median_s']:.3f} s, arrival/prefix "
                            f"{row['speedup']:.4f} ({label}, median of {repeats})")
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "order.json").write_text(json.dumps(results, indent=2) + "\n")
+    atomic_write_text(out_dir / "order.json", json.dumps(results, indent=2) + "\n")
 
 
 @main.group("native")
@@ -298,14 +360,16 @@ def native_group():
 @click.option("--routing", "routings", type=click.Choice(["alternating", "sticky"]), multiple=True,
               default=("alternating", "sticky"), show_default=True, help="Routing policy (repeat for several).")
 @click.option("--trace", "traces", type=click.Path(path_type=Path, exists=True), multiple=True, required=True)
-@click.option("--repeats", default=1, show_default=True, help="Trials per routing and trace, interleaved.")
-@click.option("--warmup-rounds", default=2, show_default=True)
+@click.option("--repeats", default=1, show_default=True, type=click.IntRange(min=1),
+              help="Trials per routing and trace, interleaved.")
+@click.option("--warmup-rounds", default=2, show_default=True, type=click.IntRange(min=0))
 @click.option("--experiment", default="locality", show_default=True)
 @click.option("--model", default=None, help="Model id or directory.")
 @click.option("--load-format", default=None, help="auto, or dummy for random weights of the model's shape.")
 @click.option("--engine-arg", "engine_args", multiple=True, help="Override an engine setting: KEY=VALUE.")
 @click.option("--sim-params", type=click.Path(path_type=Path), default=None, help="Simulator parameter file.")
-@click.option("--startup-timeout", default=600.0, show_default=True, help="Seconds to wait for /health.")
+@click.option("--startup-timeout", default=600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds to wait for /health.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True)
 @friendly_errors
 def native_run(kind, gpus, routings, traces, repeats, warmup_rounds, experiment, model, load_format, engine_args,
@@ -342,9 +406,10 @@ def native_run(kind, gpus, routings, traces, repeats, warmup_rounds, experiment,
 
 
 @native_group.command("sim-server")
-@click.option("--port", type=int, required=True)
+@click.option("--port", type=click.IntRange(1, 65535), required=True)
 @click.option("--gpu-uuid", default="sim-0", show_default=True)
 @click.option("--sim-params", type=click.Path(path_type=Path), default=None)
+@friendly_errors
 def native_sim_server(port, gpu_uuid, sim_params):
     """One simulator replica speaking vLLM's /v1/completions subset on 127.0.0.1 (started by `native run`)."""
     from parity.native.sim_server import serve
@@ -355,8 +420,9 @@ def native_sim_server(port, gpu_uuid, sim_params):
 @bench.command("codec")
 @click.option("--trace", type=click.Path(path_type=Path, exists=True), required=True,
               help="Trace manifest, e.g. the 256-request reuse burst.")
-@click.option("--batch", default=128, show_default=True)
-@click.option("--repeats", default=5, show_default=True)
+@click.option("--batch", default=128, show_default=True, type=click.IntRange(min=1))
+@click.option("--repeats", default=5, show_default=True, type=click.IntRange(min=1))
+@friendly_errors
 def bench_codec(trace, batch, repeats):
     """Flame task inputs raw vs zlib level 1: burst bytes, and encode + decode time per batch."""
     from parity.bench import codec
@@ -376,6 +442,7 @@ def flame_group():
 
 
 @flame_group.command("worker")
+@friendly_errors
 def flame_worker():
     """Serve the parity FlameService on $FLAME_INSTANCE_ENDPOINT (Flame's executor starts this)."""
     from parity.flame.service import main as serve
@@ -392,9 +459,10 @@ def flame_worker():
 @click.option("--placement", "placements", type=click.Choice(["global", "sticky"]), multiple=True,
               default=("sticky",), show_default=True)
 @click.option("--trace", "traces", type=click.Path(path_type=Path, exists=True), multiple=True, required=True)
-@click.option("--batch-limit", default=32, show_default=True)
-@click.option("--window-ms", default=2.0, show_default=True)
-@click.option("--budget-mib", default=2.0, show_default=True, help="Decoded payload budget per task.")
+@click.option("--batch-limit", default=32, show_default=True, type=click.IntRange(min=1))
+@click.option("--window-ms", default=2.0, show_default=True, type=click.FloatRange(min=0))
+@click.option("--budget-mib", default=2.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Decoded payload budget per task.")
 @click.option("--compress/--raw", default=False, show_default=True, help="zlib level 1 task inputs.")
 @click.option("--engine", type=click.Choice(["sim", "vllm-sync", "vllm-async"]), default="sim", show_default=True)
 @click.option("--sim-mode", type=click.Choice(["sync", "async"]), default="sync", show_default=True)
@@ -405,8 +473,8 @@ def flame_worker():
 @click.option("--model", default=None)
 @click.option("--load-format", default=None)
 @click.option("--engine-arg", "engine_args", multiple=True, help="Override an engine setting: KEY=VALUE.")
-@click.option("--warmup-rounds", default=2, show_default=True)
-@click.option("--repeats", default=1, show_default=True)
+@click.option("--warmup-rounds", default=2, show_default=True, type=click.IntRange(min=0))
+@click.option("--repeats", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--experiment", default="locality", show_default=True)
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True)
 @friendly_errors
@@ -540,24 +608,36 @@ def mlperf_group():
 @click.option("--model", default=None, help="Model id or directory (a config.json alone with --load-format dummy).")
 @click.option("--load-format", default=None, help="auto, or dummy for random weights of the model's shape.")
 @click.option("--engine-arg", "engine_args", multiple=True, help="Override an engine setting: KEY=VALUE.")
-@click.option("--max-tokens", default=128, show_default=True, help="Up to this many new tokens (MLPerf: 128).")
+@click.option("--max-tokens", default=128, show_default=True, type=click.IntRange(min=1),
+              help="Up to this many new tokens (MLPerf: 128).")
 @click.option("--sim-params", type=click.Path(path_type=Path), default=None, help="Simulator parameter file.")
-@click.option("--samples", type=int, default=None, help="Use only the first N dataset entries (non-compliant).")
-@click.option("--target-qps", type=float, default=None, help="Offline target_qps; default: estimate with a probe.")
-@click.option("--probe-samples", default=256, show_default=True, help="Samples the target_qps probe sends.")
-@click.option("--warmup-samples", default=16, show_default=True,
+@click.option("--samples", type=click.IntRange(min=1), default=None,
+              help="Use only the first N dataset entries (non-compliant).")
+@click.option("--target-qps", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Offline target_qps; default: estimate with a probe.")
+@click.option("--probe-samples", default=256, show_default=True, type=click.IntRange(min=1),
+              help="Samples the target_qps probe sends.")
+@click.option("--warmup-samples", default=16, show_default=True, type=click.IntRange(min=0),
               help="Samples run untimed first (worker start-up, kernel JIT); 0: none.")
-@click.option("--qps-margin", default=1.1, show_default=True, help="target_qps = probe samples/s x this.")
-@click.option("--min-duration-ms", type=int, default=None, help="Override min_duration (rules: 600000).")
-@click.option("--min-query-count", type=int, default=None, help="Override min_query_count (rules: 13368).")
-@click.option("--performance-sample-count", type=int, default=None, help="Override the performance pool.")
-@click.option("--max-in-flight", default=512, show_default=True, help="Standalone: open requests at most.")
-@click.option("--batch-limit", default=64, show_default=True, help="Flame: prompts per task (the study: 32, 64).")
-@click.option("--window-ms", default=2.0, show_default=True, help="Flame: batch window.")
+@click.option("--qps-margin", default=1.1, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="target_qps = probe samples/s x this.")
+@click.option("--min-duration-ms", type=click.IntRange(min=0), default=None,
+              help="Override min_duration (rules: 600000).")
+@click.option("--min-query-count", type=click.IntRange(min=1), default=None,
+              help="Override min_query_count (rules: 13368).")
+@click.option("--performance-sample-count", type=click.IntRange(min=1), default=None,
+              help="Override the performance pool.")
+@click.option("--max-in-flight", default=512, show_default=True, type=click.IntRange(min=1),
+              help="Standalone: open requests at most.")
+@click.option("--batch-limit", default=64, show_default=True, type=click.IntRange(min=1),
+              help="Flame: prompts per task (the study: 32, 64).")
+@click.option("--window-ms", default=2.0, show_default=True, type=click.FloatRange(min=0),
+              help="Flame: batch window.")
 @click.option("--placement", type=click.Choice(["global", "sticky"]), default="sticky", show_default=True)
 @click.option("--cluster", type=click.Choice(["standin", "flame"]), default="standin", show_default=True)
 @click.option("--flame-bin-dir", type=click.Path(path_type=Path), default=None)
-@click.option("--startup-timeout", default=600.0, show_default=True, help="Seconds to wait for replicas.")
+@click.option("--startup-timeout", default=600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Seconds to wait for replicas.")
 @click.option("--backend", "backend_text", default=None,
               help="Where to run, as the experiments do (JSON or a YAML file): engine, GPUs (the first serves), "
                    "cluster, model, load format, engine args. Replaces the options it covers.")
@@ -640,7 +720,7 @@ def mlperf_compare(standalone, flame, out):
 @click.option("--tokenizer", "tokenizer_dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
               required=True, help="The smoke tokenizer (parity smoke-inputs).")
 @click.option("--out", type=click.Path(path_type=Path), required=True)
-@click.option("--samples", default=64, show_default=True)
+@click.option("--samples", default=64, show_default=True, type=click.IntRange(min=1))
 @click.option("--seed", default=0, show_default=True)
 @friendly_errors
 def mlperf_smoke_dataset(tokenizer_dir, out, samples, seed):
@@ -653,7 +733,7 @@ def mlperf_smoke_dataset(tokenizer_dir, out, samples, seed):
 
 @mlperf_group.command("random-dataset")
 @click.option("--out", type=click.Path(path_type=Path), required=True)
-@click.option("--samples", default=1000, show_default=True)
+@click.option("--samples", default=1000, show_default=True, type=click.IntRange(min=1))
 @click.option("--seed", default=0, show_default=True)
 @friendly_errors
 def mlperf_random_dataset(out, samples, seed):

@@ -78,10 +78,17 @@ def _umask() -> int:
 
 
 def atomic_write_bytes(path: Path | str, data: bytes) -> None:
-    """Write via a temporary file in the same folder and rename it into place; on failure leave nothing."""
+    """Write via a temporary file in the same folder and rename it into place; on failure leave nothing.
+
+    An OSError (a full disk, a read-only folder) names `path`, not the temporary file.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = tempfile.NamedTemporaryFile(delete=False, dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        tmp = tempfile.NamedTemporaryFile(delete=False, dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    except OSError as exc:
+        _name(exc, path)
+        raise
     try:
         with tmp:
             tmp.write(data)
@@ -89,9 +96,17 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> None:
             os.fsync(tmp.fileno())
         os.chmod(tmp.name, 0o666 & ~_umask())  # NamedTemporaryFile makes 0600; evidence is meant to be shared
         os.replace(tmp.name, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp.name).unlink(missing_ok=True)
+        if isinstance(exc, OSError):
+            _name(exc, path)
         raise
+
+
+def _name(exc: OSError, path: Path) -> None:
+    """Make an OSError of the system (one with an errno) name `path` instead of the temporary file."""
+    if exc.errno is not None:
+        exc.filename, exc.filename2 = str(path), None
 
 
 def atomic_write_text(path: Path | str, text: str) -> None:

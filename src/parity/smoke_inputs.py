@@ -12,12 +12,14 @@ import json
 import random
 from pathlib import Path
 
+from parity.errors import ParityError
 from parity.manifest import atomic_write_text
 
 CORPUS_ORIGIN = "synthetic-news"
 TOKENIZER_ORIGIN = "smoke-bpe"
 BOS_TOKEN = "<|begin_of_text|>"
 SPECIAL_TOKENS = (BOS_TOKEN, "<|end_of_text|>", "<|eot_id|>", "<|reserved_0|>")
+MIN_VOCAB = 256 + len(SPECIAL_TOKENS)  # the byte alphabet and the special tokens, before any merge
 
 _PEOPLE = (
     "Amara Okafor", "Jonas Lindqvist", "Priya Raman", "Mateo Alvarez", "Hana Sato", "Elena Petrova",
@@ -105,6 +107,8 @@ def synthetic_article(rng: random.Random, index: int) -> dict[str, str]:
 
 def write_corpus(path: Path, *, articles: int = 1200, seed: int = 0) -> Path:
     """Write `articles` synthetic articles as JSONL (fields `id`, `article`), atomically."""
+    if articles < 1:
+        raise ParityError(f"need at least 1 article, got {articles}")
     rng = random.Random(seed)
     lines = [json.dumps(synthetic_article(rng, i), ensure_ascii=False) for i in range(articles)]
     atomic_write_text(path, "\n".join(lines) + "\n")
@@ -126,6 +130,8 @@ def train_tokenizer(corpus: Path, out_dir: Path, *, vocab_size: int = 8192) -> P
     """
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 
+    if vocab_size < MIN_VOCAB:
+        raise ParityError(f"vocabulary size must be at least {MIN_VOCAB} (bytes and special tokens), got {vocab_size}")
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()

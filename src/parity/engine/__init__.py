@@ -8,7 +8,10 @@ exactly 16 new tokens, EOS ignored, greedy. Engines know nothing about HTTP or F
 from __future__ import annotations
 
 import abc
+import dataclasses
+import math
 import time
+import typing
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
@@ -54,13 +57,58 @@ class EngineArgs:
 
     @classmethod
     def from_dict(cls, values: dict | None) -> "EngineArgs":
-        values = dict(values or {})
-        unknown = sorted(set(values) - set(cls.__dataclass_fields__))
-        if unknown:
-            from parity.errors import ParityError
+        """From a mapping (KEY=VALUE options, a backend's engine_args); ParityError on a bad key or value."""
+        values = checked_fields(cls, values, "engine argument")
+        from parity.errors import ParityError
 
-            raise ParityError(f"unknown engine argument(s): {', '.join(unknown)}")
+        for key in COUNTS & set(values):
+            if values[key] < 1:
+                raise ParityError(f"engine argument {key} must be at least 1, got {values[key]!r}")
+        if not 0 < values.get("gpu_memory_utilization", 0.9) <= 1:
+            raise ParityError(f"engine argument gpu_memory_utilization must be in (0, 1], "
+                              f"got {values['gpu_memory_utilization']!r}")
         return cls(**values)
+
+
+COUNTS = {"max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size", "tensor_parallel_size",
+          "max_tokens"}
+_TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null"}
+
+
+def checked_fields(cls, values, what: str) -> dict:
+    """`values` for the dataclass `cls`, checked key by key against its field types.
+
+    Refuses (ParityError, one line) anything but a mapping, an unknown key, and a value of the wrong
+    type, naming the key, the expected type and the value. An integer is taken where a number is
+    meant (YAML and KEY=VALUE write 1 for 1.0); true/false never count as numbers.
+    """
+    from parity.errors import ParityError
+
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise ParityError(f"{what}s: expected a mapping of KEY: VALUE, got {type(values).__name__} {values!r}")
+    hints = typing.get_type_hints(cls)
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(map(str, set(values) - set(known)))
+    if unknown:
+        raise ParityError(f"unknown {what}(s) {', '.join(unknown)}: known are {', '.join(known)}")
+    checked = {}
+    for key, value in values.items():
+        allowed = typing.get_args(hints[key]) or (hints[key],)
+        if not _fits(value, allowed):
+            expected = " or ".join(_TYPE_NAMES[t] for t in allowed)
+            raise ParityError(f"{what} {key} must be {expected}, got {value!r}")
+        checked[key] = float(value) if float in allowed and isinstance(value, int) else value
+    return checked
+
+
+def _fits(value, allowed: tuple) -> bool:
+    if isinstance(value, bool):  # an int to Python, never a number here
+        return bool in allowed
+    if isinstance(value, (int, float)) and float in allowed:
+        return math.isfinite(value)
+    return isinstance(value, allowed)
 
 
 def length_mismatch(count: int | None, sampling: dict) -> str | None:

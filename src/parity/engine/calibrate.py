@@ -13,7 +13,6 @@ The fit minimises relative error (rows scaled by 1/duration) with non-negative c
 from __future__ import annotations
 
 import dataclasses
-import json
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +21,7 @@ import yaml
 from parity.engine import EngineArgs
 from parity.engine.sim import SimEngine, SimParams
 from parity.errors import ParityError
-from parity.manifest import atomic_write_text
+from parity.manifest import atomic_write_text, read_manifest
 from parity.trace import load_trace
 
 FEATURES = ("steps", "prefill_tokens", "decode_seqs", "attention_pairs", "sync_requests")
@@ -59,9 +58,36 @@ def predicted_duration(totals: dict, params: SimParams) -> float:
     return sum(getattr(params, c) * totals[f] for c, f in zip(COEFFICIENTS, FEATURES))
 
 
+RUN_FIELDS = {"trace": str, "trace_sha256": str, "engine": str, "requests": int, "duration_s": (int, float)}
+
+
+def check_measurements(measurements: Path, data: dict) -> None:
+    """ParityError, naming the run and key, where the file lacks what the fit reads or has it mistyped."""
+    if not isinstance(data.get("runs"), list):
+        raise ParityError(f"{measurements}: expected a `runs` list, got {type(data.get('runs')).__name__}")
+    kv = data.get("kv_cache_tokens")
+    if kv is not None and (type(kv) is not int or kv < 1):
+        raise ParityError(f"{measurements}: kv_cache_tokens must be a positive integer, got {kv!r}")
+    for i, run in enumerate(data["runs"]):
+        where = f"{measurements}: runs[{i}]"
+        if not isinstance(run, dict):
+            raise ParityError(f"{where}: expected an object, got {type(run).__name__}")
+        for key, kind in RUN_FIELDS.items():
+            if key not in run:
+                raise ParityError(f"{where}: missing {key}")
+            value = run[key]
+            if isinstance(value, bool) or not isinstance(value, kind) or (kind is not str and value <= 0):
+                expected = "a string" if kind is str else "a positive number"
+                raise ParityError(f"{where}: {key} must be {expected}, got {value!r}")
+        batch = run.get("batch")
+        if batch is not None and (type(batch) is not int or batch < 1):
+            raise ParityError(f"{where}: batch must be a positive integer or null, got {batch!r}")
+
+
 def load_runs(measurements: Path, traces: Path) -> tuple[dict, list[dict]]:
     """The measurement file and, per run, the trace prompts it used (checked by SHA-256)."""
-    data = json.loads(measurements.read_text())
+    data = read_manifest(measurements)
+    check_measurements(measurements, data)
     runs = []
     for run in data["runs"]:
         variant = load_trace(traces / f"{run['trace']}.json")

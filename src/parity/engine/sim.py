@@ -23,7 +23,7 @@ import threading
 import time
 from collections import deque
 from concurrent.futures import Future
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Sequence
 
@@ -31,7 +31,7 @@ import numpy as np
 import yaml
 
 from parity import __version__
-from parity.engine import OUTPUT_TOKENS, Completion, Engine, EngineArgs
+from parity.engine import OUTPUT_TOKENS, Completion, Engine, EngineArgs, checked_fields
 from parity.engine.sim_cache import PrefixCache, block_hashes
 from parity.errors import ParityError
 
@@ -53,16 +53,36 @@ class SimParams:
 
     @classmethod
     def load(cls, path: Path | str | None = None) -> "SimParams":
+        """From a YAML file with a `params:` mapping (default: the calibrated H200 file).
+
+        ParityError, naming the file, on YAML that does not parse, a missing or unknown key, a value of
+        the wrong type, or a negative cost (every field but `source` has a default, so only misspelt
+        or mistyped keys are errors).
+        """
         path = Path(path) if path else DEFAULT_PARAMS
         if not path.is_file():
             raise ParityError(f"simulator parameters not found: {path}")
-        data = yaml.safe_load(path.read_text()) or {}
+        try:
+            data = yaml.safe_load(path.read_text(encoding="utf-8"))
+        except yaml.MarkedYAMLError as exc:
+            raise ParityError(f"{path}: not YAML: {exc.problem} at line {exc.problem_mark.line + 1}") from None
+        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            raise ParityError(f"{path}: not YAML: {exc}") from None
+        if not isinstance(data, dict):
+            got = "an empty file" if data is None else type(data).__name__
+            raise ParityError(f"{path}: simulator parameters must be a mapping, got {got}")
+        if not isinstance(data.get("params") or {}, dict):
+            raise ParityError(f"{path}: `params` must be a mapping, got {type(data['params']).__name__}")
         values = dict(data.get("params") or {})
-        values.setdefault("source", data.get("source", str(path)))
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(values) - known)
-        if unknown:
-            raise ParityError(f"{path}: unknown simulator parameter(s) {', '.join(unknown)}")
+        values.setdefault("source", str(data.get("source", path)))
+        try:
+            values = checked_fields(cls, values, "simulator parameter")
+        except ParityError as exc:
+            raise ParityError(f"{path}: {exc}") from None
+        for key, value in values.items():
+            least = 1 if key in ("kv_cache_tokens", "vocab_size") else 0
+            if key != "source" and value < least:
+                raise ParityError(f"{path}: simulator parameter {key} must be at least {least}, got {value!r}")
         return cls(**values)
 
     def to_dict(self) -> dict:

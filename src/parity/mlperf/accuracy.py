@@ -18,7 +18,8 @@ from typing import Callable
 import numpy as np
 
 from parity.errors import ParityError
-from parity.manifest import atomic_write_text, file_ref, header, read_manifest, sha256_file, sha256_bytes, write_manifest
+from parity.manifest import (atomic_write_text, file_ref, header, read_manifest, sha256_bytes, sha256_file,
+                             validate_document, write_manifest)
 from parity.mlperf import DATASET_SAMPLES
 from parity.mlperf.dataset import load_dataset
 from parity.record import package_versions
@@ -68,9 +69,15 @@ def read_accuracy_log(path: Path) -> dict[int, np.ndarray]:
         entries = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise ParityError(f"cannot read the accuracy log {path}: {exc}") from None
+    if not isinstance(entries, list):
+        raise ParityError(f"the accuracy log {path} is not a JSON list but {type(entries).__name__}")
     outputs: dict[int, np.ndarray] = {}
-    for entry in entries:
-        outputs.setdefault(int(entry["qsl_idx"]), np.frombuffer(bytes.fromhex(entry["data"]), dtype="<i4"))
+    for n, entry in enumerate(entries):
+        try:  # LoadGen writes {"qsl_idx": int, "data": hex of int32s, ...}
+            outputs.setdefault(int(entry["qsl_idx"]), np.frombuffer(bytes.fromhex(entry["data"]), dtype="<i4"))
+        except (TypeError, KeyError, ValueError) as exc:
+            raise ParityError(f"the accuracy log {path}: entry {n} is not LoadGen's "
+                              f"{{qsl_idx, data}} ({type(exc).__name__}: {exc})") from None
     return outputs
 
 
@@ -119,7 +126,15 @@ def evaluate_run(run_manifest: Path, tokenizer_dir: Path, out: Path, splitter: S
     run = read_manifest(run_manifest)
     if run.get("kind") != "mlperf" or run.get("step") != "run" or run.get("mode") != "accuracy":
         raise ParityError(f"{run_manifest} is not an accuracy-mode `parity mlperf run` manifest")
-    log = run_manifest.parent / run["logs"]["mlperf_log_accuracy.json"]["path"]
+    problems = validate_document(run, path=run_manifest)
+    if problems:  # a tampered or truncated run: say where, rather than fail on a missing key below
+        raise ParityError(f"not a valid run manifest: {problems[0]}")
+    ref = run["logs"].get("mlperf_log_accuracy.json")
+    if ref is None:
+        raise ParityError(f"{run_manifest} links no mlperf_log_accuracy.json")
+    log = run_manifest.parent / ref["path"]
+    if log.is_file() and sha256_file(log) != ref["sha256"]:
+        raise ParityError(f"{log} changed since the run (SHA-256 {sha256_file(log)}, the run recorded {ref['sha256']})")
     dataset = load_dataset(run["dataset"]["file"], run["dataset"]["samples"])
     if dataset.sha256 != run["dataset"]["sha256"]:
         raise ParityError(f"{dataset.path} changed since the run (SHA-256 {dataset.sha256}, "

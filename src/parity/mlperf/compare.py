@@ -9,7 +9,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from parity.errors import ParityError
-from parity.manifest import file_ref, header, read_manifest, write_manifest
+from parity.manifest import file_ref, header, read_manifest, validate_document, write_manifest
 from parity.record import package_versions
 
 
@@ -17,6 +17,9 @@ def _run(path: Path, arm: str, out_dir: Path) -> tuple[dict, dict]:
     doc = read_manifest(path)
     if doc.get("kind") != "mlperf" or doc.get("step") != "run":
         raise ParityError(f"{path} is not a `parity mlperf run` manifest")
+    problems = validate_document(doc, path=path)
+    if problems:  # a tampered or truncated run: say where, rather than fail on a missing key below
+        raise ParityError(f"not a valid run manifest: {problems[0]}")
     if doc["arm"] != arm:
         raise ParityError(f"{path} is the {doc['arm']} arm, expected {arm}")
     r = doc["result"]

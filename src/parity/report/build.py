@@ -7,11 +7,10 @@ links every manifest and file it used, so `parity validate OUT` checks the whole
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 from parity.errors import ParityError
-from parity.manifest import atomic_write_text, file_ref, header, write_manifest
+from parity.manifest import atomic_write_bytes, atomic_write_text, file_ref, header, write_manifest
 from parity.report import plots, tables
 from parity.report.inputs import EXPERIMENTS, load_experiments, load_mlperf
 from parity.report.reference import load_reference
@@ -128,7 +127,7 @@ def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, referenc
     markdown = "\n".join(parts)
     atomic_write_text(out / "report.md", markdown)
 
-    shutil.copyfile(reference_path, out / "study-reference.yaml")
+    atomic_write_bytes(out / "study-reference.yaml", Path(reference_path).read_bytes())  # whole, or not at all
     doc = header("report", simulated=evidence in ("simulated", "mixed")) | {
         "evidence": evidence or "none",
         "flame_clusters": clusters,

@@ -1,0 +1,225 @@
+"""Bad input and a hostile environment end in one `Error: ...` line, never a traceback, and leave nothing half.
+
+Bad input is a ParityError or a click usage error; an OSError of the user's machine (a full disk, a
+read-only folder, a file where a folder belongs) names the path and the reason. A genuine bug keeps
+its traceback.
+"""
+
+from __future__ import annotations
+
+import errno
+import io
+import json
+import os
+import pathlib
+
+import click
+import pytest
+from click.testing import CliRunner
+
+from parity import cli
+from parity.cli import ENVIRONMENT_ERRORS, friendly_errors, log_summary, main
+
+
+def leaf_commands(group: click.Group, prefix=()):
+    for name, command in group.commands.items():
+        if isinstance(command, click.Group):
+            yield from leaf_commands(command, prefix + (name,))
+        else:
+            yield prefix + (name,), command
+
+
+def invoke(*args):
+    return CliRunner().invoke(main, [str(a) for a in args])
+
+
+def one_error_line(result) -> str:
+    """The single `Error: ...` line of a failed command (the exception, if it was a traceback)."""
+    assert isinstance(result.exception, SystemExit), result.exception  # not a traceback
+    assert "Traceback" not in result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1, result.output
+    return errors[0]
+
+
+def test_every_command_turns_errors_into_one_line():
+    wrapper = friendly_errors(lambda: None).__code__
+    unwrapped = [" ".join(path) for path, command in leaf_commands(main) if command.callback.__code__ is not wrapper]
+    assert unwrapped == []
+
+
+@pytest.mark.parametrize("code", sorted(ENVIRONMENT_ERRORS))
+def test_an_oserror_of_the_environment_is_one_line_naming_path_and_reason(code):
+    @click.command()
+    @friendly_errors
+    def command():
+        raise OSError(code, os.strerror(code), "/some/out/file.json")
+
+    result = CliRunner().invoke(command, [])
+    assert result.exit_code == 1 and isinstance(result.exception, SystemExit)
+    assert result.output == f"Error: /some/out/file.json: {ENVIRONMENT_ERRORS[code]}\n"
+
+
+@pytest.mark.parametrize("error", [OSError(errno.ECONNREFUSED, "Connection refused"), ValueError("a bug"),
+                                   KeyError("trace")])
+def test_other_errors_keep_their_traceback(error):
+    @click.command()
+    @friendly_errors
+    def command():
+        raise error
+
+    result = CliRunner().invoke(command, [])
+    assert result.exception is error
+
+
+def test_out_naming_a_file_is_one_line(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    assert one_error_line(invoke("smoke-inputs", "--out", afile, "--articles", 2)) == \
+        f"Error: {afile}: exists and is not a folder"
+    assert one_error_line(invoke("mlperf", "random-dataset", "--out", afile / "d.json", "--samples", 2)) == \
+        f"Error: {afile}: exists and is not a folder"
+    assert afile.read_text() == "not a folder"
+
+
+def test_out_inside_a_file_is_one_line(small_reuse_trace, tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    line = one_error_line(invoke("bench", "order", "--trace", small_reuse_trace, "--repeats", 1,
+                                 "--warmup-rounds", 0, "--out", afile))
+    assert line == f"Error: {afile / 'traces'}: a part of this path is a file, not a folder"
+
+
+def test_a_name_too_long_is_one_line(tmp_path):
+    out = tmp_path / ("x" * 300)
+    assert one_error_line(invoke("smoke-inputs", "--out", out, "--articles", 2)) == \
+        f"Error: {out}: file name too long"
+
+
+def test_summary_log_on_a_full_disk_is_cut_back_to_whole_lines(tmp_path, monkeypatch):
+    log_summary(tmp_path, {"trial": 1})
+    before = (tmp_path / "summary.jsonl").read_bytes()
+    real_open = pathlib.Path.open
+
+    class HalfThenFull(io.FileIO):
+        """Takes half of the first write, then reports a full disk."""
+        writes = 0
+
+        def write(self, data):
+            HalfThenFull.writes += 1
+            if HalfThenFull.writes > 1:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            return super().write(bytes(data[:len(data) // 2]))
+
+    def fake_open(self, mode="r", buffering=-1, *args, **kwargs):
+        if self.name == "summary.jsonl" and mode == "ab":
+            return HalfThenFull(self, "ab")
+        return real_open(self, mode, buffering, *args, **kwargs)
+
+    monkeypatch.setattr(pathlib.Path, "open", fake_open)
+    with pytest.raises(OSError) as err:
+        log_summary(tmp_path, {"trial": 2, "padding": "x" * 100})
+    assert err.value.errno == errno.ENOSPC and err.value.filename == str(tmp_path / "summary.jsonl")
+    assert HalfThenFull.writes == 2
+    assert (tmp_path / "summary.jsonl").read_bytes() == before == b'{"trial": 1}\n'
+
+
+@pytest.mark.parametrize("engine_arg, says", [
+    ("max_num_seqs=abc", "engine argument max_num_seqs must be an integer, got 'abc'"),
+    ("bogus=1", "unknown engine argument(s) bogus: known are model, "),
+    ("block_size=0", "engine argument block_size must be at least 1, got 0"),
+    ("enable_prefix_caching=maybe", "engine argument enable_prefix_caching must be true or false, got 'maybe'"),
+    ("model=[1", "engine argument 'model=[1': the value is not YAML ("),
+    ("max_num_seqs", "engine argument 'max_num_seqs' is not KEY=VALUE"),
+])
+def test_bad_engine_argument_is_one_line_before_anything_is_written(small_reuse_trace, tmp_path, engine_arg, says):
+    for command in (["engine", "run"], ["bench", "order"]):
+        out = tmp_path / "-".join(command)
+        line = one_error_line(invoke(*command, "--trace", small_reuse_trace, "--engine-arg", engine_arg, "--out", out))
+        assert line.startswith("Error: ") and says in line
+        assert not out.exists()
+
+
+@pytest.mark.parametrize("text, says", [
+    ("params:\n  fixed_s: fast\n", "simulator parameter fixed_s must be a number, got 'fast'"),
+    ("- 1\n", "simulator parameters must be a mapping, got list"),
+    ("params: {fixed_s: [1\n", "not YAML: "),
+])
+def test_bad_simulator_parameters_are_one_line_before_anything_is_written(small_reuse_trace, tmp_path, text, says):
+    params = tmp_path / "p.yaml"
+    params.write_text(text)
+    out = tmp_path / "out"
+    for command in (["engine", "run", "--trace", small_reuse_trace, "--out", out],
+                    ["bench", "order", "--trace", small_reuse_trace, "--out", out],
+                    ["native", "sim-server", "--port", 1]):
+        line = one_error_line(invoke(*command, "--sim-params", params))
+        assert line == f"Error: {params}: {says}" or line.startswith(f"Error: {params}: {says}")
+    assert not out.exists()
+
+
+def out_of_range_cases(trace, dataset, tokenizer, out):
+    mlperf = ["mlperf", "run", "--arm", "standalone", "--dataset", dataset, "--out", out]
+    return [
+        (["smoke-inputs", "--out", out, "--articles", 0], "--articles"),
+        (["smoke-inputs", "--out", out, "--articles", 10, "--vocab-size", 100], "--vocab-size"),
+        (["engine", "run", "--trace", trace, "--out", out, "--batch", -1], "--batch"),
+        (["engine", "run", "--trace", trace, "--out", out, "--warmup-rounds", -1], "--warmup-rounds"),
+        (["bench", "router", "--requests", 0], "--requests"),
+        (["bench", "sim", "--trace", trace, "--repeats", 0], "--repeats"),
+        (["bench", "codec", "--trace", trace, "--batch", 0], "--batch"),
+        (["bench", "codec", "--trace", trace, "--repeats", 0], "--repeats"),
+        (["bench", "order", "--trace", trace, "--out", out, "--shards", 0], "--shards"),
+        (["bench", "order", "--trace", trace, "--out", out, "--shard", -1], "--shard"),
+        (["bench", "order", "--trace", trace, "--out", out, "--repeats", 0], "--repeats"),
+        (["native", "run", "--trace", trace, "--out", out, "--repeats", 0], "--repeats"),
+        (["native", "sim-server", "--port", 99999], "--port"),
+        (["flame", "run", "--trace", trace, "--out", out, "--batch-limit", 0], "--batch-limit"),
+        (["flame", "run", "--trace", trace, "--out", out, "--window-ms", -1], "--window-ms"),
+        (mlperf + ["--samples", 0], "--samples"),
+        (mlperf + ["--max-tokens", 0], "--max-tokens"),
+        (mlperf + ["--qps-margin", 0], "--qps-margin"),
+        (mlperf + ["--target-qps", -1], "--target-qps"),
+        (mlperf + ["--max-in-flight", 0], "--max-in-flight"),
+        (mlperf + ["--probe-samples", 0], "--probe-samples"),
+        (mlperf + ["--min-query-count", 0], "--min-query-count"),
+        (["mlperf", "smoke-dataset", "--tokenizer", tokenizer, "--out", out / "d.json", "--samples", 0], "--samples"),
+        (["mlperf", "random-dataset", "--out", out / "d.json", "--samples", -1], "--samples"),
+    ]
+
+
+def test_out_of_range_counts_are_usage_errors_and_write_nothing(tmp_path):
+    trace, dataset, tokenizer, out = tmp_path / "t.json", tmp_path / "cnn_eval.json", tmp_path / "tok", tmp_path / "out"
+    trace.write_text("{}")
+    dataset.write_text("[]")
+    tokenizer.mkdir()
+    for args, option in out_of_range_cases(trace, dataset, tokenizer, out):
+        result = invoke(*args)
+        assert result.exit_code == 2, (args, result.output)
+        assert f"Invalid value for '{option}'" in one_error_line(result), args
+        assert not out.exists(), args
+
+
+def test_a_shard_beyond_the_shards_is_one_line(small_reuse_trace, tmp_path):
+    out = tmp_path / "out"
+    line = one_error_line(invoke("bench", "order", "--trace", small_reuse_trace, "--shards", 2, "--shard", 2,
+                                 "--out", out))
+    assert line == "Error: --shard 2: there are only shards 0 to 1 (--shards 2)"
+    assert not out.exists()
+
+
+def test_bench_commands_turn_a_bad_trace_into_one_line(tmp_path):
+    trace = tmp_path / "t.json"
+    trace.write_bytes(b"\xff garbage")
+    for command in (["bench", "sim"], ["bench", "codec"]):
+        line = one_error_line(invoke(*command, "--trace", trace))
+        assert line.startswith(f"Error: {trace}: not valid JSON")
+
+
+def test_order_json_is_written_whole(small_reuse_trace, tmp_path):
+    out = tmp_path / "out"
+    result = invoke("bench", "order", "--trace", small_reuse_trace, "--shards", 2, "--shard", 0, "--repeats", 1,
+                    "--warmup-rounds", 0, "--out", out)
+    assert result.exit_code == 0, result.output
+    rows = json.loads((out / "order.json").read_text())
+    assert [r["shard"] for r in rows[0]["shards"]] == [0]
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]
