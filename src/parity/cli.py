@@ -641,9 +641,8 @@ def mlperf_group():
 @click.option("--backend", "backend_text", default=None,
               help="Where to run, as the experiments do (JSON or a YAML file): engine, GPUs (the first serves), "
                    "cluster, model, load format, engine args. Replaces the options it covers.")
-@click.pass_context
 @friendly_errors
-def mlperf_run(ctx, arm, dataset, out_dir, mode, engine, gpus, model, load_format, engine_args, max_tokens, sim_params,
+def mlperf_run(arm, dataset, out_dir, mode, engine, gpus, model, load_format, engine_args, max_tokens, sim_params,
                samples, target_qps, probe_samples, warmup_samples, qps_margin, min_duration_ms, min_query_count,
                performance_sample_count, max_in_flight, batch_limit, window_ms, placement, cluster, flame_bin_dir,
                startup_timeout, backend_text):
@@ -651,6 +650,7 @@ def mlperf_run(ctx, arm, dataset, out_dir, mode, engine, gpus, model, load_forma
     from parity.mlperf.run import RunSpec, run_arm
 
     if backend_text is not None:
+        ctx = click.get_current_context()
         covered = ("engine", "gpus", "model", "load_format", "engine_args", "sim_params", "cluster", "flame_bin_dir",
                    "startup_timeout")
         given = [name for name in covered
