@@ -208,3 +208,18 @@ def test_bench_order_runs_each_shard_in_both_orders_and_counts_simulated_steps(t
         assert row["speedup"] == row["arrival_median_s"] / row["prefix_median_s"]
     trials = sorted((tmp_path / "trials").glob("*.json"))
     assert len(trials) == 2 * len(result["shards"]) and all(check_file(t)["status"] == "passed" for t in trials)
+
+
+def test_offline_limit_hands_each_shard_the_backends_engine_settings_unchanged(tmp_path):
+    """The shard's `parity engine run` gets the same EngineArgs as the serving paths, strings kept strings."""
+    from parity.cli import _engine_args
+    from parity.experiments.offline_limit import _command
+
+    for engine in ("sim", "vllm"):
+        backend = Backend.from_dict({"engine": engine, "gpus": ["g0", "g1"], "cluster": "standin",
+                                     "model": "m", "load_format": "dummy",
+                                     "engine_args": {"revision": "1", "max_num_seqs": 32, "enforce_eager": False}})
+        command = _command(backend, tmp_path / "t.json", tmp_path)
+        flags = [command[i + 1] for i, word in enumerate(command) if word == "--engine-arg"]
+        option = lambda name: command[command.index(name) + 1] if name in command else None  # noqa: E731
+        assert _engine_args(option("--model"), option("--load-format"), tuple(flags)) == backend.args()

@@ -350,3 +350,19 @@ def test_reference_without_a_section_is_refused(tmp_path):
     bad.write_text(yaml.safe_dump(copy.deepcopy(ref)))
     with pytest.raises(ParityError, match="missing section"):
         load_reference(bad)
+
+
+def test_bad_report_inputs_are_named_in_one_line(tmp_path):
+    from parity.errors import ParityError
+    from parity.report.inputs import load_experiment
+    from parity.report.reference import load_reference
+
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("gc: [1, 2\n")
+    with pytest.raises(ParityError, match=r"bad.yaml: not valid YAML at line 2, column 1: expected ','"):
+        load_reference(bad)
+    folder = tmp_path / "e"
+    folder.mkdir()
+    (folder / "experiment.json").write_text("{}")
+    with pytest.raises(ParityError, match=r"not a parity manifest \(no kind\), expected 'experiment'"):
+        load_experiment(folder / "experiment.json")

@@ -295,3 +295,12 @@ def test_cli_refuses_a_malformed_trace_in_one_line(inputs, tmp_path):
     assert result.output.strip().splitlines()[-1].startswith("Error: trace file ")
     assert "holds token ID 200000" in result.output
     assert not list((tmp_path / "out").glob("*.json"))
+
+
+def test_a_corpus_that_is_not_text_is_one_line(tmp_path):
+    from parity.trace import TraceError, load_articles
+
+    corpus = tmp_path / "corpus.jsonl"
+    corpus.write_bytes(b'{"article": "fine"}\n\xff\xfe\x00 binary\n')
+    with pytest.raises(TraceError, match=r"corpus.jsonl:2: not UTF-8 text"):
+        load_articles(corpus)

@@ -158,8 +158,12 @@ def load_articles(corpus: Path, text_field: str = "article") -> list[str]:
     if not corpus.is_file():
         raise TraceError(f"corpus not found: {corpus}")
     texts = []
-    with corpus.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
+    with corpus.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise TraceError(f"{corpus}:{number}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
             if not line.strip():
                 continue
             try:

@@ -43,20 +43,21 @@ def shard_positions(trace_path: Path, shards: int, revision: str = MODEL_REVISIO
 
 
 def _command(backend: Backend, trace: Path, out_dir: Path) -> list[str]:
+    """`parity engine run` for one shard, with the backend's engine settings (values as JSON, which YAML reads back)."""
     command = [sys.executable, "-m", "parity", "engine", "run", "--trace", str(trace), "--out", str(out_dir),
                "--warmup-rounds", str(backend.warmup_rounds)]
     if backend.simulated:
         command += ["--engine", "sim", "--clock", "virtual"]
         if backend.sim_params:
             command += ["--sim-params", backend.sim_params]
-        return command
-    command += ["--engine", "vllm-sync"]  # LLM.generate with every prompt at once
+    else:
+        command += ["--engine", "vllm-sync"]  # LLM.generate with every prompt at once
     if backend.model:
         command += ["--model", backend.model]
     if backend.load_format:
         command += ["--load-format", backend.load_format]
     for key, value in backend.engine_args.items():
-        command += ["--engine-arg", f"{key}={json.dumps(value) if not isinstance(value, str) else value}"]
+        command += ["--engine-arg", f"{key}={json.dumps(value)}"]
     return command
 
 

@@ -24,7 +24,8 @@ def _checked(path: Path, kind: str) -> dict:
     """A manifest of `kind`, schema-valid, whose file references all resolve with their recorded hashes."""
     doc = read_manifest(path)
     if doc.get("kind") != kind:
-        raise ParityError(f"{path}: a {doc.get('kind')!r} manifest, expected {kind!r}")
+        what = "not a parity manifest (no kind)" if doc.get("kind") is None else f"a {doc['kind']!r} manifest"
+        raise ParityError(f"{path}: {what}, expected {kind!r}")
     problems = validate_document(doc, path=path) + check_references(doc, path)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""

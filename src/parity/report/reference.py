@@ -23,7 +23,9 @@ def load_reference(path: Path) -> dict:
     except FileNotFoundError:
         raise ParityError(f"{path}: no study reference file") from None
     except yaml.YAMLError as exc:
-        raise ParityError(f"{path}: not valid YAML: {' '.join(str(exc).split())}") from None
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ParityError(f"{path}: not valid YAML{where}: {getattr(exc, 'problem', None) or exc}") from None
     if not isinstance(doc, dict):
         raise ParityError(f"{path}: the study reference is not a mapping")
     missing = [s for s in SECTIONS if not isinstance(doc.get(s), dict) or "section" not in doc[s]]
