@@ -14,7 +14,8 @@ from parity.manifest import read_manifest, validate_paths
 from parity.native import replicas as replicas_module
 from parity.native import run_trial
 from parity.native.client import parse_reply, request_body
-from parity.native.replicas import ReplicaSet, port_is_free
+from parity.native.replicas import ReplicaSet
+from parity.procs import port_free as port_is_free
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,8 @@ def test_sticky_beats_alternating_on_reuse_end_to_end(reuse_trace, tmp_path):
 def test_replica_that_cannot_start_fails_with_its_log(tmp_path):
     replica_set = ReplicaSet("sim", ["sim-0"], EngineArgs(), tmp_path, sim_params=tmp_path / "missing.yaml",
                              startup_timeout_s=60)
-    with pytest.raises(ParityError, match="exited with code .* before becoming healthy(.|\n)*not found"):
+    with pytest.raises(ParityError, match=r"replica 0 \(GPU sim-0, pid \d+, port \d+\) exited before becoming "
+                                          r"healthy: exit code 1 \(.*simulator parameters not found.*\); log: .*replica-0.log$"):
         with replica_set:
             pass
     assert replica_set.receipt["processes"][0]["exit_code"] not in (None, 0)

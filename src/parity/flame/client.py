@@ -176,10 +176,27 @@ def release_burst(sessions: FlameSessions, prompts, request_ids, router, timeout
     return release, shards, [f.result() for f in futures]
 
 
+def cluster_record(endpoint: str, stand_in: bool) -> dict:
+    """What the trial ran on, from the cluster this process started there (not from a flag): its label,
+    the binaries' SHA-256 and `--version`, and what it listens on and how that was contained."""
+    from parity.flame.cluster import running
+
+    cluster = running(endpoint)
+    if cluster is None:
+        raise ParityError(f"no Flame cluster started by this process answers at {endpoint}; "
+                          f"cannot record what the trial ran on")
+    described = cluster.describe()
+    if stand_in != (described["cluster"] == "stand-in"):
+        raise ParityError(f"the cluster at {endpoint} is {described['cluster']}, "
+                          f"not {'the stand-in' if stand_in else 'real Flame'} as asked")
+    return described
+
+
 def run_trial(endpoint: str, gpus: int, settings: FlameSettings, trace_path: Path, out: Path, *,
               experiment: str, trial_id: str, warmup_rounds: int = 2, revision: str = MODEL_REVISION,
               stand_in: bool = False, log=print) -> dict:
     """One Flame trial on fresh sessions (fresh engines); writes the trial manifest, returns a summary."""
+    ran_on = cluster_record(endpoint, stand_in)
     trace = load_trace(trace_path)
     ids = [r.id for r in trace.requests]
     routing = "sticky" if settings.placement == "sticky" else "alternating"
@@ -209,7 +226,7 @@ def run_trial(endpoint: str, gpus: int, settings: FlameSettings, trace_path: Pat
     config = {"path": "flame", "placement": settings.placement, "batch_limit": settings.batch_limit,
               "window_s": settings.window_s, "budget": settings.budget, "compress": settings.compress,
               "engine": settings.engine, "sim_mode": settings.sim_mode, "gc_freeze": settings.gc_freeze,
-              "order": settings.order, "warmup_rounds": warmup_rounds, "cluster": "stand-in" if stand_in else "flame-v0.6.0"}
+              "order": settings.order, "warmup_rounds": warmup_rounds, "cluster": ran_on["cluster"]}
     versions = sorted({str(w.get("engine_version")) for w in workers.values() if w.get("engine_version")})
     if len(versions) > 1:
         raise ParityError(f"the Flame workers ran different engine versions: {', '.join(versions)}")
@@ -222,7 +239,8 @@ def run_trial(endpoint: str, gpus: int, settings: FlameSettings, trace_path: Pat
                          extra={"workers": sorted(workers.values(), key=lambda w: w["executor_id"]),
                                 "batch_sizes": batch_sizes, "batches": [batches[k] for k in sorted(batches)],
                                 "executors": executors, "placement_verified": True,
-                                "flame_cluster": config["cluster"]})
+                                "flame_cluster": config["cluster"], "flame_binaries": ran_on["binaries"],
+                                "network": ran_on["network"]})
     write_manifest(out, doc)
     return {"trial": trial_id, "placement": settings.placement, "trace": trace.name, "requests": len(records),
             "requests_per_s": doc["timing"]["requests_per_s"], "duration_s": doc["timing"]["duration_s"],
