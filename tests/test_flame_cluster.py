@@ -144,6 +144,21 @@ def test_busy_port_is_refused_before_starting(tmp_path):
             fc.FlameCluster(bins, tmp_path / "w", port=port - 1).start()
 
 
+def test_a_port_taken_between_pick_and_bind_is_one_line(tmp_path, monkeypatch):
+    bins = fake_bin_dir(tmp_path / "bin", {fc.SESSION_MANAGER: "#!/bin/sh\necho 'Address already in use'\nexit 1\n",
+                                           fc.EXECUTOR_MANAGER: "#!/bin/sh\nexit 0\n"})
+    with socket.socket() as squatter:
+        squatter.bind(("0.0.0.0", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        monkeypatch.setattr(fc.procs, "free_port_pair", lambda host="0.0.0.0": port)
+        with pytest.raises(ParityError, match=rf"^Flame cluster at http://127.0.0.1:{port}: flame-session-manager "
+                                              rf"\(pid \d+\) could not bind port {port}: pid {os.getpid()} \(.*\) "
+                                              rf"on 0.0.0.0 took it after it was picked \(Address already in use\); "
+                                              rf"log: .*fsm.out$"):
+            fc.FlameCluster(bins, tmp_path / "w", startup_timeout_s=10).start()
+
+
 # ---- startup failures and cleanup, with fake binaries ------------------------------------------
 
 def test_crashing_session_manager_gives_log_tail_and_clean_receipt(tmp_path):

@@ -96,7 +96,8 @@ def _address(hex_address: str, width: int) -> str:
     if width == 8:
         return socket.inet_ntop(socket.AF_INET, bytes.fromhex(hex_address)[::-1])
     raw = bytes.fromhex(hex_address)
-    return socket.inet_ntop(socket.AF_INET6, b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4)))
+    address = socket.inet_ntop(socket.AF_INET6, b"".join(raw[i:i + 4][::-1] for i in range(0, 16, 4)))
+    return address.removeprefix("::ffff:") if address.startswith("::ffff:") and "." in address else address
 
 
 def port_user(port: int) -> str:
@@ -189,7 +190,7 @@ def environ(pid: int) -> dict[str, str]:
 def describe(pid: int) -> str:
     """'pid 12 (python -m parity flame worker)' for messages; the command line cut to 80 characters."""
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+        cmdline = " ".join(Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").replace("\0", " ").split())
     except OSError:
         cmdline = ""
     if not cmdline:
@@ -225,6 +226,27 @@ def marked(entry: str) -> dict[int, tuple[int, str]]:
     return found
 
 
+def scratch_dir(prefix: str) -> Path:
+    """A fresh short folder in /tmp (Unix socket paths must stay under 108 bytes), named after this
+    process so that its watchdog removes it if the process is killed before it can."""
+    import tempfile
+
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{mark()}-", dir="/tmp"))
+
+
+def _remove_scratch_dirs(entry: str) -> list[str]:
+    import glob
+    import shutil
+
+    removed = []
+    for path in glob.glob(f"/tmp/*{entry}-*"):
+        with contextlib.suppress(OSError):
+            if os.lstat(path).st_uid == os.geteuid() and os.path.isdir(path) and not os.path.islink(path):
+                shutil.rmtree(path)
+                removed.append(path)
+    return removed
+
+
 _watchdog_lock = threading.Lock()
 
 
@@ -258,7 +280,8 @@ def _wait_for_death(pid: int, started: int) -> None:
 
 
 def watch(pid: int, started: int) -> None:
-    """The watchdog: when process `pid` is gone, stop every process still carrying its mark."""
+    """The watchdog: when process `pid` is gone, stop every process still carrying its mark, then
+    remove the scratch folders it made."""
     entry = f"{pid}.{started}"
     _wait_for_death(pid, started)
     left = marked(entry)
@@ -268,6 +291,7 @@ def watch(pid: int, started: int) -> None:
         with contextlib.suppress(OSError):
             sys.stderr.write(f"parity watchdog: process {pid} ended without stopping {len(stopped)} "
                              f"process(es) it started; stopped {names}\n")
+    _remove_scratch_dirs(entry)
 
 
 # ---- spawning ----------------------------------------------------------------------------------

@@ -28,7 +28,6 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -213,7 +212,7 @@ class FlameCluster:
             preferred.mkdir(parents=True, exist_ok=True)
             return preferred
         self._own_socket_dir = True
-        return Path(tempfile.mkdtemp(prefix="flm-", dir="/tmp"))
+        return procs.scratch_dir("flm-")
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)

@@ -36,7 +36,6 @@ import os
 import shutil
 import socket
 import subprocess
-import tempfile
 import threading
 import time
 import uuid
@@ -114,7 +113,7 @@ class _Executor:
         self.proc: subprocess.Popen | None = None
         self.bound = False  # its OnSessionEnter succeeded: from then on it serves the session
         self.stopping = False  # set when we end its process
-        self.died = False  # it was gone before we ended it
+        self.death: str | None = None  # the line saying how it died, when it was gone before we ended it
         self.channel: grpc.Channel | None = None
         self.thread: threading.Thread | None = None
 
@@ -166,7 +165,7 @@ class StandInCluster(frontend_pb2_grpc.FrontendServicer):
         procs.termination.enter()
         try:
             if self._own_socket_dir:
-                self.socket_dir = Path(tempfile.mkdtemp(prefix="pf-", dir="/tmp"))  # sun_path is short
+                self.socket_dir = procs.scratch_dir("pf-")  # sun_path is short; gone on exit, or by the watchdog
             self.socket_dir = self.socket_dir.absolute()
             self.socket_dir.mkdir(parents=True, exist_ok=True)
             self.log_dir.mkdir(parents=True, exist_ok=True)
@@ -221,19 +220,30 @@ class StandInCluster(frontend_pb2_grpc.FrontendServicer):
         self.receipt = self._receipt(exc)
 
     def _stop_service(self, ex: _Executor) -> None:
-        if ex.proc.poll() is not None and not ex.stopping:
-            ex.died = ex.bound
+        if ex.proc.poll() is not None and not ex.stopping and ex.bound and ex.death is None:
+            ex.death = self._death(ex)
         ex.stopping = True
         entry = procs.stop(ex.proc, f"service {ex.id}", STOP_TIMEOUT_S)
         with self._cond:
             self._stopped.append(entry)
 
-    def _death(self, ex: _Executor) -> str:
+    def _exited(self, ex: _Executor, what: str, error: Exception) -> str | None:
+        """The death line of a service that exited under a call (its socket closed), else None."""
+        if ex.proc is None or ex.stop or (ex.proc.poll() is None and not isinstance(error, grpc.RpcError)):
+            return None
+        try:
+            ex.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            return None
+        ex.death = self._death(ex, what)
+        return ex.death
+
+    def _death(self, ex: _Executor, what: str = "died") -> str:
         """One line: this executor's service died by itself."""
         gpus = {r["pid"]: r.get("gpu") for r in self._dead_records()}
         gpu = gpus.get(ex.proc.pid) or next((e.value for e in ex.session.app_spec.environments
                                              if e.name == "PARITY_GPUS"), "?")
-        return (f"Flame worker pid {ex.proc.pid} (session {ex.session.id}, executor {ex.id}, GPU {gpu}) died: "
+        return (f"Flame worker pid {ex.proc.pid} (session {ex.session.id}, executor {ex.id}, GPU {gpu}) {what}: "
                 f"{procs.ended(ex.proc.returncode)} ({procs.last_line(self.log_dir / f'{ex.id}.err')}); "
                 f"log: {self.log_dir / ex.id}.err")
 
@@ -244,11 +254,11 @@ class StandInCluster(frontend_pb2_grpc.FrontendServicer):
             return []
 
     def deaths(self) -> list[str]:
-        """One line for each service that exited by itself (not stopped by us) once bound."""
+        """One line for each service that exited by itself (not stopped by us) under a call or once bound."""
         with self._cond:
-            dead = [ex for ex in self._all_executors if ex.died or
-                    (ex.bound and not ex.stopping and ex.proc.poll() is not None)]
-        return [self._death(ex) for ex in dead]
+            executors = list(self._all_executors)
+        return [ex.death or self._death(ex) for ex in executors if ex.death or
+                (ex.bound and not ex.stopping and ex.proc.poll() is not None)]
 
     def _receipt(self, exc: BaseException | None) -> dict:
         errors = list(self._errors)
@@ -318,7 +328,8 @@ class StandInCluster(frontend_pb2_grpc.FrontendServicer):
         try:
             stub = self._bind(ex)
         except Exception as error:
-            message = str(error) if isinstance(error, ParityError) else f"binding executor {ex.id}: {error!r}"
+            message = self._exited(ex, "died while binding", error) or (
+                str(error) if isinstance(error, ParityError) else f"binding executor {ex.id}: {_one_line(error)}")
             with self._cond:
                 while session.queue:  # Flame would retry the bind; the stand-in fails fast
                     session.queue.popleft().finish(FAILED, message=message)
@@ -346,12 +357,7 @@ class StandInCluster(frontend_pb2_grpc.FrontendServicer):
                     if result.return_code == 0 else \
                     (FAILED, None, result.message or f"task failed with return_code {result.return_code}")
             except grpc.RpcError as error:  # e.g. "Received message larger than max (... vs. 4194304)"
-                done = (FAILED, None, f"{error.code().name}: {error.details()}")
-                try:
-                    ex.proc.wait(timeout=2)  # a service whose socket closed mid-task is exiting: say so
-                    done = (FAILED, None, self._death(ex))
-                except subprocess.TimeoutExpired:
-                    pass
+                done = (FAILED, None, self._exited(ex, "died", error) or _one_line(error))
             with self._cond:
                 task.finish(*done)
                 ex.task = None
@@ -523,3 +529,9 @@ class StandInCluster(frontend_pb2_grpc.FrontendServicer):
             return pb.ExecutorList(executors=[ex.proto(self.node) for s in self._sessions.values()
                                               for ex in s.executors])
 
+
+def _one_line(error: BaseException) -> str:
+    """A gRPC error as 'CODE: details', anything else as its repr, on one line."""
+    if isinstance(error, grpc.RpcError) and hasattr(error, "code"):
+        return f"{error.code().name}: {error.details()}"
+    return " ".join(repr(error).split())
