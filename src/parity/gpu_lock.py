@@ -209,11 +209,12 @@ def clear_stale(directory: Path, gpus: list[str], *, timeout_s: float = WAIT_FOR
                 log(f"cleared the stale lock of GPU {gpu}: its holder, pid {record.get('pid')}, is gone")
 
 
-def dead_holders(directory: Path, endpoint: str) -> list[dict]:
-    """Records of workers of the cluster at `endpoint` that died holding a GPU (never released it)."""
+def dead_holders(directory: Path, endpoint: str, since: float = 0.0) -> list[dict]:
+    """Records of workers of the cluster at `endpoint` (started at `since`) that died holding a GPU."""
     found = []
     for path in sorted(directory.glob("*.lock")):
         record = read_record(path)
-        if record and record.get("flame_endpoint") == endpoint and not holder_alive(record):
+        if record and record.get("flame_endpoint") == endpoint and record.get("since", 0) >= since \
+                and not holder_alive(record):
             found.append(record | {"lock": str(path)})
     return found

@@ -192,6 +192,7 @@ class FlameCluster:
         self._conn = None
         self._gpus: list[str] = []
         self._entered = False
+        self._started = 0.0
         self.applications: list[str] = []
         self.receipt: dict | None = None
 
@@ -304,6 +305,7 @@ class FlameCluster:
         except BaseException as exc:
             self.stop(exc)
             raise
+        self._started = time.time()
         _RUNNING[self.endpoint] = self
         return self
 
@@ -361,7 +363,7 @@ class FlameCluster:
                 lines.append(f"{binary} (pid {proc.pid}) died during the run: {procs.ended(proc.returncode)}; "
                              f"log: {self._log_of(binary)}")
         try:
-            dead = gpu_lock.dead_holders(gpu_lock.lock_dir(), self.endpoint)
+            dead = gpu_lock.dead_holders(gpu_lock.lock_dir(), self.endpoint, self._started)
         except ParityError:
             dead = []
         for record in dead:

@@ -145,6 +145,7 @@ class StandInCluster(frontend_pb2_grpc.FrontendServicer):
         self._stopped: list[dict] = []  # receipt entries of every unbound service process
         self._errors: list[str] = []
         self._server: grpc.Server | None = None
+        self._started = 0.0
 
     @property
     def endpoint(self) -> str:
@@ -182,6 +183,7 @@ class StandInCluster(frontend_pb2_grpc.FrontendServicer):
         except BaseException as exc:
             self._shut(exc)
             raise
+        self._started = time.time()
         real_cluster._RUNNING[self.endpoint] = self
         return self
 
@@ -249,7 +251,7 @@ class StandInCluster(frontend_pb2_grpc.FrontendServicer):
 
     def _dead_records(self) -> list[dict]:
         try:
-            return gpu_lock.dead_holders(gpu_lock.lock_dir(), self.endpoint)
+            return gpu_lock.dead_holders(gpu_lock.lock_dir(), self.endpoint, self._started)
         except ParityError:
             return []
 
