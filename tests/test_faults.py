@@ -173,7 +173,8 @@ def test_a_flame_worker_killed_mid_run_is_named_in_one_line(trace, tmp_path, run
     assert run.finish() == 1, run.text()
     last = run.text().strip().splitlines()[-1]
     assert re.fullmatch(rf"Error: Flame worker pid {record['pid']} \(session {record['session_id']}, executor "
-                        rf"{record['executor_id']}, GPU {record['gpu']}\) died( while binding)?: killed by SIGKILL \(.*\); "
+                        rf"{record['executor_id']}, GPU {record['gpu']}\) died( while binding)?: "
+                        rf"killed by SIGKILL \(.*\); "
                         rf"log: .*{record['executor_id']}\.err", last), last
     assert read_manifest(out / "cleanup-flame.json")["clean"]
     run.assert_nothing_left()
@@ -199,7 +200,8 @@ def test_sigkill_of_an_experiment_run_leaves_nothing_and_the_rerun_finishes_it(t
 
 def _real_bin_dir() -> str | None:
     bin_dir = os.environ.get("FLAME_BIN_DIR")
-    ok = bin_dir and all(os.access(Path(bin_dir) / n, os.X_OK) for n in ("flame-session-manager", "flame-executor-manager"))
+    names = ("flame-session-manager", "flame-executor-manager")
+    ok = bin_dir and all(os.access(Path(bin_dir) / name, os.X_OK) for name in names)
     return bin_dir if ok else None
 
 

@@ -51,7 +51,8 @@ def test_replica_that_cannot_start_fails_with_its_log(tmp_path):
     replica_set = ReplicaSet("sim", ["sim-0"], EngineArgs(), tmp_path, sim_params=tmp_path / "missing.yaml",
                              startup_timeout_s=60)
     with pytest.raises(ParityError, match=r"replica 0 \(GPU sim-0, pid \d+, port \d+\) exited before becoming "
-                                          r"healthy: exit code 1 \(.*simulator parameters not found.*\); log: .*replica-0.log$"):
+                                          r"healthy: exit code 1 \(.*simulator parameters not found.*\); "
+                                          r"log: .*replica-0.log$"):
         with replica_set:
             pass
     assert replica_set.receipt["processes"][0]["exit_code"] not in (None, 0)

@@ -38,6 +38,7 @@ def parity(*args, env=None, timeout=300) -> subprocess.CompletedProcess:
 
 def test_modes_and_in_process_calls(monkeypatch):
     monkeypatch.delenv(netns.INSIDE_ENV, raising=False)
+    monkeypatch.setenv(netns.NONE_ENV, "as before")  # contain() sets it; restored after the test
     with pytest.raises(ParityError, match="network mode 'open': use one of auto, netns, host"):
         netns.contain("open", needed=True)
     assert netns.contain("host", needed=True) == "none: network mode host"
@@ -89,7 +90,8 @@ def cmdline(pid: int) -> str:
 
 def _real_bin_dir() -> str | None:
     bin_dir = os.environ.get("FLAME_BIN_DIR")
-    ok = bin_dir and all(os.access(Path(bin_dir) / n, os.X_OK) for n in ("flame-session-manager", "flame-executor-manager"))
+    names = ("flame-session-manager", "flame-executor-manager")
+    ok = bin_dir and all(os.access(Path(bin_dir) / name, os.X_OK) for name in names)
     return bin_dir if ok else None
 
 
@@ -98,8 +100,8 @@ def _real_bin_dir() -> str | None:
 def test_real_flame_in_a_network_namespace_listens_on_nothing_outside_it(trace, tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
-    proc = subprocess.Popen([sys.executable, "-m", "parity", "flame", "run", "--cluster", "flame", "--trace", str(trace),
-                             "--placement", "sticky", "--repeats", "2", "--warmup-rounds", "1", "--out", str(out)],
+    proc = subprocess.Popen([sys.executable, "-m", "parity", "flame", "run", "--cluster", "flame",
+                             "--trace", str(trace), "--placement", "sticky", "--repeats", "2", "--warmup-rounds", "1", "--out", str(out)],
                             env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             start_new_session=True)
     try:

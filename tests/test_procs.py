@@ -59,7 +59,8 @@ SPAWNER = """
     from parity import procs
     child = procs.spawn([sys.executable, "-c",
                          "import subprocess, sys, time\\n"
-                         "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'], start_new_session=True)\\n"
+                         "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'],"
+                         " start_new_session=True)\\n"
                          "print(g.pid, flush=True)\\n"
                          "time.sleep(120)"], stdout=subprocess.PIPE, stderr=None)
     grandchild = int(child.stdout.readline())

@@ -7,7 +7,8 @@ job (client, session manager, executor manager, workers, engines: the client mus
 manager on loopback) in a fresh network namespace that has only loopback, by re-executing the
 command under `unshare --net` (root) or `unshare --user --map-root-user --net`. The process keeps
 its pid, files and GPUs (CUDA, NVML and nvidia-smi were checked inside both kinds on an H200 host);
-nothing outside can reach it, and it reaches nothing outside, so a contained run downloads nothing.
+nothing outside can reach it, and it reaches nothing outside, so a contained run downloads nothing
+(HF_HUB_OFFLINE=1 unless set) and vLLM is told its address (VLLM_HOST_IP=127.0.0.1 unless set).
 
 Modes: `netns` contains or fails; `host` does not contain; `auto` contains when a real Flame cluster
 will run and the platform allows it, and otherwise says why not (the stand-in binds 127.0.0.1 only).
@@ -106,6 +107,8 @@ def contain(mode: str, *, needed: bool, log=None) -> str:
         return _not_contained(why)
     env = dict(os.environ, **{INSIDE_ENV: " ".join(flags)})
     env.pop(NONE_ENV, None)
+    env.setdefault("VLLM_HOST_IP", "127.0.0.1")  # vLLM would ask the route to 8.8.8.8 for its address
+    env.setdefault("HF_HUB_OFFLINE", "1")  # nothing can be downloaded in here: fail at once, not on a timeout
     sys.stdout.flush()
     sys.stderr.flush()
     os.execvpe("unshare", ["unshare", *flags, "--", *argv], env)

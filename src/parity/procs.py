@@ -190,7 +190,8 @@ def environ(pid: int) -> dict[str, str]:
 def describe(pid: int) -> str:
     """'pid 12 (python -m parity flame worker)' for messages; the command line cut to 80 characters."""
     try:
-        cmdline = " ".join(Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").replace("\0", " ").split())
+        raw = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+        cmdline = " ".join(raw.replace("\0", " ").split())
     except OSError:
         cmdline = ""
     if not cmdline:
@@ -234,17 +235,14 @@ def scratch_dir(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=f"{prefix}{mark()}-", dir="/tmp"))
 
 
-def _remove_scratch_dirs(entry: str) -> list[str]:
+def _remove_scratch_dirs(entry: str) -> None:
     import glob
     import shutil
 
-    removed = []
-    for path in glob.glob(f"/tmp/*{entry}-*"):
+    for path in glob.glob(f"/tmp/*-{entry}-*"):
         with contextlib.suppress(OSError):
             if os.lstat(path).st_uid == os.geteuid() and os.path.isdir(path) and not os.path.islink(path):
                 shutil.rmtree(path)
-                removed.append(path)
-    return removed
 
 
 _watchdog_lock = threading.Lock()
@@ -272,8 +270,9 @@ def _wait_for_death(pid: int, started: int) -> None:
         fd = os.pidfd_open(pid)
     except OSError:
         fd = None
-    if fd is not None and alive(pid, started):
-        select.select([fd], [], [])  # readable once the process exits
+    if fd is not None:
+        if alive(pid, started):
+            select.select([fd], [], [])  # readable once the process exits
         os.close(fd)
     while alive(pid, started):  # no pidfd, or it named a zombie's successor: poll
         time.sleep(0.5)
@@ -335,14 +334,6 @@ def ended(returncode: int | None) -> str:
     if returncode is None:
         return "still running"
     return f"exit code {returncode}" if returncode >= 0 else f"killed by {signal.Signals(-returncode).name}"
-
-
-def log_tail(path: Path, lines: int = 30) -> str:
-    try:
-        text = Path(path).read_text(errors="replace")
-    except OSError:
-        return f"({path}: no log)"
-    return "\n".join(text.splitlines()[-lines:]) or f"({path}: empty)"
 
 
 def last_line(path: Path) -> str:
