@@ -246,3 +246,18 @@ def test_a_real_flame_worker_killed_mid_run_is_named_in_one_line(trace, tmp_path
                     f"flame-executor-manager, its parent); log: {kept}"), last
     assert kept.exists()
     run.assert_nothing_left()
+
+
+@real_flame
+@pytest.mark.parametrize("which", ["flame-executor-manager", "flame-session-manager"])
+def test_a_real_flame_service_killed_mid_run_is_an_error_not_a_hang(trace, tmp_path, runs, which):
+    out = tmp_path / "out"
+    run = runs([*flame_args(trace, out), "--cluster", "flame"], tmp_path, f"real-{which}")
+    run.wait_for_line(r"warmup 1: ")
+    (pid,) = run.processes(which)
+    os.kill(pid, signal.SIGKILL)
+    assert run.finish(timeout_s=60) == 1, run.text()
+    assert run.text().strip().splitlines()[-1] == (
+        f"Error: {which} (pid {pid}) died during the run: killed by SIGKILL; "
+        f"log: {out / 'flame' / 'logs' / ('fem.out' if 'executor' in which else 'fsm.out')}")
+    run.assert_nothing_left()

@@ -127,6 +127,8 @@ class FlameSessions:
                 self.connection.close_session(session.id)
             except Exception as error:  # keep closing the others; report at the end
                 errors.append(f"{session.id}: {error}")
+        if exc[0] is not None:  # tasks may never finish (a dead executor manager): end their watch streams,
+            self.connection._channel.close()  # which flamepy's close() would otherwise wait for
         self.connection.close()
         if errors and exc[0] is None:
             raise ParityError(f"could not close Flame sessions: {'; '.join(errors)}")
@@ -136,12 +138,20 @@ class FlameSessions:
         return len(self.batchers)
 
     def check_failures(self) -> None:
-        """Raise the error a worker left for one of these sessions (see service.report_failure)."""
+        """Raise the error a worker left for one of these sessions (see service.report_failure), or
+        name a process of the cluster that died: with its executor manager gone, Flame's tasks would
+        stay pending for ever."""
         folder = os.environ.get(FAILURE_DIR_ENV)
         for session in self.sessions if folder else ():
             report = Path(folder) / f"{session.id}.txt"
             if report.exists():
                 raise ParityError(f"a worker of session {session.id} failed: {report.read_text().strip()}")
+        from parity.flame.cluster import running
+
+        cluster = running(self.endpoint)
+        deaths = cluster.deaths() if cluster is not None else []
+        if deaths:
+            raise ParityError("; ".join(deaths))
 
     def executors(self) -> list[dict]:
         """The cluster's own executor records: which executor is bound to which session, on which node."""

@@ -225,9 +225,10 @@ class StandInCluster(frontend_pb2_grpc.FrontendServicer):
         if ex.proc.poll() is not None and not ex.stopping and ex.bound and ex.death is None:
             ex.death = self._death(ex)
         ex.stopping = True
-        entry = procs.stop(ex.proc, f"service {ex.id}", STOP_TIMEOUT_S)
+        entries = [procs.stop(ex.proc, f"service {ex.id}", STOP_TIMEOUT_S)]
+        entries += procs.stop_session(ex.proc.pid, grace_s=STOP_TIMEOUT_S)  # e.g. vLLM's engine core
         with self._cond:
-            self._stopped.append(entry)
+            self._stopped.extend(entries)
 
     def _exited(self, ex: _Executor, what: str, error: Exception) -> str | None:
         """The death line of a service that exited under a call (its socket closed), else None."""
