@@ -106,7 +106,7 @@ def test_children_grandchildren_and_scratch_dirs_go_when_the_spawner_is_killed()
 
 def test_the_death_signal_alone_stops_the_child_even_without_the_watchdog():
     spawner = python(SPAWNER)
-    child, grandchild, _ = spawner.stdout.readline().split()
+    child, grandchild, scratch = spawner.stdout.readline().split()
     child, grandchild = int(child), int(grandchild)
     try:
         watchdog_args = ["-m", "parity.procs", str(spawner.pid), str(procs.start_time(spawner.pid))]
@@ -120,6 +120,7 @@ def test_the_death_signal_alone_stops_the_child_even_without_the_watchdog():
         assert procs.alive(grandchild)  # only the watchdog reaches a grandchild in its own session
     finally:
         kill_all([spawner.pid, child, grandchild])
+        Path(scratch).rmdir()  # the watchdog we killed would have removed it
 
 
 ORDERLY = """
@@ -149,6 +150,21 @@ def test_sigterm_becomes_an_orderly_exit_and_waits_for_a_shielded_teardown(shiel
         proc.kill()
     assert proc.returncode == 128 + signal.SIGTERM
     assert out.splitlines() == (["block done", "cleaned up SIGTERM"] if shielded else ["cleaned up SIGTERM"])
+
+
+def test_a_second_sigterm_exits_at_once():
+    env = {**os.environ, "PYTHONPATH": SRC}
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(ORDERLY), "shielded"], env=env,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM and out == ""  # neither the block nor the cleanup ran
 
 
 def test_a_busy_port_is_one_line_naming_its_holder():

@@ -14,7 +14,8 @@ starts children that hold ports and GPUs and each must leave the machine clean h
   stops every process still carrying its mark (SIGTERM, wait, SIGKILL).
 * `Termination` turns SIGTERM and SIGHUP into `Terminated` (a SystemExit, status 128 + signal)
   while a cluster or replica set is up, so their context managers tear down and the callers write
-  the cleanup receipts; teardown itself runs `shielded`, so a signal then waits for it to finish.
+  the cleanup receipts; teardown itself runs `shielded`, so a signal then waits for it to finish,
+  and a second signal exits at once.
 """
 
 from __future__ import annotations
@@ -417,8 +418,9 @@ class Terminated(SystemExit):
 class Termination:
     """While entered (nested is fine), SIGTERM/SIGHUP raise `Terminated` in the main thread.
 
-    Once one has arrived the handler stays, absorbing repeats, so the exit it started finishes; in a
-    `shielded` block (teardown) the raise waits for the block's end.
+    Once one has arrived the handler stays until the process ends; in a `shielded` block (teardown)
+    the raise waits for the block's end. A second signal exits at once, for a teardown that hangs:
+    the death signals and the watchdog then stop what is left.
     """
 
     SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -430,7 +432,9 @@ class Termination:
 
     def _handler(self, signum, frame):
         if self.received is not None:
-            return
+            with contextlib.suppress(OSError):
+                os.write(2, f"parity: {signal.Signals(signum).name} again: exiting now\n".encode())
+            os._exit(128 + signum)
         self.received = signal.Signals(signum).name
         with contextlib.suppress(OSError):
             os.write(2, f"parity: {self.received}: stopping the processes this run started\n".encode())
