@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from parity import procs
 from parity.errors import ParityError
 from parity.flame import cluster as fc
 from parity.manifest import validate_document
@@ -69,10 +70,12 @@ def test_short_socket_dir_fits_a_uuid_socket():
 
 # ---- binaries and ports ------------------------------------------------------------------------
 
-def fake_bin_dir(path: Path, scripts: dict[str, str]) -> Path:
+def fake_bin_dir(path: Path, scripts: dict[str, str], version: str = fc.VERSION) -> Path:
+    """Shell scripts standing in for the binaries; each answers `--version` as clap does."""
     path.mkdir(parents=True, exist_ok=True)
     for name, body in scripts.items():
-        (path / name).write_text(body)
+        answer = f'if [ "$1" = --version ]; then echo "{name} {version}"; exit 0; fi\n'
+        (path / name).write_text(body.replace("#!/bin/sh\n", "#!/bin/sh\n" + answer, 1))
         (path / name).chmod(0o755)
     return path
 
@@ -99,8 +102,31 @@ def test_find_binaries_from_argument_or_env(tmp_path, monkeypatch):
     assert fc.find_binaries()[fc.SESSION_MANAGER] == (both / fc.SESSION_MANAGER).resolve()
 
 
+def test_binaries_that_are_not_v060_are_refused_in_one_line(tmp_path):
+    old = fake_bin_dir(tmp_path / "old", {name: "#!/bin/sh\nsleep 60\n" for name in fc.BINARIES}, version="0.5.0")
+    with pytest.raises(ParityError, match=r"^\S+/flame-session-manager is not Flame v0.6.0: `--version` says "
+                                          r"'flame-session-manager 0.5.0' \(exit 0\), parity needs "
+                                          r"flame-session-manager 0.6.0$"):
+        fc.FlameCluster(old, tmp_path / "w1").start()
+    mute = fake_bin_dir(tmp_path / "mute", {name: "#!/bin/sh\nexit 2\n" for name in fc.BINARIES})
+    for name in fc.BINARIES:  # no version answer at all
+        (mute / name).write_text("#!/bin/sh\necho 'error: unexpected argument' >&2\nexit 2\n")
+    with pytest.raises(ParityError, match="'error: unexpected argument' \\(exit 2\\)"):
+        fc.FlameCluster(mute, tmp_path / "w2").start()
+    assert not list((tmp_path / "w1").glob("flame-cluster.yaml"))  # refused before anything started
+
+
+def test_version_and_sha256_are_recorded(tmp_path):
+    bins = fake_bin_dir(tmp_path / "bin", {name: "#!/bin/sh\nsleep 60\n" for name in fc.BINARIES})
+    from parity.manifest import sha256_file
+
+    recorded = fc.check_version(fc.SESSION_MANAGER, bins / fc.SESSION_MANAGER, tmp_path)
+    assert recorded == {"path": str(bins / fc.SESSION_MANAGER), "version": "flame-session-manager 0.6.0",
+                        "sha256": sha256_file(bins / fc.SESSION_MANAGER)}
+
+
 def test_pick_port_pair_gives_two_free_adjacent_ports():
-    port = fc.pick_port_pair()
+    port = procs.free_port_pair()
     for p in (port, port + 1):
         with socket.socket() as sock:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -113,8 +139,24 @@ def test_busy_port_is_refused_before_starting(tmp_path):
         busy.bind(("0.0.0.0", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        with pytest.raises(ParityError, match="in use"):
+        with pytest.raises(ParityError, match=rf"^port {port} on 0.0.0.0 is in use by pid {os.getpid()} "
+                                              rf"\(.*\) on 0.0.0.0; Flame's session manager .* needs it$"):
             fc.FlameCluster(bins, tmp_path / "w", port=port - 1).start()
+
+
+def test_a_port_taken_between_pick_and_bind_is_one_line(tmp_path, monkeypatch):
+    bins = fake_bin_dir(tmp_path / "bin", {fc.SESSION_MANAGER: "#!/bin/sh\necho 'Address already in use'\nexit 1\n",
+                                           fc.EXECUTOR_MANAGER: "#!/bin/sh\nexit 0\n"})
+    with socket.socket() as squatter:
+        squatter.bind(("0.0.0.0", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        monkeypatch.setattr(fc.procs, "free_port_pair", lambda host="0.0.0.0": port)
+        with pytest.raises(ParityError, match=rf"^Flame cluster at http://127.0.0.1:{port}: flame-session-manager "
+                                              rf"\(pid \d+\) could not bind port {port}: pid {os.getpid()} \(.*\) "
+                                              rf"on 0.0.0.0 took it after it was picked \(Address already in use\); "
+                                              rf"log: .*fsm.out$"):
+            fc.FlameCluster(bins, tmp_path / "w", startup_timeout_s=10).start()
 
 
 # ---- startup failures and cleanup, with fake binaries ------------------------------------------
@@ -124,11 +166,14 @@ def test_crashing_session_manager_gives_log_tail_and_clean_receipt(tmp_path):
         fc.SESSION_MANAGER: "#!/bin/sh\necho \"config is $2\"\necho 'boom: bad config'\nexit 3\n",
         fc.EXECUTOR_MANAGER: "#!/bin/sh\nexit 0\n"})
     cl = fc.FlameCluster(bins, tmp_path / "w", startup_timeout_s=10)
-    with pytest.raises(ParityError, match="exited with code 3") as err:
+    with pytest.raises(ParityError, match=r"flame-session-manager \(pid \d+\) exited during startup \(exit code 3\) "
+                                          r"\(boom: bad config\); log: .*/fsm.out$") as err:
         with cl:
             pass
-    assert "boom: bad config" in str(err.value) and "flame-cluster.yaml" in str(err.value)
+    assert "\n" not in str(err.value)
+    assert "flame-cluster.yaml" in (tmp_path / "w" / "logs" / "fsm.out").read_text()
     assert cl.receipt["clean"] and cl.receipt["processes"][0]["exit_code"] == 3
+    assert cl.receipt["ended_by"] == "error"
     assert validate_document(cl.receipt) == []
 
 
@@ -155,16 +200,17 @@ def test_leftover_services_are_found_by_tree_and_by_socket_dir(tmp_path):
                                "time.sleep(60)"], env=env, start_new_session=True)
     try:
         deadline = time.monotonic() + 10
-        while not fc.descendants(parent.pid) and time.monotonic() < deadline:
+        while not procs.descendants(parent.pid) and time.monotonic() < deadline:
             time.sleep(0.05)
-        (child,) = fc.descendants(parent.pid)
-        assert os.getpgid(child) == child
+        (child,) = procs.descendants(parent.pid)
+        assert os.getpgid(child) == child and os.getsid(child) == parent.pid
+        assert sorted(procs.session_members(parent.pid)) == sorted([parent.pid, child])
         assert sorted(fc.processes_using_socket_dir(sock_dir)) == sorted([parent.pid, child])
         assert fc.processes_using_socket_dir(tmp_path / "other") == []
-        table = fc._proc_table()
-        entries = fc.stop_foreign({child: (table[child][1], table[child][2])}, timeout_s=5)
+        table = procs.proc_table()
+        entries = procs.stop_foreign({child: (table[child][1], table[child][2])}, timeout_s=5)
         assert entries == [{"pid": child, "name": table[child][2], "exit_code": None, "signal": "SIGTERM"}]
-        assert not fc._alive(child, table[child][1])
+        assert not procs.alive(child, table[child][1])
     finally:
         os.killpg(parent.pid, signal.SIGKILL)
         parent.wait()

@@ -13,13 +13,14 @@ from parity.engine.sim import output_tokens
 from parity.errors import ParityError
 from parity.flame import codec, service
 from parity.flame.batcher import decode_output
-from parity.flame.service import ParityService, lease_gpu
+from parity.flame.service import ParityService
+from parity.gpu_lock import lease
 from parity.trace import token_sha256
 
 
 @pytest.fixture
 def lock_dir(tmp_path, monkeypatch):
-    monkeypatch.setattr(service, "GPU_LOCK_DIR", tmp_path / "locks")
+    monkeypatch.setenv("PARITY_GPU_LOCK_DIR", str(tmp_path / "locks"))
     monkeypatch.setenv("PARITY_GPUS", "sim-0,sim-1")
     monkeypatch.setenv(flamepy.FLAME_INSTANCE_ENDPOINT, str(tmp_path / "exec-7.sock"))
     return tmp_path / "locks"
@@ -88,13 +89,14 @@ def test_startup_heap_freeze_is_counted_once_and_undone(lock_dir, monkeypatch):
 
 
 def test_two_workers_lease_different_gpus(lock_dir):
-    first = lease_gpu(["sim-0", "sim-1"], lock_dir)
-    second = lease_gpu(["sim-0", "sim-1"], lock_dir)  # flock is per open file, as between processes
-    assert (first[0], second[0]) == ("sim-0", "sim-1")
+    lock_dir.mkdir()
+    first = lease(["sim-0", "sim-1"], lock_dir)
+    second = lease(["sim-0", "sim-1"], lock_dir)  # flock is per open file, as between processes
+    assert (first.gpu, second.gpu) == ("sim-0", "sim-1")
     with pytest.raises(ParityError, match="no free GPU"):
-        lease_gpu(["sim-0", "sim-1"], lock_dir)
-    first[1].close()
-    assert lease_gpu(["sim-0", "sim-1"], lock_dir)[0] == "sim-0"  # released with its holder
+        lease(["sim-0", "sim-1"], lock_dir)
+    first.release()
+    assert lease(["sim-0", "sim-1"], lock_dir).gpu == "sim-0"  # released with its holder
 
 
 def test_no_gpu_list_is_an_error(lock_dir, monkeypatch):

@@ -184,3 +184,46 @@ def test_close_refused_while_running_then_clean_receipt(tmp_path):
         assert receipt["ports_released"] == [flame.port] and receipt["gpus_released"] == ["GPU-test"]
     finally:
         shutil.rmtree(sockets, ignore_errors=True)
+
+
+def test_its_own_socket_dir_goes_on_exit_also_on_failure(tmp_path):
+    with StandInCluster(log_dir=tmp_path / "logs") as flame:
+        sockets = flame.socket_dir
+        assert sockets.is_dir() and sockets.name.startswith(f"pf-{os.getpid()}.")
+    assert not sockets.exists() and flame.receipt["ended_by"] == "normal"
+    with pytest.raises(RuntimeError, match="boom"):
+        with StandInCluster(log_dir=tmp_path / "logs") as flame:
+            sockets = flame.socket_dir
+            raise RuntimeError("boom")
+    assert not sockets.exists() and flame.receipt["ended_by"] == "error"
+
+
+def test_it_listens_on_loopback_only_and_a_busy_port_is_one_line(tmp_path):
+    from parity import procs
+    from parity.errors import ParityError
+
+    with StandInCluster(log_dir=tmp_path / "logs") as flame:
+        assert [address for address, _ in procs.listeners(flame.port)] == ["127.0.0.1"]
+        with pytest.raises(ParityError, match=rf"^port {flame.port} on 127.0.0.1 is in use by pid {os.getpid()} "
+                                              rf"\(.*\) on 127.0.0.1; the Flame stand-in's frontend needs it$"):
+            with StandInCluster(log_dir=tmp_path / "logs2", port=flame.port):
+                pass
+    assert flame.describe()["network"]["binds"] == [f"127.0.0.1:{flame.port}"]
+
+
+def test_a_worker_killed_mid_task_fails_the_task_naming_it(tmp_path):
+    with StandInCluster(log_dir=tmp_path / "logs") as flame:
+        c = flamepy.connect(flame.endpoint)
+        c.register_application("echo", app(environments={"PARITY_GPUS": "GPU-x"}))
+        s = c.create_session(flamepy.SessionAttributes(application="echo", min_instances=1, max_instances=1))
+        pid, executor_id, _ = parse(s.run(b"warm").result(timeout=60))
+        future = s.run(b"sleep:30")
+        wait_until(lambda: s.get_task("2").state == flamepy.TaskState.RUNNING, 60, "the task to run")
+        os.kill(pid, 9)
+        with pytest.raises(flamepy.FlameError) as err:
+            future.result(timeout=30)
+        assert f"Flame worker pid {pid} (session {s.id}, executor {executor_id}, GPU GPU-x) died: killed by " \
+               f"SIGKILL" in str(err.value) and f"log: {tmp_path / 'logs' / executor_id}.err" in str(err.value)
+        assert flame.deaths() == [str(err.value).split(" (code:")[0]]
+        c.close_session(s.id)
+        c.close()

@@ -14,7 +14,8 @@ from parity.manifest import read_manifest, validate_paths
 from parity.native import replicas as replicas_module
 from parity.native import run_trial
 from parity.native.client import parse_reply, request_body
-from parity.native.replicas import ReplicaSet, port_is_free
+from parity.native.replicas import ReplicaSet
+from parity.procs import port_free as port_is_free
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +50,9 @@ def test_sticky_beats_alternating_on_reuse_end_to_end(reuse_trace, tmp_path):
 def test_replica_that_cannot_start_fails_with_its_log(tmp_path):
     replica_set = ReplicaSet("sim", ["sim-0"], EngineArgs(), tmp_path, sim_params=tmp_path / "missing.yaml",
                              startup_timeout_s=60)
-    with pytest.raises(ParityError, match="exited with code .* before becoming healthy(.|\n)*not found"):
+    with pytest.raises(ParityError, match=r"replica 0 \(GPU sim-0, pid \d+, port \d+\) exited before becoming "
+                                          r"healthy: exit code 1 \(.*simulator parameters not found.*\); "
+                                          r"log: .*replica-0.log$"):
         with replica_set:
             pass
     assert replica_set.receipt["processes"][0]["exit_code"] not in (None, 0)
@@ -95,13 +98,38 @@ def test_unknown_replica_kind():
 
 def test_trial_fails_loudly_when_a_replica_dies(reuse_trace, tmp_path):
     import os
+    import re
     import signal
 
-    with ReplicaSet("sim", ["sim-0", "sim-1"], EngineArgs(), tmp_path / "logs") as replica_set:
-        os.killpg(replica_set.replicas[1].process.pid, signal.SIGKILL)
-        replica_set.replicas[1].process.wait()
-        with pytest.raises(ParityError):
+    replica_set = ReplicaSet("sim", ["sim-0", "sim-1"], EngineArgs(), tmp_path / "logs")
+    with pytest.raises(ParityError) as err:
+        with replica_set:
+            dead = replica_set.replicas[1]
+            os.killpg(dead.process.pid, signal.SIGKILL)
+            dead.process.wait()
             run_trial(replica_set, "alternating", reuse_trace, tmp_path / "t.json", experiment="locality",
                       trial_id="t", warmup_rounds=0)
+    assert re.fullmatch(rf"replica 1 \(GPU sim-1, pid {dead.process.pid}, port {dead.port}\) died (before the trial|"
+                        rf"during the run): killed by SIGKILL \(.*\); log: {tmp_path / 'logs' / 'replica-1.log'}",
+                        str(err.value)), str(err.value)
     assert not (tmp_path / "t.json").exists()
     assert json.loads(json.dumps(replica_set.receipt))["processes"][1]["signal"] == "SIGKILL"
+
+
+def test_a_replica_port_taken_between_pick_and_bind_is_one_line(tmp_path, monkeypatch):
+    import os
+    import socket
+
+    with socket.socket() as squatter:
+        squatter.bind(("127.0.0.1", 0))
+        squatter.listen()
+        port = squatter.getsockname()[1]
+        monkeypatch.setattr(replicas_module.procs, "free_port", lambda host="127.0.0.1": port)
+        replica_set = ReplicaSet("sim", ["sim-0"], EngineArgs(), tmp_path, startup_timeout_s=60)
+        with pytest.raises(ParityError, match=rf"^replica 0 \(GPU sim-0, pid \d+, port {port}\) could not bind its "
+                                              rf"port: pid {os.getpid()} \(.*\) on 127.0.0.1 took it after it was "
+                                              rf"picked; log: .*replica-0.log$"):
+            with replica_set:
+                pass
+    assert "cannot listen on 127.0.0.1" in (tmp_path / "replica-0.log").read_text()
+    assert replica_set.receipt["processes"][0]["exit_code"] == 1

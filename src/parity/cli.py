@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import functools
 import json
@@ -13,6 +14,7 @@ import click
 from parity import __version__
 from parity.errors import ParityError
 from parity.flame.admission import ORDERS
+from parity.netns import MODES as NETWORK_MODES
 from parity.workflow_config import check_experiment_settings, experiment_names
 
 
@@ -476,55 +478,84 @@ def flame_worker():
 @click.option("--warmup-rounds", default=2, show_default=True, type=click.IntRange(min=0))
 @click.option("--repeats", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--experiment", default="locality", show_default=True)
+@click.option("--network", type=click.Choice(NETWORK_MODES), default="auto", show_default=True,
+              help="netns: run the whole job in a network namespace with only loopback (real Flame listens on "
+                   "0.0.0.0, unauthenticated); host: do not; auto: netns for real Flame where the platform allows.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True)
 @friendly_errors
 def flame_run(cluster, flame_bin_dir, gpus, placements, traces, batch_limit, window_ms, budget_mib, compress,
               engine, sim_mode, sim_params, gc_freeze, order, model, load_format, engine_args, warmup_rounds, repeats,
-              experiment, out_dir):
+              experiment, network, out_dir):
     """Start a cluster, register one application per GPU, run each placement x trace, clean up."""
-    import tempfile
-
+    from parity import gpu_lock, netns
     from parity.flame.client import FlameSettings, register_applications, run_trial
+    from parity.flame.service import FAILURE_DIR_ENV
     from parity.manifest import write_manifest
 
+    echo = functools.partial(click.echo, err=True)
+    netns.contain(network, needed=cluster == "flame", log=echo)  # re-executes the command when it contains it
     args = _engine_args(model, load_format, engine_args)
     simulated = engine == "sim"
     gpus = list(gpus) or (["sim-0", "sim-1"] if simulated else [])
     if not gpus:
         raise ParityError("name the GPUs with --gpu UUID (one per worker)")
-    sockets = Path(tempfile.mkdtemp(prefix="pf-", dir="/tmp"))  # Unix socket paths must stay short
-    if cluster == "standin":
-        from parity.flame.standin import StandInCluster
+    # Workers inherit these: where to report a failed bind, and whose GPU locks (the run's for
+    # simulated GPUs; for real ones this user's, since the node's GPUs are shared by every run).
+    env = {FAILURE_DIR_ENV: str((out_dir / "logs" / "worker-failures").resolve())}
+    if simulated:
+        env[gpu_lock.LOCK_DIR_ENV] = str((out_dir / "logs" / "gpu-locks").resolve())
+    with _environment(env):
+        gpu_lock.clear_stale(gpu_lock.lock_dir(), gpus, log=echo)
+        if cluster == "standin":
+            from parity.flame.standin import StandInCluster
 
-        flame = StandInCluster(socket_dir=sockets, log_dir=out_dir / "logs")
-    else:
-        from parity.flame.cluster import FlameCluster
+            flame = StandInCluster(log_dir=out_dir / "logs")  # its short socket dir in /tmp goes on exit
+        else:
+            from parity.flame.cluster import FlameCluster
 
-        flame = FlameCluster(flame_bin_dir, out_dir / "flame")
-    click.echo(f"starting {'the Flame stand-in' if cluster == 'standin' else 'Flame v0.6.0'} ...", err=True)
+            flame = FlameCluster(flame_bin_dir, out_dir / "flame", log=echo)
+        echo(f"starting {'the Flame stand-in' if cluster == 'standin' else 'Flame v0.6.0'} ...")
+        try:
+            with flame:
+                register_applications(flame.endpoint, gpus, simulated=simulated)
+                for repeat in range(repeats):
+                    for trace in traces:
+                        for placement in placements:
+                            settings = FlameSettings(
+                                placement=placement, batch_limit=batch_limit, window_s=window_ms / 1000,
+                                budget=int(budget_mib * 1024 * 1024), compress=compress, engine=engine,
+                                engine_args=args.to_dict(), sim_mode=sim_mode,
+                                sim_params=str(sim_params) if sim_params else None, gc_freeze=gc_freeze, order=order)
+                            trial_id = f"{experiment}-flame-{placement}-{trace.stem}-r{repeat}"
+                            echo(f"{trial_id}:")
+                            summary = run_trial(flame.endpoint, len(gpus), settings, trace,
+                                                out_dir / f"{trial_id}.json", experiment=experiment,
+                                                trial_id=trial_id, warmup_rounds=warmup_rounds,
+                                                stand_in=cluster == "standin", log=echo)
+                            log_summary(out_dir, summary)
+                            label = ("simulated" if summary["simulated"] else "measured") + f", {summary['cluster']}"
+                            click.echo(f"{trial_id}: {summary['requests_per_s']:.3f} req/s ({label}), "
+                                       f"cached {summary['cached_share']:.2%}, {summary['batches']} batches")
+        finally:
+            if getattr(flame, "receipt", None) is not None:
+                write_manifest(out_dir / "cleanup-flame.json", flame.receipt)
+
+
+@contextlib.contextmanager
+def _environment(values: dict[str, str]):
+    """Set environment variables for this command (its children inherit them), as they were after."""
+    import os
+
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
     try:
-        with flame:
-            register_applications(flame.endpoint, gpus, simulated=simulated)
-            for repeat in range(repeats):
-                for trace in traces:
-                    for placement in placements:
-                        settings = FlameSettings(placement=placement, batch_limit=batch_limit, window_s=window_ms / 1000,
-                                                 budget=int(budget_mib * 1024 * 1024), compress=compress, engine=engine,
-                                                 engine_args=args.to_dict(), sim_mode=sim_mode,
-                                                 sim_params=str(sim_params) if sim_params else None, gc_freeze=gc_freeze,
-                                                 order=order)
-                        trial_id = f"{experiment}-flame-{placement}-{trace.stem}-r{repeat}"
-                        click.echo(f"{trial_id}:", err=True)
-                        summary = run_trial(flame.endpoint, len(gpus), settings, trace, out_dir / f"{trial_id}.json",
-                                            experiment=experiment, trial_id=trial_id, warmup_rounds=warmup_rounds,
-                                            stand_in=cluster == "standin", log=lambda m: click.echo(m, err=True))
-                        log_summary(out_dir, summary)
-                        label = ("simulated" if summary["simulated"] else "measured") + f", {summary['cluster']}"
-                        click.echo(f"{trial_id}: {summary['requests_per_s']:.3f} req/s ({label}), "
-                                   f"cached {summary['cached_share']:.2%}, {summary['batches']} batches")
+        yield
     finally:
-        if getattr(flame, "receipt", None) is not None:
-            write_manifest(out_dir / "cleanup-flame.json", flame.receipt)
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
 
 
 @main.command("check")
@@ -566,11 +597,15 @@ def experiment_group():
 @friendly_errors
 def experiment_run(name, traces, backend_text, settings_text, out_dir):
     """Run one experiment on fresh engines per case; trial manifests, checks, pairs, OUT/experiment.json."""
+    from parity import netns
     from parity.experiments import plan
     from parity.experiments.backend import Backend
     from parity.experiments.runner import run_experiment
 
     backend = Backend.parse(backend_text)
+    log = functools.partial(click.echo, err=True)
+    # Real Flame listens on 0.0.0.0: contain the whole job first (this may re-execute the command).
+    netns.contain(backend.network, needed=backend.cluster == "flame" and name != "offline-limit", log=log)
     try:
         settings = json.loads(settings_text)
     except ValueError as exc:
@@ -579,7 +614,6 @@ def experiment_run(name, traces, backend_text, settings_text, out_dir):
         raise ParityError(f"--settings must be a JSON object, got {type(settings).__name__}")
     check_experiment_settings(name, settings)
     traces = list(traces)
-    log = functools.partial(click.echo, err=True)
     if name == "offline-limit":
         from parity.experiments import offline_limit
 

@@ -2,7 +2,8 @@
 
 A profile changes this configuration, never the code path. The smoke profile names the simulator,
 simulated GPUs and the Flame stand-in; the GPU profiles name vLLM, the node's GPU UUIDs and a real
-Flame v0.6.0 cluster.
+Flame v0.6.0 cluster. `network` (auto, netns, host; see `parity.netns`) says whether the job runs
+in a network namespace of its own, since real Flame listens on 0.0.0.0 unauthenticated.
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ class Backend:
     sim_params: str | None = None
     warmup_rounds: int = 2
     startup_timeout_s: float = 900.0
+    network: str = "auto"
 
     @classmethod
     def from_dict(cls, values: dict) -> "Backend":
@@ -48,6 +50,10 @@ class Backend:
             raise ParityError(f"backend engine {backend.engine!r}: use one of {', '.join(ENGINE_FAMILIES)}")
         if backend.cluster not in CLUSTERS:
             raise ParityError(f"backend cluster {backend.cluster!r}: use one of {', '.join(CLUSTERS)}")
+        from parity.netns import MODES
+
+        if backend.network not in MODES:
+            raise ParityError(f"backend network {backend.network!r}: use one of {', '.join(MODES)}")
         return backend
 
     @classmethod
@@ -96,15 +102,18 @@ class Backend:
             raise ParityError(f"the study needs two GPUs; nvidia-smi lists {len(uuids)}")
         return uuids[:2]
 
-    def flame_cluster(self, work_dir: Path):
-        """A context manager: the CPU stand-in, or real Flame v0.6.0 from `flame_bin_dir` / $FLAME_BIN_DIR."""
-        if self.cluster == "standin":
-            import tempfile
+    def flame_cluster(self, work_dir: Path, log=None):
+        """A context manager: the CPU stand-in, or real Flame v0.6.0 from `flame_bin_dir` / $FLAME_BIN_DIR.
 
+        Locks on the GPUs left by a run that died are cleared first; a GPU a live run holds is an error.
+        """
+        from parity import gpu_lock
+
+        gpu_lock.clear_stale(gpu_lock.lock_dir(), self.gpu_uuids(), log=log)
+        if self.cluster == "standin":
             from parity.flame.standin import StandInCluster
 
-            sockets = Path(tempfile.mkdtemp(prefix="pf-", dir="/tmp"))  # Unix socket paths must stay short
-            return StandInCluster(socket_dir=sockets, log_dir=work_dir / "logs")
+            return StandInCluster(log_dir=work_dir / "logs")  # its short socket dir in /tmp goes on exit
         from parity.flame.cluster import FlameCluster
 
-        return FlameCluster(self.flame_bin_dir, work_dir / "flame")
+        return FlameCluster(self.flame_bin_dir, work_dir / "flame", **({"log": log} if log else {}))

@@ -127,6 +127,8 @@ class FlameSessions:
                 self.connection.close_session(session.id)
             except Exception as error:  # keep closing the others; report at the end
                 errors.append(f"{session.id}: {error}")
+        if exc[0] is not None:  # tasks may never finish (a dead executor manager): end their watch streams,
+            self.connection._channel.close()  # which flamepy's close() would otherwise wait for
         self.connection.close()
         if errors and exc[0] is None:
             raise ParityError(f"could not close Flame sessions: {'; '.join(errors)}")
@@ -136,12 +138,20 @@ class FlameSessions:
         return len(self.batchers)
 
     def check_failures(self) -> None:
-        """Raise the error a worker left for one of these sessions (see service.report_failure)."""
+        """Raise the error a worker left for one of these sessions (see service.report_failure), or
+        name a process of the cluster that died: with its executor manager gone, Flame's tasks would
+        stay pending for ever."""
         folder = os.environ.get(FAILURE_DIR_ENV)
         for session in self.sessions if folder else ():
             report = Path(folder) / f"{session.id}.txt"
             if report.exists():
                 raise ParityError(f"a worker of session {session.id} failed: {report.read_text().strip()}")
+        from parity.flame.cluster import running
+
+        cluster = running(self.endpoint)
+        deaths = cluster.deaths() if cluster is not None else []
+        if deaths:
+            raise ParityError("; ".join(deaths))
 
     def executors(self) -> list[dict]:
         """The cluster's own executor records: which executor is bound to which session, on which node."""
@@ -176,10 +186,27 @@ def release_burst(sessions: FlameSessions, prompts, request_ids, router, timeout
     return release, shards, [f.result() for f in futures]
 
 
+def cluster_record(endpoint: str, stand_in: bool) -> dict:
+    """What the trial ran on, from the cluster this process started there (not from a flag): its label,
+    the binaries' SHA-256 and `--version`, and what it listens on and how that was contained."""
+    from parity.flame.cluster import running
+
+    cluster = running(endpoint)
+    if cluster is None:
+        raise ParityError(f"no Flame cluster started by this process answers at {endpoint}; "
+                          f"cannot record what the trial ran on")
+    described = cluster.describe()
+    if stand_in != (described["cluster"] == "stand-in"):
+        raise ParityError(f"the cluster at {endpoint} is {described['cluster']}, "
+                          f"not {'the stand-in' if stand_in else 'real Flame'} as asked")
+    return described
+
+
 def run_trial(endpoint: str, gpus: int, settings: FlameSettings, trace_path: Path, out: Path, *,
               experiment: str, trial_id: str, warmup_rounds: int = 2, revision: str = MODEL_REVISION,
               stand_in: bool = False, log=print) -> dict:
     """One Flame trial on fresh sessions (fresh engines); writes the trial manifest, returns a summary."""
+    ran_on = cluster_record(endpoint, stand_in)
     trace = load_trace(trace_path)
     ids = [r.id for r in trace.requests]
     routing = "sticky" if settings.placement == "sticky" else "alternating"
@@ -209,7 +236,7 @@ def run_trial(endpoint: str, gpus: int, settings: FlameSettings, trace_path: Pat
     config = {"path": "flame", "placement": settings.placement, "batch_limit": settings.batch_limit,
               "window_s": settings.window_s, "budget": settings.budget, "compress": settings.compress,
               "engine": settings.engine, "sim_mode": settings.sim_mode, "gc_freeze": settings.gc_freeze,
-              "order": settings.order, "warmup_rounds": warmup_rounds, "cluster": "stand-in" if stand_in else "flame-v0.6.0"}
+              "order": settings.order, "warmup_rounds": warmup_rounds, "cluster": ran_on["cluster"]}
     versions = sorted({str(w.get("engine_version")) for w in workers.values() if w.get("engine_version")})
     if len(versions) > 1:
         raise ParityError(f"the Flame workers ran different engine versions: {', '.join(versions)}")
@@ -222,7 +249,8 @@ def run_trial(endpoint: str, gpus: int, settings: FlameSettings, trace_path: Pat
                          extra={"workers": sorted(workers.values(), key=lambda w: w["executor_id"]),
                                 "batch_sizes": batch_sizes, "batches": [batches[k] for k in sorted(batches)],
                                 "executors": executors, "placement_verified": True,
-                                "flame_cluster": config["cluster"]})
+                                "flame_cluster": config["cluster"], "flame_binaries": ran_on["binaries"],
+                                "network": ran_on["network"]})
     write_manifest(out, doc)
     return {"trial": trial_id, "placement": settings.placement, "trace": trace.name, "requests": len(records),
             "requests_per_s": doc["timing"]["requests_per_s"], "duration_s": doc["timing"]["duration_s"],

@@ -5,41 +5,48 @@ pin per GPU, and tear down to a provably clean machine (a cleanup receipt), with
 anything system-wide. Facts checked against the v0.6.0 source (`common/src/ctx.rs`, the two
 `main.rs`, `executor_manager/src/shims/*`):
 
-* both binaries take only `--config <file>`; the fallback path is baked in at compile time;
+* both binaries take `--config <file>` and `--version` (clap: "flame-session-manager 0.6.0"; it
+  also opens `$FLAME_HOME/logs/`); the fallback config path is baked in at compile time;
 * the session manager serves the frontend on the endpoint's port and the backend on port + 1,
-  both on 0.0.0.0;
+  both on 0.0.0.0 and unauthenticated, whatever the endpoint says (`parity.netns` contains that);
 * logs go to `$FLAME_HOME/logs/{fsm,fem}-<hostname>.<date>` (and stdout);
 * the socket directory comes only from env `FLAME_SOCKET_DIR` (no YAML key), and executor ids are
   36-character UUIDs, so the directory must stay short to fit the 108-byte Unix socket limit;
-* an executor's auto working directory is `<EM cwd>/<executor id>`;
-* services are spawned in their own process group, as children of the executor manager.
+* an executor's auto working directory is `<EM cwd>/<executor id>`, with the service's
+  `<executor id>.{out,err}` logs; the executor manager deletes it when the executor unbinds;
+* services are spawned in their own process group (same session), as children of the executor
+  manager, with its environment plus the application's.
+
+Both binaries are spawned through `parity.procs`, so they and the services (which inherit the run's
+mark) die with this process; their SHA-256 and `--version` are recorded, and anything but v0.6.0 is
+refused.
 """
 
 from __future__ import annotations
 
 import os
 import shutil
-import signal
-import socket
 import subprocess
-import tempfile
+import sys
 import time
 from pathlib import Path
 
 import yaml
 
+from parity import gpu_lock, netns, procs
 from parity.errors import ParityError
-from parity.manifest import header
+from parity.manifest import sha256_file
 
 SESSION_MANAGER = "flame-session-manager"
 EXECUTOR_MANAGER = "flame-executor-manager"
 BINARIES = (SESSION_MANAGER, EXECUTOR_MANAGER)
+VERSION = "0.6.0"
 DEFAULT_POLICIES = ("priority", "drf", "gang")  # v0.6.0 allocates nothing without gang (PR #500)
 UNIX_PATH_MAX = 108  # sun_path, including the trailing NUL
 EXECUTOR_ID_LEN = 36  # a UUID
 CONFIG_NAME = "flame-cluster.yaml"
 STOP_TIMEOUT_S = 10.0
-_LOG_TAIL_LINES = 30
+LABEL = f"flame-v{VERSION}"
 
 
 # ---- config ------------------------------------------------------------------------------------
@@ -97,7 +104,7 @@ def write_cluster_config(path: Path | str, **kw) -> Path:
     return path
 
 
-# ---- binaries and ports ------------------------------------------------------------------------
+# ---- binaries ----------------------------------------------------------------------------------
 
 def find_binaries(bin_dir: Path | str | None = None) -> dict[str, Path]:
     """Both service binaries from `bin_dir`, else env FLAME_BIN_DIR; ParityError says what is missing."""
@@ -121,146 +128,44 @@ def find_binaries(bin_dir: Path | str | None = None) -> dict[str, Path]:
     return found
 
 
-def _port_free(port: int) -> bool:
-    """Whether a listener could bind `port` on all interfaces, as the session manager does."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # tokio sets it too: TIME_WAIT is fine
-        try:
-            sock.bind(("0.0.0.0", port))
-        except OSError:
-            return False
-    return True
-
-
-def pick_port_pair(attempts: int = 50) -> int:
-    """A free port p with p + 1 also free (frontend and backend); racy by nature, so checked just before use."""
-    for _ in range(attempts):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
-            sock.bind(("0.0.0.0", 0))
-            port = sock.getsockname()[1]
-        if port < 65535 and _port_free(port) and _port_free(port + 1):
-            return port
-    raise ParityError(f"no free pair of adjacent TCP ports found in {attempts} attempts")
+def check_version(binary: str, path: Path, flame_home: Path) -> dict:
+    """{path, sha256, version} of a binary that says it is v0.6.0; anything else is refused in one line."""
+    try:
+        done = subprocess.run([str(path), "--version"], capture_output=True, text=True, timeout=30,
+                              env={**os.environ, "FLAME_HOME": str(flame_home)}, cwd=flame_home,
+                              stdin=subprocess.DEVNULL)
+        said = (done.stdout.strip().splitlines() or [""])[-1]
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        raise ParityError(f"{path}: `--version` failed ({exc}); parity needs Flame {VERSION}") from None
+    if done.returncode != 0 or said != f"{binary} {VERSION}":
+        got = said or (done.stderr.strip().splitlines() or ["nothing"])[-1]
+        raise ParityError(f"{path} is not Flame v{VERSION}: `--version` says {got!r} (exit {done.returncode}), "
+                          f"parity needs {binary} {VERSION}")
+    return {"path": str(path), "sha256": sha256_file(path), "version": said}
 
 
 # ---- processes ---------------------------------------------------------------------------------
 
-def _proc_table() -> dict[int, tuple[int, int, str]]:
-    """pid -> (ppid, start time, name) from /proc/<pid>/stat; the start time guards against pid reuse."""
-    table = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            stat = Path(f"/proc/{entry}/stat").read_text()
-        except OSError:
-            continue
-        name = stat[stat.index("(") + 1: stat.rindex(")")]
-        fields = stat[stat.rindex(")") + 2:].split()  # fields[0] is the state, the 3rd field of stat
-        table[int(entry)] = (int(fields[1]), int(fields[19]), name)
-    return table
-
-
-def descendants(pid: int, table: dict | None = None) -> list[int]:
-    """Every process below `pid`, by walking ppid links in /proc."""
-    table = _proc_table() if table is None else table
-    children: dict[int, list[int]] = {}
-    for child, (ppid, _, _) in table.items():
-        children.setdefault(ppid, []).append(child)
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
-
-
-def _env_of(pid: int) -> dict[str, str]:
-    try:
-        raw = Path(f"/proc/{pid}/environ").read_bytes()
-    except OSError:
-        return {}
-    pairs = (item.split(b"=", 1) for item in raw.split(b"\0") if b"=" in item)
-    return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
-
-
 def processes_using_socket_dir(socket_dir: Path | str) -> list[int]:
     """Services launched for this cluster, found by FLAME_INSTANCE_ENDPOINT even after the EM is gone."""
     prefix = str(socket_dir).rstrip("/") + "/"
-    return [pid for pid in _proc_table()
-            if pid != os.getpid() and _env_of(pid).get("FLAME_INSTANCE_ENDPOINT", "").startswith(prefix)]
+    return [pid for pid in procs.proc_table()
+            if pid != os.getpid() and procs.environ(pid).get("FLAME_INSTANCE_ENDPOINT", "").startswith(prefix)]
 
 
-def _alive(pid: int, start_time: int) -> bool:
-    """Alive and still the same process (not a zombie, not a reused pid)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    fields = stat[stat.rindex(")") + 2:].split()
-    return fields[0] != "Z" and int(fields[19]) == start_time
-
-
-def _signal_name(signum: int | None) -> str | None:
-    return None if signum is None else signal.Signals(signum).name
-
-
-def _signal_group_or_pid(pid: int, signum: int) -> None:
-    """Signal the process group a service leads (the EM makes one per service), else the process."""
-    try:
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, signum)
-        else:
-            os.kill(pid, signum)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def stop_foreign(pids_with_start: dict[int, tuple[int, str]], timeout_s: float = STOP_TIMEOUT_S) -> list[dict]:
-    """SIGTERM, wait, SIGKILL for processes that are not our children; one receipt entry each."""
-    entries = {pid: {"pid": pid, "name": name, "exit_code": None, "signal": None}
-               for pid, (_, name) in pids_with_start.items()}
-    for signum, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
-        alive = [pid for pid, (start, _) in pids_with_start.items() if _alive(pid, start)]
-        if not alive:
-            break
-        for pid in alive:
-            _signal_group_or_pid(pid, signum)
-            entries[pid]["signal"] = _signal_name(signum)
-        deadline = time.monotonic() + wait_s
-        while time.monotonic() < deadline and any(_alive(p, pids_with_start[p][0]) for p in alive):
-            time.sleep(0.05)
-    return list(entries.values())
-
-
-def stop_child(proc: subprocess.Popen, name: str, timeout_s: float = STOP_TIMEOUT_S) -> dict:
-    """SIGTERM our child's process group, wait, then SIGKILL; the receipt entry says how it ended."""
-    if proc.poll() is None:
-        for signum, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, 5.0)):
-            try:
-                os.killpg(proc.pid, signum)
-            except ProcessLookupError:
-                pass
-            try:
-                proc.wait(timeout=wait_s)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-    code = proc.poll()
-    return {"pid": proc.pid, "name": name,
-            "exit_code": code if code is not None and code >= 0 else None,
-            "signal": _signal_name(-code) if code is not None and code < 0 else None}
-
-
-def log_tail(path: Path, lines: int = _LOG_TAIL_LINES) -> str:
-    try:
-        text = path.read_text(errors="replace")
-    except OSError:
-        return f"({path}: no log)"
-    return "\n".join(text.splitlines()[-lines:]) or f"({path}: empty)"
+def _log(message: str) -> None:
+    print(message, file=sys.stderr, flush=True)
 
 
 # ---- the cluster -------------------------------------------------------------------------------
+
+_RUNNING: dict[str, "FlameCluster"] = {}
+
+
+def running(endpoint: str):
+    """The cluster this process started at `endpoint` (real or stand-in), or None."""
+    return _RUNNING.get(endpoint)
+
 
 class FlameCluster:
     """A context manager around one session manager and one executor manager on loopback.
@@ -269,25 +174,35 @@ class FlameCluster:
     (the EM's cwd, so executors' auto working directories land there). `receipt` is set on exit.
     """
 
+    label = LABEL
+
     def __init__(self, bin_dir: Path | str | None, work_dir: Path | str, *, port: int = 0,
-                 startup_timeout_s: float = 60, env: dict[str, str] | None = None):
+                 startup_timeout_s: float = 60, env: dict[str, str] | None = None, log=_log):
         self.binaries = find_binaries(bin_dir)
         self.work_dir = Path(work_dir).resolve()
         self.port = port
         self.startup_timeout_s = startup_timeout_s
         self.extra_env = dict(env or {})
+        self.log = log
         self.log_dir = self.work_dir / "logs"
         self.socket_dir: Path | None = None
+        self.versions: dict[str, dict] = {}
         self._own_socket_dir = False
         self._procs: dict[str, subprocess.Popen] = {}
         self._conn = None
         self._gpus: list[str] = []
+        self._entered = False
+        self._started = 0.0
         self.applications: list[str] = []
         self.receipt: dict | None = None
 
     @property
     def endpoint(self) -> str:
         return f"http://127.0.0.1:{self.port}"
+
+    def describe(self) -> dict:
+        """What a trial records about the cluster it ran on."""
+        return {"cluster": LABEL, "binaries": self.versions, "network": netns.record(LABEL, self.port)}
 
     # -- start --
 
@@ -298,7 +213,7 @@ class FlameCluster:
             preferred.mkdir(parents=True, exist_ok=True)
             return preferred
         self._own_socket_dir = True
-        return Path(tempfile.mkdtemp(prefix="flm-", dir="/tmp"))
+        return procs.scratch_dir("flm-")
 
     def _env(self) -> dict[str, str]:
         env = dict(os.environ)
@@ -309,21 +224,24 @@ class FlameCluster:
         return env
 
     def _spawn(self, binary: str, short: str, cwd: Path) -> subprocess.Popen:
-        """Own process group (start_new_session) so one killpg stops it and anything left in its group."""
-        out = open(self.log_dir / f"{short}.out", "ab")
-        try:
-            proc = subprocess.Popen([str(self.binaries[binary]), "--config", str(self.config_path)],
-                                    cwd=cwd, env=self._env(), stdin=subprocess.DEVNULL, stdout=out,
-                                    stderr=subprocess.STDOUT, start_new_session=True)
-        finally:
-            out.close()
+        with open(self.log_dir / f"{short}.out", "ab") as out:
+            proc = procs.spawn([self.binaries[binary], "--config", self.config_path], stdout=out,
+                               env=self._env(), cwd=cwd)
         self._procs[binary] = proc
         return proc
 
-    def _fail(self, what: str) -> ParityError:
-        tails = "\n".join(f"--- {p.name} (last {_LOG_TAIL_LINES} lines)\n{log_tail(p)}"
-                          for p in sorted(self.log_dir.glob("*.out")))
-        return ParityError(f"Flame cluster at {self.endpoint}: {what}; logs in {self.log_dir}\n{tails}")
+    def _log_of(self, binary: str) -> Path:
+        return self.log_dir / ("fsm.out" if binary == SESSION_MANAGER else "fem.out")
+
+    def _fail(self, binary: str, what: str) -> ParityError:
+        log = self._log_of(binary)
+        proc = self._procs[binary]
+        if binary == SESSION_MANAGER and proc.poll() is not None and \
+                not (procs.port_free(self.port, "0.0.0.0") and procs.port_free(self.port + 1, "0.0.0.0")):
+            taken = self.port if not procs.port_free(self.port, "0.0.0.0") else self.port + 1
+            what = f"could not bind port {taken}: {procs.port_user(taken)} took it after it was picked"
+        return ParityError(f"Flame cluster at {self.endpoint}: {binary} (pid {proc.pid}) {what} "
+                           f"({procs.last_line(log)}); log: {log}")
 
     def _wait_frontend(self, deadline: float) -> None:
         import grpc
@@ -333,10 +251,10 @@ class FlameCluster:
         try:
             while True:
                 if proc.poll() is not None:
-                    raise self._fail(f"{SESSION_MANAGER} exited with code {proc.returncode} during startup")
+                    raise self._fail(SESSION_MANAGER, f"exited during startup ({procs.ended(proc.returncode)})")
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    raise self._fail(f"frontend not ready after {self.startup_timeout_s}s")
+                    raise self._fail(SESSION_MANAGER, f"frontend not ready after {self.startup_timeout_s}s")
                 try:
                     grpc.channel_ready_future(channel).result(timeout=min(0.5, left))
                     return
@@ -350,7 +268,7 @@ class FlameCluster:
         proc = self._procs[EXECUTOR_MANAGER]
         while True:
             if proc.poll() is not None:
-                raise self._fail(f"{EXECUTOR_MANAGER} exited with code {proc.returncode} during startup")
+                raise self._fail(EXECUTOR_MANAGER, f"exited during startup ({procs.ended(proc.returncode)})")
             try:
                 if self.connection.list_nodes():
                     return
@@ -358,7 +276,7 @@ class FlameCluster:
             except Exception as exc:  # flamepy.FlameError or grpc errors while the SM settles
                 problem = f"could not list nodes ({exc})"
             if time.monotonic() > deadline:
-                raise self._fail(f"{EXECUTOR_MANAGER} {problem} after {self.startup_timeout_s}s")
+                raise self._fail(EXECUTOR_MANAGER, f"{problem} after {self.startup_timeout_s}s")
             time.sleep(0.2)
 
     def start(self) -> "FlameCluster":
@@ -366,21 +284,29 @@ class FlameCluster:
         self.work_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir.mkdir(parents=True, exist_ok=True)
         (self.work_dir / "executors").mkdir(exist_ok=True)
+        self.versions = {name: check_version(name, path, self.work_dir) for name, path in self.binaries.items()}
         if self.port == 0:
-            self.port = pick_port_pair()
-        elif not (_port_free(self.port) and _port_free(self.port + 1)):
-            raise ParityError(f"port {self.port} or {self.port + 1} is in use; Flame needs both")
+            self.port = procs.free_port_pair("0.0.0.0")
+        else:
+            procs.check_ports_free([self.port, self.port + 1], "0.0.0.0",
+                                   f"Flame's session manager (frontend {self.port}, backend {self.port + 1})")
         self.socket_dir = self._choose_socket_dir()
         self.config_path = write_cluster_config(self.work_dir / CONFIG_NAME, port=self.port,
                                                 socket_dir=self.socket_dir)
+        self.log(f"Flame v{VERSION}'s session manager listens on 0.0.0.0:{self.port} and 0.0.0.0:{self.port + 1} "
+                 f"(unauthenticated gRPC) whatever the endpoint says; containment: {netns.containment()}")
+        procs.termination.enter()
+        self._entered = True
         try:
             self._spawn(SESSION_MANAGER, "fsm", self.work_dir)
             self._wait_frontend(deadline)
             self._spawn(EXECUTOR_MANAGER, "fem", self.work_dir / "executors")
             self._wait_node(deadline)
-        except BaseException:
-            self.stop()
+        except BaseException as exc:
+            self.stop(exc)
             raise
+        self._started = time.time()
+        _RUNNING[self.endpoint] = self
         return self
 
     def __enter__(self) -> "FlameCluster":
@@ -426,56 +352,90 @@ class FlameCluster:
                  "state": ExecutorState.Name(e.status.state)}
                 for e in self.connection.list_executors()]
 
+    # -- faults --
+
+    def deaths(self) -> list[str]:
+        """One line for each process of the cluster that died by itself: the two services, and workers
+        that died holding a GPU (their lock records say which); their logs are kept in `logs/`."""
+        lines = []
+        for binary, proc in self._procs.items():
+            if proc.poll() is not None:
+                lines.append(f"{binary} (pid {proc.pid}) died during the run: {procs.ended(proc.returncode)}; "
+                             f"log: {self._log_of(binary)}")
+        try:
+            dead = gpu_lock.dead_holders(gpu_lock.lock_dir(), self.endpoint, self._started)
+        except ParityError:
+            dead = []
+        for record in dead:
+            executor = record.get("executor_id") or "?"
+            kept = self.log_dir / f"worker-{executor}.err"
+            for suffix in ("err", "out"):  # the EM deletes the executor's folder when it unbinds
+                with_logs = self.work_dir / "executors" / executor / f"{executor}.{suffix}"
+                if with_logs.exists():
+                    shutil.copyfile(with_logs, self.log_dir / f"worker-{executor}.{suffix}")
+            lines.append(f"Flame worker pid {record.get('pid')} (session {record.get('session_id')}, executor "
+                         f"{executor}, GPU {record.get('gpu')}) died during the run (its exit status went to "
+                         f"{EXECUTOR_MANAGER}, its parent); log: {kept}")
+        return lines
+
     # -- stop --
 
-    def stop(self) -> dict:
+    def stop(self, exc: BaseException | None = None) -> dict:
         """Stop EM then SM, then any service left behind; build the cleanup receipt."""
+        _RUNNING.pop(self.endpoint, None)
+        try:
+            with procs.termination.shielded():
+                return self._stop(exc)
+        finally:
+            if self._entered:
+                self._entered = False
+                procs.termination.exit()
+
+    def _stop(self, exc: BaseException | None) -> dict:
         errors: list[str] = []
         processes: list[dict] = []
-        table = _proc_table()
+        table = procs.proc_table()
         leftovers: dict[int, tuple[int, str]] = {}
         em = self._procs.get(EXECUTOR_MANAGER)
-        if em is not None and em.poll() is None:  # snapshot services while they are still the EM's children
-            for pid in descendants(em.pid, table):
-                leftovers[pid] = (table[pid][1], table[pid][2])
+        if em is not None:  # services, in process groups of their own but in the EM's session
+            for pid in procs.session_members(em.pid) + procs.descendants(em.pid, table):
+                if pid != em.pid and pid in table:
+                    leftovers[pid] = table[pid][1:]
         for binary in (EXECUTOR_MANAGER, SESSION_MANAGER):
             proc = self._procs.get(binary)
             if proc is not None:
-                processes.append(stop_child(proc, binary))
+                processes.append(procs.stop(proc, binary, STOP_TIMEOUT_S))
                 if proc.poll() is None:
                     errors.append(f"{binary} (pid {proc.pid}) survived SIGKILL")
         if self._conn is not None:
             try:
                 self._conn.close()
-            except Exception as exc:  # the server is gone; a failed close must not hide the receipt
-                errors.append(f"closing the flamepy connection: {exc}")
+            except Exception as error:  # the server is gone; a failed close must not hide the receipt
+                errors.append(f"closing the flamepy connection: {error}")
             self._conn = None
         if self.socket_dir is not None:  # orphans whose EM died before we could see them as children
-            table = _proc_table()
+            table = procs.proc_table()
             for pid in processes_using_socket_dir(self.socket_dir):
                 if pid in table:
-                    leftovers.setdefault(pid, (table[pid][1], table[pid][2]))
-        stopped = stop_foreign(leftovers)
+                    leftovers.setdefault(pid, table[pid][1:])
+        stopped = procs.stop_foreign(leftovers)
         processes.extend(stopped)
         for entry in stopped:
-            if _alive(entry["pid"], leftovers[entry["pid"]][0]):
+            if procs.alive(entry["pid"], leftovers[entry["pid"]][0]):
                 errors.append(f"service {entry['name']} (pid {entry['pid']}) survived SIGKILL")
         ports = [self.port, self.port + 1] if self.port else []
-        released = [port for port in ports if _port_free(port)]
+        released = [port for port in ports if procs.port_free(port, "0.0.0.0")]
         errors.extend(f"port {port} is still in use after shutdown" for port in ports if port not in released)
         if self._own_socket_dir and self.socket_dir is not None:
             shutil.rmtree(self.socket_dir, ignore_errors=True)
-        self.receipt = {
-            **header("cleanup-receipt", simulated=False),
-            "what": f"flame cluster {self.endpoint} ({self.work_dir})",
-            "processes": processes,
-            "ports_released": released,
-            "gpus_released": list(self._gpus),
-            "clean": not errors,
-            "errors": errors,
-        }
+        self.receipt = procs.receipt(f"flame cluster {self.endpoint} ({self.work_dir})", processes=processes,
+                                     ports_released=released, gpus_released=list(self._gpus), errors=errors,
+                                     simulated=False, ended_by=procs.termination.ended_by(exc))
         self._procs.clear()
         return self.receipt
 
-    def __exit__(self, *exc) -> None:
-        self.stop()
+    def __exit__(self, exc_type, exc, tb) -> None:
+        deaths = self.deaths() if isinstance(exc, Exception) else []
+        self.stop(exc)
+        if deaths:  # the client's error, but the cause is the dead process
+            raise ParityError("; ".join(deaths)) from exc

@@ -8,14 +8,13 @@ configured order (`admission`), and returns the outputs in input order with the 
 (executor id, pid, GPU UUID), per-batch timings and the GC pauses that fell inside inference. On
 session leave it unfreezes the heap and tears the engine down.
 
-GPU lease: Flame counts GPUs but never assigns them. A worker takes the first GPU of `PARITY_GPUS`
-whose lock file it can hold, and pins itself with CUDA_VISIBLE_DEVICES before the engine starts;
-an application registered per GPU lists one, a global session's application lists all.
+GPU lease (`parity.gpu_lock`): Flame counts GPUs but never assigns them. A worker takes the first
+GPU of `PARITY_GPUS` whose lock it can hold, and pins itself with CUDA_VISIBLE_DEVICES before the
+engine starts; an application registered per GPU lists one, a global session's application lists all.
 """
 
 from __future__ import annotations
 
-import fcntl
 import gc
 import json
 import os
@@ -25,14 +24,15 @@ from pathlib import Path
 
 import flamepy
 
+from parity import gpu_lock
 from parity.engine import EngineArgs, make_engine
 from parity.errors import ParityError
 from parity.flame import admission, codec
 from parity.flame.batcher import encode_output
+from parity.gpu_lock import GpuBusy
 from parity.trace import token_sha256
 
 FAILURE_DIR_ENV = "PARITY_FAILURE_DIR"
-GPU_LOCK_DIR = Path(os.environ.get("PARITY_GPU_LOCK_DIR", "/tmp/parity-gpu-locks"))
 
 
 def short_temp_dir(limit: int = 40) -> None:
@@ -44,24 +44,6 @@ def short_temp_dir(limit: int = 40) -> None:
         os.environ["TMPDIR"] = "/tmp"
         os.environ.setdefault("VLLM_RPC_BASE_PATH", "/tmp")
         tempfile.tempdir = None
-
-
-class GpuBusy(ParityError):
-    """Every GPU this worker may use is held: Flame started more executors than the session uses."""
-
-
-def lease_gpu(gpus: list[str], lock_dir: Path | None = None):
-    """Hold the lock of the first free GPU; returns (uuid, open lock file) — the lock lives with the process."""
-    lock_dir = lock_dir or GPU_LOCK_DIR
-    lock_dir.mkdir(parents=True, exist_ok=True)
-    for uuid in gpus:
-        handle = open(lock_dir / f"{uuid}.lock", "w")
-        try:
-            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return uuid, handle
-        except OSError:
-            handle.close()
-    raise GpuBusy(f"no free GPU among {gpus}: every one is held by another worker")
 
 
 def report_failure(session_id: str, exc: BaseException) -> None:
@@ -112,6 +94,9 @@ class ParityService(flamepy.FlameService):
             raise  # a surplus executor: Flame releases it, the one holding the GPU serves the session
         except Exception as exc:
             report_failure(context.session_id, exc)
+            if self._lease is not None:  # a failed bind holds no GPU (and is not a worker that died)
+                self._lease.release()
+                self._lease = None
             raise
 
     def _enter(self, context):
@@ -121,7 +106,11 @@ class ParityService(flamepy.FlameService):
         if not gpus:
             raise ParityError("PARITY_GPUS is not set for this application: which GPU(s) may a worker use?")
         self.order = admission.check(config.get("order", "arrival"))  # fails the bind, not the first task
-        uuid, self._lease = lease_gpu(gpus)
+        endpoint = os.environ.get(flamepy.FLAME_INSTANCE_ENDPOINT, "")
+        executor_id = Path(endpoint).name.removesuffix(".sock")
+        self._lease = gpu_lock.lease(gpus, session_id=context.session_id, executor_id=executor_id,
+                                     flame_endpoint=os.environ.get("FLAME_ENDPOINT"))
+        uuid = self._lease.gpu
         kind = config.get("engine", "sim")
         if kind != "sim":
             os.environ["CUDA_VISIBLE_DEVICES"] = uuid
@@ -134,9 +123,8 @@ class ParityService(flamepy.FlameService):
             sim_options = {"params": SimParams.load(config.get("sim_params")), "clock": "paced",
                            "gpu_uuid": uuid, "mode": config.get("sim_mode", "sync")}
         self.engine = make_engine(kind, args, **sim_options)
-        endpoint = os.environ.get(flamepy.FLAME_INSTANCE_ENDPOINT, "")
         described = self.engine.describe()
-        self.identity = {"executor_id": Path(endpoint).name.removesuffix(".sock"), "pid": os.getpid(),
+        self.identity = {"executor_id": executor_id, "pid": os.getpid(),
                          "host": socket.gethostname(), "gpu_uuid": described["gpu_uuid"],
                          "session_id": context.session_id, "engine": described["name"],
                          "engine_version": described.get("version")}
@@ -178,7 +166,7 @@ class ParityService(flamepy.FlameService):
             self.engine.close()
             self.engine = None
         if self._lease is not None:
-            self._lease.close()  # the GPU is free for the next session's worker
+            self._lease.release()  # the GPU is free for the next session's worker
             self._lease = None
 
 

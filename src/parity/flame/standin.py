@@ -22,12 +22,18 @@ Differences from Flame:
 * closing a session fails its pending tasks ("session closed"): flamepy 0.6.0 has no Cancelled;
 * the service runs in the application's `working_directory` or this process's cwd (no
   per-executor directory, no TMPDIR); its logs go to `log_dir/<executor id>.{out,err}`;
+* a service that dies fails its task with a line naming it (pid, session, GPU, how it ended, log);
 * re-registering an application replaces it, a closed session's id may be reused; nothing persists.
+
+Services are spawned through `parity.procs` (own session, die with this process, watchdog); the
+frontend listens on 127.0.0.1 only. Without a `socket_dir` the stand-in makes a short one in /tmp
+and removes it on exit.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import subprocess
 import threading
@@ -40,9 +46,9 @@ from pathlib import Path
 import grpc
 from flamepy.proto import frontend_pb2_grpc, shim_pb2, shim_pb2_grpc, types_pb2 as pb
 
+from parity import gpu_lock, netns, procs
 from parity.errors import ParityError
-from parity.flame.cluster import log_tail, stop_child
-from parity.manifest import header
+from parity.flame import cluster as real_cluster
 
 PENDING, RUNNING, SUCCEED, FAILED = pb.Pending, pb.Running, pb.Succeed, pb.Failed
 DEFAULT_DELAY_RELEASE_S = 60  # Flame's default
@@ -105,6 +111,9 @@ class _Executor:
         self.session, self.socket = session, socket_dir / f"{self.id}.sock"
         self.state, self.stop, self.task = pb.ExecutorBinding, False, None
         self.proc: subprocess.Popen | None = None
+        self.bound = False  # its OnSessionEnter succeeded: from then on it serves the session
+        self.stopping = False  # set when we end its process
+        self.death: str | None = None  # the line saying how it died, when it was gone before we ended it
         self.channel: grpc.Channel | None = None
         self.thread: threading.Thread | None = None
 
@@ -119,9 +128,13 @@ class _Executor:
 class StandInCluster(frontend_pb2_grpc.FrontendServicer):
     """The Frontend servicer plus the executors it runs; use as a context manager (`receipt` on exit)."""
 
-    def __init__(self, *, socket_dir: Path, log_dir: Path, host: str = "127.0.0.1", port: int = 0,
+    label = "stand-in"
+
+    def __init__(self, *, log_dir: Path, socket_dir: Path | None = None, host: str = "127.0.0.1", port: int = 0,
                  bind_timeout_s: float = 120.0):
-        self.socket_dir, self.log_dir = Path(socket_dir), Path(log_dir)
+        self._own_socket_dir = socket_dir is None
+        self.socket_dir = Path(socket_dir) if socket_dir is not None else None
+        self.log_dir = Path(log_dir)
         self.host, self.port, self.bind_timeout_s = host, port, bind_timeout_s
         self.node = socket.gethostname()
         self.receipt: dict | None = None
@@ -132,30 +145,65 @@ class StandInCluster(frontend_pb2_grpc.FrontendServicer):
         self._stopped: list[dict] = []  # receipt entries of every unbound service process
         self._errors: list[str] = []
         self._server: grpc.Server | None = None
+        self._started = 0.0
 
     @property
     def endpoint(self) -> str:
         return f"http://{self.host}:{self.port}"
 
+    def describe(self) -> dict:
+        """What a trial records about the cluster it ran on."""
+        return {"cluster": self.label, "binaries": None, "network": netns.record(self.label, self.port)}
+
     # ---- lifecycle ---------------------------------------------------------------------------
 
     def __enter__(self) -> "StandInCluster":
-        longest = len(str(self.socket_dir.absolute() / f"{uuid.uuid4()}.sock"))
-        if longest >= SOCKET_PATH_MAX:
-            raise ParityError(f"socket dir {self.socket_dir} is too long for Unix sockets ({longest} bytes "
-                              f">= {SOCKET_PATH_MAX}); use a short one such as /tmp/pf-XXXX")
-        self.socket_dir = self.socket_dir.absolute()
-        self.socket_dir.mkdir(parents=True, exist_ok=True)
-        self.log_dir.mkdir(parents=True, exist_ok=True)
-        # Default options on purpose: a 4 MiB receive limit, like Flame's.
-        self._server = grpc.server(ThreadPoolExecutor(max_workers=64, thread_name_prefix="standin"))
-        frontend_pb2_grpc.add_FrontendServicer_to_server(self, self._server)
-        self.port = self._server.add_insecure_port(f"{self.host}:{self.port}")
-        self._server.start()
+        if self.socket_dir is not None:
+            longest = len(str(self.socket_dir.absolute() / f"{uuid.uuid4()}.sock"))
+            if longest >= SOCKET_PATH_MAX:
+                raise ParityError(f"socket dir {self.socket_dir} is too long for Unix sockets ({longest} bytes "
+                                  f">= {SOCKET_PATH_MAX}); use a short one such as /tmp/pf-XXXX")
+        procs.termination.enter()
+        try:
+            if self._own_socket_dir:
+                self.socket_dir = procs.scratch_dir("pf-")  # sun_path is short; gone on exit, or by the watchdog
+            self.socket_dir = self.socket_dir.absolute()
+            self.socket_dir.mkdir(parents=True, exist_ok=True)
+            self.log_dir.mkdir(parents=True, exist_ok=True)
+            if self.port:
+                procs.check_ports_free([self.port], self.host, "the Flame stand-in's frontend")
+            # Default options on purpose: a 4 MiB receive limit, like Flame's.
+            self._server = grpc.server(ThreadPoolExecutor(max_workers=64, thread_name_prefix="standin"))
+            frontend_pb2_grpc.add_FrontendServicer_to_server(self, self._server)
+            try:
+                self.port = self._server.add_insecure_port(f"{self.host}:{self.port}")
+            except RuntimeError as exc:  # grpc: "Failed to bind to address ..."
+                raise ParityError(f"the Flame stand-in cannot listen on {self.host}:{self.port}: {exc}") from None
+            self._server.start()
+        except BaseException as exc:
+            self._shut(exc)
+            raise
+        self._started = time.time()
+        real_cluster._RUNNING[self.endpoint] = self
         return self
 
-    def __exit__(self, *exc) -> None:
-        self._server.stop(grace=1).wait()  # first, so no RPC can start an executor behind our back
+    def __exit__(self, exc_type, exc, tb) -> None:
+        deaths = self.deaths() if isinstance(exc, Exception) else []
+        self._shut(exc)
+        if deaths:  # the client's error, but the cause is the dead worker
+            raise ParityError("; ".join(deaths)) from exc
+
+    def _shut(self, exc: BaseException | None) -> None:
+        real_cluster._RUNNING.pop(self.endpoint, None)
+        try:
+            with procs.termination.shielded():
+                self._teardown(exc)
+        finally:
+            procs.termination.exit()
+
+    def _teardown(self, exc: BaseException | None) -> None:
+        if self._server is not None:
+            self._server.stop(grace=1).wait()  # first, so no RPC can start an executor behind our back
         with self._cond:
             for session in self._sessions.values():
                 self._close(session)
@@ -163,32 +211,73 @@ class StandInCluster(frontend_pb2_grpc.FrontendServicer):
             busy = [ex for ex in executors if ex.proc is not None
                     and (ex.task is not None or ex.state == pb.ExecutorBinding)]
         for ex in busy:  # a running task or a slow OnSessionEnter is not waited for: kill, the call then fails
-            entry = stop_child(ex.proc, f"service {ex.id}", STOP_TIMEOUT_S)
-            with self._cond:
-                self._stopped.append(entry)
+            self._stop_service(ex)
         for ex in executors:
             if ex.thread is not None:
                 ex.thread.join(timeout=STOP_TIMEOUT_S * 3)
                 if ex.thread.is_alive():
                     self._errors.append(f"executor {ex.id} did not stop")
-        self.receipt = self._receipt()
+        if self._own_socket_dir and self.socket_dir is not None:
+            shutil.rmtree(self.socket_dir, ignore_errors=True)
+        self.receipt = self._receipt(exc)
 
-    def _receipt(self) -> dict:
+    def _stop_service(self, ex: _Executor) -> None:
+        if ex.proc.poll() is not None and not ex.stopping and ex.bound and ex.death is None:
+            ex.death = self._death(ex)
+        ex.stopping = True
+        entries = [procs.stop(ex.proc, f"service {ex.id}", STOP_TIMEOUT_S)]
+        entries += procs.stop_session(ex.proc.pid, grace_s=STOP_TIMEOUT_S)  # e.g. vLLM's engine core
+        with self._cond:
+            self._stopped.extend(entries)
+
+    def _exited(self, ex: _Executor, what: str, error: Exception) -> str | None:
+        """The death line of a service that exited under a call (its socket closed), else None."""
+        if ex.proc is None or ex.stop or (ex.proc.poll() is None and not isinstance(error, grpc.RpcError)):
+            return None
+        try:
+            ex.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            return None
+        ex.death = self._death(ex, what)
+        return ex.death
+
+    def _death(self, ex: _Executor, what: str = "died") -> str:
+        """One line: this executor's service died by itself."""
+        gpus = {r["pid"]: r.get("gpu") for r in self._dead_records()}
+        gpu = gpus.get(ex.proc.pid) or next((e.value for e in ex.session.app_spec.environments
+                                             if e.name == "PARITY_GPUS"), "?")
+        return (f"Flame worker pid {ex.proc.pid} (session {ex.session.id}, executor {ex.id}, GPU {gpu}) {what}: "
+                f"{procs.ended(ex.proc.returncode)} ({procs.last_line(self.log_dir / f'{ex.id}.err')}); "
+                f"log: {self.log_dir / ex.id}.err")
+
+    def _dead_records(self) -> list[dict]:
+        try:
+            return gpu_lock.dead_holders(gpu_lock.lock_dir(), self.endpoint, self._started)
+        except ParityError:
+            return []
+
+    def deaths(self) -> list[str]:
+        """One line for each service that exited by itself (not stopped by us) under a call or once bound."""
+        with self._cond:
+            executors = list(self._all_executors)
+        return [ex.death or self._death(ex) for ex in executors if ex.death or
+                (ex.bound and not ex.stopping and ex.proc.poll() is not None)]
+
+    def _receipt(self, exc: BaseException | None) -> dict:
         errors = list(self._errors)
         for ex in self._all_executors:
             if ex.proc is not None and ex.proc.poll() is None:
                 errors.append(f"service {ex.id} (pid {ex.proc.pid}) is still running")
-        released = [self.port] if self.port and _port_free(self.host, self.port) else []
+        released = [self.port] if self.port and procs.port_free(self.port, self.host) else []
         if self.port and not released:
             errors.append(f"port {self.port} is still in use after shutdown")
         gpus = {env.value for ex in self._all_executors for env in ex.session.app_spec.environments
                 if env.name == "CUDA_VISIBLE_DEVICES"}
         # Each process once: a killed-while-running service is recorded by __exit__, not again by unbind.
         processes = list({entry["pid"]: entry for entry in self._stopped}.values())
-        return {**header("cleanup-receipt", simulated=True),
-                "what": f"flame stand-in {self.endpoint} (sockets {self.socket_dir}, logs {self.log_dir})",
-                "processes": processes, "ports_released": released, "gpus_released": sorted(gpus),
-                "clean": not errors, "errors": errors}
+        return procs.receipt(f"flame stand-in {self.endpoint} (sockets {self.socket_dir}, logs {self.log_dir})",
+                             processes=processes, ports_released=released, gpus_released=sorted(gpus),
+                             errors=errors, simulated=True, ended_by=procs.termination.ended_by(exc))
 
     # ---- executors ---------------------------------------------------------------------------
 
@@ -209,19 +298,20 @@ class StandInCluster(frontend_pb2_grpc.FrontendServicer):
         spec = ex.session.app_spec
         env = {**os.environ, **{e.name: e.value for e in spec.environments},
                "FLAME_INSTANCE_ENDPOINT": str(ex.socket), "FLAME_ENDPOINT": self.endpoint}
+        # Spawned from this executor's thread, which outlives the service (it stops it in _unbind).
         with open(self.log_dir / f"{ex.id}.out", "wb") as out, open(self.log_dir / f"{ex.id}.err", "wb") as err:
-            ex.proc = subprocess.Popen([spec.command, *spec.arguments], env=env, stdout=out, stderr=err,
-                                       stdin=subprocess.DEVNULL, start_new_session=True,
-                                       cwd=spec.working_directory or None)
+            ex.proc = procs.spawn([spec.command, *spec.arguments], env=env, stdout=out, stderr=err,
+                                  cwd=spec.working_directory or None)
         deadline = time.monotonic() + self.bind_timeout_s
         while not ex.socket.exists():
             if ex.stop:
                 raise ParityError("session closed while binding")
             if ex.proc.poll() is not None or time.monotonic() > deadline:
-                what = f"exited with {ex.proc.returncode}" if ex.proc.poll() is not None else \
+                log = self.log_dir / f"{ex.id}.err"
+                what = procs.ended(ex.proc.returncode) if ex.proc.poll() is not None else \
                     f"did not open {ex.socket} within {self.bind_timeout_s:.0f} s"
-                raise ParityError(f"service for executor {ex.id} {what}; "
-                                  f"{self.log_dir / ex.id}.err ends:\n{log_tail(self.log_dir / f'{ex.id}.err')}")
+                raise ParityError(f"the service for executor {ex.id} (pid {ex.proc.pid}) failed to start: "
+                                  f"{what} ({procs.last_line(log)}); log: {log}")
             time.sleep(_POLL_S)
         ex.channel = grpc.insecure_channel(f"unix://{ex.socket}")  # default 4 MiB receive limit, like Flame
         grpc.channel_ready_future(ex.channel).result(timeout=max(1.0, deadline - time.monotonic()))
@@ -241,7 +331,8 @@ class StandInCluster(frontend_pb2_grpc.FrontendServicer):
         try:
             stub = self._bind(ex)
         except Exception as error:
-            message = str(error) if isinstance(error, ParityError) else f"binding executor {ex.id}: {error!r}"
+            message = self._exited(ex, "died while binding", error) or (
+                str(error) if isinstance(error, ParityError) else f"binding executor {ex.id}: {_one_line(error)}")
             with self._cond:
                 while session.queue:  # Flame would retry the bind; the stand-in fails fast
                     session.queue.popleft().finish(FAILED, message=message)
@@ -249,7 +340,7 @@ class StandInCluster(frontend_pb2_grpc.FrontendServicer):
             self._unbind(ex, None)
             return
         with self._cond:
-            ex.state = pb.ExecutorBound
+            ex.state, ex.bound = pb.ExecutorBound, True
             self._cond.notify_all()
         while True:
             with self._cond:
@@ -269,7 +360,7 @@ class StandInCluster(frontend_pb2_grpc.FrontendServicer):
                     if result.return_code == 0 else \
                     (FAILED, None, result.message or f"task failed with return_code {result.return_code}")
             except grpc.RpcError as error:  # e.g. "Received message larger than max (... vs. 4194304)"
-                done = (FAILED, None, f"{error.code().name}: {error.details()}")
+                done = (FAILED, None, self._exited(ex, "died", error) or _one_line(error))
             with self._cond:
                 task.finish(*done)
                 ex.task = None
@@ -298,9 +389,7 @@ class StandInCluster(frontend_pb2_grpc.FrontendServicer):
         if ex.channel is not None:
             ex.channel.close()
         if ex.proc is not None:
-            entry = stop_child(ex.proc, f"service {ex.id}", STOP_TIMEOUT_S)
-            with self._cond:
-                self._stopped.append(entry)
+            self._stop_service(ex)
         ex.socket.unlink(missing_ok=True)
         with self._cond:
             ex.state = pb.ExecutorReleased
@@ -444,10 +533,8 @@ class StandInCluster(frontend_pb2_grpc.FrontendServicer):
                                               for ex in s.executors])
 
 
-def _port_free(host: str, port: int) -> bool:
-    with socket.socket() as probe:
-        try:
-            probe.bind((host, port))
-            return True
-        except OSError:
-            return False
+def _one_line(error: BaseException) -> str:
+    """A gRPC error as 'CODE: details', anything else as its repr, on one line."""
+    if isinstance(error, grpc.RpcError) and hasattr(error, "code"):
+        return f"{error.code().name}: {error.details()}"
+    return " ".join(repr(error).split())

@@ -1,32 +1,33 @@
 """Standalone replicas: one `vllm serve` (or simulator server) per GPU, pinned, on loopback, always torn down.
 
-Each replica is its own process group, pinned with `CUDA_VISIBLE_DEVICES=<GPU UUID>`, bound to
+Each replica is spawned through `parity.procs` (its own session, killed with this process, stopped by
+the watchdog if this process is killed), pinned with `CUDA_VISIBLE_DEVICES=<GPU UUID>`, bound to
 127.0.0.1 on a free port, and waited for on `/health` with a timeout; a replica that does not come up
-fails with the tail of its log. Its GPU is then read back (NVML through nvidia-smi for vLLM, the
-identity endpoint for the simulator) and a mismatch with the requested pinning is an error. Teardown
-ends every process group, checks the ports are free again, and returns a cleanup receipt.
+fails with one line naming it, how it ended and its log. Its GPU is then read back (NVML through
+nvidia-smi for vLLM, the identity endpoint for the simulator) and a mismatch with the requested
+pinning is an error. A replica that dies during the run turns the run's error into one that names it.
+Teardown ends every replica's session, checks the ports are free again, and leaves a cleanup receipt.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import signal
-import socket
 import subprocess
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
+from parity import procs
 from parity.engine import EngineArgs
 from parity.engine import vllm_compat as compat
 from parity.errors import ParityError
-from parity.manifest import header
 
 KINDS = ("sim", "vllm")
+STOP_TIMEOUT_S = 60.0  # vLLM's graceful shutdown frees the GPU before it exits
 
 
 @dataclass
@@ -37,7 +38,6 @@ class Replica:
     log_path: Path
     process: subprocess.Popen
     reported_gpu: str | None = None
-    closed: dict = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -47,29 +47,17 @@ class Replica:
     def worker_id(self) -> str:
         return f"replica-{self.index}:{self.port}"
 
+    @property
+    def label(self) -> str:
+        return f"replica {self.index} (GPU {self.gpu}, pid {self.process.pid}, port {self.port})"
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def port_is_free(port: int) -> bool:
-    """Nothing listens there any more (connections left in TIME_WAIT do not count)."""
-    with socket.socket() as s:
-        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        try:
-            s.bind(("127.0.0.1", port))
-            return True
-        except OSError:
-            return False
-
-
-def log_tail(path: Path, lines: int = 25) -> str:
-    try:
-        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no log)"
+    def ended(self, when: str) -> str:
+        """One line: this replica is gone, how, and where its log is."""
+        code = self.process.poll()
+        if when == "exited before becoming healthy" and code is not None and not procs.port_free(self.port):
+            return (f"{self.label} could not bind its port: {procs.port_user(self.port)} took it after it was "
+                    f"picked; log: {self.log_path}")
+        return f"{self.label} {when}: {procs.ended(code)} ({procs.last_line(self.log_path)}); log: {self.log_path}"
 
 
 def _command(kind: str, args: EngineArgs, port: int, gpu: str, sim_params: Path | None) -> list[str]:
@@ -90,28 +78,6 @@ def _environment(kind: str, gpu: str, args: EngineArgs) -> dict[str, str]:
     return env
 
 
-def _session_pids(leader: int) -> list[int]:
-    """Every process in the replica's session (the server and its engine-core children)."""
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(fields[3]) == leader and fields[0] != "Z":  # session id; zombies hold nothing
-                pids.append(int(entry.name))
-    return pids
-
-
-def _drain(leader: int, timeout_s: float) -> list[int]:
-    """Wait for the children of a stopped replica (vLLM's engine core) to finish exiting."""
-    deadline = time.monotonic() + timeout_s
-    while (pids := _session_pids(leader)) and time.monotonic() < deadline:
-        time.sleep(0.2)
-    return pids
-
-
 def gpu_of_processes(pids: list[int]) -> set[str]:
     """GPU UUIDs on which any of the pids holds a CUDA context, read from NVML via nvidia-smi."""
     out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid,gpu_uuid", "--format=csv,noheader"],
@@ -124,7 +90,7 @@ def gpu_of_processes(pids: list[int]) -> set[str]:
 def _identify(kind: str, replica: Replica) -> str:
     if kind == "sim":
         return httpx.get(f"{replica.url}/parity/identity", timeout=10).json()["gpu_uuid"]
-    gpus = gpu_of_processes(_session_pids(replica.process.pid))
+    gpus = gpu_of_processes(procs.session_members(replica.process.pid))
     if len(gpus) != 1:
         raise ParityError(f"replica {replica.index} runs on GPUs {sorted(gpus) or 'none found'}, expected exactly {replica.gpu}")
     return gpus.pop()
@@ -145,16 +111,15 @@ class ReplicaSet:
         self.receipt: dict | None = None
 
     def __enter__(self) -> "ReplicaSet":
-        self.log_dir.mkdir(parents=True, exist_ok=True)
+        procs.termination.enter()
         try:
+            self.log_dir.mkdir(parents=True, exist_ok=True)
             for index, gpu in enumerate(self.gpus):
-                port = free_port()
+                port = procs.free_port()
                 log_path = self.log_dir / f"replica-{index}.log"
-                log = log_path.open("wb")
-                process = subprocess.Popen(_command(self.kind, self.args, port, gpu, self.sim_params),
-                                           stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                           env=_environment(self.kind, gpu, self.args), start_new_session=True)
-                log.close()
+                with log_path.open("wb") as log:
+                    process = procs.spawn(_command(self.kind, self.args, port, gpu, self.sim_params), stdout=log,
+                                          env=_environment(self.kind, gpu, self.args))
                 self.replicas.append(Replica(index, gpu, port, log_path, process))
             self._wait_healthy()
             for replica in self.replicas:
@@ -162,8 +127,8 @@ class ReplicaSet:
                 if replica.reported_gpu != replica.gpu:
                     raise ParityError(f"replica {replica.index} reports GPU {replica.reported_gpu}, "
                                       f"but was pinned to {replica.gpu}")
-        except BaseException:
-            self.__exit__(None, None, None)
+        except BaseException as exc:
+            self._close(exc)
             raise
         return self
 
@@ -173,17 +138,14 @@ class ReplicaSet:
         while pending:
             for replica in list(pending):
                 if replica.process.poll() is not None:
-                    raise ParityError(f"replica {replica.index} exited with code {replica.process.returncode} "
-                                      f"before becoming healthy; last log lines:\n{log_tail(replica.log_path)}")
+                    raise ParityError(replica.ended("exited before becoming healthy"))
                 try:
                     if httpx.get(f"{replica.url}/health", timeout=2).status_code == 200:
                         pending.remove(replica)
                 except httpx.HTTPError:
                     pass
             if pending and time.monotonic() > deadline:
-                r = pending[0]
-                raise ParityError(f"replica {r.index} not healthy after {self.startup_timeout_s:.0f} s; "
-                                  f"last log lines of {r.log_path}:\n{log_tail(r.log_path)}")
+                raise ParityError(pending[0].ended(f"is not healthy after {self.startup_timeout_s:.0f} s"))
             if pending:
                 time.sleep(0.5)
 
@@ -193,43 +155,43 @@ class ReplicaSet:
             try:
                 response = httpx.post(f"{replica.url}/reset_prefix_cache", timeout=60)
             except httpx.HTTPError as exc:
-                raise ParityError(f"replica {replica.index} did not answer ({exc}); last log lines:\n"
-                                  f"{log_tail(replica.log_path)}") from None
+                if replica.process.poll() is not None:
+                    raise ParityError(replica.ended("died before the trial")) from None
+                raise ParityError(f"{replica.label} did not answer ({exc}); log: {replica.log_path}") from None
             if response.status_code != 200:
                 raise ParityError(f"replica {replica.index} refused to reset its prefix cache: HTTP {response.status_code}")
 
-    def __exit__(self, *exc) -> None:
+    def deaths(self) -> list[str]:
+        """One line for each replica that exited by itself (not stopped by us)."""
+        return [r.ended("died during the run") for r in self.replicas if r.process.poll() is not None]
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        deaths = self.deaths()
+        self._close(exc)
+        if deaths and isinstance(exc, Exception):  # the client's error, but the cause is the dead replica
+            raise ParityError("; ".join(deaths)) from exc
+
+    def _close(self, exc: BaseException | None) -> None:
+        try:
+            with procs.termination.shielded():
+                self._teardown(exc)
+        finally:
+            procs.termination.exit()
+
+    def _teardown(self, exc: BaseException | None) -> None:
         processes, errors = [], []
         for replica in self.replicas:
-            proc = replica.process
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGTERM)
-                    proc.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                    proc.wait(timeout=30)
-                    errors.append(f"replica {replica.index} (pid {proc.pid}) needed SIGKILL")
-                except ProcessLookupError:
-                    pass
-            code = proc.returncode
-            processes.append({"pid": proc.pid, "name": f"{self.kind}-replica-{replica.index}",
-                              "exit_code": code if code is not None and code >= 0 else None,
-                              "signal": signal.Signals(-code).name if code is not None and code < 0 else None})
-            leftovers = _drain(proc.pid, timeout_s=30)
-            if leftovers:
-                for pid in leftovers:
-                    try:
-                        os.kill(pid, signal.SIGKILL)
-                    except ProcessLookupError:
-                        pass
-                errors.append(f"replica {replica.index} left processes {leftovers}; killed")
-            if not port_is_free(replica.port):
+            processes.append(procs.stop(replica.process, f"{self.kind}-replica-{replica.index}", STOP_TIMEOUT_S))
+            if processes[-1]["exit_code"] is None and processes[-1]["signal"] is None:
+                errors.append(f"{replica.label} survived SIGKILL")
+            left = procs.stop_session(replica.process.pid, grace_s=30)
+            if left:
+                processes.extend(left)
+                errors.append(f"replica {replica.index} left processes {[e['pid'] for e in left]}; stopped them")
+            if not procs.port_free(replica.port):
                 errors.append(f"port {replica.port} still in use after teardown")
-        self.receipt = header("cleanup-receipt", simulated=self.kind == "sim") | {
-            "what": f"{len(self.replicas)} {self.kind} replicas",
-            "processes": processes,
-            "ports_released": [r.port for r in self.replicas if port_is_free(r.port)],
-            "gpus_released": sorted({r.gpu for r in self.replicas}),
-            "clean": not errors, "errors": errors,
-        }
+        self.receipt = procs.receipt(
+            f"{len(self.replicas)} {self.kind} replicas", processes=processes,
+            ports_released=[r.port for r in self.replicas if procs.port_free(r.port)],
+            gpus_released=sorted({r.gpu for r in self.replicas}), errors=errors, simulated=self.kind == "sim",
+            ended_by=procs.termination.ended_by(exc))

@@ -13,6 +13,7 @@ import asyncio
 import itertools
 import json
 import os
+import sys
 
 from aiohttp import web
 
@@ -91,5 +92,9 @@ def serve(port: int, gpu_uuid: str, params_path=None, args: EngineArgs | None = 
     """
     args = args or EngineArgs.from_dict(json.loads(os.environ.get(ENGINE_ARGS_VARIABLE) or "{}"))
     engine = SimEngine(args, SimParams.load(params_path), clock="paced", gpu_uuid=gpu_uuid, mode="async")
-    web.run_app(make_app(engine, args.model), host="127.0.0.1", port=port, print=None,
-                handle_signals=True, access_log=None)
+    try:
+        web.run_app(make_app(engine, args.model), host="127.0.0.1", port=port, print=None,
+                    handle_signals=True, access_log=None)
+    except OSError as exc:  # the port was taken after the replica set picked it: one line for its log
+        engine.close()
+        sys.exit(f"sim-server: cannot listen on 127.0.0.1:{port}: {exc.strerror or exc}")

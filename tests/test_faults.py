@@ -1,0 +1,263 @@
+"""Faults of whole commands on the simulator: SIGTERM and SIGKILL of a run, a worker or replica killed
+mid-run. Each test starts `python -m parity ...` with a tag in its environment, which every process
+of the run's tree inherits, so /proc tells whether any survived. Waits are bounded; whatever a test
+started is killed at its end."""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from parity import procs
+from parity.manifest import read_manifest
+
+ROOT = Path(__file__).resolve().parents[1]
+SIM = ROOT / "config" / "sim" / "h200-llama31-8b.yaml"
+
+
+@pytest.fixture(scope="module")
+def trace(small_reuse_trace):
+    return small_reuse_trace
+
+
+def tree(tag: str) -> dict[int, str]:
+    """pid -> command line of every live process carrying the run's tag."""
+    found = {}
+    for pid in procs.proc_table():
+        if procs.environ(pid).get("PARITY_TEST_TAG") == tag:
+            found[pid] = procs.describe(pid)
+    return found
+
+
+def wait_until(predicate, timeout_s: float, what: str):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+class Run:
+    """`python -m parity ARGS` in the background, its stderr in a file, its tree found by tag."""
+
+    def __init__(self, args: list[str], tmp_path: Path, name: str):
+        self.tag, self.log = f"{name}-{os.getpid()}-{time.monotonic_ns()}", tmp_path / f"{name}.log"
+        env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PARITY_TEST_TAG": self.tag}
+        with self.log.open("wb") as log:
+            self.proc = subprocess.Popen([sys.executable, "-m", "parity", *args], env=env, stdout=log,
+                                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+
+    def text(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def wait_for_line(self, pattern: str, timeout_s: float = 120) -> None:
+        wait_until(lambda: re.search(pattern, self.text(), re.M) or self.proc.poll() is not None, timeout_s,
+                   f"/{pattern}/ in {self.log}")
+        assert self.proc.poll() is None, f"the run ended early:\n{self.text()}"
+
+    def processes(self, word: str) -> list[int]:
+        return [pid for pid, line in tree(self.tag).items() if word in line]
+
+    def finish(self, timeout_s: float = 120) -> int:
+        return self.proc.wait(timeout=timeout_s)
+
+    def assert_nothing_left(self, timeout_s: float = 30) -> None:
+        wait_until(lambda: not tree(self.tag), timeout_s, f"no process of the run's tree: {tree(self.tag)}")
+
+    def cleanup(self) -> None:
+        for pid in [self.proc.pid, *tree(self.tag)]:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.proc.wait(timeout=30)
+
+
+@pytest.fixture
+def runs():
+    started = []
+    yield lambda *a: started.append(Run(*a)) or started[-1]
+    for run in started:
+        run.cleanup()
+
+
+def native_args(trace, out, repeats=20) -> list[str]:
+    return ["native", "run", "--trace", str(trace), "--repeats", str(repeats), "--warmup-rounds", "1",
+            "--out", str(out)]
+
+
+def flame_args(trace, out, repeats=20) -> list[str]:
+    return ["flame", "run", "--trace", str(trace), "--repeats", str(repeats), "--warmup-rounds", "1",
+            "--batch-limit", "8", "--out", str(out)]
+
+
+def test_sigterm_of_native_run_tears_down_and_writes_the_receipt(trace, tmp_path, runs):
+    run = runs(native_args(trace, tmp_path / "out"), tmp_path, "native-term")
+    run.wait_for_line(r"^locality-vllm-\w+-reuse-r0:")
+    run.proc.send_signal(signal.SIGTERM)
+    assert run.finish() == 128 + signal.SIGTERM, run.text()
+    receipt = read_manifest(tmp_path / "out" / "cleanup-replicas.json")
+    assert receipt["ended_by"] == "SIGTERM" and receipt["clean"], receipt
+    assert "parity: SIGTERM: stopping the processes this run started" in run.text()
+    run.assert_nothing_left()
+
+
+def test_sigkill_of_native_run_leaves_nothing_and_a_rerun_succeeds(trace, tmp_path, runs):
+    run = runs(native_args(trace, tmp_path / "out"), tmp_path, "native-kill")
+    run.wait_for_line(r"^locality-vllm-\w+-reuse-r0:")
+    assert len(run.processes("sim-server")) == 2
+    run.proc.kill()
+    run.finish()
+    run.assert_nothing_left()
+    again = runs(native_args(trace, tmp_path / "out", repeats=1), tmp_path, "native-rerun")
+    assert again.finish() == 0, again.text()
+    assert read_manifest(tmp_path / "out" / "cleanup-replicas.json")["clean"]
+
+
+def test_sigterm_of_flame_run_tears_down_writes_the_receipt_and_removes_its_socket_dir(trace, tmp_path, runs):
+    run = runs(flame_args(trace, tmp_path / "out"), tmp_path, "flame-term")
+    run.wait_for_line(r"warmup 1: ")
+    (sockets,) = glob.glob(f"/tmp/pf-{run.proc.pid}.*")
+    assert run.processes("flame worker")
+    run.proc.send_signal(signal.SIGTERM)
+    assert run.finish() == 128 + signal.SIGTERM, run.text()
+    receipt = read_manifest(tmp_path / "out" / "cleanup-flame.json")
+    assert receipt["ended_by"] == "SIGTERM" and receipt["clean"], receipt
+    assert not Path(sockets).exists()
+    run.assert_nothing_left()
+
+
+def test_sigkill_of_flame_run_leaves_nothing_and_a_rerun_clears_its_stale_locks(trace, tmp_path, runs):
+    out = tmp_path / "out"
+    run = runs(flame_args(trace, out), tmp_path, "flame-kill")
+    run.wait_for_line(r"warmup 1: ")
+    (sockets,) = glob.glob(f"/tmp/pf-{run.proc.pid}.*")
+    held = wait_until(lambda: [p for p in (out / "logs" / "gpu-locks").glob("*.lock") if p.read_text()], 30,
+                      "a worker to hold a GPU")
+    run.proc.kill()
+    run.finish()
+    run.assert_nothing_left()
+    wait_until(lambda: not Path(sockets).exists(), 10, "the watchdog to remove the socket dir")
+    assert all(json.loads(p.read_text())["pid"] for p in held)  # the dead workers' records stay behind
+    again = runs(flame_args(trace, out, repeats=1), tmp_path, "flame-rerun")
+    assert again.finish() == 0, again.text()
+    assert "cleared the stale lock of GPU sim-" in again.text()
+    assert read_manifest(out / "cleanup-flame.json")["clean"]
+
+
+def test_a_flame_worker_killed_mid_run_is_named_in_one_line(trace, tmp_path, runs):
+    out = tmp_path / "out"
+    run = runs(flame_args(trace, out), tmp_path, "flame-worker")
+    run.wait_for_line(r"^locality-flame-sticky-reuse-r1:")
+
+    def serving_worker():  # a worker that holds a GPU is bound to its session
+        for lock in (out / "logs" / "gpu-locks").glob("*.lock"):
+            text = lock.read_text()
+            if text and procs.alive(json.loads(text)["pid"]):
+                return json.loads(text)
+        return None
+
+    record = wait_until(serving_worker, 30, "a bound worker")
+    os.kill(record["pid"], signal.SIGKILL)
+    assert run.finish() == 1, run.text()
+    last = run.text().strip().splitlines()[-1]
+    assert re.fullmatch(rf"Error: Flame worker pid {record['pid']} \(session {record['session_id']}, executor "
+                        rf"{record['executor_id']}, GPU {record['gpu']}\) died( while binding)?: "
+                        rf"killed by SIGKILL \(.*\); "
+                        rf"log: .*{record['executor_id']}\.err", last), last
+    assert read_manifest(out / "cleanup-flame.json")["clean"]
+    run.assert_nothing_left()
+
+
+def test_sigkill_of_an_experiment_run_leaves_nothing_and_the_rerun_finishes_it(trace, tmp_path, runs):
+    out = tmp_path / "exp"
+    backend = json.dumps({"engine": "sim", "sim_params": str(SIM), "warmup_rounds": 1})
+    args = ["experiment", "run", "locality", "--trace", str(trace), "--backend", backend,
+            "--settings", json.dumps({"repeats": 1}), "--out", str(out)]
+    run = runs(args, tmp_path, "experiment-kill")
+    wait_until(lambda: run.processes("flame worker") or run.proc.poll() is not None, 180, "a Flame case")
+    run.proc.kill()
+    run.finish()
+    run.assert_nothing_left()
+    again = runs(args, tmp_path, "experiment-rerun")
+    assert again.finish(timeout_s=300) == 0, again.text()
+    assert read_manifest(out / "experiment.json")["cases"]
+    assert all(read_manifest(p)["clean"] for p in (out / "cleanup").glob("*.json"))
+
+
+# ---- the same against real Flame v0.6.0 (FLAME_BIN_DIR: the binaries, built by hand outside the repo) ----
+
+def _real_bin_dir() -> str | None:
+    bin_dir = os.environ.get("FLAME_BIN_DIR")
+    names = ("flame-session-manager", "flame-executor-manager")
+    ok = bin_dir and all(os.access(Path(bin_dir) / name, os.X_OK) for name in names)
+    return bin_dir if ok else None
+
+
+real_flame = pytest.mark.skipif(_real_bin_dir() is None, reason="needs FLAME_BIN_DIR naming Flame v0.6.0 binaries")
+
+
+@real_flame
+def test_sigterm_and_sigkill_of_a_real_flame_run_leave_nothing(trace, tmp_path, runs):
+    out = tmp_path / "out"
+    args = [*flame_args(trace, out), "--cluster", "flame"]
+    run = runs(args, tmp_path, "real-term")
+    run.wait_for_line(r"warmup 1: ")
+    assert all(run.processes(w) for w in ("flame-session-manager", "flame-executor-manager", "flame worker"))
+    run.proc.send_signal(signal.SIGTERM)
+    assert run.finish() == 128 + signal.SIGTERM, run.text()
+    receipt = read_manifest(out / "cleanup-flame.json")
+    assert receipt["ended_by"] == "SIGTERM" and receipt["clean"], receipt
+    run.assert_nothing_left()
+    run = runs(args, tmp_path, "real-kill")
+    run.wait_for_line(r"warmup 1: ")
+    run.proc.kill()
+    run.finish()
+    run.assert_nothing_left()
+    again = runs([*flame_args(trace, out, repeats=1), "--cluster", "flame"], tmp_path, "real-rerun")
+    assert again.finish() == 0, again.text()
+
+
+@real_flame
+def test_a_real_flame_worker_killed_mid_run_is_named_in_one_line(trace, tmp_path, runs):
+    out = tmp_path / "out"
+    run = runs([*flame_args(trace, out), "--cluster", "flame"], tmp_path, "real-worker")
+    run.wait_for_line(r"warmup 1: ")
+    locks = out / "logs" / "gpu-locks"
+    record = wait_until(lambda: next((json.loads(p.read_text()) for p in locks.glob("*.lock") if p.read_text()), None),
+                        30, "a bound worker")
+    os.kill(record["pid"], signal.SIGKILL)
+    assert run.finish() == 1, run.text()
+    last = run.text().strip().splitlines()[-1]
+    kept = out / "flame" / "logs" / f"worker-{record['executor_id']}.err"
+    assert last == (f"Error: Flame worker pid {record['pid']} (session {record['session_id']}, executor "
+                    f"{record['executor_id']}, GPU {record['gpu']}) died during the run (its exit status went to "
+                    f"flame-executor-manager, its parent); log: {kept}"), last
+    assert kept.exists()
+    run.assert_nothing_left()
+
+
+@real_flame
+@pytest.mark.parametrize("which", ["flame-executor-manager", "flame-session-manager"])
+def test_a_real_flame_service_killed_mid_run_is_an_error_not_a_hang(trace, tmp_path, runs, which):
+    out = tmp_path / "out"
+    run = runs([*flame_args(trace, out), "--cluster", "flame"], tmp_path, f"real-{which}")
+    run.wait_for_line(r"warmup 1: ")
+    (pid,) = run.processes(which)
+    os.kill(pid, signal.SIGKILL)
+    assert run.finish(timeout_s=60) == 1, run.text()
+    assert run.text().strip().splitlines()[-1] == (
+        f"Error: {which} (pid {pid}) died during the run: killed by SIGKILL; "
+        f"log: {out / 'flame' / 'logs' / ('fem.out' if 'executor' in which else 'fsm.out')}")
+    run.assert_nothing_left()

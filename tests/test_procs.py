@@ -1,0 +1,191 @@
+"""parity.procs: children in their own session that die with the run, grandchildren too; SIGTERM as an
+orderly exit; busy ports named. Every test bounds its waits and stops what it started."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from parity import procs
+from parity.errors import ParityError
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+def wait_until(predicate, timeout_s: float = 30.0, what: str = "condition"):
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
+
+
+def python(code: str) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": SRC}
+    return subprocess.Popen([sys.executable, "-c", textwrap.dedent(code)], env=env, stdout=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+    except OSError:
+        return []
+
+
+def kill_all(pids) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+# A spawner like `parity flame run`: a child through procs.spawn that itself starts a grandchild in a
+# session of its own (as Flame's executor manager starts services), and a scratch folder.
+SPAWNER = """
+    import subprocess, sys, time
+    from parity import procs
+    child = procs.spawn([sys.executable, "-c",
+                         "import subprocess, sys, time\\n"
+                         "g = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)'],"
+                         " start_new_session=True)\\n"
+                         "print(g.pid, flush=True)\\n"
+                         "time.sleep(120)"], stdout=subprocess.PIPE, stderr=None)
+    grandchild = int(child.stdout.readline())
+    print(child.pid, grandchild, procs.scratch_dir("pf-"), flush=True)
+    time.sleep(120)
+"""
+
+
+def test_a_spawned_child_leads_its_own_session_and_carries_the_run():
+    proc = procs.spawn(["sleep", "60"], stdout=subprocess.DEVNULL)
+    try:
+        assert os.getsid(proc.pid) == proc.pid and os.getpgid(proc.pid) == proc.pid
+        wait_until(lambda: procs.environ(proc.pid).get(procs.TREE_ENV), 10, "the child's exec")
+        assert procs.mark() in procs.environ(proc.pid)[procs.TREE_ENV].split()
+        assert proc.pid in procs.marked(procs.mark())
+    finally:
+        entry = procs.stop(proc, "sleeper", timeout_s=5)
+    assert entry == {"pid": proc.pid, "name": "sleeper", "exit_code": None, "signal": "SIGTERM"}
+
+
+def test_a_command_that_cannot_start_says_so_in_its_log(tmp_path):
+    log = tmp_path / "log"
+    with log.open("wb") as out:
+        proc = procs.spawn(["no-such-command-here"], stdout=out)
+    assert proc.wait(timeout=30) == 1
+    assert procs.last_line(log) == "cannot start no-such-command-here: No such file or directory"
+
+
+def test_children_grandchildren_and_scratch_dirs_go_when_the_spawner_is_killed():
+    spawner = python(SPAWNER)
+    child, grandchild, scratch = spawner.stdout.readline().split()
+    child, grandchild = int(child), int(grandchild)
+    try:
+        assert os.getsid(grandchild) == grandchild  # escaped the child's session, as Flame's services do
+        assert Path(scratch).is_dir()
+        spawner.kill()
+        spawner.wait(timeout=10)
+        wait_until(lambda: not procs.alive(child) and not procs.alive(grandchild), 30, "the tree to go")
+        wait_until(lambda: not Path(scratch).exists(), 10, "the watchdog to remove the scratch dir")
+    finally:
+        kill_all([spawner.pid, child, grandchild])
+
+
+def test_the_death_signal_alone_stops_the_child_even_without_the_watchdog():
+    spawner = python(SPAWNER)
+    child, grandchild, scratch = spawner.stdout.readline().split()
+    child, grandchild = int(child), int(grandchild)
+    try:
+        watchdog_args = ["-m", "parity.procs", str(spawner.pid), str(procs.start_time(spawner.pid))]
+        watchdogs = [pid for pid in procs.proc_table() if cmdline(pid)[1:] == watchdog_args]
+        assert len(watchdogs) == 1, "one watchdog per spawning process"
+        os.kill(watchdogs[0], signal.SIGKILL)
+        wait_until(lambda: not procs.alive(watchdogs[0]), 10, "the watchdog to die")
+        spawner.kill()
+        spawner.wait(timeout=10)
+        wait_until(lambda: not procs.alive(child), 10, "the kernel's death signal")
+        assert procs.alive(grandchild)  # only the watchdog reaches a grandchild in its own session
+    finally:
+        kill_all([spawner.pid, child, grandchild])
+        Path(scratch).rmdir()  # the watchdog we killed would have removed it
+
+
+ORDERLY = """
+    import sys, time
+    from parity import procs
+    procs.termination.enter()
+    try:
+        with procs.termination.shielded() if "shielded" in sys.argv else open("/dev/null"):
+            print("ready", flush=True)
+            time.sleep(3 if "shielded" in sys.argv else 60)
+            print("block done", flush=True)
+    finally:
+        print("cleaned up", procs.termination.ended_by(sys.exc_info()[1]), flush=True)
+"""
+
+
+@pytest.mark.parametrize("shielded", [False, True])
+def test_sigterm_becomes_an_orderly_exit_and_waits_for_a_shielded_teardown(shielded):
+    env = {**os.environ, "PYTHONPATH": SRC}
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(ORDERLY), *(["shielded"] if shielded else [])],
+                            env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM
+    assert out.splitlines() == (["block done", "cleaned up SIGTERM"] if shielded else ["cleaned up SIGTERM"])
+
+
+def test_a_second_sigterm_exits_at_once():
+    env = {**os.environ, "PYTHONPATH": SRC}
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(ORDERLY), "shielded"], env=env,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "ready"
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=30)
+    finally:
+        proc.kill()
+    assert proc.returncode == 128 + signal.SIGTERM and out == ""  # neither the block nor the cleanup ran
+
+
+def test_a_busy_port_is_one_line_naming_its_holder():
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen()
+        port = busy.getsockname()[1]
+        assert (("127.0.0.1", os.getpid()) in procs.listeners(port))
+        with pytest.raises(ParityError, match=rf"^port {port} on 127.0.0.1 is in use by pid {os.getpid()} "
+                                              rf"\(.*\) on 127.0.0.1; the test server needs it$"):
+            procs.check_ports_free([port], "127.0.0.1", "the test server")
+    assert procs.port_free(port)
+    procs.check_ports_free([port], "127.0.0.1", "the test server")
+
+
+def test_receipt_says_how_the_step_ended():
+    doc = procs.receipt("x", processes=[procs.entry(5, "a", -9), procs.entry(6, "b", 3)], ports_released=[1],
+                        gpus_released=["sim-0"], errors=[], simulated=True, ended_by="SIGTERM")
+    from parity.manifest import validate_document
+
+    assert validate_document(json.loads(json.dumps(doc))) == []
+    assert doc["processes"] == [{"pid": 5, "name": "a", "exit_code": None, "signal": "SIGKILL"},
+                                {"pid": 6, "name": "b", "exit_code": 3, "signal": None}]
+    assert validate_document(doc | {"ended_by": "lunch"}) != []
