@@ -56,7 +56,7 @@ def test_a_backend_names_its_network_mode():
     from parity.experiments.backend import Backend
 
     assert Backend.from_dict({}).network == "auto"
-    with pytest.raises(ParityError, match="backend network 'wide'"):
+    with pytest.raises(ParityError, match="backend network: 'wide' is not one of"):
         Backend.from_dict({"network": "wide"})
 
 

@@ -702,6 +702,11 @@ def mlperf_run(arm, dataset, out_dir, mode, engine, gpus, model, load_format, en
         args = backend.args()
     else:
         args = _engine_args(model, load_format, engine_args)
+    from parity import netns
+
+    # Real Flame listens on 0.0.0.0: contain the whole arm first (this may re-execute the command).
+    netns.contain(backend.network if backend_text is not None else "auto",
+                  needed=arm == "flame" and cluster == "flame", log=functools.partial(click.echo, err=True))
     spec = RunSpec(arm=arm, dataset=dataset, out=out_dir, mode=mode, engine=engine, gpus=tuple(gpus),
                    engine_args=args, max_tokens=max_tokens,
                    sim_params=sim_params, samples=samples, target_qps=target_qps, probe_samples=probe_samples,

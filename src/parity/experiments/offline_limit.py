@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
@@ -26,6 +25,7 @@ from parity.affinity import make_router
 from parity.checks import check_file
 from parity.engine import MODEL_REVISION
 from parity.errors import ParityError
+from parity.procs import ended, last_line, spawn
 from parity.experiments.backend import Backend
 from parity.experiments.runner import fits_engine, must_run, ran_with, recorded_hashes, sim_params_sha256
 from parity.manifest import file_ref, header, read_manifest, write_manifest
@@ -97,13 +97,12 @@ def _run_shards(backend: Backend, shard_traces: list[Path], gpus: list[str], tri
             env = dict(os.environ)
             if not backend.simulated:
                 env["CUDA_VISIBLE_DEVICES"] = gpu
-            with open(logs / f"{shard_trace.stem}.log", "wb") as out:
-                procs.append(subprocess.Popen(_command(backend, shard_trace, trials_dir), stdout=out,
-                                              stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL))
+            with open(logs / f"{shard_trace.stem}.log", "wb") as out:  # dies with this run (parity.procs)
+                procs.append(spawn(_command(backend, shard_trace, trials_dir), stdout=out, env=env))
         codes = [p.wait() for p in procs]
         if any(codes):
-            bad = [t.stem for t, c in zip(wave, codes) if c]
-            raise ParityError(f"offline limit: shard run(s) {', '.join(bad)} failed; see {logs}")
+            bad = [f"{t.stem} ({ended(c)}: {last_line(logs / f'{t.stem}.log')})" for t, c in zip(wave, codes) if c]
+            raise ParityError(f"offline limit: shard run(s) failed: {'; '.join(bad)}; logs in {logs}")
         for shard_trace in wave:
             path = _trial_path(backend, shard_trace, trials_dir)
             write_manifest(path, read_manifest(path) | {"ran_with": wanted[shard_trace]})

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import tempfile
+import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
+from parity import gpu_lock, netns
 from parity.engine import EngineArgs
 from parity.errors import ParityError
 from parity.manifest import file_ref, header, write_manifest
@@ -121,11 +122,12 @@ def flame_path(spec: RunSpec, args: EngineArgs, prompts, stack: contextlib.ExitS
 
     engine = {"sim": "sim", "vllm": "vllm-async"}.get(spec.engine, spec.engine)
     gpus = list(spec.gpus) or ["sim-0"]
+    if engine == "sim":  # simulated GPUs are this run's alone; real ones are the node's (parity.gpu_lock)
+        os.environ.setdefault(gpu_lock.LOCK_DIR_ENV, str((spec.out / "logs" / "gpu-locks").resolve()))
     if spec.cluster == "standin":
         from parity.flame.standin import StandInCluster
 
-        sockets = Path(tempfile.mkdtemp(prefix="pf-", dir="/tmp"))  # Unix socket paths must stay short
-        cluster = StandInCluster(socket_dir=sockets, log_dir=spec.out / "logs")
+        cluster = StandInCluster(log_dir=spec.out / "logs")  # its short socket dir in /tmp goes on exit
     else:
         from parity.flame.cluster import FlameCluster
 
@@ -143,6 +145,7 @@ def flame_path(spec: RunSpec, args: EngineArgs, prompts, stack: contextlib.ExitS
                 yield sut, {"engine": engine, "vllm_version": None if engine == "sim" else package_versions()["vllm"],
                             "vllm_version_source": None if engine == "sim" else "worker interpreter (the client's)",
                             "path": {"cluster": "stand-in" if spec.cluster == "standin" else "flame-v0.6.0",
+                                     "network": netns.record(cluster.label, cluster.port),
                                      "gpus": gpus, "placement": spec.placement, "batch_limit": spec.batch_limit,
                                      "window_s": spec.window_ms / 1000, "sessions": sessions.shards}}
             finally:
