@@ -19,6 +19,7 @@ import pytest
 
 from parity import procs
 from parity.manifest import read_manifest
+from waiting import wait_until  # tests/ is on sys.path (pytest's rootdir-relative import)
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM = ROOT / "config" / "sim" / "h200-llama31-8b.yaml"
@@ -36,16 +37,6 @@ def tree(tag: str) -> dict[int, str]:
         if procs.environ(pid).get("PARITY_TEST_TAG") == tag:
             found[pid] = procs.describe(pid)
     return found
-
-
-def wait_until(predicate, timeout_s: float, what: str):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.1)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 class Run:

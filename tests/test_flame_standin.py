@@ -7,7 +7,6 @@ import shutil
 import socket
 import sys
 import tempfile
-import time
 from concurrent.futures import wait
 from pathlib import Path
 
@@ -17,6 +16,7 @@ from flamepy.core.client import ConnectionInstance
 
 from parity.flame.standin import StandInCluster
 from parity.manifest import validate_document
+from waiting import wait_until  # tests/ is on sys.path (pytest's rootdir-relative import)
 
 SERVICE = str(Path(__file__).with_name("flame_echo_service.py"))
 MIB = 1024 * 1024
@@ -31,16 +31,6 @@ def parse(reply: bytes) -> tuple[int, str, bytes]:
     """(pid, executor id, rest) of an echo reply."""
     pid, executor_id, rest = reply.split(b":", 2)
     return int(pid), executor_id.decode(), rest
-
-
-def wait_until(predicate, timeout_s: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def executors_of(conn, session_id: str) -> list:

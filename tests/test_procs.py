@@ -17,18 +17,9 @@ import pytest
 
 from parity import procs
 from parity.errors import ParityError
+from waiting import wait_until  # tests/ is on sys.path (pytest's rootdir-relative import)
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
-
-
-def wait_until(predicate, timeout_s: float = 30.0, what: str = "condition"):
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(0.05)
-    raise AssertionError(f"timed out after {timeout_s} s waiting for {what}")
 
 
 def python(code: str) -> subprocess.Popen:

@@ -484,6 +484,43 @@ class Termination:
 termination = Termination()
 
 
+class Supervisor:
+    """What starts children (the replica set, the real Flame cluster, its stand-in) as a context manager.
+
+    `_supervise()` at start arms SIGTERM as an orderly exit; `close()` runs the subclass's `_teardown`
+    shielded from it, once per start; leaving the block after the body failed while a child had died
+    raises the death instead, since that is the cause.
+    """
+
+    _supervising = False
+
+    def deaths(self) -> list[str]:
+        """One line per child that died while it should be running."""
+        return []
+
+    def _teardown(self, exc: BaseException | None):
+        raise NotImplementedError
+
+    def _supervise(self) -> None:
+        termination.enter()
+        self._supervising = True
+
+    def close(self, exc: BaseException | None = None):
+        try:
+            with termination.shielded():
+                return self._teardown(exc)
+        finally:
+            if self._supervising:
+                self._supervising = False
+                termination.exit()
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        deaths = self.deaths() if isinstance(exc, Exception) else []
+        self.close(exc)
+        if deaths:  # the caller's error, but the cause is the dead child
+            raise ParityError("; ".join(deaths)) from exc
+
+
 if __name__ == "__main__":  # the watchdog: python -m parity.procs PID STARTTIME
     if os.fork():
         os._exit(0)  # the spawner waits for this one only; the watchdog runs on, nobody's child

@@ -167,7 +167,7 @@ def running(endpoint: str):
     return _RUNNING.get(endpoint)
 
 
-class FlameCluster:
+class FlameCluster(procs.Supervisor):
     """A context manager around one session manager and one executor manager on loopback.
 
     Everything lives in `work_dir`: the config, `logs/` (FLAME_HOME=work_dir), and `executors/`
@@ -191,7 +191,6 @@ class FlameCluster:
         self._procs: dict[str, subprocess.Popen] = {}
         self._conn = None
         self._gpus: list[str] = []
-        self._entered = False
         self._started = 0.0
         self.applications: list[str] = []
         self.receipt: dict | None = None
@@ -295,8 +294,7 @@ class FlameCluster:
                                                 socket_dir=self.socket_dir)
         self.log(f"Flame v{VERSION}'s session manager listens on 0.0.0.0:{self.port} and 0.0.0.0:{self.port + 1} "
                  f"(unauthenticated gRPC) whatever the endpoint says; containment: {netns.containment()}")
-        procs.termination.enter()
-        self._entered = True
+        self._supervise()
         try:
             self._spawn(SESSION_MANAGER, "fsm", self.work_dir)
             self._wait_frontend(deadline)
@@ -381,17 +379,11 @@ class FlameCluster:
     # -- stop --
 
     def stop(self, exc: BaseException | None = None) -> dict:
-        """Stop EM then SM, then any service left behind; build the cleanup receipt."""
-        _RUNNING.pop(self.endpoint, None)
-        try:
-            with procs.termination.shielded():
-                return self._stop(exc)
-        finally:
-            if self._entered:
-                self._entered = False
-                procs.termination.exit()
+        """Stop EM then SM, then any service left behind; returns the cleanup receipt."""
+        return self.close(exc)
 
-    def _stop(self, exc: BaseException | None) -> dict:
+    def _teardown(self, exc: BaseException | None) -> dict:
+        _RUNNING.pop(self.endpoint, None)
         errors: list[str] = []
         processes: list[dict] = []
         table = procs.proc_table()
@@ -434,8 +426,3 @@ class FlameCluster:
         self._procs.clear()
         return self.receipt
 
-    def __exit__(self, exc_type, exc, tb) -> None:
-        deaths = self.deaths() if isinstance(exc, Exception) else []
-        self.stop(exc)
-        if deaths:  # the client's error, but the cause is the dead process
-            raise ParityError("; ".join(deaths)) from exc

@@ -125,7 +125,7 @@ class _Executor:
                            status=pb.ExecutorStatus(state=self.state, session_id=self.session.id))
 
 
-class StandInCluster(frontend_pb2_grpc.FrontendServicer):
+class StandInCluster(procs.Supervisor, frontend_pb2_grpc.FrontendServicer):
     """The Frontend servicer plus the executors it runs; use as a context manager (`receipt` on exit)."""
 
     label = "stand-in"
@@ -163,7 +163,7 @@ class StandInCluster(frontend_pb2_grpc.FrontendServicer):
             if longest >= SOCKET_PATH_MAX:
                 raise ParityError(f"socket dir {self.socket_dir} is too long for Unix sockets ({longest} bytes "
                                   f">= {SOCKET_PATH_MAX}); use a short one such as /tmp/pf-XXXX")
-        procs.termination.enter()
+        self._supervise()
         try:
             if self._own_socket_dir:
                 self.socket_dir = procs.scratch_dir("pf-")  # sun_path is short; gone on exit, or by the watchdog
@@ -181,27 +181,14 @@ class StandInCluster(frontend_pb2_grpc.FrontendServicer):
                 raise ParityError(f"the Flame stand-in cannot listen on {self.host}:{self.port}: {exc}") from None
             self._server.start()
         except BaseException as exc:
-            self._shut(exc)
+            self.close(exc)
             raise
         self._started = time.time()
         real_cluster._RUNNING[self.endpoint] = self
         return self
 
-    def __exit__(self, exc_type, exc, tb) -> None:
-        deaths = self.deaths() if isinstance(exc, Exception) else []
-        self._shut(exc)
-        if deaths:  # the client's error, but the cause is the dead worker
-            raise ParityError("; ".join(deaths)) from exc
-
-    def _shut(self, exc: BaseException | None) -> None:
-        real_cluster._RUNNING.pop(self.endpoint, None)
-        try:
-            with procs.termination.shielded():
-                self._teardown(exc)
-        finally:
-            procs.termination.exit()
-
     def _teardown(self, exc: BaseException | None) -> None:
+        real_cluster._RUNNING.pop(self.endpoint, None)
         if self._server is not None:
             self._server.stop(grace=1).wait()  # first, so no RPC can start an executor behind our back
         with self._cond:

@@ -96,7 +96,7 @@ def _identify(kind: str, replica: Replica) -> str:
     return gpus.pop()
 
 
-class ReplicaSet:
+class ReplicaSet(procs.Supervisor):
     """Start replicas on enter; always tear them down on exit, leaving a cleanup receipt."""
 
     def __init__(self, kind: str, gpus: list[str], args: EngineArgs, log_dir: Path, *,
@@ -111,7 +111,7 @@ class ReplicaSet:
         self.receipt: dict | None = None
 
     def __enter__(self) -> "ReplicaSet":
-        procs.termination.enter()
+        self._supervise()
         try:
             self.log_dir.mkdir(parents=True, exist_ok=True)
             for index, gpu in enumerate(self.gpus):
@@ -128,7 +128,7 @@ class ReplicaSet:
                     raise ParityError(f"replica {replica.index} reports GPU {replica.reported_gpu}, "
                                       f"but was pinned to {replica.gpu}")
         except BaseException as exc:
-            self._close(exc)
+            self.close(exc)
             raise
         return self
 
@@ -164,19 +164,6 @@ class ReplicaSet:
     def deaths(self) -> list[str]:
         """One line for each replica that exited by itself (not stopped by us)."""
         return [r.ended("died during the run") for r in self.replicas if r.process.poll() is not None]
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        deaths = self.deaths()
-        self._close(exc)
-        if deaths and isinstance(exc, Exception):  # the client's error, but the cause is the dead replica
-            raise ParityError("; ".join(deaths)) from exc
-
-    def _close(self, exc: BaseException | None) -> None:
-        try:
-            with procs.termination.shielded():
-                self._teardown(exc)
-        finally:
-            procs.termination.exit()
 
     def _teardown(self, exc: BaseException | None) -> None:
         processes, errors = [], []
