@@ -1,4 +1,4 @@
-# The report (parity report; tables and plots in parity.report), then every manifest validated.
+# The report (parity report; tables and plots in parity.report). `all` validates every manifest (Snakefile).
 
 
 rule report:
@@ -19,20 +19,3 @@ rule report:
     shell:
         "parity report --results {params.results:q} --mlperf {params.mlperf:q} --reference {input.reference:q}"
         " --out {params.out:q} > {log:q} 2>&1"
-
-
-rule validate_manifests:
-    """Every manifest of the run, schema-valid and hash-linked (parity validate): it vouches for each input."""
-    input:
-        traces=trace_manifests(),
-        experiments=[experiment_manifest(name) for name in EXPERIMENTS],
-        mlperf=rules.mlperf.input,
-        report=rules.report.output.manifest,
-    output:
-        touch(f"{RESULTS}/validated.ok"),
-    params:
-        results=lambda wildcards, output: os.path.dirname(output[0]),
-    log:
-        f"{LOGS}/validate.log",
-    shell:
-        "parity validate {params.results:q} 2> {log:q}"
