@@ -21,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 from parity.engine import OUTPUT_TOKENS
-from parity.errors import ParityError
+from parity.errors import ParityError, first_problem
 from parity.manifest import read_manifest, validate_document, write_manifest
 from parity.record import timing
 from parity.trace import Trace, load_trace
@@ -118,8 +118,7 @@ def read_trial(path: Path) -> dict:
         raise ParityError(f"{path} is not a trial manifest (kind {doc.get('kind')!r})")
     problems = validate_document(doc, path=path)
     if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise ParityError(f"{problems[0]}{more}")
+        raise ParityError(first_problem(problems))
     if why := timing_mismatch(doc):
         raise ParityError(f"{path}: its timing is not what its records give: {why}")
     return doc

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from parity.errors import ParityError
+from parity.errors import ParityError, first_problem
 
 # Sections Apptainer knows (userdocs "definition_files"); a `%word` line that is none of these is script.
 SECTION_NAMES = frozenset({"arguments", "setup", "files", "post", "test", "environment", "runscript",
@@ -221,8 +221,7 @@ def parse_lock(text: str, *, source: str = "<lock>") -> dict[str, Pin]:
     """Canonical name → Pin; ContainerError with every problem if the lock is not fully pinned."""
     problems = lock_problems(text, source=source)
     if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise ContainerError(problems[0] + more)
+        raise ContainerError(first_problem(problems))
     pins = {}
     for number, line in _logical_lines(text):
         requirement, *options = line.split()

@@ -20,7 +20,7 @@ from importlib import resources
 from pathlib import Path
 
 from parity import __version__
-from parity.errors import ParityError
+from parity.errors import ParityError, first_problem
 
 SCHEMA_VERSION = 1
 SCHEMA_SUFFIX = ".schema.json"
@@ -166,8 +166,7 @@ def write_manifest(path: Path | str, doc: dict) -> dict:
     """
     problems = validate_document(doc, path=path)
     if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise ManifestError(f"refusing to write an invalid manifest: {problems[0]}{more}")
+        raise ManifestError(f"refusing to write an invalid manifest: {first_problem(problems)}")
     data = dumps(doc).encode("utf-8")
     atomic_write_bytes(path, data)
     return {"path": str(path), "sha256": sha256_bytes(data), "bytes": len(data)}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
-from parity.errors import ParityError
+from parity.errors import ParityError, first_problem
 from parity.manifest import (
     atomic_write_bytes,
     file_ref,
@@ -403,8 +403,7 @@ def _check_manifest(manifest: dict, manifest_path: Path) -> None:
         raise TraceError(f"trace {manifest_path} holds no requests")
     problems = validate_document(manifest, path=manifest_path)
     if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise TraceError(f"not a valid trace manifest: {problems[0]}{more}")
+        raise TraceError(f"not a valid trace manifest: {first_problem(problems)}")
     seen = set()
     for index, request in enumerate(manifest["requests"]):
         if request["id"] in seen:

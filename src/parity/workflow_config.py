@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import lru_cache
 
-from parity.errors import ParityError
+from parity.errors import ParityError, first_problem
 
 SCHEMA_FILE = "config.schema.yaml"
 
@@ -44,8 +44,7 @@ def check(part: dict, values, what: str) -> None:
     """ParityError naming the first problem (by key path) if `values` does not fit `part` of the schema."""
     errors = sorted(_validator(part).iter_errors(values), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     if errors:
-        more = f" (and {len(errors) - 1} more)" if len(errors) > 1 else ""
-        raise ParityError(_message(errors[0], what) + more)
+        raise ParityError(first_problem([_message(error, what) for error in errors]))
 
 
 def experiment_names() -> list[str]:

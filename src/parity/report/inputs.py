@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from parity.checks import read_trial
-from parity.errors import ParityError
+from parity.errors import ParityError, first_problem
 from parity.manifest import check_references, read_manifest, validate_document
 
 EXPERIMENTS = ("confirmation", "locality", "admission", "gc", "offline-limit")
@@ -28,8 +28,7 @@ def _checked(path: Path, kind: str) -> dict:
         raise ParityError(f"{path}: {what}, expected {kind!r}")
     problems = validate_document(doc, path=path) + check_references(doc, path)
     if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        raise ParityError(f"{problems[0]}{more}")
+        raise ParityError(first_problem(problems))
     return doc
 
 
