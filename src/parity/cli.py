@@ -489,7 +489,7 @@ def flame_run(cluster, flame_bin_dir, gpus, placements, traces, batch_limit, win
     """Start a cluster, register one application per GPU, run each placement x trace, clean up."""
     from parity import gpu_lock, netns
     from parity.flame.client import FlameSettings, register_applications, run_trial
-    from parity.flame.service import FAILURE_DIR_ENV
+    from parity.flame.service import worker_environment
     from parity.manifest import write_manifest
 
     echo = functools.partial(click.echo, err=True)
@@ -499,12 +499,7 @@ def flame_run(cluster, flame_bin_dir, gpus, placements, traces, batch_limit, win
     gpus = list(gpus) or (["sim-0", "sim-1"] if simulated else [])
     if not gpus:
         raise ParityError("name the GPUs with --gpu UUID (one per worker)")
-    # Workers inherit these: where to report a failed bind, and whose GPU locks (the run's for
-    # simulated GPUs; for real ones this user's, since the node's GPUs are shared by every run).
-    env = {FAILURE_DIR_ENV: str((out_dir / "logs" / "worker-failures").resolve())}
-    if simulated:
-        env[gpu_lock.LOCK_DIR_ENV] = str((out_dir / "logs" / "gpu-locks").resolve())
-    with _environment(env):
+    with _environment(worker_environment(out_dir, simulated)):  # the workers inherit it
         gpu_lock.clear_stale(gpu_lock.lock_dir(), gpus, log=echo)
         if cluster == "standin":
             from parity.flame.standin import StandInCluster
@@ -544,8 +539,6 @@ def flame_run(cluster, flame_bin_dir, gpus, placements, traces, batch_limit, win
 @contextlib.contextmanager
 def _environment(values: dict[str, str]):
     """Set environment variables for this command (its children inherit them), as they were after."""
-    import os
-
     saved = {key: os.environ.get(key) for key in values}
     os.environ.update(values)
     try:

@@ -76,6 +76,11 @@ def lock_dir() -> Path:
     return _check_dir(path, private=not given)
 
 
+def run_dir(out_dir: Path | str) -> Path:
+    """The lock folder of one run's simulated GPUs (what its $PARITY_GPU_LOCK_DIR names): OUT/logs/gpu-locks."""
+    return (Path(out_dir) / "logs" / "gpu-locks").resolve()
+
+
 def _open(path: Path, flags: int) -> int:
     """A lock file's descriptor: never through a symlink, never a FIFO or device, never another's file."""
     try:

@@ -29,7 +29,7 @@ from parity.engine import EngineArgs
 from parity.errors import ParityError
 from parity.experiments.backend import Backend
 from parity.experiments.plan import Case, FlameConfig
-from parity.flame.service import FAILURE_DIR_ENV
+from parity.flame.service import worker_environment
 from parity.manifest import (
     ManifestError,
     file_ref,
@@ -205,9 +205,7 @@ class Runner:
         if self._flame is None:
             from parity.flame.client import register_applications
 
-            os.environ[FAILURE_DIR_ENV] = str((self.out_dir / "logs" / "worker-failures").resolve())
-            if self.backend.simulated:  # simulated GPUs are this run's alone; real ones are the node's
-                os.environ["PARITY_GPU_LOCK_DIR"] = str((self.out_dir / "logs" / "gpu-locks").resolve())
+            os.environ.update(worker_environment(self.out_dir, self.backend.simulated))
             self.log(f"starting {'the Flame stand-in' if self.backend.cluster == 'standin' else 'Flame v0.6.0'} ...")
             self._flame = self._stack.enter_context(self.backend.flame_cluster(self.out_dir))
             env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}

@@ -46,6 +46,15 @@ def short_temp_dir(limit: int = 40) -> None:
         tempfile.tempdir = None
 
 
+def worker_environment(out_dir: Path, simulated: bool) -> dict[str, str]:
+    """What the Flame workers of a run writing to `out_dir` inherit: where to report a failed bind, and
+    whose GPU locks (the run's for simulated GPUs; for real ones this user's, as the node's GPUs are shared)."""
+    env = {FAILURE_DIR_ENV: str((Path(out_dir) / "logs" / "worker-failures").resolve())}
+    if simulated:
+        env[gpu_lock.LOCK_DIR_ENV] = str(gpu_lock.run_dir(out_dir))
+    return env
+
+
 def report_failure(session_id: str, exc: BaseException) -> None:
     """Leave the error where the client looks ($PARITY_FAILURE_DIR): Flame retries a failed bind
     without telling the client, which would otherwise wait for its tasks forever."""

@@ -123,7 +123,7 @@ def flame_path(spec: RunSpec, args: EngineArgs, prompts, stack: contextlib.ExitS
     engine = {"sim": "sim", "vllm": "vllm-async"}.get(spec.engine, spec.engine)
     gpus = list(spec.gpus) or ["sim-0"]
     if engine == "sim":  # simulated GPUs are this run's alone; real ones are the node's (parity.gpu_lock)
-        os.environ.setdefault(gpu_lock.LOCK_DIR_ENV, str((spec.out / "logs" / "gpu-locks").resolve()))
+        os.environ.setdefault(gpu_lock.LOCK_DIR_ENV, str(gpu_lock.run_dir(spec.out)))
     if spec.cluster == "standin":
         from parity.flame.standin import StandInCluster
 
