@@ -27,7 +27,7 @@ from parity.engine import MODEL_REVISION
 from parity.errors import ParityError
 from parity.procs import ended, last_line, spawn
 from parity.experiments.backend import Backend
-from parity.experiments.runner import fits_engine, must_run, ran_with, recorded_hashes, sim_params_sha256
+from parity.experiments.runner import fits_engine, keep, ran_with, recorded_hashes, sim_params_sha256
 from parity.manifest import file_ref, header, read_manifest, write_manifest
 from parity.stats import cached_share
 from parity.trace import load_trace, write_subset
@@ -77,16 +77,8 @@ def _run_shards(backend: Backend, shard_traces: list[Path], gpus: list[str], tri
                 recorded: dict, log) -> bool:
     """Each shard in its own process on its GPU, in waves where shards outnumber GPUs; True if all ran at once."""
     wanted = {t: ran_with(backend, gpus, t, routing="sticky", flame=None) for t in shard_traces}
-    why = {t: must_run(_trial_path(backend, t, trials_dir), wanted[t], recorded) for t in shard_traces}
-    kept = [t for t in shard_traces if why[t] is None]
-    for shard_trace in shard_traces:
-        path = _trial_path(backend, shard_trace, trials_dir)
-        if why[shard_trace] is None:
-            failed = read_manifest(path)["verdict"]["status"] == "failed"
-            log(f"  {shard_trace.stem}: " + (f"kept as failed (delete {path} to run it again)" if failed
-                                             else "kept (already run and checked)"))
-        elif path.exists():
-            log(f"  {shard_trace.stem}: run again: {why[shard_trace]}")
+    kept = [t for t in shard_traces
+            if keep(_trial_path(backend, t, trials_dir), f"  {t.stem}", wanted[t], recorded, log)]
     todo = [t for t in shard_traces if t not in kept]
     for start in range(0, len(todo), len(gpus)):
         wave = todo[start:start + len(gpus)]

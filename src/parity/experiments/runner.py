@@ -158,6 +158,23 @@ def must_run(path: Path, wanted: dict, recorded: dict[str, list[tuple[Path, str]
     return f"the trial on disk is not what its records give: {why}" if why else None
 
 
+def keep(path: Path, name: str, wanted: dict, recorded: dict[str, list[tuple[Path, str]]], log) -> bool:
+    """Whether the trial at `path` is kept as it is (`must_run` finds nothing against it); the log says
+    which, and why a trial on disk is run again."""
+    why = must_run(path, wanted, recorded)
+    if why is None:
+        verdict = read_manifest(path)["verdict"]
+        if verdict["status"] == "passed":
+            log(f"{name}: kept (already run and checked)")
+        else:
+            log(f"{name}: kept as failed, excluded from statistics (delete {path} to run it again): "
+                f"{'; '.join(verdict['reasons'])}")
+        return True
+    if path.exists():
+        log(f"{name}: run again: {why}")
+    return False
+
+
 def fits_engine(trace: Path, args: EngineArgs) -> None:
     """A trace the engine can serve: valid, and every prompt with its new tokens within max_model_len."""
     check_context(load_trace(trace), args.max_model_len, args.max_tokens, "the engine's max_model_len")
@@ -239,17 +256,8 @@ class Runner:
         """One fresh case: its trial manifest, checked (pinning is checked later, once its pair exists)."""
         path = self.trial_path(case)
         wanted = self.wanted(case)
-        why = must_run(path, wanted, self.recorded)
-        if why is None:
-            verdict = read_manifest(path)["verdict"]
-            if verdict["status"] == "passed":
-                self.log(f"{case.trial_id}: kept (already run and checked)")
-            else:
-                self.log(f"{case.trial_id}: kept as failed, excluded from statistics (delete {path} to run it "
-                         f"again): {'; '.join(verdict['reasons'])}")
+        if keep(path, case.trial_id, wanted, self.recorded, self.log):
             return path
-        if path.exists():
-            self.log(f"{case.trial_id}: run again: {why}")
         started = time.monotonic()
         summary = (self._run_vllm if case.system == "vllm" else self._run_flame)(case, path)
         write_manifest(path, read_manifest(path) | {"ran_with": wanted})
