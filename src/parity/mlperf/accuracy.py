@@ -133,8 +133,8 @@ def evaluate_run(run_manifest: Path, tokenizer_dir: Path, out: Path, splitter: S
     if ref is None:
         raise ParityError(f"{run_manifest} links no mlperf_log_accuracy.json")
     log = run_manifest.parent / ref["path"]
-    if log.is_file() and sha256_file(log) != ref["sha256"]:
-        raise ParityError(f"{log} changed since the run (SHA-256 {sha256_file(log)}, the run recorded {ref['sha256']})")
+    if log.is_file() and (actual := sha256_file(log)) != ref["sha256"]:
+        raise ParityError(f"{log} changed since the run (SHA-256 {actual}, the run recorded {ref['sha256']})")
     dataset = load_dataset(run["dataset"]["file"], run["dataset"]["samples"])
     if dataset.sha256 != run["dataset"]["sha256"]:
         raise ParityError(f"{dataset.path} changed since the run (SHA-256 {dataset.sha256}, "
