@@ -222,8 +222,8 @@ class FlameCluster(procs.Supervisor):
         env["FLAME_SOCKET_DIR"] = str(self.socket_dir)
         return env
 
-    def _spawn(self, binary: str, short: str, cwd: Path) -> subprocess.Popen:
-        with open(self.log_dir / f"{short}.out", "ab") as out:
+    def _spawn(self, binary: str, cwd: Path) -> subprocess.Popen:
+        with open(self._log_of(binary), "ab") as out:
             proc = procs.spawn([self.binaries[binary], "--config", self.config_path], stdout=out,
                                env=self._env(), cwd=cwd)
         self._procs[binary] = proc
@@ -235,10 +235,10 @@ class FlameCluster(procs.Supervisor):
     def _fail(self, binary: str, what: str) -> ParityError:
         log = self._log_of(binary)
         proc = self._procs[binary]
-        if binary == SESSION_MANAGER and proc.poll() is not None and \
-                not (procs.port_free(self.port, "0.0.0.0") and procs.port_free(self.port + 1, "0.0.0.0")):
-            taken = self.port if not procs.port_free(self.port, "0.0.0.0") else self.port + 1
-            what = f"could not bind port {taken}: {procs.port_user(taken)} took it after it was picked"
+        exited = binary == SESSION_MANAGER and proc.poll() is not None
+        taken = [port for port in (self.port, self.port + 1) if not procs.port_free(port, "0.0.0.0")] if exited else []
+        if taken:
+            what = f"could not bind port {taken[0]}: {procs.port_user(taken[0])} took it after it was picked"
         return ParityError(f"Flame cluster at {self.endpoint}: {binary} (pid {proc.pid}) {what} "
                            f"({procs.last_line(log)}); log: {log}")
 
@@ -296,12 +296,12 @@ class FlameCluster(procs.Supervisor):
                  f"(unauthenticated gRPC) whatever the endpoint says; containment: {netns.containment()}")
         self._supervise()
         try:
-            self._spawn(SESSION_MANAGER, "fsm", self.work_dir)
+            self._spawn(SESSION_MANAGER, self.work_dir)
             self._wait_frontend(deadline)
-            self._spawn(EXECUTOR_MANAGER, "fem", self.work_dir / "executors")
+            self._spawn(EXECUTOR_MANAGER, self.work_dir / "executors")
             self._wait_node(deadline)
         except BaseException as exc:
-            self.stop(exc)
+            self.close(exc)
             raise
         self._started = time.time()
         _RUNNING[self.endpoint] = self
@@ -378,11 +378,8 @@ class FlameCluster(procs.Supervisor):
 
     # -- stop --
 
-    def stop(self, exc: BaseException | None = None) -> dict:
-        """Stop EM then SM, then any service left behind; returns the cleanup receipt."""
-        return self.close(exc)
-
     def _teardown(self, exc: BaseException | None) -> dict:
+        """Stop EM then SM, then any service left behind; returns the cleanup receipt."""
         _RUNNING.pop(self.endpoint, None)
         errors: list[str] = []
         processes: list[dict] = []
