@@ -153,6 +153,15 @@ def processes_using_socket_dir(socket_dir: Path | str) -> list[int]:
             if pid != os.getpid() and procs.environ(pid).get("FLAME_INSTANCE_ENDPOINT", "").startswith(prefix)]
 
 
+def dead_workers(endpoint: str, since: float) -> list[dict]:
+    """Lock records of the workers of the cluster at `endpoint` (started at `since`) that died holding a
+    GPU, for naming them; none when the lock folder cannot be used (a death is then named without them)."""
+    try:
+        return gpu_lock.dead_holders(gpu_lock.lock_dir(), endpoint, since)
+    except ParityError:
+        return []
+
+
 def _log(message: str) -> None:
     print(message, file=sys.stderr, flush=True)
 
@@ -360,11 +369,7 @@ class FlameCluster(procs.Supervisor):
             if proc.poll() is not None:
                 lines.append(f"{binary} (pid {proc.pid}) died during the run: {procs.ended(proc.returncode)}; "
                              f"log: {self._log_of(binary)}")
-        try:
-            dead = gpu_lock.dead_holders(gpu_lock.lock_dir(), self.endpoint, self._started)
-        except ParityError:
-            dead = []
-        for record in dead:
+        for record in dead_workers(self.endpoint, self._started):
             executor = record.get("executor_id") or "?"
             kept = self.log_dir / f"worker-{executor}.err"
             for suffix in ("err", "out"):  # the EM deletes the executor's folder when it unbinds

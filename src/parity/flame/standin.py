@@ -46,7 +46,7 @@ from pathlib import Path
 import grpc
 from flamepy.proto import frontend_pb2_grpc, shim_pb2, shim_pb2_grpc, types_pb2 as pb
 
-from parity import gpu_lock, netns, procs
+from parity import netns, procs
 from parity.errors import ParityError
 from parity.flame import cluster as real_cluster
 
@@ -230,18 +230,12 @@ class StandInCluster(procs.Supervisor, frontend_pb2_grpc.FrontendServicer):
 
     def _death(self, ex: _Executor, what: str = "died") -> str:
         """One line: this executor's service died by itself."""
-        gpus = {r["pid"]: r.get("gpu") for r in self._dead_records()}
+        gpus = {r["pid"]: r.get("gpu") for r in real_cluster.dead_workers(self.endpoint, self._started)}
         gpu = gpus.get(ex.proc.pid) or next((e.value for e in ex.session.app_spec.environments
                                              if e.name == "PARITY_GPUS"), "?")
         return (f"Flame worker pid {ex.proc.pid} (session {ex.session.id}, executor {ex.id}, GPU {gpu}) {what}: "
                 f"{procs.ended(ex.proc.returncode)} ({procs.last_line(self.log_dir / f'{ex.id}.err')}); "
                 f"log: {self.log_dir / ex.id}.err")
-
-    def _dead_records(self) -> list[dict]:
-        try:
-            return gpu_lock.dead_holders(gpu_lock.lock_dir(), self.endpoint, self._started)
-        except ParityError:
-            return []
 
     def deaths(self) -> list[str]:
         """One line for each service that exited by itself (not stopped by us) under a call or once bound."""
