@@ -12,7 +12,7 @@ rule report:
         manifest=f"{RESULTS}/report/report.json",
     params:
         results=lambda wildcards, input: os.path.dirname(os.path.dirname(input.experiments[0])),
-        mlperf=lambda wildcards, input: os.path.join(os.path.dirname(os.path.dirname(input.experiments[0])), "mlperf"),
+        mlperf=lambda wildcards, input: os.path.dirname(input.mlperf[0]),
         out=lambda wildcards, output: os.path.dirname(output.manifest),
     log:
         f"{LOGS}/report.log",
