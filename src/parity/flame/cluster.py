@@ -183,8 +183,6 @@ class FlameCluster(procs.Supervisor):
     (the EM's cwd, so executors' auto working directories land there). `receipt` is set on exit.
     """
 
-    label = LABEL
-
     def __init__(self, bin_dir: Path | str | None, work_dir: Path | str, *, port: int = 0,
                  startup_timeout_s: float = 60, env: dict[str, str] | None = None, log=_log):
         self.binaries = find_binaries(bin_dir)

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from parity import gpu_lock, netns
+from parity import gpu_lock
 from parity.engine import EngineArgs
 from parity.errors import ParityError
 from parity.manifest import file_ref, header, write_manifest
@@ -145,7 +145,7 @@ def flame_path(spec: RunSpec, args: EngineArgs, prompts, stack: contextlib.ExitS
                 yield sut, {"engine": engine, "vllm_version": None if engine == "sim" else package_versions()["vllm"],
                             "vllm_version_source": None if engine == "sim" else "worker interpreter (the client's)",
                             "path": {"cluster": "stand-in" if spec.cluster == "standin" else "flame-v0.6.0",
-                                     "network": netns.record(cluster.label, cluster.port),
+                                     "network": cluster.describe()["network"],
                                      "gpus": gpus, "placement": spec.placement, "batch_limit": spec.batch_limit,
                                      "window_s": spec.window_ms / 1000, "sessions": sessions.shards}}
             finally:
