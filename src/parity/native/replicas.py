@@ -166,19 +166,20 @@ class ReplicaSet(procs.Supervisor):
         return [r.ended("died during the run") for r in self.replicas if r.process.poll() is not None]
 
     def _teardown(self, exc: BaseException | None) -> None:
-        processes, errors = [], []
+        processes, errors, released = [], [], []
         for replica in self.replicas:
             processes.append(procs.stop(replica.process, f"{self.kind}-replica-{replica.index}", STOP_TIMEOUT_S))
-            if processes[-1]["exit_code"] is None and processes[-1]["signal"] is None:
+            if replica.process.poll() is None:
                 errors.append(f"{replica.label} survived SIGKILL")
             left = procs.stop_session(replica.process.pid, grace_s=30)
             if left:
                 processes.extend(left)
                 errors.append(f"replica {replica.index} left processes {[e['pid'] for e in left]}; stopped them")
-            if not procs.port_free(replica.port):
+            if procs.port_free(replica.port):
+                released.append(replica.port)
+            else:
                 errors.append(f"port {replica.port} still in use after teardown")
         self.receipt = procs.receipt(
-            f"{len(self.replicas)} {self.kind} replicas", processes=processes,
-            ports_released=[r.port for r in self.replicas if procs.port_free(r.port)],
+            f"{len(self.replicas)} {self.kind} replicas", processes=processes, ports_released=released,
             gpus_released=sorted({r.gpu for r in self.replicas}), errors=errors, simulated=self.kind == "sim",
             ended_by=procs.termination.ended_by(exc))
