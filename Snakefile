@@ -2,9 +2,11 @@
 #   snakemake --cores 20 all                       real GPUs: profiles/default (found beside this file), jobs in the image
 #   snakemake --workflow-profile smoke all         CPU smoke run (what `make smoke` does)
 #   snakemake --workflow-profile slurm_<site> all  a SLURM cluster (copy profiles/slurm first)
+#   snakemake --workflow-profile host TARGET       real GPUs with vLLM and Flame on the host, no container (benchmarks/host.sh)
 # Add -n to any of them for a dry run: it works on any machine, without GPUs, Apptainer or sbatch.
 # Each rule calls one `parity` command; the logic lives in src/parity/. Targets per claim:
-#   locality, admission, confirmation, gc, mlperf, report, all.
+#   locality, admission, confirmation, gc, mlperf, report, all; and traces, offline_limit.
+# Engine-only targets where the profile's config has `bench` (host): calibration, order.
 # Every profile names its own config file; config/experiments.yaml (the study's settings) lies under all.
 
 configfile: "config/experiments.yaml"
@@ -24,6 +26,7 @@ include: "workflow/rules/fetch.smk"
 include: "workflow/rules/traces.smk"
 include: "workflow/rules/experiments.smk"
 include: "workflow/rules/mlperf.smk"
+include: "workflow/rules/bench.smk"
 include: "workflow/rules/report.smk"
 
 

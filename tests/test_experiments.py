@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import replace
 from pathlib import Path
 
@@ -76,6 +77,15 @@ def test_backend_maps_the_engine_api_and_needs_nvidia_smi_for_auto(monkeypatch):
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(ParityError, match="nvidia-smi"):
         Backend.from_dict({"engine": "vllm", "gpus": ["auto"]}).gpu_uuids()
+
+
+def fake_nvidia_smi(monkeypatch, folder: Path, uuids: list[str]) -> None:
+    """An nvidia-smi first on PATH that lists these GPU UUIDs, one a line, in index order."""
+    folder.mkdir(exist_ok=True)
+    script = folder / "nvidia-smi"
+    script.write_text("#!/bin/sh\n" + "".join(f"echo {uuid}\n" for uuid in uuids))
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{folder}{os.pathsep}{os.environ['PATH']}")
 
 
 @pytest.fixture(scope="module")
@@ -176,6 +186,42 @@ def test_offline_limit_runs_more_shards_than_gpus_in_waves_and_says_so(tiny_trac
     for bad in (0, "2", True):
         with pytest.raises(ParityError, match="shards must be a whole number"):
             offline_limit.run(tiny_traces[1:], backend, tmp_path / "bad", settings={"shards": bad}, log=lines.append)
+
+
+def test_auto_gpus_are_the_nodes_first_two_and_one_gpu_runs_the_offline_limit_in_waves(tiny_traces, tmp_path,
+                                                                                        monkeypatch):
+    auto = {"engine": "sim", "sim_params": str(SIM), "warmup_rounds": 1, "gpus": ["auto"]}
+    fake_nvidia_smi(monkeypatch, tmp_path / "three", ["GPU-a", "GPU-b", "GPU-c"])
+    assert Backend.from_dict(auto).gpu_uuids() == ["GPU-a", "GPU-b"]  # the study's node: two, in index order
+    fake_nvidia_smi(monkeypatch, tmp_path / "one", ["GPU-a"])
+    backend = Backend.from_dict(auto)
+    assert backend.gpu_uuids() == ["GPU-a"]
+    lines = []
+    out = offline_limit.run(tiny_traces[1:], backend, tmp_path / "limit", settings={"shards": 2}, log=lines.append)
+    (limit,) = read_manifest(out)["limits"]
+    assert len(limit["shards"]) == 2 and limit["side_by_side"] is False and limit["passed"]
+    assert any("in waves on 1 GPU(s)" in line for line in lines)
+    assert sum(line.startswith("  wave ") for line in lines) == 2
+
+
+def test_a_paired_experiment_on_one_auto_gpu_is_refused_in_one_line(tiny_traces, tmp_path, monkeypatch):
+    from click.testing import CliRunner
+
+    from parity.cli import main
+
+    fake_nvidia_smi(monkeypatch, tmp_path / "bin", ["GPU-a"])
+    backend = json.dumps({"engine": "sim", "sim_params": str(SIM), "gpus": ["auto"], "cluster": "standin"})
+    args = [a for t in tiny_traces for a in ("--trace", str(t))]
+    result = CliRunner().invoke(main, ["experiment", "run", "confirmation", *args, "--backend", backend,
+                                       "--settings", '{"pairs": 1}', "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.strip().splitlines() == [
+        "Error: the confirmation experiment (paired runs on two GPUs) needs 2 GPUs (gpus: auto); "
+        "nvidia-smi lists 1 on this host"]
+    assert not (tmp_path / "out").exists()  # nothing written
+    fake_nvidia_smi(monkeypatch, tmp_path / "none", [])
+    with pytest.raises(ParityError, match="needs 1 GPU \\(gpus: auto\\); nvidia-smi lists 0"):
+        Backend.from_dict({"engine": "vllm", "gpus": ["auto"]}).gpu_uuids()
 
 
 def test_bad_backend_or_settings_give_one_line_errors(tmp_path):

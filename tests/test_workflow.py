@@ -20,7 +20,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW_FILES = ("Snakefile", "workflow", "profiles", "config", "schemas", "manifests")
 SNAKEMAKE = shutil.which("snakemake", path=os.path.dirname(sys.executable)) or shutil.which("snakemake")
-PROFILES = ("default", "slurm", "smoke")
+PROFILES = ("default", "slurm", "smoke", "host")
 
 pytestmark = pytest.mark.skipif(SNAKEMAKE is None, reason="snakemake is not installed (the workflow extra)")
 
@@ -199,3 +199,93 @@ def test_a_deleted_experiment_is_run_again_and_revalidated(checkout):
     shutil.rmtree(checkout / "results/smoke/gc")
     run = snakemake(checkout, "-n", "--workflow-profile", "smoke", "all")
     assert jobs_of(run) == {"experiment": 1, "report": 1, "all": 1}, run.stdout[-2000:]
+
+
+def _option(command: list[str], name: str) -> str:
+    return command[command.index(name) + 1]
+
+
+def _values(command: list[str], name: str) -> list[str]:
+    """Every value of an option given more than once (--trace A --trace B)."""
+    return [value for word, value in zip(command, command[1:]) if word == name]
+
+
+def test_the_host_profile_runs_the_offline_limit_on_real_vllm_with_dummy_weights(checkout):
+    run = snakemake(checkout, "-n", "-p", "--workflow-profile", "host", "offline_limit")
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    assert jobs_of(run) == {"smoke_inputs": 1, "trace": 2, "dummy_model": 1, "experiment": 1, "offline_limit": 1}
+    commands = shell_commands(run.stdout + run.stderr)
+    (command,) = [c for c in commands if c[:4] == ["parity", "experiment", "run", "offline-limit"]]
+    backend = yaml.safe_load(_option(command, "--backend"))
+    model = checkout / "results/host/model/llama31-8b-dummy"
+    assert backend == {"engine": "vllm", "gpus": ["auto"], "cluster": "flame", "flame_bin_dir": None,
+                       "model": str(model), "load_format": "dummy", "warmup_rounds": 2}
+    assert yaml.safe_load(_option(command, "--settings")) == {"shards": 2}
+    assert _values(command, "--trace") == ["results/host/traces/no-reuse.json", "results/host/traces/reuse.json"]
+    (copy,) = [c for c in commands if c[0] == "cp"]
+    assert copy[1:3] == ["config/models/llama31-8b-config.json", "results/host/model/llama31-8b-dummy/config.json"]
+    assert (checkout / copy[1]).is_file()  # the committed Llama 3.1 8B shape
+
+
+def test_the_host_profile_builds_the_study_size_traces_offline(checkout):
+    run = snakemake(checkout, "-n", "-p", "--workflow-profile", "host", "traces")
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    assert jobs_of(run) == {"smoke_inputs": 1, "trace": 2, "traces": 1}
+    traces = {_option(c, "--name"): c for c in shell_commands(run.stdout + run.stderr) if c[:2] == ["parity", "trace"]}
+    sizes = {name: [int(_option(c, k)) for k in ("--documents", "--questions", "--prefix-tokens", "--seed")]
+             for name, c in traces.items()}
+    assert sizes == {"no-reuse": [64, 1, 8000, 0], "reuse": [64, 4, 8000, 1]}  # benchmarks/measured/'s traces
+    for c in traces.values():
+        assert (_option(c, "--corpus-origin"), _option(c, "--tokenizer-origin")) == ("synthetic-news", "smoke-bpe")
+        assert _values(c, "--warmup-shift") == ["1009", "2027"]
+
+
+def test_the_host_profiles_engine_only_targets_run_one_parity_command_each(checkout):
+    run = snakemake(checkout, "-n", "-p", "--workflow-profile", "host", "calibration", "order", "mlperf",
+                    "--config", "results=results/a b")
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    jobs = jobs_of(run)
+    assert jobs["calibration_run"] == 4 and jobs["order_run"] == 2 and jobs["trace"] == 5
+    assert jobs["mlperf_random_dataset"] == 1 and jobs["mlperf_run"] == 3 and "mlperf_smoke_dataset" not in jobs
+    commands = shell_commands(run.stdout + run.stderr)
+    engine_runs = {_option(c, "--out"): c for c in commands if c[:3] == ["parity", "engine", "run"]}
+    assert sorted(engine_runs) == [f"results/a b/calibration/{r}" for r in ("async", "async-b32", "sync", "sync-b32")]
+    sync = engine_runs["results/a b/calibration/sync"]
+    assert _option(sync, "--engine") == "vllm-sync" and _option(sync, "--load-format") == "dummy"
+    assert [os.path.basename(v) for v in _values(sync, "--trace")] == [
+        "no-reuse.json", "reuse.json", "u2k.json", "u4k.json", "short.json"]
+    assert _option(engine_runs["results/a b/calibration/async-b32"], "--batch") == "32"
+    assert _option(sync, "--warmup-rounds") == "1"
+    orders = {_option(c, "--engine"): c for c in commands if c[:3] == ["parity", "bench", "order"]}
+    assert _values(orders["vllm-sync"], "--shard") == ["0", "1"] and _values(orders["vllm-async"], "--shard") == ["1"]
+    (dataset,) = [c for c in commands if c[:3] == ["parity", "mlperf", "random-dataset"]]
+    assert _option(dataset, "--samples") == "256"
+    arm = next(c for c in commands if c[:3] == ["parity", "mlperf", "run"])
+    assert [_option(arm, k) for k in ("--min-duration-ms", "--min-query-count", "--probe-samples", "--max-tokens")] == [
+        "60000", "256", "64", "128"]
+    words = [word for command in commands for word in command]
+    assert not any(word in ("b", "results/a") or word.startswith("b/") for word in words)  # every argument quoted
+
+
+@pytest.mark.parametrize("change, message", [
+    (lambda doc: doc["backend"].update(load_format=None),
+     "inputs.model_config makes a model folder of a config.json alone: it needs backend.model"),
+    (lambda doc: doc["bench"]["order"]["sync-reuse"].update(trace="reuse-2"),
+     "bench.order.sync-reuse.trace: no trace 'reuse-2' in traces or bench.traces"),
+    (lambda doc: doc["bench"]["traces"].update(reuse={"documents": 2, "questions": 1, "prefix_tokens": 64, "seed": 0}),
+     "bench.traces: reuse is already in traces"),
+    (lambda doc: doc["bench"]["calibration"]["runs"]["sync"].update(engine="vllm"), "'vllm' is not one of"),
+    (lambda doc: doc["backend"].update(model=doc["inputs"]["tokenizer"]), "is the tokenizer's folder"),
+])
+def test_a_host_config_whose_keys_disagree_is_refused_by_name(checkout, change, message):
+    edit_config(checkout, "host", change)
+    run = snakemake(checkout, "-n", "--workflow-profile", "host", "all")
+    assert run.returncode != 0
+    assert message in run.stdout + run.stderr
+
+
+def test_a_synthetic_mlperf_dataset_needs_generated_inputs(checkout):
+    edit_config(checkout, "default", lambda doc: doc["mlperf"].update(synthetic="random"))
+    run = snakemake(checkout, "-n", "--cores", "20", "all")
+    assert run.returncode != 0
+    assert "mlperf.synthetic needs inputs.generate: true" in run.stdout + run.stderr

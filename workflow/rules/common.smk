@@ -24,6 +24,38 @@ INPUTS = config["inputs"]
 MLPERF = config["mlperf"]
 FETCH_PINS = "manifests/pins"
 FETCH_RECORD = "--record-pins" if config.get("fetch", {}).get("record_pins", False) else ""
+BENCH = config.get("bench", {})
+# Every trace the workflow may build: the experiments' (`traces`) and the engine-only runs' (`bench.traces`).
+TRACE_SPECS = {**BENCH.get("traces", {}), **config["traces"]}
+# A model folder the workflow makes from a config.json alone (inputs.model_config), for dummy weights.
+MODEL_CONFIG = INPUTS.get("model_config")
+MLPERF_SYNTHETIC = MLPERF.get("synthetic", "smoke") if INPUTS["generate"] else None
+
+
+def _check_references():
+    """What the schema cannot say: one key's value against another's; a WorkflowError names both."""
+    backend = config["backend"]
+    shared = sorted(set(BENCH.get("traces", {})) & set(config["traces"]))
+    if shared:
+        raise WorkflowError(f"bench.traces: {', '.join(shared)} is already in traces; give it another name")
+    named = [(f"bench.calibration.runs.{run}.traces", name)
+             for run, spec in BENCH.get("calibration", {}).get("runs", {}).items() for name in spec["traces"]]
+    named += [(f"bench.order.{run}.trace", spec["trace"]) for run, spec in BENCH.get("order", {}).items()]
+    for key, name in named:
+        if name not in TRACE_SPECS:
+            raise WorkflowError(f"{key}: no trace {name!r} in traces or bench.traces ({', '.join(TRACE_SPECS)})")
+    if MODEL_CONFIG is not None:
+        if not backend.get("model") or backend.get("load_format") != "dummy":
+            raise WorkflowError("inputs.model_config makes a model folder of a config.json alone: it needs "
+                                "backend.model (the folder) and backend.load_format: dummy")
+        if os.path.normpath(backend["model"]) == os.path.normpath(INPUTS["tokenizer"]):
+            raise WorkflowError(f"inputs.model_config: backend.model {backend['model']} is the tokenizer's folder; "
+                                "give the dummy model a folder of its own")
+    if "synthetic" in MLPERF and not INPUTS["generate"]:
+        raise WorkflowError("mlperf.synthetic needs inputs.generate: true (otherwise MLPerf's cnn_eval.json is fetched)")
+
+
+_check_references()
 
 
 def q(value):
@@ -35,8 +67,13 @@ def as_json(value):
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
+def trace_manifest(name):
+    return f"{TRACES}/{name}.json"
+
+
 def trace_manifests():
-    return [f"{TRACES}/{name}.json" for name in config["traces"]]
+    """The experiments' traces (an engine-only run names its own, from traces or bench.traces)."""
+    return [trace_manifest(name) for name in config["traces"]]
 
 
 def trace_options(wildcards, input):
@@ -59,8 +96,26 @@ def vouched_manifests():
 
 
 def backend_json():
-    """Where jobs run (engine, GPUs, cluster, model, load format, engine args): one object for every rule."""
-    return as_json(config["backend"])
+    """Where jobs run (engine, GPUs, cluster, model, load format, engine args): one object for every rule.
+
+    A model folder the workflow makes goes by its absolute path: Flame's workers run in folders of their own."""
+    backend = dict(config["backend"])
+    if MODEL_CONFIG is not None:
+        backend["model"] = os.path.abspath(backend["model"])
+    return as_json(backend)
+
+
+def backend_inputs():
+    """What the backend reads that the workflow makes: the dummy model's config.json, if made here."""
+    return [f"{config['backend']['model']}/config.json"] if MODEL_CONFIG is not None else []
+
+
+def engine_options():
+    """The backend's model, load format and engine arguments as `parity engine run` / `bench order` flags."""
+    backend = json.loads(backend_json())
+    options = [f"--{key.replace('_', '-')} {q(backend[key])}" for key in ("model", "load_format") if backend.get(key)]
+    options += [f"--engine-arg {q(f'{key}={as_json(value)}')}" for key, value in backend.get("engine_args", {}).items()]
+    return " ".join(options)
 
 
 def pinned_files(pins_file, section="files"):
@@ -72,7 +127,7 @@ def pinned_files(pins_file, section="files"):
 def mlperf_options():
     """This profile's MLPerf run options (lengths, durations) as `parity mlperf run` flags."""
     options = [f"--max-tokens {MLPERF['max_tokens']}"]
-    for key in ("target_qps", "min_duration_ms", "min_query_count", "samples"):
+    for key in ("target_qps", "min_duration_ms", "min_query_count", "samples", "probe_samples"):
         if MLPERF.get(key) is not None:
             options.append(f"--{key.replace('_', '-')} {q(MLPERF[key])}")
     return " ".join(options)

@@ -7,6 +7,7 @@ rule experiment:
     """One experiment: fresh engines per case, every trial checked, pairs, OUT/experiment.json."""
     input:
         traces=trace_manifests(),
+        backend=backend_inputs(),
     output:
         f"{RESULTS}/{{experiment}}/experiment.json",
     wildcard_constraints:
@@ -41,6 +42,12 @@ rule confirmation:
     """The final Flame configuration against sticky vLLM: fresh pairs per trace, GPU-pinned shards."""
     input:
         experiment_manifest("confirmation"),
+        experiment_manifest("offline-limit"),
+
+
+rule offline_limit:
+    """The engine's offline limit alone: each sticky shard's whole burst handed to LLM.generate at once."""
+    input:
         experiment_manifest("offline-limit"),
 
 

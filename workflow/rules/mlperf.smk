@@ -8,7 +8,7 @@ MLPERF_ARMS = {"standalone": "--arm standalone", "flame-b32": "--arm flame --bat
 MLPERF_ACCURACY = MLPERF.get("accuracy", True)
 
 
-if INPUTS["generate"]:
+if MLPERF_SYNTHETIC == "smoke":
 
     rule mlperf_smoke_dataset:
         """A cnn_eval.json-shaped dataset in the smoke tokenizer's IDs (synthetic, labelled so)."""
@@ -25,11 +25,25 @@ if INPUTS["generate"]:
             "parity mlperf smoke-dataset --tokenizer {params.tokenizer:q} --out {output:q}"
             " --samples {params.samples} 2> {log:q}"
 
+elif MLPERF_SYNTHETIC == "random":
+
+    rule mlperf_random_dataset:
+        """A cnn_eval.json-shaped dataset of random Llama 3 token IDs, no text (labelled synthetic-random)."""
+        output:
+            MLPERF["dataset"],
+        params:
+            samples=MLPERF.get("samples", 64),
+        log:
+            f"{LOGS}/mlperf_random_dataset.log",
+        shell:
+            "parity mlperf random-dataset --out {output:q} --samples {params.samples} 2> {log:q}"
+
 
 rule mlperf_run:
     """One arm of the Offline control in performance mode (prefix caching off)."""
     input:
-        MLPERF["dataset"],
+        dataset=MLPERF["dataset"],
+        backend=backend_inputs(),
     output:
         f"{RESULTS}/mlperf/{{arm}}/mlperf-run.json",
     wildcard_constraints:
@@ -44,7 +58,7 @@ rule mlperf_run:
     log:
         f"{LOGS}/mlperf_{{arm}}.log",
     shell:
-        "parity mlperf run {params.arm} --dataset {input:q} --backend {params.backend:q} {params.options}"
+        "parity mlperf run {params.arm} --dataset {input.dataset:q} --backend {params.backend:q} {params.options}"
         " --out {params.out:q} > {log:q} 2>&1"
 
 
@@ -66,7 +80,8 @@ if MLPERF_ACCURACY:
     rule mlperf_accuracy_run:
         """One arm in accuracy mode: every sample once, outputs saved for scoring."""
         input:
-            MLPERF["dataset"],
+            dataset=MLPERF["dataset"],
+            backend=backend_inputs(),
         output:
             f"{RESULTS}/mlperf/accuracy/{{arm}}/mlperf-run.json",
         wildcard_constraints:
@@ -81,7 +96,7 @@ if MLPERF_ACCURACY:
         log:
             f"{LOGS}/mlperf_accuracy_run_{{arm}}.log",
         shell:
-            "parity mlperf run {params.arm} --mode accuracy --dataset {input:q} --backend {params.backend:q}"
+            "parity mlperf run {params.arm} --mode accuracy --dataset {input.dataset:q} --backend {params.backend:q}"
             " {params.options} --out {params.out:q} > {log:q} 2>&1"
 
     rule mlperf_accuracy:

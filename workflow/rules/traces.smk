@@ -1,4 +1,5 @@
-# Trace inputs (smoke: generated offline; real: fetched and checksum-verified) and the two bursts.
+# Trace inputs (smoke, host: generated offline; real: fetched and checksum-verified), the bursts, and the
+# dummy-weight model folder where the config names one (inputs.model_config).
 
 if INPUTS["generate"]:
 
@@ -15,6 +16,20 @@ if INPUTS["generate"]:
             "parity smoke-inputs --out {params.out:q} 2> {log:q}"
 
 
+if MODEL_CONFIG is not None:
+
+    rule dummy_model:
+        """A model folder holding the committed config.json alone: vLLM makes up weights of its shape (load_format dummy)."""
+        input:
+            MODEL_CONFIG,
+        output:
+            f"{config['backend']['model']}/config.json",
+        log:
+            f"{LOGS}/dummy_model.log",
+        shell:
+            "cp {input:q} {output:q} 2> {log:q}"
+
+
 rule trace:
     """One burst in token IDs, shuffled with a recorded seed, plus its token-shifted warmup variants."""
     input:
@@ -24,7 +39,7 @@ rule trace:
         manifest=f"{TRACES}/{{name}}.json",
         tokens=f"{TRACES}/{{name}}.tokens",
     params:
-        spec=lambda wildcards: config["traces"][wildcards.name],
+        spec=lambda wildcards: TRACE_SPECS[wildcards.name],
         shifts=" ".join(f"--warmup-shift {s}" for s in config["warmup_shifts"]),
         tokenizer_dir=lambda wildcards, input: os.path.dirname(input.tokenizer),
         out=lambda wildcards, output: os.path.dirname(output.manifest),
@@ -38,3 +53,9 @@ rule trace:
         " --prefix-tokens {params.spec[prefix_tokens]} --seed {params.spec[seed]} {params.shifts}"
         " --corpus-origin {params.corpus_origin:q} --tokenizer-origin {params.tokenizer_origin:q}"
         " --out {params.out:q} > {log:q} 2>&1"
+
+
+rule traces:
+    """The experiments' bursts alone (no run)."""
+    input:
+        trace_manifests(),

@@ -78,8 +78,10 @@ class Backend:
             raise ParityError(f"engine API {api!r}: use sync or async")
         return ("sim", api) if self.simulated else (f"vllm-{api}", "sync")
 
-    def gpu_uuids(self) -> list[str]:
-        """The GPU UUIDs to pin shards to; `auto` asks nvidia-smi for every GPU of the node, in index order."""
+    def gpu_uuids(self, needed: int = 1, what: str = "this run") -> list[str]:
+        """The GPU UUIDs to pin shards to. `auto`: the node's GPUs from nvidia-smi, in index order, at most two
+        (the study's node); a run that pairs two GPUs says so (`needed=2`) and is refused on a one-GPU node,
+        where the offline limit's shards and the MLPerf arms still run. GPUs named in the config are taken as named."""
         if list(self.gpus) != ["auto"]:
             return list(self.gpus)
         try:
@@ -88,8 +90,9 @@ class Backend:
         except (OSError, subprocess.SubprocessError) as exc:
             raise ParityError(f"gpus: auto needs nvidia-smi ({exc}); name the GPU UUIDs in the config") from None
         uuids = [line.strip() for line in out.splitlines() if line.strip()]
-        if len(uuids) < 2:
-            raise ParityError(f"the study needs two GPUs; nvidia-smi lists {len(uuids)}")
+        if len(uuids) < needed:
+            raise ParityError(f"{what} needs {needed} GPU{'s' if needed > 1 else ''} (gpus: auto); nvidia-smi lists "
+                              f"{len(uuids)} on this host")
         return uuids[:2]
 
     def flame_cluster(self, work_dir: Path, log=None):

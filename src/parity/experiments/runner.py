@@ -197,7 +197,7 @@ class Runner:
     def __init__(self, experiment: str, backend: Backend, out_dir: Path, log=print):
         self.experiment, self.backend, self.out_dir, self.log = experiment, backend, out_dir, log
         self.trials_dir = out_dir / "trials"
-        self.gpus = backend.gpu_uuids()
+        self.gpus = backend.gpu_uuids(needed=2, what=f"the {experiment} experiment (paired runs on two GPUs)")
         self.recorded = recorded_hashes(out_dir)  # read before any trial is run again
         self._stack = contextlib.ExitStack()
         self._flame = None
