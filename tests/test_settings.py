@@ -84,3 +84,11 @@ def test_mlperf_run_takes_the_backend_or_the_flags_not_both(tmp_path):
     assert done.returncode == 1
     assert "--backend sets --engine, --model already" in done.stderr and "Traceback" not in done.stderr
     assert not (tmp_path / "o").exists()
+
+
+def test_a_local_model_folder_is_passed_by_its_absolute_path(tmp_path, monkeypatch):
+    """Flame's workers start in their executors' folders: a relative model folder would not be found there."""
+    (tmp_path / "resources" / "model").mkdir(parents=True)
+    monkeypatch.chdir(tmp_path)
+    assert Backend.from_dict({"model": "resources/model"}).model == str(tmp_path / "resources" / "model")
+    assert Backend.from_dict({"model": "meta-llama/Llama-3.1-8B-Instruct"}).model == "meta-llama/Llama-3.1-8B-Instruct"

@@ -16,11 +16,13 @@ SCHEMA_FILE = "config.schema.yaml"
 
 @lru_cache(maxsize=1)
 def schema() -> dict:
+    """The schema, parsed once per process (with libyaml where installed: every `parity` process reads it)."""
     import yaml
 
     from parity.manifest import schemas_dir
 
-    return yaml.safe_load((schemas_dir() / SCHEMA_FILE).read_text(encoding="utf-8"))
+    loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+    return yaml.load((schemas_dir() / SCHEMA_FILE).read_text(encoding="utf-8"), Loader=loader)
 
 
 def _validator(part: dict):

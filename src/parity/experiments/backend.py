@@ -43,8 +43,9 @@ class Backend:
         for key in ("sim_params", "flame_bin_dir"):  # Flame workers run in their own directories
             if values.get(key):
                 values[key] = str(Path(values[key]).resolve())
-        backend = cls(**values)  # every value already checked against the schema
-        return backend
+        if values.get("model") and Path(values["model"]).is_dir():  # a local model folder, not a Hub id
+            values["model"] = str(Path(values["model"]).resolve())
+        return cls(**values)  # every value already checked against the schema
 
     @classmethod
     def parse(cls, text: str) -> "Backend":
