@@ -5,7 +5,7 @@
 #   benchmarks/h200-faults.sh OUTDIR [STEPS]   (STEPS: 12 by default, or 1 or 2)
 #   1. one confirmation pair through real Flame (network: auto, so contained in a network namespace) on
 #      small traces: the vLLM path inside the namespace, the binaries' version and hash recorded;
-#   2. SIGTERM, then SIGKILL, of `parity native run` once its `vllm serve` is healthy: no process of the
+#   2. SIGTERM, then SIGKILL, of `parity standalone run` once its `vllm serve` is healthy: no process of the
 #      run may hold the GPU afterwards, and SIGTERM leaves a cleanup receipt.
 set -uo pipefail
 out=$1
@@ -38,9 +38,9 @@ fi
 gpu_users() { nvidia-smi --query-compute-apps=pid,process_name --format=csv,noheader; }
 [[ $steps == *2* ]] || exit 0
 for signal in TERM KILL; do
-  echo "== 2. SIG$signal of parity native run once vllm serve is healthy"
+  echo "== 2. SIG$signal of parity standalone run once vllm serve is healthy"
   run="$out/native-$signal"
-  python3 -m parity native run --replicas vllm --gpu "$gpu" --model "$model" --load-format dummy --routing sticky \
+  python3 -m parity standalone run --replicas vllm --gpu "$gpu" --model "$model" --load-format dummy --placement sticky \
     --trace "$out/traces/reuse.json" --repeats 50 --warmup-rounds 0 --out "$run" > "$run.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 240); do grep -q "sticky-reuse-r0:" "$run.log" 2>/dev/null && break; sleep 1; done
@@ -49,7 +49,7 @@ for signal in TERM KILL; do
   kill -s $signal $pid; wait $pid; echo "exit status $? (parity pid $pid)"
   for _ in $(seq 1 30); do [ -z "$(gpu_users)" ] && break; sleep 1; done
   echo "GPU users 30 s later at most: '$(gpu_users | tr '\n' ';')'"
-  echo "processes of the run left: '$(pgrep -af 'vllm|parity native' | grep -v pgrep | tr '\n' ';')'"
+  echo "processes of the run left: '$(pgrep -af 'vllm|parity standalone' | grep -v pgrep | tr '\n' ';')'"
   ls "$run" | tr '\n' ' '; echo
   [ -f "$run/cleanup-replicas.json" ] && python3 -c "import json,sys; d=json.load(open(sys.argv[1])); print('receipt: clean', d['clean'], 'ended_by', d.get('ended_by'))" "$run/cleanup-replicas.json"
   tail -n 3 "$run.log"

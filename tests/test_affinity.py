@@ -13,7 +13,8 @@ from parity.affinity import (
     POLICIES,
     AffinityRouter,
     AlternatingRouter,
-    make_router,
+    PLACEMENTS,
+    RouterSettings,
     prefix_identities,
 )
 
@@ -225,13 +226,19 @@ def test_alternating_is_round_robin():
     assert router.stats() == {"policy": "alternating", "requests": 7, "loads": [30, 20, 20]}
 
 
-def test_make_router():
-    assert POLICIES == ("alternating", "sticky")
-    sticky = make_router("sticky", 2, REV, capacity=7)
+def test_router_settings_make_the_router_they_name():
+    from parity.errors import ParityError
+
+    assert POLICIES == ("alternating", "sticky") and PLACEMENTS == ("alternating", "sticky", "global")
+    sticky = RouterSettings("sticky", REV, capacity=7).make(2)
     assert isinstance(sticky, AffinityRouter) and sticky.capacity == 7 and sticky.num_shards == 2
-    assert isinstance(make_router("alternating", 2), AlternatingRouter)
-    with pytest.raises(ValueError, match="alternating, sticky"):
-        make_router("random", 2)
+    assert isinstance(RouterSettings("alternating").make(2), AlternatingRouter)
+    assert isinstance(RouterSettings("global").make(1), AlternatingRouter)  # one shared queue: nothing to choose
+    assert RouterSettings.from_dict(RouterSettings().to_dict()) == RouterSettings()
+    with pytest.raises(ParityError, match="alternating, sticky, global"):
+        RouterSettings("random")
+    with pytest.raises(ParityError, match="unknown router setting"):
+        RouterSettings.from_dict({"policy": "sticky"})
     with pytest.raises(ValueError, match="num_shards"):
         AffinityRouter(0, REV)
     with pytest.raises(ValueError, match="capacity"):

@@ -12,14 +12,16 @@ from parity.checks import check_trial, pinning_of, timing_mismatch, unsupported
 from parity.cli import main
 from parity.engine.sim import SimEngine
 from parity.manifest import read_manifest, write_manifest
-from parity.offline import run_offline
+from parity import trial as trials
+from parity.paths.engine import EnginePath
 from parity.trace import load_trace
 
 
 @pytest.fixture(scope="module")
 def trial(small_reuse_trace, tmp_path_factory):
     out = tmp_path_factory.mktemp("checks") / "trial.json"
-    run_offline(SimEngine(), small_reuse_trace, out, warmup_rounds=0, log=lambda m: None)
+    trials.run(EnginePath(SimEngine()), small_reuse_trace, out.parent, trial_id="trial", experiment="engine",
+               warmup_rounds=0, log=lambda m: None)
     return out, read_manifest(out), load_trace(small_reuse_trace)
 
 

@@ -151,7 +151,7 @@ def test_bad_simulator_parameters_are_one_line_before_anything_is_written(small_
     out = tmp_path / "out"
     for command in (["engine", "run", "--trace", small_reuse_trace, "--out", out],
                     ["bench", "order", "--trace", small_reuse_trace, "--out", out],
-                    ["native", "sim-server", "--port", 1]):
+                    ["standalone", "sim-server", "--port", 1]):
         line = one_error_line(invoke(*command, "--sim-params", params))
         assert line == f"Error: {params}: {says}" or line.startswith(f"Error: {params}: {says}")
     assert not out.exists()
@@ -171,8 +171,8 @@ def out_of_range_cases(trace, dataset, tokenizer, out):
         (["bench", "order", "--trace", trace, "--out", out, "--shards", 0], "--shards"),
         (["bench", "order", "--trace", trace, "--out", out, "--shard", -1], "--shard"),
         (["bench", "order", "--trace", trace, "--out", out, "--repeats", 0], "--repeats"),
-        (["native", "run", "--trace", trace, "--out", out, "--repeats", 0], "--repeats"),
-        (["native", "sim-server", "--port", 99999], "--port"),
+        (["standalone", "run", "--trace", trace, "--out", out, "--repeats", 0], "--repeats"),
+        (["standalone", "sim-server", "--port", 99999], "--port"),
         (["flame", "run", "--trace", trace, "--out", out, "--batch-limit", 0], "--batch-limit"),
         (["flame", "run", "--trace", trace, "--out", out, "--window-ms", -1], "--window-ms"),
         (mlperf + ["--samples", 0], "--samples"),

@@ -9,31 +9,34 @@ from pathlib import Path
 
 import pytest
 
+from parity.affinity import shard_positions
+from parity.engine import engine_kind
 from parity.errors import ParityError
 from parity.experiments import offline_limit, plan
 from parity.experiments.backend import Backend
+from parity.flame.settings import FlameSettings
 from parity.experiments.runner import run_experiment
 from parity.manifest import read_manifest, validate_paths, write_manifest
 from parity.trace import TraceSpec, build_trace, load_trace
 
 SIM = Path(__file__).resolve().parents[1] / "config" / "sim" / "h200-llama31-8b.yaml"
 TRACES = [Path("t/no-reuse.json"), Path("t/reuse.json")]
-FINAL = plan.FlameConfig(batch_limit=128, window_ms=10, budget_mib=4, api="async", compress=True, gc_freeze=True)
+FINAL = FlameSettings(batch_limit=128, window_ms=10, budget_mib=4, api="async", compress=True, gc_freeze=True)
 
 
 def test_locality_rotates_the_four_configurations_each_repetition():
-    cases = plan.locality(TRACES, repeats=3, flame=plan.FlameConfig())
+    cases = plan.locality(TRACES, repeats=3, flame=FlameSettings())
     assert len(cases) == 4 * 2 * 3 and len({c.trial_id for c in cases}) == len(cases)
-    firsts = [(c.system, c.routing) for c in cases[::4]]
-    assert firsts[0] == ("vllm", "alternating") and firsts[2] == ("flame", "global") and firsts[4] == ("vllm", "sticky")
-    assert {(c.system, c.routing) for c in cases} == set(plan.LOCALITY_CONFIGS)
+    firsts = [(c.system, c.placement) for c in cases[::4]]
+    assert firsts[0] == ("standalone", "alternating") and firsts[2] == ("flame", "global") and firsts[4] == ("standalone", "sticky")
+    assert {(c.system, c.placement) for c in cases} == set(plan.LOCALITY_CONFIGS)
 
 
 def test_pairs_alternate_which_system_goes_first_and_pin_only_the_candidate():
     cases = plan.confirmation(TRACES, 2, FINAL)
-    assert [c.system for c in cases] == ["vllm", "flame", "vllm", "flame", "flame", "vllm", "flame", "vllm"]
+    assert [c.system for c in cases] == ["standalone", "flame", "standalone", "flame", "flame", "standalone", "flame", "standalone"]
     assert all(c.pinned == (c.system == "flame") for c in cases)
-    assert all(c.flame == FINAL and c.routing == "sticky" for c in cases)
+    assert all(c.flame == FINAL and c.placement == "sticky" for c in cases)
 
 
 def test_pairs_per_trace_name_keep_each_pairs_ids_and_order():
@@ -72,8 +75,8 @@ def test_unknown_experiment_and_backend_settings_are_refused():
 
 
 def test_backend_maps_the_engine_api_and_needs_nvidia_smi_for_auto(monkeypatch):
-    assert Backend().engine_kind("async") == ("sim", "async")
-    assert Backend(engine="vllm").engine_kind("sync") == ("vllm-sync", "sync")
+    assert engine_kind("sim", "async") == ("sim", "async")
+    assert engine_kind("vllm", "sync") == ("vllm-sync", "sync")
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(ParityError, match="nvidia-smi"):
         Backend.from_dict({"engine": "vllm", "gpus": ["auto"]}).gpu_uuids()
@@ -129,7 +132,7 @@ def test_confirmation_runs_checks_pairs_and_keeps_finished_trials(tiny_traces, t
     run_experiment("confirmation", changed, backend, tmp_path, settings={"pairs": 1}, log=lines.append)
     assert sum("stale" in line and "flame.batch_limit" in line for line in lines) == 2
     assert sum("kept" in line for line in lines) == 2
-    assert read_manifest(tmp_path / "trials" / "confirmation-final-reuse-p0-flame.json")["config"]["batch_limit"] == 256
+    assert read_manifest(tmp_path / "trials" / "confirmation-final-reuse-p0-flame.json")["config"]["flame"]["batch_limit"] == 256
 
     # A trial that does not record what it ran with (made before parity recorded it) is stale.
     legacy = tmp_path / "trials" / "confirmation-final-reuse-p0-flame.json"
@@ -148,7 +151,7 @@ def test_offline_limit_splits_the_trace_as_the_sticky_router_does(tiny_traces, t
     out = offline_limit.run(tiny_traces[1:], backend, tmp_path, settings={}, log=lambda m: None)
     doc = read_manifest(out)
     (limit,) = doc["limits"]
-    positions = offline_limit.shard_positions(tiny_traces[1], 2)
+    positions = shard_positions(load_trace(tiny_traces[1]).prompts, 2)
     assert [s["requests"] for s in limit["shards"]] == [len(p) for p in positions if p]
     assert limit["requests"] == 16 and limit["passed"] and limit["requests_per_s"] > 0 and limit["side_by_side"]
     shard = load_trace(tmp_path / "traces" / "reuse-shard0.json")
@@ -162,7 +165,7 @@ def test_offline_limit_runs_more_shards_than_gpus_in_waves_and_says_so(tiny_trac
     lines = []
     out = offline_limit.run(tiny_traces[1:], backend, tmp_path, settings={"shards": 2}, log=lines.append)
     (limit,) = read_manifest(out)["limits"]
-    positions = offline_limit.shard_positions(tiny_traces[1], 2)
+    positions = shard_positions(load_trace(tiny_traces[1]).prompts, 2)
     assert [s["requests"] for s in limit["shards"]] == [len(p) for p in positions if p]
     assert limit["side_by_side"] is False and limit["passed"]
     assert any("in waves on 1 GPU(s)" in line for line in lines)
@@ -256,9 +259,8 @@ def test_bench_order_runs_each_shard_in_both_orders_and_counts_simulated_steps(t
     assert len(trials) == 2 * len(result["shards"]) and all(check_file(t)["status"] == "passed" for t in trials)
 
 
-def test_offline_limit_hands_each_shard_the_backends_engine_settings_unchanged(tmp_path):
-    """The shard's `parity engine run` gets the same EngineArgs as the serving paths, strings kept strings."""
-    from parity.cli import _engine_args
+def test_offline_limit_hands_each_shard_the_backend_whole(tmp_path):
+    """The shard's `parity engine run` gets the backend itself (not flags rebuilt from it), strings kept strings."""
     from parity.experiments.offline_limit import _command
 
     for engine in ("sim", "vllm"):
@@ -266,6 +268,6 @@ def test_offline_limit_hands_each_shard_the_backends_engine_settings_unchanged(t
                                      "model": "m", "load_format": "dummy",
                                      "engine_args": {"revision": "1", "max_num_seqs": 32, "enforce_eager": False}})
         command = _command(backend, tmp_path / "t.json", tmp_path)
-        flags = [command[i + 1] for i, word in enumerate(command) if word == "--engine-arg"]
-        option = lambda name: command[command.index(name) + 1] if name in command else None  # noqa: E731
-        assert _engine_args(option("--model"), option("--load-format"), tuple(flags)) == backend.args()
+        assert "--engine-arg" not in command and "--model" not in command
+        given = Backend.parse(command[command.index("--backend") + 1])
+        assert given == backend and given.args() == backend.args()

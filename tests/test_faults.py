@@ -83,8 +83,8 @@ def runs():
         run.cleanup()
 
 
-def native_args(trace, out, repeats=20) -> list[str]:
-    return ["native", "run", "--trace", str(trace), "--repeats", str(repeats), "--warmup-rounds", "1",
+def standalone_args(trace, out, repeats=20) -> list[str]:
+    return ["standalone", "run", "--trace", str(trace), "--repeats", str(repeats), "--warmup-rounds", "1",
             "--out", str(out)]
 
 
@@ -93,8 +93,8 @@ def flame_args(trace, out, repeats=20) -> list[str]:
             "--batch-limit", "8", "--out", str(out)]
 
 
-def test_sigterm_of_native_run_tears_down_and_writes_the_receipt(trace, tmp_path, runs):
-    run = runs(native_args(trace, tmp_path / "out"), tmp_path, "native-term")
+def test_sigterm_of_standalone_run_tears_down_and_writes_the_receipt(trace, tmp_path, runs):
+    run = runs(standalone_args(trace, tmp_path / "out"), tmp_path, "standalone-term")
     run.wait_for_line(r"^locality-vllm-\w+-reuse-r0:")
     run.proc.send_signal(signal.SIGTERM)
     assert run.finish() == 128 + signal.SIGTERM, run.text()
@@ -104,14 +104,14 @@ def test_sigterm_of_native_run_tears_down_and_writes_the_receipt(trace, tmp_path
     run.assert_nothing_left()
 
 
-def test_sigkill_of_native_run_leaves_nothing_and_a_rerun_succeeds(trace, tmp_path, runs):
-    run = runs(native_args(trace, tmp_path / "out"), tmp_path, "native-kill")
+def test_sigkill_of_standalone_run_leaves_nothing_and_a_rerun_succeeds(trace, tmp_path, runs):
+    run = runs(standalone_args(trace, tmp_path / "out"), tmp_path, "standalone-kill")
     run.wait_for_line(r"^locality-vllm-\w+-reuse-r0:")
     assert len(run.processes("sim-server")) == 2
     run.proc.kill()
     run.finish()
     run.assert_nothing_left()
-    again = runs(native_args(trace, tmp_path / "out", repeats=1), tmp_path, "native-rerun")
+    again = runs(standalone_args(trace, tmp_path / "out", repeats=1), tmp_path, "standalone-rerun")
     assert again.finish() == 0, again.text()
     assert read_manifest(tmp_path / "out" / "cleanup-replicas.json")["clean"]
 

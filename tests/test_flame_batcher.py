@@ -10,7 +10,8 @@ import pytest
 
 from parity.errors import ParityError
 from parity.flame import codec
-from parity.flame.batcher import Batcher, encode_output
+from parity.flame.batcher import Batcher
+from parity.flame.codec import encode_output
 
 MiB = 1024 * 1024
 

@@ -12,7 +12,7 @@ import pytest
 from parity.engine.sim import output_tokens
 from parity.errors import ParityError
 from parity.flame import codec, service
-from parity.flame.batcher import decode_output
+from parity.flame.codec import decode_output
 from parity.flame.service import ParityService
 from parity.gpu_lock import lease
 from parity.trace import token_sha256
@@ -40,7 +40,7 @@ def batch(n=4, length=300, compress=False):
 @pytest.mark.parametrize("order", ["arrival", "prefix"])
 def test_task_outputs_in_input_order_with_identity(lock_dir, order):
     svc = ParityService()
-    svc.on_session_enter(session({"engine": "sim", "budget": 1 << 20, "order": order}))
+    svc.on_session_enter(session({"engine": "sim", "flame": {"budget_mib": 1, "order": order}}))
     try:
         prompts, data = batch(compress=True)
         doc = decode_output(svc.on_task_invoke(flamepy.TaskContext(task_id="1", session_id="s0", input=data)))
@@ -57,13 +57,13 @@ def test_task_outputs_in_input_order_with_identity(lock_dir, order):
 def test_an_unknown_admission_order_fails_the_bind(lock_dir):
     svc = ParityService()
     with pytest.raises(ParityError, match="unknown admission order 'random'"):
-        svc.on_session_enter(session({"engine": "sim", "order": "random"}))
+        svc.on_session_enter(session({"engine": "sim", "flame": {"order": "random"}}))
     svc.on_session_leave()
 
 
 def test_over_budget_task_fails_with_a_clear_error(lock_dir):
     svc = ParityService()
-    svc.on_session_enter(session({"engine": "sim", "budget": 1000}))
+    svc.on_session_enter(session({"engine": "sim", "flame": {"budget_mib": 1000 / 2**20}}))
     try:
         with pytest.raises(codec.PayloadError, match="over the payload budget of 1000"):
             svc.on_task_invoke(flamepy.TaskContext(task_id="1", session_id="s0", input=batch()[1]))
@@ -76,7 +76,7 @@ def test_startup_heap_freeze_is_counted_once_and_undone(lock_dir, monkeypatch):
     real = gc.get_freeze_count
     monkeypatch.setattr(gc, "get_freeze_count", lambda: calls.append(1) or real())
     svc = ParityService()
-    svc.on_session_enter(session({"engine": "sim", "gc_freeze": True}))
+    svc.on_session_enter(session({"engine": "sim", "flame": {"gc_freeze": True}}))
     try:
         assert real() > 0
         for task in range(3):

@@ -52,7 +52,7 @@ def _trial(root: Path, trial_id: str, system: str, trace: str, rps: float, *, st
 
 def _experiment(root: Path, name: str, trials: list[tuple[Path, dict, dict]], pairs=(), **extra) -> Path:
     """trials: (path, doc, case fields); pairs: (stage, index, reference trial index, candidate trial index)."""
-    cases = [{"trial_id": doc["trial_id"], "system": doc["system"], "routing": "sticky", "trace_name": doc["trace_name"],
+    cases = [{"trial_id": doc["trial_id"], "system": doc["system"], "placement": "sticky", "trace_name": doc["trace_name"],
               "stage": None, "pair": None, "flame": None, "status": doc["verdict"]["status"],
               "requests_per_s": doc["timing"]["requests_per_s"], "cached_share": 0.0, "simulated": doc["simulated"],
               "cluster": "stand-in" if doc["system"] == "flame" else None, "manifest": file_ref(path, root)} | fields
@@ -290,6 +290,7 @@ def test_report_from_a_real_simulated_confirmation_run(small_inputs, tmp_path):
     from parity.experiments import plan
     from parity.experiments.backend import Backend
     from parity.experiments.runner import run_experiment
+    from parity.flame.settings import FlameSettings
     from parity.trace import TraceSpec, build_trace
 
     corpus, tok = small_inputs
@@ -297,7 +298,7 @@ def test_report_from_a_real_simulated_confirmation_run(small_inputs, tmp_path):
                           corpus, tok, tmp_path / "traces")]
     backend = Backend.from_dict({"engine": "sim", "sim_params": str(ROOT / "config/sim/h200-llama31-8b.yaml"),
                                  "warmup_rounds": 0})
-    final = plan.FlameConfig(batch_limit=128, window_ms=10, budget_mib=4, api="async", compress=True, gc_freeze=True)
+    final = FlameSettings(batch_limit=128, window_ms=10, budget_mib=4, api="async", compress=True, gc_freeze=True)
     run_experiment("confirmation", plan.confirmation(traces, 1, final), backend, tmp_path / "confirmation",
                    settings={"pairs": 1}, log=lambda m: None)
     made = write_report([tmp_path / "confirmation"], None, REFERENCE, tmp_path / "r")

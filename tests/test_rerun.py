@@ -21,7 +21,9 @@ from parity.cli import main
 from parity.errors import ParityError
 from parity.experiments import offline_limit, plan
 from parity.experiments.backend import Backend
-from parity.experiments.runner import RESULT_SETTINGS, ran_with, run_experiment, stale
+from parity.experiments.runner import run_experiment
+from parity.flame.settings import FlameSettings
+from parity.trial import RESULT_SETTINGS, ran_with, stale
 from parity.manifest import read_manifest, sha256_file, validate_paths
 from parity.record import timing
 from parity.report import write_report
@@ -38,8 +40,8 @@ def _backend(root: Path, **changes) -> Backend:
 
 def _cases(root: Path) -> list[plan.Case]:
     """Four standalone trials (alternating and sticky, twice) on one small trace: quick on the simulator."""
-    cases = plan.locality([root / "traces" / "reuse.json"], 2, plan.FlameConfig())
-    return [c for c in cases if c.system == "vllm"]
+    cases = plan.locality([root / "traces" / "reuse.json"], 2, FlameSettings())
+    return [c for c in cases if c.system == "standalone"]
 
 
 @pytest.fixture(scope="module")
@@ -166,25 +168,25 @@ def test_every_setting_that_can_change_a_result_makes_a_trial_stale(run):
     cases = _cases(run)
     doc = read_manifest(_trial(run, cases[0]))
     gpus = ["sim-0", "sim-1"]
-    now = ran_with(_backend(run), gpus, cases[0].trace, routing=cases[0].routing, flame=None)
+    now = ran_with(_backend(run), gpus, cases[0].trace, placement=cases[0].placement, flame=None)
     assert set(doc["ran_with"]) == set(RESULT_SETTINGS) and stale(doc, now) is None
     for changes, named in [({"engine": "vllm"}, "it ran with other engine, sim_params"),
                            ({"warmup_rounds": 1}, "warmup_rounds"),
                            ({"load_format": "dummy"}, "engine_args.load_format"),
                            ({"engine_args": {"max_num_seqs": 8}}, "engine_args.max_num_seqs"),
                            ({"model": "other/model"}, "engine_args.model")]:
-        wanted = ran_with(_backend(run, **changes), gpus, cases[0].trace, routing=cases[0].routing, flame=None)
+        wanted = ran_with(_backend(run, **changes), gpus, cases[0].trace, placement=cases[0].placement, flame=None)
         assert stale(doc, wanted).endswith(named), changes
-    wanted = ran_with(_backend(run), ["sim-0", "sim-2"], cases[0].trace, routing="sticky", flame=None)
-    assert stale(doc, wanted) == "it ran with other gpus, routing"
+    wanted = ran_with(_backend(run), ["sim-0", "sim-2"], cases[0].trace, placement="sticky", flame=None)
+    assert stale(doc, wanted) == "it ran with other gpus, placement"
     assert stale(doc, now | {"versions": now["versions"] | {"vllm": "0.99.0"}}) == "it ran with other versions.vllm"
     # the Flame cluster and its configuration count for Flame trials (a standalone one uses neither)
-    assert stale(doc, ran_with(_backend(run, cluster="flame"), gpus, cases[0].trace, routing=cases[0].routing,
+    assert stale(doc, ran_with(_backend(run, cluster="flame"), gpus, cases[0].trace, placement=cases[0].placement,
                                flame=None)) is None
     flame = copy.deepcopy(doc)
-    flame["ran_with"] = ran_with(_backend(run), gpus, cases[0].trace, routing="sticky", flame=plan.FlameConfig())
-    other = ran_with(_backend(run, cluster="flame"), gpus, cases[0].trace, routing="sticky",
-                     flame=replace(plan.FlameConfig(), order="prefix"),
+    flame["ran_with"] = ran_with(_backend(run), gpus, cases[0].trace, placement="sticky", flame=FlameSettings())
+    other = ran_with(_backend(run, cluster="flame"), gpus, cases[0].trace, placement="sticky",
+                     flame=replace(FlameSettings(), order="prefix"),
                      flame_binaries={"flame-session-manager": "0" * 64})
     assert stale(flame, other) == "it ran with other cluster, flame_binaries, flame.order"
     del flame["ran_with"]

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from parity.cli import main
 from parity.errors import ParityError
 from parity.experiments.backend import Backend
-from parity.experiments.plan import FlameConfig
+from parity.flame.settings import FlameSettings
 from parity.workflow_config import check_experiment_settings, experiment_names, schema
 
 SIM = json.dumps({"engine": "sim", "gpus": ["sim-0", "sim-1"], "cluster": "standin"})
@@ -51,8 +51,8 @@ def test_the_study_settings_pass():
 
 def test_an_unknown_flame_setting_is_refused():
     with pytest.raises(ParityError, match="batch_limt"):
-        FlameConfig.from_dict({"batch_limt": 64})
-    assert FlameConfig.from_dict({"batch_limit": 64}).batch_limit == 64
+        FlameSettings.from_dict({"batch_limt": 64})
+    assert FlameSettings.from_dict({"batch_limit": 64}).batch_limit == 64
 
 
 @pytest.mark.parametrize("values, named", [

@@ -12,15 +12,20 @@ engines' returned cached-token counts are).
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections import OrderedDict
+from dataclasses import dataclass
 from typing import Sequence
 
 import numpy as np
 
+from parity.engine import MODEL_REVISION
+
 BLOCK_TOKENS = 256
 DEPTH_TOKENS = 1024
-POLICIES = ("alternating", "sticky")
+POLICIES = ("alternating", "sticky")  # the routers
+PLACEMENTS = (*POLICIES, "global")
 _DOMAIN = b"parity-affinity-v1\0"
 
 Tokens = Sequence[int] | np.ndarray
@@ -125,11 +130,45 @@ class AlternatingRouter:
         return {"policy": "alternating", "requests": self._requests, "loads": self.loads}
 
 
-def make_router(policy: str, num_shards: int, revision: str = "",
-                capacity: int = 4096) -> AffinityRouter | AlternatingRouter:
-    """The router a run's `policy` setting names; `revision` and `capacity` apply to "sticky" only."""
-    if policy == "alternating":
-        return AlternatingRouter(num_shards)
-    if policy == "sticky":
-        return AffinityRouter(num_shards, revision, capacity)
-    raise ValueError(f"unknown routing policy {policy!r}: use one of {', '.join(POLICIES)}")
+@dataclass(frozen=True)
+class RouterSettings:
+    """Where the requests of a burst go: the placement, and the sticky router's salt and map size.
+
+    `alternating` and `sticky` name the router; `global` is Flame's one shared queue (a single session
+    whose workers take tasks in turn), so its path has one shard and nothing to choose.
+    """
+
+    placement: str = "sticky"
+    revision: str = MODEL_REVISION  # salts the block identities: a cache built by another revision is useless
+    capacity: int = 4096
+
+    def __post_init__(self):
+        from parity.errors import ParityError
+
+        if self.placement not in PLACEMENTS:
+            raise ParityError(f"unknown placement {self.placement!r}: use one of {', '.join(PLACEMENTS)}")
+
+    @classmethod
+    def from_dict(cls, values: dict | None) -> "RouterSettings":
+        from parity.engine import checked_fields
+
+        return cls(**checked_fields(cls, values, "router setting"))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def make(self, shards: int) -> AffinityRouter | AlternatingRouter:
+        """A fresh router over `shards` shards (each burst gets its own: no memory of an earlier one)."""
+        if self.placement == "sticky":
+            return AffinityRouter(shards, self.revision, self.capacity)
+        return AlternatingRouter(shards)
+
+
+def shard_positions(prompts, shards: int) -> list[list[int]]:
+    """Burst positions per shard, as the study's sticky router assigns them (the shards of the offline
+    limit and of `parity bench order` are the serving paths')."""
+    router = RouterSettings().make(shards)
+    out: list[list[int]] = [[] for _ in range(shards)]
+    for position, prompt in enumerate(prompts):
+        out[router.route(prompt)].append(position)
+    return out

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import functools
 import json
@@ -12,10 +11,18 @@ from pathlib import Path
 import click
 
 from parity import __version__
+from parity.engine import ENGINES, FAMILIES, EngineArgs
 from parity.errors import ParityError
+from parity.affinity import POLICIES
+from parity.experiments.backend import CLUSTERS, Backend
 from parity.flame.admission import ORDERS
+from parity.flame.settings import APIS, FlameSettings
 from parity.netns import MODES as NETWORK_MODES
 from parity.workflow_config import check_experiment_settings, experiment_names
+
+REPLICA_KINDS = ("sim", "vllm")  # parity.standalone.replicas.KINDS, without importing httpx to build the options
+FLAME_PLACEMENTS = ("global", "sticky")  # parity.paths.flame.FlamePath.placements
+_echo = functools.partial(click.echo, err=True)  # progress goes to stderr; results to stdout
 
 
 # OSErrors that are about the user's machine, not a bug in parity: a full disk, a read-only folder, a
@@ -197,7 +204,6 @@ def _engine_args(model: str | None, load_format: str | None, extra: tuple[str, .
     """EngineArgs from the study's defaults, the common options, and KEY=VALUE overrides."""
     import yaml
 
-    from parity.engine import EngineArgs
 
     values = {}
     if model:
@@ -216,52 +222,75 @@ def _engine_args(model: str | None, load_format: str | None, extra: tuple[str, .
     return EngineArgs.from_dict(values)
 
 
+def _backend_or_options(backend_text: str | None, *covered: str) -> Backend | None:
+    """The --backend given (JSON or a YAML file), else None; one or the other with the options it covers."""
+    if backend_text is None:
+        return None
+    ctx = click.get_current_context()
+    given = [name for name in covered if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
+    if given:
+        raise ParityError(f"--backend sets {', '.join('--' + g.replace('_', '-') for g in given)} already; "
+                          "give one or the other")
+    return Backend.parse(backend_text)
+
+
 @main.group("engine")
 def engine_group():
     """The engine alone: a trace handed straight to sim, vllm-sync or vllm-async."""
 
 
 @engine_group.command("run")
-@click.option("--engine", "kind", type=click.Choice(["sim", "vllm-sync", "vllm-async"]), default="sim",
-              show_default=True)
+@click.option("--engine", "kind", type=click.Choice(ENGINES), default="sim", show_default=True)
 @click.option("--trace", "traces", type=click.Path(path_type=Path, exists=True), multiple=True, required=True,
               help="Trace manifest (repeat for several; one engine serves them all, in order).")
 @click.option("--batch", "batches", type=click.IntRange(min=0), multiple=True, default=(0,), show_default=True,
               help="Hand prompts over in batches of N; 0 = all at once. Repeat to run each trace at each size.")
-@click.option("--warmup-rounds", default=2, show_default=True, type=click.IntRange(min=0),
+@click.option("--warmup-rounds", default=Backend.warmup_rounds, show_default=True, type=click.IntRange(min=0),
               help="Warmup rounds on token-shifted variants.")
 @click.option("--model", default=None, help="Model id or directory (a config.json alone with --load-format dummy).")
 @click.option("--load-format", default=None, help="auto, or dummy for random weights of the model's shape.")
 @click.option("--engine-arg", "engine_args", multiple=True, help="Override an engine setting: KEY=VALUE.")
 @click.option("--sim-params", type=click.Path(path_type=Path), default=None, help="Simulator parameter file.")
-@click.option("--sim-mode", type=click.Choice(["sync", "async"]), default="sync", show_default=True)
+@click.option("--sim-mode", type=click.Choice(APIS), default="sync", show_default=True)
 @click.option("--clock", type=click.Choice(["virtual", "paced"]), default="virtual", show_default=True)
+@click.option("--backend", "backend_text", default=None,
+              help="The engine's settings whole, as the experiments give them (JSON or a YAML file): model, load "
+                   "format, engine args, simulator file, warmup rounds; recorded as what each trial ran with. "
+                   "Replaces the options it covers.")
+@click.option("--experiment", default="engine", show_default=True, help="Recorded in each trial manifest.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True)
 @friendly_errors
 def engine_run(kind, traces, batches, warmup_rounds, model, load_format, engine_args, sim_params, sim_mode,
-               clock, out_dir):
+               clock, backend_text, experiment, out_dir):
     """Warm up, then measure each trace on one engine; a trial manifest per run, a line in summary.jsonl."""
+    from parity import trial
+    from parity.affinity import RouterSettings
     from parity.engine import make_engine
     from parity.engine.sim import SimParams
-    from parity.offline import run_offline
+    from parity.paths.engine import EnginePath
 
-    args = _engine_args(model, load_format, engine_args)
-    options = {}
-    if kind == "sim":
-        options = {"params": SimParams.load(sim_params), "clock": clock, "mode": sim_mode}
-    click.echo(f"starting engine {kind} ...", err=True)
+    backend = _backend_or_options(backend_text, "model", "load_format", "engine_args", "sim_params", "warmup_rounds")
+    if backend is None:
+        args = _engine_args(model, load_format, engine_args)
+    else:
+        if backend.simulated != (kind == "sim"):
+            raise ParityError(f"--engine {kind} does not fit the backend's engine {backend.engine}")
+        args, warmup_rounds = backend.args(), backend.warmup_rounds
+        sim_params = Path(backend.sim_params) if backend.sim_params else None
+    options = {"params": SimParams.load(sim_params), "clock": clock, "mode": sim_mode} if kind == "sim" else {}
+    echo = functools.partial(click.echo, err=True)
+    echo(f"starting engine {kind} ...")
     with make_engine(kind, args, **options) as engine:
         for trace in traces:
             for batch in batches:
-                click.echo(f"{kind}: {trace}" + (f", batches of {batch}" if batch else ""), err=True)
-                out = out_dir / f"{kind}-{trace.stem}{f'-b{batch}' if batch else ''}.json"
-                summary = run_offline(engine, trace, out, batch=batch or None, warmup_rounds=warmup_rounds,
-                                      log=lambda m: click.echo(m, err=True))
-                label = "simulated" if summary["simulated"] else "measured"
-                click.echo(f"{summary['trace']}{f' (batch {batch})' if batch else ''}: {summary['requests']} requests, "
-                           f"{summary['requests_per_s']:.3f} req/s ({label}), cached {summary['cached_share']:.2%}, "
-                           f"{summary['duration_s']:.2f} s")
-                log_summary(out_dir, summary)
+                trial_id = f"{kind}-{trace.stem}" + (f"-b{batch}" if batch else "")
+                echo(f"{trial_id}:")
+                path = EnginePath(engine, batch or None)
+                wanted = None if backend is None else trial.ran_with(backend, list(backend.gpus), trace,
+                                                                     placement=RouterSettings().placement)
+                doc = trial.run(path, trace, out_dir, trial_id=trial_id, experiment=experiment,
+                                warmup_rounds=warmup_rounds, ran_with=wanted, log=echo)
+                log_summary(out_dir, trial.summary(doc, out_dir / f"{trial_id}.json"))
 
 
 @main.group("sim")
@@ -350,71 +379,73 @@ def bench_order(kind, traces, shards, only, repeats, warmup_rounds, model, load_
     atomic_write_text(out_dir / "order.json", json.dumps(results, indent=2) + "\n")
 
 
-@main.group("native")
-def native_group():
-    """The standalone vLLM path: pinned replicas behind HTTP and a routing client."""
+@main.group("standalone")
+def standalone_group():
+    """The standalone path: pinned replicas (`vllm serve`, or simulator servers) behind HTTP, a routing client."""
 
 
-@native_group.command("run")
-@click.option("--replicas", "kind", type=click.Choice(["sim", "vllm"]), default="sim", show_default=True,
+@standalone_group.command("run")
+@click.option("--replicas", "kind", type=click.Choice(REPLICA_KINDS), default="sim", show_default=True,
               help="sim: simulator servers (CPU); vllm: `vllm serve` per GPU.")
 @click.option("--gpu", "gpus", multiple=True, help="GPU UUID per replica (repeat); default sim-0, sim-1.")
-@click.option("--routing", "routings", type=click.Choice(["alternating", "sticky"]), multiple=True,
-              default=("alternating", "sticky"), show_default=True, help="Routing policy (repeat for several).")
+@click.option("--placement", "placements", type=click.Choice(POLICIES), multiple=True,
+              default=POLICIES, show_default=True, help="Which router places requests (repeat for several).")
 @click.option("--trace", "traces", type=click.Path(path_type=Path, exists=True), multiple=True, required=True)
 @click.option("--repeats", default=1, show_default=True, type=click.IntRange(min=1),
-              help="Trials per routing and trace, interleaved.")
-@click.option("--warmup-rounds", default=2, show_default=True, type=click.IntRange(min=0))
+              help="Trials per placement and trace, interleaved.")
+@click.option("--warmup-rounds", default=Backend.warmup_rounds, show_default=True, type=click.IntRange(min=0))
 @click.option("--experiment", default="locality", show_default=True)
 @click.option("--model", default=None, help="Model id or directory.")
 @click.option("--load-format", default=None, help="auto, or dummy for random weights of the model's shape.")
 @click.option("--engine-arg", "engine_args", multiple=True, help="Override an engine setting: KEY=VALUE.")
 @click.option("--sim-params", type=click.Path(path_type=Path), default=None, help="Simulator parameter file.")
-@click.option("--startup-timeout", default=600.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
-              help="Seconds to wait for /health.")
+@click.option("--startup-timeout", default=Backend.startup_timeout_s, show_default=True,
+              type=click.FloatRange(min=0, min_open=True), help="Seconds to wait for /health.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True)
 @friendly_errors
-def native_run(kind, gpus, routings, traces, repeats, warmup_rounds, experiment, model, load_format, engine_args,
-               sim_params, startup_timeout, out_dir):
-    """Start replicas, run every routing x trace (x repeats, rotating the order), tear down with a receipt."""
-    from parity.manifest import write_manifest
-    from parity.native import run_trial
-    from parity.native.replicas import ReplicaSet
+def standalone_run(kind, gpus, placements, traces, repeats, warmup_rounds, experiment, model, load_format,
+                   engine_args, sim_params, startup_timeout, out_dir):
+    """Start replicas once, run every placement x trace (x repeats, rotating the order), tear down with a receipt."""
+    from parity.paths.standalone import StandalonePath
 
-    args = _engine_args(model, load_format, engine_args)
     gpus = list(gpus) or (["sim-0", "sim-1"] if kind == "sim" else [])
-    replica_set = ReplicaSet(kind, gpus, args, out_dir / "logs", startup_timeout_s=startup_timeout,
-                             sim_params=sim_params)
-    click.echo(f"starting {len(gpus)} {kind} replicas on {', '.join(gpus)} ...", err=True)
+    path = StandalonePath(kind, gpus, _engine_args(model, load_format, engine_args), out_dir / "logs",
+                          startup_timeout_s=startup_timeout, sim_params=sim_params,
+                          receipt_path=out_dir / "cleanup-replicas.json")
+    _echo(f"starting {len(gpus)} {kind} replicas on {', '.join(gpus)} ...")
+    _run_trials(path, placements, traces, repeats, experiment, warmup_rounds, out_dir)
+
+
+def _run_trials(path, placements, traces, repeats, experiment, warmup_rounds, out_dir: Path) -> None:
+    """Every placement x trace on one started path, the order rotated each repeat; a line per trial in
+    OUT/summary.jsonl; the path's teardown said at the end (its receipt is beside the trials)."""
+    from parity import trial
+    from parity.affinity import RouterSettings
+    from parity.experiments.plan import repetition_id, rotate
+
+    cases = [(placement, trace) for trace in traces for placement in placements]
     try:
-        with replica_set:
-            cases = [(routing, trace) for trace in traces for routing in routings]
+        with path:
             for repeat in range(repeats):
-                shift = repeat % len(cases)
-                for routing, trace in cases[shift:] + cases[:shift]:  # rotate the order each repeat
-                    trial_id = f"{experiment}-vllm-{routing}-{trace.stem}-r{repeat}"
-                    click.echo(f"{trial_id}:", err=True)
-                    summary = run_trial(replica_set, routing, trace, out_dir / f"{trial_id}.json",
-                                        experiment=experiment, trial_id=trial_id, warmup_rounds=warmup_rounds,
-                                        log=lambda m: click.echo(m, err=True))
-                    log_summary(out_dir, summary)
-                    label = "simulated" if summary["simulated"] else "measured"
-                    click.echo(f"{trial_id}: {summary['requests_per_s']:.3f} req/s ({label}), "
-                               f"cached {summary['cached_share']:.2%}")
+                for placement, trace in rotate(cases, repeat):
+                    trial_id = repetition_id(experiment, path.name, placement, trace, repeat)
+                    _echo(f"{trial_id}:")
+                    doc = trial.run(path, trace, out_dir, trial_id=trial_id, experiment=experiment,
+                                    router=RouterSettings(placement), warmup_rounds=warmup_rounds, log=_echo)
+                    log_summary(out_dir, trial.summary(doc, out_dir / f"{trial_id}.json"))
     finally:
-        if replica_set.receipt is not None:
-            write_manifest(out_dir / "cleanup-replicas.json", replica_set.receipt)
-            click.echo(f"teardown: {'clean' if replica_set.receipt['clean'] else replica_set.receipt['errors']}", err=True)
+        if path.receipt is not None:
+            _echo(f"teardown: {'clean' if path.receipt['clean'] else '; '.join(path.receipt['errors'])}")
 
 
-@native_group.command("sim-server")
+@standalone_group.command("sim-server")
 @click.option("--port", type=click.IntRange(1, 65535), required=True)
 @click.option("--gpu-uuid", default="sim-0", show_default=True)
 @click.option("--sim-params", type=click.Path(path_type=Path), default=None)
 @friendly_errors
-def native_sim_server(port, gpu_uuid, sim_params):
-    """One simulator replica speaking vLLM's /v1/completions subset on 127.0.0.1 (started by `native run`)."""
-    from parity.native.sim_server import serve
+def standalone_sim_server(port, gpu_uuid, sim_params):
+    """One simulator replica speaking vLLM's /v1/completions subset on 127.0.0.1 (a replica set starts it)."""
+    from parity.standalone.sim_server import serve
 
     serve(port, gpu_uuid, sim_params)
 
@@ -452,30 +483,35 @@ def flame_worker():
     serve()
 
 
+_FLAME = FlameSettings()  # the options' defaults: the study's first configuration
+
+
 @flame_group.command("run")
-@click.option("--cluster", type=click.Choice(["standin", "flame"]), default="standin", show_default=True,
+@click.option("--cluster", type=click.Choice(CLUSTERS), default="standin", show_default=True,
               help="standin: the in-process stand-in (CPU tests, smoke); flame: real Flame v0.6.0 binaries.")
 @click.option("--flame-bin-dir", type=click.Path(path_type=Path), default=None,
               help="Flame v0.6.0 binaries (default: $FLAME_BIN_DIR).")
 @click.option("--gpu", "gpus", multiple=True, help="GPU UUID per worker (repeat); default sim-0, sim-1.")
-@click.option("--placement", "placements", type=click.Choice(["global", "sticky"]), multiple=True,
+@click.option("--placement", "placements", type=click.Choice(FLAME_PLACEMENTS), multiple=True,
               default=("sticky",), show_default=True)
 @click.option("--trace", "traces", type=click.Path(path_type=Path, exists=True), multiple=True, required=True)
-@click.option("--batch-limit", default=32, show_default=True, type=click.IntRange(min=1))
-@click.option("--window-ms", default=2.0, show_default=True, type=click.FloatRange(min=0))
-@click.option("--budget-mib", default=2.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
-              help="Decoded payload budget per task.")
-@click.option("--compress/--raw", default=False, show_default=True, help="zlib level 1 task inputs.")
-@click.option("--engine", type=click.Choice(["sim", "vllm-sync", "vllm-async"]), default="sim", show_default=True)
-@click.option("--sim-mode", type=click.Choice(["sync", "async"]), default="sync", show_default=True)
-@click.option("--sim-params", type=click.Path(path_type=Path), default=None)
-@click.option("--gc-freeze/--no-gc-freeze", default=False, show_default=True)
-@click.option("--order", type=click.Choice(ORDERS), default="arrival", show_default=True,
+@click.option("--batch-limit", default=_FLAME.batch_limit, show_default=True, type=click.IntRange(min=1))
+@click.option("--window-ms", default=_FLAME.window_ms, show_default=True, type=click.FloatRange(min=0))
+@click.option("--budget-mib", default=_FLAME.budget_mib, show_default=True,
+              type=click.FloatRange(min=0, min_open=True), help="Decoded payload budget per task.")
+@click.option("--api", type=click.Choice(APIS), default=_FLAME.api, show_default=True,
+              help="The engine API each worker drives: sync (LLM.generate) or async (AsyncLLM).")
+@click.option("--compress/--raw", default=_FLAME.compress, show_default=True, help="zlib level 1 task inputs.")
+@click.option("--gc-freeze/--no-gc-freeze", default=_FLAME.gc_freeze, show_default=True)
+@click.option("--order", type=click.Choice(ORDERS), default=_FLAME.order, show_default=True,
               help="How each worker admits a batch into its engine (parity.flame.admission).")
+@click.option("--engine", type=click.Choice(FAMILIES), default="sim", show_default=True,
+              help="The engine the workers build: the simulator, or vLLM (through --api).")
+@click.option("--sim-params", type=click.Path(path_type=Path), default=None)
 @click.option("--model", default=None)
 @click.option("--load-format", default=None)
 @click.option("--engine-arg", "engine_args", multiple=True, help="Override an engine setting: KEY=VALUE.")
-@click.option("--warmup-rounds", default=2, show_default=True, type=click.IntRange(min=0))
+@click.option("--warmup-rounds", default=Backend.warmup_rounds, show_default=True, type=click.IntRange(min=0))
 @click.option("--repeats", default=1, show_default=True, type=click.IntRange(min=1))
 @click.option("--experiment", default="locality", show_default=True)
 @click.option("--network", type=click.Choice(NETWORK_MODES), default="auto", show_default=True,
@@ -483,72 +519,25 @@ def flame_worker():
                    "0.0.0.0, unauthenticated); host: do not; auto: netns for real Flame where the platform allows.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True)
 @friendly_errors
-def flame_run(cluster, flame_bin_dir, gpus, placements, traces, batch_limit, window_ms, budget_mib, compress,
-              engine, sim_mode, sim_params, gc_freeze, order, model, load_format, engine_args, warmup_rounds, repeats,
+def flame_run(cluster, flame_bin_dir, gpus, placements, traces, batch_limit, window_ms, budget_mib, api, compress,
+              gc_freeze, order, engine, sim_params, model, load_format, engine_args, warmup_rounds, repeats,
               experiment, network, out_dir):
     """Start a cluster, register one application per GPU, run each placement x trace, clean up."""
-    from parity import gpu_lock, netns
-    from parity.flame.client import FlameSettings, register_applications, run_trial
-    from parity.flame.service import worker_environment
-    from parity.manifest import write_manifest
+    from parity import netns
+    from parity.paths.flame import FlamePath, cluster as flame_cluster
 
-    echo = functools.partial(click.echo, err=True)
-    netns.contain(network, needed=cluster == "flame", log=echo)  # re-executes the command when it contains it
-    args = _engine_args(model, load_format, engine_args)
+    netns.contain(network, needed=cluster == "flame", log=_echo)  # re-executes the command when it contains it
+    settings = FlameSettings(batch_limit=batch_limit, window_ms=window_ms, budget_mib=budget_mib, api=api,
+                             compress=compress, gc_freeze=gc_freeze, order=order)
     simulated = engine == "sim"
     gpus = list(gpus) or (["sim-0", "sim-1"] if simulated else [])
     if not gpus:
         raise ParityError("name the GPUs with --gpu UUID (one per worker)")
-    with _environment(worker_environment(out_dir, simulated)):  # the workers inherit it
-        gpu_lock.clear_stale(gpu_lock.lock_dir(), gpus, log=echo)
-        if cluster == "standin":
-            from parity.flame.standin import StandInCluster
-
-            flame = StandInCluster(log_dir=out_dir / "logs")  # its short socket dir in /tmp goes on exit
-        else:
-            from parity.flame.cluster import FlameCluster
-
-            flame = FlameCluster(flame_bin_dir, out_dir / "flame", log=echo)
-        echo(f"starting {'the Flame stand-in' if cluster == 'standin' else 'Flame v0.6.0'} ...")
-        try:
-            with flame:
-                register_applications(flame.endpoint, gpus, simulated=simulated)
-                for repeat in range(repeats):
-                    for trace in traces:
-                        for placement in placements:
-                            settings = FlameSettings(
-                                placement=placement, batch_limit=batch_limit, window_s=window_ms / 1000,
-                                budget=int(budget_mib * 1024 * 1024), compress=compress, engine=engine,
-                                engine_args=args.to_dict(), sim_mode=sim_mode,
-                                sim_params=str(sim_params) if sim_params else None, gc_freeze=gc_freeze, order=order)
-                            trial_id = f"{experiment}-flame-{placement}-{trace.stem}-r{repeat}"
-                            echo(f"{trial_id}:")
-                            summary = run_trial(flame.endpoint, len(gpus), settings, trace,
-                                                out_dir / f"{trial_id}.json", experiment=experiment,
-                                                trial_id=trial_id, warmup_rounds=warmup_rounds,
-                                                stand_in=cluster == "standin", log=echo)
-                            log_summary(out_dir, summary)
-                            label = ("simulated" if summary["simulated"] else "measured") + f", {summary['cluster']}"
-                            click.echo(f"{trial_id}: {summary['requests_per_s']:.3f} req/s ({label}), "
-                                       f"cached {summary['cached_share']:.2%}, {summary['batches']} batches")
-        finally:
-            if getattr(flame, "receipt", None) is not None:
-                write_manifest(out_dir / "cleanup-flame.json", flame.receipt)
-
-
-@contextlib.contextmanager
-def _environment(values: dict[str, str]):
-    """Set environment variables for this command (its children inherit them), as they were after."""
-    saved = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
+    with flame_cluster(cluster, gpus, out_dir, simulated=simulated, bin_dir=flame_bin_dir,
+                       receipt_path=out_dir / "cleanup-flame.json", log=_echo) as running:
+        path = FlamePath(running, gpus, settings, engine=engine, engine_args=_engine_args(model, load_format, engine_args),
+                         sim_params=str(sim_params) if sim_params else None)
+        _run_trials(path, placements, traces, repeats, experiment, warmup_rounds, out_dir)
 
 
 @main.command("check")
@@ -676,18 +665,9 @@ def mlperf_run(arm, dataset, out_dir, mode, engine, gpus, model, load_format, en
     """One arm under LoadGen in this process (prefix caching off); writes OUT/mlperf-run.json."""
     from parity.mlperf.run import RunSpec, run_arm
 
-    if backend_text is not None:
-        ctx = click.get_current_context()
-        covered = ("engine", "gpus", "model", "load_format", "engine_args", "sim_params", "cluster", "flame_bin_dir",
-                   "startup_timeout")
-        given = [name for name in covered
-                 if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
-        if given:
-            raise ParityError(f"--backend sets {', '.join('--' + g.replace('_', '-') for g in given)} already; "
-                              "give one or the other")
-        from parity.experiments.backend import Backend
-
-        backend = Backend.parse(backend_text)
+    backend = _backend_or_options(backend_text, "engine", "gpus", "model", "load_format", "engine_args", "sim_params",
+                                  "cluster", "flame_bin_dir", "startup_timeout")
+    if backend is not None:
         engine, cluster, startup_timeout = backend.engine, backend.cluster, backend.startup_timeout_s
         gpus = tuple(backend.gpu_uuids()[:1])
         sim_params = Path(backend.sim_params) if backend.sim_params else None
@@ -698,7 +678,7 @@ def mlperf_run(arm, dataset, out_dir, mode, engine, gpus, model, load_format, en
     from parity import netns
 
     # Real Flame listens on 0.0.0.0: contain the whole arm first (this may re-execute the command).
-    netns.contain(backend.network if backend_text is not None else "auto",
+    netns.contain(backend.network if backend is not None else "auto",
                   needed=arm == "flame" and cluster == "flame", log=functools.partial(click.echo, err=True))
     spec = RunSpec(arm=arm, dataset=dataset, out=out_dir, mode=mode, engine=engine, gpus=tuple(gpus),
                    engine_args=args, max_tokens=max_tokens,

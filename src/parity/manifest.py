@@ -22,7 +22,7 @@ from pathlib import Path
 from parity import __version__
 from parity.errors import ParityError, first_problem
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2  # 2: systems named by serving path (standalone, not vllm); `placement` for routing
 SCHEMA_SUFFIX = ".schema.json"
 SCHEMA_ID_BASE = "https://parity.invalid/schemas/"
 REFERENCE_KEYS = (frozenset({"path", "sha256"}), frozenset({"path", "sha256", "bytes"}))

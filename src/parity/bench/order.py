@@ -14,10 +14,12 @@ from __future__ import annotations
 import statistics
 from pathlib import Path
 
+from parity import trial
+from parity.affinity import shard_positions
 from parity.engine import Engine
-from parity.experiments.offline_limit import shard_positions
 from parity.flame.admission import admission_order
-from parity.offline import run_offline
+from parity.paths.engine import EnginePath
+from parity.stats import cached_share
 from parity.trace import Trace, load_trace, write_subset
 
 
@@ -25,7 +27,7 @@ def shard_traces(trace_path: Path, trace: Trace, shards: int, out_dir: Path,
                  only: set[int] | None = None) -> dict[int, dict[str, Path]]:
     """Per shard, its trace in each admission order (burst positions reordered, prompts unchanged)."""
     out = {}
-    for shard, positions in enumerate(shard_positions(trace_path, shards)):
+    for shard, positions in enumerate(shard_positions(trace.prompts, shards)):
         if not positions or (only and shard not in only):
             continue
         order = admission_order([trace.prompts[i] for i in positions], "prefix")
@@ -43,19 +45,18 @@ def run(engine: Engine, trace_path: Path, out_dir: Path, *, shards: int = 2, onl
         steps: dict[str, list[int]] = {"arrival": [], "prefix": []}
         for repeat in range(repeats):
             for name, path in paths.items():
-                out = out_dir / "trials" / f"{path.stem}-r{repeat}.json"
                 before = engine.stats()["steps"] if engine.simulated else 0
-                summary = run_offline(engine, path, out, warmup_rounds=warmup_rounds, log=log,
-                                      trial_id=f"order-{path.stem}-r{repeat}")
-                seconds[name].append(summary["duration_s"])
+                doc = trial.run(EnginePath(engine), path, out_dir / "trials", trial_id=f"{path.stem}-r{repeat}",
+                                experiment="order", warmup_rounds=warmup_rounds, log=log)
+                seconds[name].append(doc["timing"]["duration_s"])
                 counted = ""
                 if engine.simulated:
                     steps[name].append(engine.stats()["steps"] - before)
                     counted = f", {steps[name][-1]} engine steps"
-                log(f"shard {shard} {name} r{repeat}: {summary['duration_s']:.3f} s{counted}, "
-                    f"cached {summary['cached_share']:.2%} ({'simulated' if summary['simulated'] else 'measured'})")
+                log(f"shard {shard} {name} r{repeat}: {seconds[name][-1]:.3f} s{counted}, "
+                    f"cached {cached_share(doc):.2%} ({'simulated' if doc['simulated'] else 'measured'})")
         arrival, prefix = statistics.median(seconds["arrival"]), statistics.median(seconds["prefix"])
-        rows.append({"shard": shard, "requests": summary["requests"], "seconds": seconds,
+        rows.append({"shard": shard, "requests": len(doc["records"]), "seconds": seconds,
                      "steps": steps if engine.simulated else None,
                      "arrival_median_s": arrival, "prefix_median_s": prefix, "speedup": arrival / prefix})
     return {"trace": trace.name, "engine": engine.describe()["name"],

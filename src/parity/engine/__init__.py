@@ -163,7 +163,13 @@ class Engine(abc.ABC):
         self.close()
 
 
-ENGINES = ("sim", "vllm-sync", "vllm-async")
+ENGINES = ("sim", "vllm-sync", "vllm-async")  # the engine kinds (a replica's `vllm serve` is a server, not one)
+FAMILIES = ("sim", "vllm")  # what a backend names: the simulator or real vLLM
+
+
+def engine_kind(family: str, api: str) -> tuple[str, str]:
+    """(engine kind, simulator mode) of a family driven through the sync or async engine API."""
+    return ("sim", api) if family == "sim" else (f"vllm-{api}", "sync")
 
 
 def make_engine(kind: str, args: EngineArgs | None = None, **sim_options) -> Engine:

@@ -8,6 +8,7 @@ in a network namespace of its own, since real Flame listens on 0.0.0.0 unauthent
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 from dataclasses import dataclass, field
@@ -17,7 +18,7 @@ from parity.engine import EngineArgs
 from parity.errors import ParityError
 from parity.workflow_config import check_backend
 
-APIS = ("sync", "async")
+CLUSTERS = ("standin", "flame")  # the CPU stand-in of Flame's session manager, or real Flame v0.6.0
 
 
 @dataclass(frozen=True)
@@ -61,6 +62,10 @@ class Backend:
             raise ParityError(f"backend: expected a mapping, got {type(values).__name__}")
         return cls.from_dict(values or {})
 
+    def to_dict(self) -> dict:
+        """The backend as `from_dict` takes it back (JSON: how it is passed whole to a child process)."""
+        return dataclasses.asdict(self) | {"gpus": list(self.gpus)}
+
     @property
     def simulated(self) -> bool:
         return self.engine == "sim"
@@ -72,12 +77,6 @@ class Backend:
         if self.load_format:
             values["load_format"] = self.load_format
         return EngineArgs.from_dict(values)
-
-    def engine_kind(self, api: str) -> tuple[str, str]:
-        """(engine for the Flame service, simulator mode) for the sync or async engine API."""
-        if api not in APIS:
-            raise ParityError(f"engine API {api!r}: use sync or async")
-        return ("sim", api) if self.simulated else (f"vllm-{api}", "sync")
 
     def gpu_uuids(self, needed: int = 1, what: str = "this run") -> list[str]:
         """The GPU UUIDs to pin shards to. `auto`: the node's GPUs from nvidia-smi, in index order, at most two
@@ -95,19 +94,3 @@ class Backend:
             raise ParityError(f"{what} needs {needed} GPU{'s' if needed > 1 else ''} (gpus: auto); nvidia-smi lists "
                               f"{len(uuids)} on this host")
         return uuids[:2]
-
-    def flame_cluster(self, work_dir: Path, log=None):
-        """A context manager: the CPU stand-in, or real Flame v0.6.0 from `flame_bin_dir` / $FLAME_BIN_DIR.
-
-        Locks on the GPUs left by a run that died are cleared first; a GPU a live run holds is an error.
-        """
-        from parity import gpu_lock
-
-        gpu_lock.clear_stale(gpu_lock.lock_dir(), self.gpu_uuids(), log=log)
-        if self.cluster == "standin":
-            from parity.flame.standin import StandInCluster
-
-            return StandInCluster(log_dir=work_dir / "logs")  # its short socket dir in /tmp goes on exit
-        from parity.flame.cluster import FlameCluster
-
-        return FlameCluster(self.flame_bin_dir, work_dir / "flame", **({"log": log} if log else {}))

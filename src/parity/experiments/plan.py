@@ -12,53 +12,34 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from parity.errors import ParityError
-from parity.flame.admission import ORDERS, check
-
-
-@dataclass(frozen=True)
-class FlameConfig:
-    """The Flame adapter's knobs (the study's first configuration by default)."""
-
-    batch_limit: int = 32
-    window_ms: float = 2.0
-    budget_mib: float = 2.0
-    api: str = "sync"
-    compress: bool = False
-    gc_freeze: bool = False
-    order: str = "arrival"  # admission order of a batch in the engine: arrival | prefix
-
-    def __post_init__(self):
-        check(self.order)  # when the plan is made, not when a worker binds after earlier cases ran
-
-    @classmethod
-    def from_dict(cls, values: dict | None) -> "FlameConfig":
-        """The study's first configuration with `values` over it; an unknown key is refused by name."""
-        values = dict(values or {})
-        unknown = sorted(set(values) - set(cls.__dataclass_fields__))
-        if unknown:
-            raise ParityError(f"unknown Flame setting(s): {', '.join(unknown)} "
-                              f"(known: {', '.join(cls.__dataclass_fields__)})")
-        return cls(**values)
-
-    def label(self) -> str:
-        return (f"b{self.batch_limit}-w{self.window_ms:g}ms-{self.api}-{'zlib' if self.compress else 'raw'}"
-                + ("-freeze" if self.gc_freeze else "") + ("" if self.order == "arrival" else f"-{self.order}"))
+from parity.flame.admission import ORDERS
+from parity.flame.settings import FlameSettings
 
 
 @dataclass(frozen=True)
 class Case:
-    trial_id: str
+    trial_id: str  # also its manifest's file name
     experiment: str
-    system: str  # "vllm" (standalone) or "flame"
-    routing: str  # vllm: alternating | sticky; flame: global | sticky (the placement)
+    system: str  # the serving path (parity.paths): "standalone" or "flame"
+    placement: str  # standalone: alternating | sticky; flame: global | sticky
     trace: Path
-    flame: FlameConfig = field(default_factory=FlameConfig)
+    flame: FlameSettings = field(default_factory=FlameSettings)
     stage: str | None = None  # which stage of an experiment, e.g. a screening grid or "final"
     pair: int | None = None  # pair index, for cases that are half of a pair
     pinned: bool = False  # must match the paired reference's shard → GPU UUID mapping
 
 
-LOCALITY_CONFIGS = (("vllm", "alternating"), ("flame", "global"), ("vllm", "sticky"), ("flame", "sticky"))
+LOCALITY_CONFIGS = (("standalone", "alternating"), ("flame", "global"), ("standalone", "sticky"), ("flame", "sticky"))
+
+
+def configuration(system: str, placement: str) -> str:
+    """The study's name of a system with a placement (its reference table's key): vllm-sticky, flame-global, ..."""
+    return f"{'vllm' if system == 'standalone' else system}-{placement}"
+
+
+def repetition_id(experiment: str, system: str, placement: str, trace: Path, repeat: int) -> str:
+    """The trial id of one repetition of a configuration on a trace: locality-vllm-sticky-reuse-r0."""
+    return f"{experiment}-{configuration(system, placement)}-{trace.stem}-r{repeat}"
 
 
 def rotate(items: list, by: int) -> list:
@@ -66,25 +47,25 @@ def rotate(items: list, by: int) -> list:
     return items[by:] + items[:by]
 
 
-def locality(traces: list[Path], repeats: int, flame: FlameConfig) -> list[Case]:
+def locality(traces: list[Path], repeats: int, flame: FlameSettings) -> list[Case]:
     """Four configurations x traces x repeats, the configuration order rotated every repetition."""
     cases = []
     for repeat in range(repeats):
         for trace in traces:
-            for system, routing in rotate(list(LOCALITY_CONFIGS), repeat):
-                cases.append(Case(f"locality-{system}-{routing}-{trace.stem}-r{repeat}", "locality", system, routing,
-                                  trace, flame, stage=f"{system}-{routing}"))
+            for system, placement in rotate(list(LOCALITY_CONFIGS), repeat):
+                cases.append(Case(repetition_id("locality", system, placement, trace, repeat), "locality", system,
+                                  placement, trace, flame, stage=configuration(system, placement)))
     return cases
 
 
-def screening(experiment: str, group: str, trace: Path, configs: list[FlameConfig], repeats: int = 1) -> list[Case]:
+def screening(experiment: str, group: str, trace: Path, configs: list[FlameSettings], repeats: int = 1) -> list[Case]:
     """Pilot trials of Flame sticky sessions, one per configuration: for choosing, never for confirming."""
     return [Case(f"{experiment}-{group}-{config.label()}-{trace.stem}-r{repeat}", experiment, "flame", "sticky", trace,
                  config, stage=f"{group}-{config.label()}")
             for repeat in range(repeats) for config in rotate(list(configs), repeat)]
 
 
-def pairs(experiment: str, stage: str, traces: list[Path], count: int | dict[str, int], flame: FlameConfig,
+def pairs(experiment: str, stage: str, traces: list[Path], count: int | dict[str, int], flame: FlameSettings,
           pinned: bool = False) -> list[Case]:
     """Fresh pairs: sticky standalone vLLM (the fixed reference) and Flame sticky sessions (the candidate).
 
@@ -95,8 +76,8 @@ def pairs(experiment: str, stage: str, traces: list[Path], count: int | dict[str
     cases = []
     for index in range(max(counts.values(), default=0)):
         for trace in (t for t in traces if index < counts[t.stem]):
-            reference = Case(f"{experiment}-{stage}-{trace.stem}-p{index}-vllm", experiment, "vllm", "sticky", trace,
-                             flame, stage=stage, pair=index)
+            reference = Case(f"{experiment}-{stage}-{trace.stem}-p{index}-vllm", experiment, "standalone", "sticky",
+                             trace, flame, stage=stage, pair=index)
             candidate = replace(reference, trial_id=f"{experiment}-{stage}-{trace.stem}-p{index}-flame",
                                 system="flame", pinned=pinned)
             cases += [reference, candidate] if index % 2 == 0 else [candidate, reference]
@@ -114,7 +95,7 @@ def admission(traces: list[Path], settings: dict) -> list[Case]:
     The selections are fixed in the configuration before any pair runs (the study's: 128 prompts and
     10 ms, then async + zlib), so no pair is chosen from its own scores.
     """
-    base = FlameConfig.from_dict(settings.get("base"))
+    base = FlameSettings.from_dict(settings.get("base"))
     screen_trace = pick_trace(traces, settings.get("screen_trace", "reuse"))
     grid = [replace(base, batch_limit=b, window_ms=w) for b, w in settings["batch_windows"]]
     selected = replace(base, **settings["selected"])
@@ -130,12 +111,12 @@ def admission(traces: list[Path], settings: dict) -> list[Case]:
     return cases
 
 
-def confirmation(traces: list[Path], count: int | dict[str, int], flame: FlameConfig) -> list[Case]:
+def confirmation(traces: list[Path], count: int | dict[str, int], flame: FlameSettings) -> list[Case]:
     """The final configuration against the fixed sticky vLLM reference, shards pinned to the same GPUs."""
     return pairs("confirmation", "final", traces, count, flame, pinned=True)
 
 
-def gc_diagnostics(trace: Path, flame: FlameConfig, repeats: int = 1) -> list[Case]:
+def gc_diagnostics(trace: Path, flame: FlameSettings, repeats: int = 1) -> list[Case]:
     """Normal collection vs startup-heap freeze in the Flame workers, single trials (diagnostics only)."""
     cases = []
     for repeat in range(repeats):
@@ -148,7 +129,7 @@ def gc_diagnostics(trace: Path, flame: FlameConfig, repeats: int = 1) -> list[Ca
 
 def for_experiment(name: str, traces: list[Path], settings: dict) -> list[Case]:
     """The cases of experiment `name` from its settings (the workflow config's experiments.NAME)."""
-    flame = FlameConfig.from_dict(settings.get("flame"))
+    flame = FlameSettings.from_dict(settings.get("flame"))
     if name == "locality":
         return locality(traces, settings.get("repeats", 3), flame)
     if name == "admission":

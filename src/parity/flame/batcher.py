@@ -11,7 +11,6 @@ prompt in it, loudly; none is dropped.
 from __future__ import annotations
 
 import itertools
-import json
 import threading
 import time
 from collections import deque
@@ -39,20 +38,6 @@ class Result:
     worker: dict = field(default_factory=dict)
     task_timings: dict = field(default_factory=dict)  # the service's per-batch timings and GC pauses
     input_sha256: str | None = None  # of the token IDs the worker decoded
-
-
-def encode_output(outputs: list[dict], worker: dict, timings: dict) -> bytes:
-    """What the service returns for a task: outputs in input order, the worker's identity, timings."""
-    return json.dumps({"outputs": outputs, "worker": worker, "timings": timings}, separators=(",", ":")).encode()
-
-
-def decode_output(data: bytes) -> dict:
-    try:
-        doc = json.loads(data)
-        doc["outputs"], doc["worker"]
-    except (ValueError, TypeError, KeyError):
-        raise ParityError(f"task output is not a parity result: {bytes(data[:80])!r}") from None
-    return doc
 
 
 class Batcher:
@@ -128,7 +113,7 @@ class Batcher:
     def _resolve(self, sent: Future, members, batch_id: str) -> None:
         complete = time.monotonic()
         try:
-            doc = decode_output(sent.result())
+            doc = codec.decode_output(sent.result())
             outputs = doc["outputs"]
             if len(outputs) != len(members):
                 raise ParityError(f"task {batch_id} returned {len(outputs)} outputs for {len(members)} prompts")

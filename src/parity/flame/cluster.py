@@ -168,14 +168,6 @@ def _log(message: str) -> None:
 
 # ---- the cluster -------------------------------------------------------------------------------
 
-_RUNNING: dict[str, "FlameCluster"] = {}
-
-
-def running(endpoint: str):
-    """The cluster this process started at `endpoint` (real or stand-in), or None."""
-    return _RUNNING.get(endpoint)
-
-
 class FlameCluster(procs.Supervisor):
     """A context manager around one session manager and one executor manager on loopback.
 
@@ -311,7 +303,6 @@ class FlameCluster(procs.Supervisor):
             self.close(exc)
             raise
         self._started = time.time()
-        _RUNNING[self.endpoint] = self
         return self
 
     def __enter__(self) -> "FlameCluster":
@@ -383,7 +374,6 @@ class FlameCluster(procs.Supervisor):
 
     def _teardown(self, exc: BaseException | None) -> dict:
         """Stop EM then SM, then any service left behind; returns the cleanup receipt."""
-        _RUNNING.pop(self.endpoint, None)
         errors: list[str] = []
         processes: list[dict] = []
         table = procs.proc_table()

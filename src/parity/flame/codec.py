@@ -1,4 +1,5 @@
-"""Flame task payloads: a batch of token-ID prompts, raw or zlib level 1, within Flame's 4 MiB cap.
+"""Flame task payloads: a batch of token-ID prompts, raw or zlib level 1, within Flame's 4 MiB cap;
+and what a worker returns for one (`encode_output`/`decode_output`): both sides of a task, in one place.
 
 Every gRPC hop that carries a Flame v0.6.0 task receives at most 4 MiB, and the replies to
 CreateTask, WatchTask and GetTask carry input and output together, so a task's encoded input plus its
@@ -16,6 +17,7 @@ study), which also keeps a repeated 8K-token prefix inside zlib's 32 KiB window.
 
 from __future__ import annotations
 
+import json
 import struct
 import zlib
 from dataclasses import dataclass
@@ -161,3 +163,17 @@ def _fit(chunk: list[Prompt], compress: bool, cap: int) -> list[Task]:
         raise PayloadError(f"prompt {chunk[0].request_id} alone encodes to {len(data)} bytes, over Flame's cap of {cap}")
     middle = len(chunk) // 2
     return _fit(chunk[:middle], compress, cap) + _fit(chunk[middle:], compress, cap)
+
+
+def encode_output(outputs: list[dict], worker: dict, timings: dict) -> bytes:
+    """What the service returns for a task: outputs in input order, the worker's identity, timings."""
+    return json.dumps({"outputs": outputs, "worker": worker, "timings": timings}, separators=(",", ":")).encode()
+
+
+def decode_output(data: bytes) -> dict:
+    try:
+        doc = json.loads(data)
+        doc["outputs"], doc["worker"]
+    except (ValueError, TypeError, KeyError):
+        raise ParityError(f"task output is not a parity result: {bytes(data[:80])!r}") from None
+    return doc

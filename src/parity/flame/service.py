@@ -25,10 +25,10 @@ from pathlib import Path
 import flamepy
 
 from parity import gpu_lock
-from parity.engine import EngineArgs, make_engine
+from parity.engine import EngineArgs, engine_kind, make_engine
 from parity.errors import ParityError
 from parity.flame import admission, codec
-from parity.flame.batcher import encode_output
+from parity.flame.settings import FlameSettings
 from parity.gpu_lock import GpuBusy
 from parity.trace import token_sha256
 
@@ -90,8 +90,8 @@ class ParityService(flamepy.FlameService):
         self.engine = None
         self.frozen = False
         self.freeze_count = 0
-        self.budget = 4 * 1024 * 1024
-        self.order = "arrival"
+        self.budget = FlameSettings().budget
+        self.order = FlameSettings().order
         self.identity: dict = {}
         self.gc = None
         self._lease = None
@@ -110,27 +110,27 @@ class ParityService(flamepy.FlameService):
 
     def _enter(self, context):
         short_temp_dir()
-        config = json.loads(context.common_data() or b"{}")
+        config = json.loads(context.common_data() or b"{}")  # parity.flame.settings.session_data
         gpus = [g for g in os.environ.get("PARITY_GPUS", "").split(",") if g]
         if not gpus:
             raise ParityError("PARITY_GPUS is not set for this application: which GPU(s) may a worker use?")
-        self.order = admission.check(config.get("order", "arrival"))  # fails the bind, not the first task
+        flame = FlameSettings.from_dict(config.get("flame"))  # a bad setting fails the bind, not the first task
+        self.order, self.budget = flame.order, flame.budget
         endpoint = os.environ.get(flamepy.FLAME_INSTANCE_ENDPOINT, "")
         executor_id = Path(endpoint).name.removesuffix(".sock")
         self._lease = gpu_lock.lease(gpus, session_id=context.session_id, executor_id=executor_id,
                                      flame_endpoint=os.environ.get("FLAME_ENDPOINT"))
         uuid = self._lease.gpu
-        kind = config.get("engine", "sim")
+        kind, sim_mode = engine_kind(config.get("engine", "sim"), flame.api)
         if kind != "sim":
             os.environ["CUDA_VISIBLE_DEVICES"] = uuid
-        self.budget = int(config.get("budget", self.budget))
         args = EngineArgs.from_dict(config.get("engine_args"))
         sim_options = {}
         if kind == "sim":
             from parity.engine.sim import SimParams
 
             sim_options = {"params": SimParams.load(config.get("sim_params")), "clock": "paced",
-                           "gpu_uuid": uuid, "mode": config.get("sim_mode", "sync")}
+                           "gpu_uuid": uuid, "mode": sim_mode}
         self.engine = make_engine(kind, args, **sim_options)
         described = self.engine.describe()
         self.identity = {"executor_id": executor_id, "pid": os.getpid(),
@@ -138,7 +138,7 @@ class ParityService(flamepy.FlameService):
                          "session_id": context.session_id, "engine": described["name"],
                          "engine_version": described.get("version")}
         self.gc = GcObserver()
-        if config.get("gc_freeze"):
+        if flame.gc_freeze:
             gc.collect()
             gc.freeze()
             self.frozen = True
@@ -163,7 +163,7 @@ class ParityService(flamepy.FlameService):
                    "input_bytes": len(context.input or b""), "gc_pause_s": self.gc.pause_s - pauses,
                    "gc_collections": self.gc.collections - collections, "gc_frozen": self.frozen,
                    "gc_freeze_count": self.freeze_count, "order": self.order}
-        return encode_output(outputs, self.identity, timings)
+        return codec.encode_output(outputs, self.identity, timings)
 
     def on_session_leave(self):
         if self.frozen:

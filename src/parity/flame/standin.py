@@ -184,11 +184,9 @@ class StandInCluster(procs.Supervisor, frontend_pb2_grpc.FrontendServicer):
             self.close(exc)
             raise
         self._started = time.time()
-        real_cluster._RUNNING[self.endpoint] = self
         return self
 
     def _teardown(self, exc: BaseException | None) -> None:
-        real_cluster._RUNNING.pop(self.endpoint, None)
         if self._server is not None:
             self._server.stop(grace=1).wait()  # first, so no RPC can start an executor behind our back
         with self._cond:

@@ -9,13 +9,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from parity import gpu_lock
 from parity.engine import EngineArgs
 from parity.errors import ParityError
 from parity.manifest import file_ref, header, write_manifest
@@ -92,7 +90,7 @@ def _vllm_version_of(url: str) -> str | None:
 @contextlib.contextmanager
 def standalone_path(spec: RunSpec, args: EngineArgs, prompts, stack: contextlib.ExitStack):
     from parity.mlperf.sut_standalone import StandaloneSUT
-    from parity.native.replicas import ReplicaSet
+    from parity.standalone.replicas import ReplicaSet
 
     kind = "sim" if spec.engine == "sim" else "vllm"
     gpus = list(spec.gpus) or ["sim-0"]
@@ -110,44 +108,37 @@ def standalone_path(spec: RunSpec, args: EngineArgs, prompts, stack: contextlib.
             yield sut, {"engine": "sim-server" if kind == "sim" else "vllm-serve",
                         "vllm_version": version, "vllm_version_source": None if kind == "sim" else "replica /version",
                         "path": {"replicas": kind, "gpus": [r.reported_gpu or r.gpu for r in replicas.replicas],
-                                 "max_in_flight": spec.max_in_flight, "routing": "round-robin"}}
+                                 "max_in_flight": spec.max_in_flight, "placement": "round-robin"}}
         finally:
             sut.close()
 
 
 @contextlib.contextmanager
 def flame_path(spec: RunSpec, args: EngineArgs, prompts, stack: contextlib.ExitStack):
-    from parity.flame.client import FlameSessions, FlameSettings, register_applications
+    """The Flame serving path's cluster and sessions (`parity.paths.flame`), fed by LoadGen instead of a burst."""
+    from parity.affinity import RouterSettings
+    from parity.engine import engine_kind
+    from parity.flame.settings import FlameSettings
     from parity.mlperf.sut_flame import FlameSUT
+    from parity.paths.flame import FlamePath, cluster
 
-    engine = {"sim": "sim", "vllm": "vllm-async"}.get(spec.engine, spec.engine)
+    family = "sim" if spec.engine == "sim" else "vllm"
+    api = "sync" if spec.engine in ("sim", "vllm-sync") else "async"  # `vllm` alone: AsyncLLM
+    engine = engine_kind(family, api)[0]
     gpus = list(spec.gpus) or ["sim-0"]
-    if engine == "sim":  # simulated GPUs are this run's alone; real ones are the node's (parity.gpu_lock)
-        os.environ.setdefault(gpu_lock.LOCK_DIR_ENV, str(gpu_lock.run_dir(spec.out)))
-    if spec.cluster == "standin":
-        from parity.flame.standin import StandInCluster
-
-        cluster = StandInCluster(log_dir=spec.out / "logs")  # its short socket dir in /tmp goes on exit
-    else:
-        from parity.flame.cluster import FlameCluster
-
-        cluster = FlameCluster(spec.flame_bin_dir, spec.out / "flame")
-    stack.callback(lambda: getattr(cluster, "receipt", None) and
-                   write_manifest(spec.out / "cleanup-flame.json", cluster.receipt))
-    settings = FlameSettings(placement=spec.placement, batch_limit=spec.batch_limit, window_s=spec.window_ms / 1000,
-                             budget=4 * 1024 * 1024, compress=False, engine=engine, engine_args=args.to_dict(),
-                             sim_params=str(spec.sim_params) if spec.sim_params else None)
-    with cluster:
-        register_applications(cluster.endpoint, gpus, simulated=engine == "sim")
-        with FlameSessions(cluster.endpoint, len(gpus), settings, name=f"mlperf-{spec.mode}") as sessions:
-            sut = FlameSUT(prompts, sessions)
+    settings = FlameSettings(batch_limit=spec.batch_limit, window_ms=spec.window_ms, budget_mib=4, api=api)
+    with cluster(spec.cluster, gpus, spec.out, simulated=family == "sim", bin_dir=spec.flame_bin_dir,
+                 receipt_path=spec.out / "cleanup-flame.json") as running:
+        path = FlamePath(running, gpus, settings, engine=family, engine_args=args,
+                         sim_params=str(spec.sim_params) if spec.sim_params else None)
+        with path.trial(f"mlperf-{spec.mode}", RouterSettings(spec.placement)):
+            sut = FlameSUT(prompts, path.sessions)
             try:
-                yield sut, {"engine": engine, "vllm_version": None if engine == "sim" else package_versions()["vllm"],
-                            "vllm_version_source": None if engine == "sim" else "worker interpreter (the client's)",
-                            "path": {"cluster": "stand-in" if spec.cluster == "standin" else "flame-v0.6.0",
-                                     "network": cluster.describe()["network"],
+                yield sut, {"engine": engine, "vllm_version": None if family == "sim" else package_versions()["vllm"],
+                            "vllm_version_source": None if family == "sim" else "worker interpreter (the client's)",
+                            "path": {"cluster": running.describe()["cluster"], "network": running.describe()["network"],
                                      "gpus": gpus, "placement": spec.placement, "batch_limit": spec.batch_limit,
-                                     "window_s": spec.window_ms / 1000, "sessions": sessions.shards}}
+                                     "window_s": settings.window_s, "sessions": path.shards}}
             finally:
                 sut.close()
 

@@ -12,7 +12,7 @@ import itertools
 import threading
 
 from parity.mlperf.sut import Done, OfflineSUT
-from parity.native.client import NativeClient
+from parity.standalone.client import NativeClient
 
 
 class StandaloneSUT(OfflineSUT):

@@ -63,7 +63,7 @@ class Replica:
 def _command(kind: str, args: EngineArgs, port: int, gpu: str, sim_params: Path | None) -> list[str]:
     if kind == "vllm":
         return [sys.executable, "-m", "vllm.entrypoints.cli.main", "serve", *compat.serve_arguments(args, port)]
-    command = [sys.executable, "-m", "parity", "native", "sim-server", "--port", str(port), "--gpu-uuid", gpu]
+    command = [sys.executable, "-m", "parity", "standalone", "sim-server", "--port", str(port), "--gpu-uuid", gpu]
     return command + (["--sim-params", str(sim_params)] if sim_params else [])
 
 

@@ -2,10 +2,11 @@
 
 The pool is opened and warmed (a `/health` call per replica) before timing starts, since the study
 excluded runs where client initialisation leaked into timing. At release, each request is routed and
-sent; latency is measured from release; requests/s = requests / (last completion − release). Idle
-keep-alive stays under the server's 5 s so a pooled connection is never reused after the server
-closed it; a connection dropped before any response byte is retried once. Any other failure (HTTP
-error, timeout, wrong output length) fails the burst, naming the request: nothing is dropped.
+sent at its offset in the arrival schedule (a burst: all at once); latency is measured from there;
+requests/s = requests / (last completion − release). Idle keep-alive stays under the server's 5 s
+so a pooled connection is never reused after the server closed it; a connection dropped before any
+response byte is retried once. Any other failure (HTTP error, timeout, wrong output length) fails
+the burst, naming the request: nothing is dropped.
 """
 
 from __future__ import annotations
@@ -104,15 +105,19 @@ class NativeClient:
         body = request_body(self.model, prompt, self.sampling)
         return await self._post(self.urls[shard], body, request_id, time.monotonic())
 
-    async def burst(self, prompts: list[np.ndarray], request_ids: list[str], router) -> tuple[float, list[int], list[Reply]]:
-        """Release the burst: route and send every request now; return (release, shards, replies)."""
+    async def burst(self, prompts: list[np.ndarray], request_ids: list[str], router,
+                    offsets: list[float]) -> tuple[float, list[int], list[Reply]]:
+        """Release the burst: route and send each request at its offset after the release (a burst: all
+        now); return (release, shards, replies). Each reply is timed from its scheduled send."""
         release = time.monotonic()
         shards, tasks = [], []
-        for prompt, request_id in zip(prompts, request_ids):
+        for prompt, request_id, offset in zip(prompts, request_ids, offsets, strict=True):
+            if offset > 0:
+                await asyncio.sleep(release + offset - time.monotonic())
             shard = router.route(prompt)
             shards.append(shard)
-            tasks.append(asyncio.ensure_future(
-                self._post(self.urls[shard], request_body(self.model, prompt, self.sampling), request_id, release)))
+            tasks.append(asyncio.ensure_future(self._post(self.urls[shard], request_body(self.model, prompt, self.sampling),
+                                                          request_id, release + offset)))
         try:
             replies = await asyncio.gather(*tasks)
         except BaseException:

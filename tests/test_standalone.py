@@ -11,10 +11,9 @@ from parity.cli import main
 from parity.engine import EngineArgs
 from parity.errors import ParityError
 from parity.manifest import read_manifest, validate_paths
-from parity.native import replicas as replicas_module
-from parity.native import run_trial
-from parity.native.client import parse_reply, request_body
-from parity.native.replicas import ReplicaSet
+from parity.standalone import replicas as replicas_module
+from parity.standalone.client import parse_reply, request_body
+from parity.standalone.replicas import ReplicaSet
 from parity.procs import port_free as port_is_free
 
 
@@ -24,7 +23,7 @@ def reuse_trace(small_reuse_trace):
 
 
 def test_sticky_beats_alternating_on_reuse_end_to_end(reuse_trace, tmp_path):
-    result = CliRunner().invoke(main, ["native", "run", "--trace", str(reuse_trace), "--out", str(tmp_path)])
+    result = CliRunner().invoke(main, ["standalone", "run", "--trace", str(reuse_trace), "--out", str(tmp_path)])
     assert result.exit_code == 0, result.output
     trials = {t: read_manifest(tmp_path / f"locality-vllm-{t}-reuse-r0.json") for t in ("alternating", "sticky")}
     share = {t: sum(r["cached_tokens"] for r in d["records"]) / sum(r["prompt_tokens"] for r in d["records"])
@@ -34,7 +33,7 @@ def test_sticky_beats_alternating_on_reuse_end_to_end(reuse_trace, tmp_path):
     rps = {t: d["timing"]["requests_per_s"] for t, d in trials.items()}
     assert rps["sticky"] > rps["alternating"]
     for doc in trials.values():
-        assert doc["simulated"] is True and doc["system"] == "vllm" and len(doc["records"]) == 64
+        assert doc["simulated"] is True and doc["system"] == "standalone" and len(doc["records"]) == 64
         assert all(len(r["output_token_ids"]) == 16 for r in doc["records"])
         assert {r["gpu_uuid"] for r in doc["records"]} == {"sim-0", "sim-1"}
     sticky_docs = {}
@@ -101,14 +100,19 @@ def test_trial_fails_loudly_when_a_replica_dies(reuse_trace, tmp_path):
     import re
     import signal
 
-    replica_set = ReplicaSet("sim", ["sim-0", "sim-1"], EngineArgs(), tmp_path / "logs")
+    from parity import trial
+    from parity.affinity import RouterSettings
+    from parity.paths.standalone import StandalonePath
+
+    path = StandalonePath("sim", ["sim-0", "sim-1"], EngineArgs(), tmp_path / "logs")
+    replica_set = path.replicas
     with pytest.raises(ParityError) as err:
-        with replica_set:
+        with path:
             dead = replica_set.replicas[1]
             os.killpg(dead.process.pid, signal.SIGKILL)
             dead.process.wait()
-            run_trial(replica_set, "alternating", reuse_trace, tmp_path / "t.json", experiment="locality",
-                      trial_id="t", warmup_rounds=0)
+            trial.run(path, reuse_trace, tmp_path, trial_id="t", experiment="locality",
+                      router=RouterSettings("alternating"), warmup_rounds=0)
     assert re.fullmatch(rf"replica 1 \(GPU sim-1, pid {dead.process.pid}, port {dead.port}\) died (before the trial|"
                         rf"during the run): killed by SIGKILL \(.*\); log: {tmp_path / 'logs' / 'replica-1.log'}",
                         str(err.value)), str(err.value)

@@ -1,0 +1,68 @@
+"""The Flame path's settings: one object, in the workflow config's units, passed whole everywhere.
+
+The workflow config, `parity flame run`'s options, each trial's config and each worker's session data
+all carry this object as it is (milliseconds, MiB); the client and the service read the seconds and
+bytes they need from its properties, so the units are converted here and nowhere else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass
+
+from parity.errors import ParityError
+from parity.flame.admission import check as check_order
+
+APIS = ("sync", "async")
+
+
+@dataclass(frozen=True)
+class FlameSettings:
+    """The Flame adapter's knobs (the study's first configuration by default)."""
+
+    batch_limit: int = 32  # prompts per task at most
+    window_ms: float = 2.0  # a batch closes this long after its first prompt
+    budget_mib: float = 2.0  # decoded payload per task at most
+    api: str = "sync"  # the engine API a worker drives: sync (LLM.generate) or async (AsyncLLM)
+    compress: bool = False  # zlib level 1 task inputs
+    gc_freeze: bool = False  # freeze the worker's startup heap (gc.freeze)
+    order: str = "arrival"  # admission order of a batch in the engine: arrival | prefix
+
+    def __post_init__(self):  # when the plan is made, not when a worker binds after earlier cases ran
+        check_order(self.order)
+        if self.api not in APIS:
+            raise ParityError(f"Flame setting api {self.api!r}: use one of {', '.join(APIS)}")
+        if self.batch_limit < 1 or self.window_ms < 0 or self.budget_mib <= 0:
+            raise ParityError(f"Flame settings: batch_limit must be >= 1, window_ms >= 0 and budget_mib > 0, "
+                              f"got {self.batch_limit}, {self.window_ms} and {self.budget_mib}")
+
+    @property
+    def window_s(self) -> float:
+        return self.window_ms / 1000
+
+    @property
+    def budget(self) -> int:
+        """The payload budget in bytes."""
+        return int(self.budget_mib * 1024 * 1024)
+
+    @classmethod
+    def from_dict(cls, values: dict | None) -> "FlameSettings":
+        """The defaults with `values` over them; an unknown key or a mistyped value is refused by name."""
+        from parity.engine import checked_fields
+
+        return cls(**checked_fields(cls, values, "Flame setting"))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    def label(self) -> str:
+        return (f"b{self.batch_limit}-w{self.window_ms:g}ms-{self.api}-{'zlib' if self.compress else 'raw'}"
+                + ("-freeze" if self.gc_freeze else "") + ("" if self.order == "arrival" else f"-{self.order}"))
+
+
+def session_data(settings: FlameSettings, engine: str, engine_args: dict, sim_params: str | None) -> bytes:
+    """What every worker of a session receives (Flame's common data): the engine family to build, its
+    arguments and simulator file, and the Flame settings whole."""
+    return json.dumps({"engine": engine, "engine_args": engine_args, "sim_params": sim_params,
+                       "flame": settings.to_dict()}, sort_keys=True).encode()

@@ -1,0 +1,162 @@
+"""The Flame path: sessions on a Flame cluster whose workers embed the engine, fed by a batcher per session.
+
+`cluster` is the one way a run starts its cluster (the CPU stand-in or real Flame v0.6.0): the workers'
+environment, stale GPU locks cleared, one application per GPU registered, the receipt written on exit.
+An experiment starts it once and shares it; each trial opens new sessions (so new workers and
+engines), and every prompt must have been served by an executor the cluster lists under its shard's
+session.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from concurrent.futures import wait
+from pathlib import Path
+
+from parity.engine import Completion, EngineArgs, engine_kind
+from parity.errors import ParityError
+from parity.flame.client import FlameSessions, register_applications, verify_placement
+from parity.flame.settings import FlameSettings, session_data
+from parity.paths import Burst, Described, ServingPath, register
+from parity.record import Placement
+from parity.trace import token_sha256
+
+# What a Flame worker must inherit to find the same Python packages and engine settings as this process.
+PASSED_ENV = ("PYTHONPATH", "LD_LIBRARY_PATH", "PATH", "VLLM_USE_FLASHINFER_SAMPLER", "VLLM_NO_USAGE_STATS",
+              "HF_HUB_OFFLINE", "TRITON_CACHE_DIR", "VLLM_CACHE_ROOT", "PARITY_GPU_LOCK_DIR", "PARITY_FAILURE_DIR")
+RELEASE_TIMEOUT_S = 3600
+
+
+@contextlib.contextmanager
+def environment(values: dict[str, str]):
+    """Set environment variables while the block runs (children started meanwhile inherit them)."""
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextlib.contextmanager
+def cluster(kind: str, gpus: list[str], out_dir: Path, *, simulated: bool, bin_dir: Path | str | None = None,
+            receipt_path: Path | None = None, log=None):
+    """A running cluster (`kind`: standin or flame) with one application per GPU; torn down on exit.
+
+    Locks on the GPUs left by a run that died are cleared first; a GPU a live run holds is an error.
+    """
+    from parity import gpu_lock
+    from parity.flame.service import worker_environment
+
+    with environment(worker_environment(out_dir, simulated)):  # the workers inherit it
+        gpu_lock.clear_stale(gpu_lock.lock_dir(), gpus, log=log)
+        if kind == "standin":
+            from parity.flame.standin import StandInCluster
+
+            running = StandInCluster(log_dir=out_dir / "logs")  # its short socket dir in /tmp goes on exit
+        else:
+            from parity.flame.cluster import FlameCluster
+
+            running = FlameCluster(bin_dir, out_dir / "flame", **({"log": log} if log else {}))
+        if log:
+            log(f"starting {'the Flame stand-in' if kind == 'standin' else 'Flame v0.6.0'} ...")
+        try:
+            with running:
+                register_applications(running.endpoint, gpus, simulated=simulated,
+                                      extra_env={k: os.environ[k] for k in PASSED_ENV if k in os.environ})
+                yield running
+        finally:
+            if receipt_path is not None and getattr(running, "receipt", None) is not None:
+                from parity.manifest import write_manifest
+
+                write_manifest(receipt_path, running.receipt)
+
+
+@register("flame")
+class FlamePath(ServingPath):
+    placements = ("global", "sticky")
+
+    def __init__(self, running_cluster, gpus: list[str], settings: FlameSettings, *, engine: str,
+                 engine_args: EngineArgs, sim_params: str | None = None):
+        """`engine`: the family the workers build (sim or vllm), through `settings.api`."""
+        self.cluster, self.gpus, self.settings = running_cluster, gpus, settings
+        self.engine, self.engine_args = engine, engine_args
+        self.data = session_data(settings, engine, engine_args.to_dict(), sim_params)
+        self.sessions: FlameSessions | None = None
+
+    @classmethod
+    def for_case(cls, case, runner) -> "FlamePath":
+        """The experiment's one cluster (started by its first Flame case), fresh sessions per trial."""
+        b = runner.backend
+        shared = runner.shared("flame-cluster", lambda: cluster(
+            b.cluster, runner.gpus, runner.out_dir, simulated=b.simulated, bin_dir=b.flame_bin_dir,
+            receipt_path=runner.out_dir / "cleanup" / "flame-cluster.json", log=runner.log))
+        return cls(shared, runner.gpus, case.flame, engine=b.engine, engine_args=b.args(), sim_params=b.sim_params)
+
+    @property
+    def shards(self) -> int:
+        return self.sessions.shards
+
+    @contextlib.contextmanager
+    def trial(self, trial_id: str, router):
+        with FlameSessions(self.cluster, len(self.gpus), self.settings, self.data, placement=router.placement,
+                           name=trial_id) as self.sessions:
+            try:
+                yield
+            finally:
+                self.sessions = None
+
+    def release(self, prompts, request_ids, router, schedule) -> Burst:
+        """Route and submit each prompt at its time; wait for all (a worker's failure is raised); check that
+        the cluster lists each prompt's executor under its shard's session."""
+        sessions = self.sessions
+        sent_before = [len(b.batch_sizes) for b in sessions.batchers]
+        release = time.monotonic()
+        shards, futures = [], []
+        for prompt, request_id, offset in zip(prompts, request_ids, schedule.offsets(len(prompts)), strict=True):
+            if offset > 0:
+                time.sleep(max(0.0, release + offset - time.monotonic()))
+            shard = router.route(prompt)
+            shards.append(shard)
+            futures.append(sessions.batchers[shard].submit(request_id, prompt))
+        deadline, pending = release + RELEASE_TIMEOUT_S, set(futures)
+        while pending:
+            _, pending = wait(pending, timeout=1.0)
+            sessions.check_failures()
+            if pending and time.monotonic() > deadline:
+                raise ParityError(f"{len(pending)} of {len(futures)} requests unanswered after {RELEASE_TIMEOUT_S} s")
+        results = [f.result() for f in futures]
+        executors = sessions.executors()
+        verify_placement(results, shards, [s.id for s in sessions.sessions], executors)
+        workers = {r.worker.get("executor_id"): r.worker for r in results}
+        batches = {r.batch_id: {"batch_id": r.batch_id, "executor_id": r.worker.get("executor_id"), **r.task_timings}
+                   for r in results}
+        return Burst(
+            release,
+            [Completion(r.output_token_ids, r.prompt_tokens, r.cached_tokens, r.submit_s, r.complete_s) for r in results],
+            [Placement(s, r.worker.get("executor_id", "?"), r.worker.get("gpu_uuid", "?"), r.batch_id)
+             for s, r in zip(shards, results)],
+            [r.input_sha256 or token_sha256(p) for r, p in zip(results, prompts)],
+            {"workers": sorted(workers.values(), key=lambda w: w["executor_id"]),
+             "batch_sizes": [n for b, skip in zip(sessions.batchers, sent_before) for n in b.batch_sizes[skip:]],
+             "batches": [batches[k] for k in sorted(batches)], "executors": executors, "placement_verified": True})
+
+    def describe(self, burst: Burst) -> Described:
+        workers = burst.extra["workers"]
+        versions = sorted({str(w.get("engine_version")) for w in workers if w.get("engine_version")})
+        if len(versions) > 1:
+            raise ParityError(f"the Flame workers ran different engine versions: {', '.join(versions)}")
+        kind, sim_mode = engine_kind(self.engine, self.settings.api)
+        ran_on = self.cluster.describe()
+        engine = {"name": kind, "simulated": self.engine == "sim", "version": versions[0] if versions else None,
+                  "args": self.engine_args.to_dict()}  # the version the workers report, not this client's
+        config = {"flame": self.settings.to_dict(), "engine": kind, "sim_mode": sim_mode, "cluster": ran_on["cluster"]}
+        return Described(engine, [{"uuid": g} for g in sorted({w["gpu_uuid"] for w in workers})], config,
+                         {"flame_cluster": ran_on["cluster"], "flame_binaries": ran_on["binaries"],
+                          "network": ran_on["network"]})

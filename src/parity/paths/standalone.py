@@ -1,0 +1,90 @@
+"""The standalone path: one replica per GPU (`vllm serve`, or a simulator server), HTTP, a routing client.
+
+The replica set is started on enter and torn down on exit (its receipt at `receipt_path`). Each trial
+starts on cold prefix caches and keeps one connection pool for its warmups and its measured burst; a
+replica must echo the token IDs it was sent (vLLM's `return_token_ids`), else the trial fails.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from pathlib import Path
+
+from parity.engine import Completion, EngineArgs
+from parity.errors import ParityError
+from parity.standalone.client import NativeClient
+from parity.standalone.replicas import ReplicaSet
+from parity.paths import Burst, Described, ServingPath, register
+from parity.record import Placement, package_versions
+from parity.trace import token_sha256
+
+
+@register("standalone")
+class StandalonePath(ServingPath):
+    placements = ("alternating", "sticky")
+
+    def __init__(self, kind: str, gpus: list[str], args: EngineArgs, log_dir: Path, *, startup_timeout_s: float = 600,
+                 sim_params: Path | None = None, receipt_path: Path | None = None):
+        self.replicas = ReplicaSet(kind, gpus, args, log_dir, startup_timeout_s=startup_timeout_s, sim_params=sim_params)
+        self.receipt_path = receipt_path
+        self._loop = self._client = None
+
+    @classmethod
+    def for_case(cls, case, runner) -> "StandalonePath":
+        """Fresh replicas for each case: the replicas are its engines."""
+        b = runner.backend
+        return cls("sim" if b.simulated else "vllm", runner.gpus, b.args(), runner.out_dir / "logs" / case.trial_id,
+                   startup_timeout_s=b.startup_timeout_s, sim_params=Path(b.sim_params) if b.sim_params else None,
+                   receipt_path=runner.out_dir / "cleanup" / f"{case.trial_id}.json")
+
+    def __enter__(self) -> "StandalonePath":
+        self.replicas.__enter__()
+        return self
+
+    def close(self, *exc) -> None:
+        self.replicas.__exit__(*exc)
+
+    @property
+    def receipt(self) -> dict | None:
+        return self.replicas.receipt
+
+    @property
+    def shards(self) -> int:
+        return len(self.replicas.replicas)
+
+    @contextlib.contextmanager
+    def trial(self, trial_id: str, router):
+        self.replicas.reset_prefix_caches()
+        self._loop = asyncio.new_event_loop()
+        self._client = NativeClient([r.url for r in self.replicas.replicas], self.replicas.args.model)
+        try:
+            self._loop.run_until_complete(self._client.__aenter__())
+            yield
+        finally:
+            try:
+                self._loop.run_until_complete(self._client.__aexit__(None, None, None))
+            finally:
+                self._loop.close()
+                self._loop = self._client = None
+
+    def release(self, prompts, request_ids, router, schedule) -> Burst:
+        release, shards, replies = self._loop.run_until_complete(
+            self._client.burst(prompts, request_ids, router, schedule.offsets(len(prompts))))
+        sent = [token_sha256(p) for p in prompts]
+        echoed = [token_sha256(r.prompt_token_ids) if r.prompt_token_ids is not None else s for r, s in zip(replies, sent)]
+        mismatched = [rid for rid, e, s in zip(request_ids, echoed, sent) if e != s]
+        if mismatched:
+            raise ParityError(f"{len(mismatched)} replica(s) echoed prompts that differ from the trace, e.g. {mismatched[0]}")
+        by_shard = self.replicas.replicas
+        placements = [Placement(s, by_shard[s].worker_id, by_shard[s].reported_gpu or by_shard[s].gpu) for s in shards]
+        completions = [Completion(r.output_token_ids, r.prompt_tokens, r.cached_tokens, r.submit_s, r.complete_s)
+                       for r in replies]
+        return Burst(release, completions, placements, echoed)
+
+    def describe(self, burst: Burst) -> Described:
+        simulated = self.replicas.kind == "sim"
+        engine = {"name": "sim-server" if simulated else "vllm-serve", "simulated": simulated,
+                  "version": None if simulated else package_versions()["vllm"], "args": self.replicas.args.to_dict()}
+        gpus = [{"uuid": r.reported_gpu or r.gpu, "index": r.index} for r in self.replicas.replicas]
+        return Described(engine, gpus, {"replicas": self.replicas.kind, "shards": self.shards})

@@ -1,0 +1,216 @@
+"""One trial, the same way for every caller: warmups, the measured release, records, checks, manifest;
+and the rule that decides whether a trial already on disk is kept or run again.
+
+`run` takes a serving path that is already started (`parity.paths`), warms it up on the trace's
+token-shifted variants (each round with a fresh router, so the measured prefixes are cold), releases
+the measured burst under the arrival schedule, and writes the trial manifest once: records, what it
+ran on and with (`ran_with`), the router's statistics, the schedule, and the verdict of the four
+checks. Only a pinned candidate is checked again later, against its paired reference's pinning.
+
+A rerun after an interruption redoes only what is missing: a trial on disk is kept only when
+`must_run` finds nothing against it. It must be a finished, schema-valid trial; made with every
+setting that can change a result as the trial would run now (`stale`, over `RESULT_SETTINGS`); byte
+for byte what an earlier run's experiment.json and pair manifests recorded, where they exist; and
+its timing and verdict must be what its records give when checked again. Anything else is run
+again, and the log line says why, so an edited trial is never counted and a settings change never
+passes old trials off as new ones. A trial that failed its checks is kept as failed (its records
+still give that verdict), excluded from statistics; delete its manifest to run it again.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import time
+from pathlib import Path
+
+from parity.affinity import RouterSettings
+from parity.checks import check_trial, read_trial, trace_of, unsupported
+from parity.engine import EngineArgs
+from parity.errors import ParityError
+from parity.manifest import ManifestError, is_file_reference, read_manifest, sha256_file, write_manifest
+from parity.record import cached_share, package_versions, request_records, trial_manifest
+from parity.schedule import Schedule
+from parity.trace import check_context, load_trace
+
+
+def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
+        router: RouterSettings = RouterSettings(), schedule: Schedule = Schedule(), warmup_rounds: int = 2,
+        ran_with: dict | None = None, log=print) -> dict:
+    """One trial on `path` (entered); writes its checked manifest to FOLDER/TRIAL_ID.json (a trial's id is
+    always its manifest's name) and returns it."""
+    out = folder / f"{trial_id}.json"
+    if router.placement not in path.placements:
+        raise ParityError(f"the {path.name} path places requests by {' or '.join(path.placements)}, "
+                          f"not {router.placement!r}")
+    started = time.monotonic()
+    trace = load_trace(trace_path)
+    ids = [r.id for r in trace.requests]
+    with path.trial(trial_id, router):
+        for round_index in range(1, warmup_rounds + 1):
+            warm = load_trace(trace_path, f"warmup{round_index}")
+            burst = path.release(list(warm.prompts), ids, router.make(path.shards), schedule)
+            log(f"  warmup {round_index}: {len(ids)} requests in {burst.duration_s:.2f} s")
+        routed = router.make(path.shards)
+        burst = path.release(list(trace.prompts), ids, routed, schedule)
+        described = path.describe(burst)
+    records = request_records(trace, burst.completions, burst.placements, input_hashes=burst.input_hashes)
+    config = {"path": path.name, "placement": router.placement, "revision_salt": router.revision,
+              "warmup_rounds": warmup_rounds, **described.config}
+    extra = {**burst.extra, **described.extra, "router": routed.stats(), "schedule": schedule.to_dict()}
+    doc = trial_manifest(trial_id=trial_id, experiment=experiment, system=path.name, engine=described.engine,
+                         trace=trace, config=config, records=records, release_s=burst.release_s, gpus=described.gpus,
+                         manifest_path=out, extra=extra | ({"ran_with": ran_with} if ran_with is not None else {}))
+    doc["verdict"] = check_trial(doc, trace)
+    write_manifest(out, doc)  # schema-checked first: a path that describes its trial wrongly writes nothing
+    verdict = doc["verdict"]
+    log(f"{trial_id}: {doc['timing']['requests_per_s']:.3f} req/s ({'simulated' if doc['simulated'] else 'measured'}), "
+        f"cached {cached_share(records):.2%}, {verdict['status']}" + "".join(f"\n  {r}" for r in verdict["reasons"])
+        + f"  [{time.monotonic() - started:.0f} s]")
+    return doc
+
+
+def summary(doc: dict, manifest: Path) -> dict:
+    """One line of a run's summary.jsonl (a log to read at a glance, not evidence): the trial's config and outcome."""
+    return {**doc["config"], "trial": doc["trial_id"], "experiment": doc["experiment"], "system": doc["system"],
+            "engine": doc["engine"]["name"], "trace": doc["trace_name"], "trace_sha256": trace_of(manifest, doc).sha256,
+            "gpus": [g["uuid"] for g in doc["gpus"]], "requests": len(doc["records"]),
+            "duration_s": doc["timing"]["duration_s"], "requests_per_s": doc["timing"]["requests_per_s"],
+            "cached_share": cached_share(doc["records"]), "simulated": doc["simulated"],
+            "status": doc["verdict"]["status"], "versions": doc["versions"], "manifest": str(manifest)}
+
+
+def fits_engine(trace: Path, args: EngineArgs) -> None:
+    """A trace the engine can serve: valid, and every prompt with its new tokens within max_model_len."""
+    check_context(load_trace(trace), args.max_model_len, args.max_tokens, "the engine's max_model_len")
+
+
+# ---- what a trial ran with, and whether one on disk is kept ------------------------------------
+
+# Everything that can change a trial's result; a kept trial ran with the same value of each. A trial
+# records them as `ran_with`; the trace, engine arguments and versions are read from what the run
+# itself recorded. The trace hash covers its tokens; engine_args holds the model, revision,
+# load_format and max_model_len; sim_params is the simulator file's content, not its path.
+RESULT_SETTINGS = ("trace", "engine", "engine_args", "sim_params", "warmup_rounds", "gpus", "cluster",
+                   "flame_binaries", "placement", "flame", "versions")
+_UNRECORDED = object()  # a setting the trial does not record: never equal to a wanted value
+
+
+def sim_params_sha256(backend) -> str | None:
+    """SHA-256 of the simulator parameter file the engine will load (the default one when none is named)."""
+    if not backend.simulated:
+        return None
+    from parity.engine.sim import DEFAULT_PARAMS
+
+    path = Path(backend.sim_params) if backend.sim_params else DEFAULT_PARAMS
+    return sha256_file(path) if path.is_file() else None
+
+
+def flame_binaries_sha256(backend) -> dict[str, str] | None:
+    """SHA-256 of each real Flame binary the cluster will start; None for the stand-in or when they are missing."""
+    if backend.cluster != "flame":
+        return None
+    from parity.flame.cluster import find_binaries
+
+    try:
+        return {name: sha256_file(path) for name, path in sorted(find_binaries(backend.flame_bin_dir).items())}
+    except ParityError:
+        return None  # the run itself says what is missing
+
+
+def ran_with(backend, gpus: list[str], trace: Path, *, placement: str | None, flame=None,
+             flame_binaries: dict | None = None) -> dict:
+    """RESULT_SETTINGS as a trial of `trace` on `backend` (parity.experiments.backend.Backend) would run now;
+    `flame`: the Flame trial's FlameSettings, else None."""
+    values = {"trace": sha256_file(trace), "engine": backend.engine, "engine_args": backend.args().to_dict(),
+              "sim_params": sim_params_sha256(backend), "warmup_rounds": backend.warmup_rounds, "gpus": list(gpus),
+              "cluster": backend.cluster if flame else None, "flame_binaries": flame_binaries if flame else None,
+              "placement": placement, "flame": dataclasses.asdict(flame) if flame else None,
+              "versions": package_versions()}
+    return {name: values[name] for name in RESULT_SETTINGS}
+
+
+def stale(doc: dict, wanted: dict) -> str | None:
+    """Which of RESULT_SETTINGS a finished trial ran with other values of than `wanted`, else None."""
+    recorded = doc.get("ran_with")
+    if not isinstance(recorded, dict):
+        return "it does not record what it ran with (made before parity recorded it)"
+    recorded = recorded | {"trace": doc["trace"]["sha256"], "engine_args": doc["engine"]["args"],
+                           "versions": doc["versions"]}
+    changed = []
+    for name in RESULT_SETTINGS:
+        old, new = recorded.get(name, _UNRECORDED), wanted[name]
+        if old == new:
+            continue
+        if isinstance(old, dict) and isinstance(new, dict):
+            changed += [f"{name}.{k}" for k in sorted(set(old) | set(new))
+                        if old.get(k, _UNRECORDED) != new.get(k, _UNRECORDED)]
+        else:
+            changed.append(name)
+    return f"it ran with other {', '.join(changed)}" if changed else None
+
+
+def recorded_hashes(out_dir: Path) -> dict[str, list[tuple[Path, str]]]:
+    """Trial manifest (absolute path) -> (recording manifest, SHA-256) for every earlier record of it.
+
+    An earlier run's OUT/experiment.json names each case's trial by hash, and each OUT/pairs/*.json its
+    two sides; a file that cannot be read records nothing.
+    """
+    out: dict[str, list[tuple[Path, str]]] = {}
+    manifests = [out_dir / "experiment.json", *sorted((out_dir / "pairs").glob("*.json"))]
+    for manifest in (m for m in manifests if m.is_file()):
+        try:
+            doc = read_manifest(manifest)
+        except ManifestError:
+            continue
+        if doc.get("kind") == "experiment":
+            refs = [c.get("manifest") for c in doc.get("cases", []) if isinstance(c, dict)]
+        elif doc.get("kind") == "pair":
+            refs = [doc.get(side, {}).get("manifest") for side in ("reference", "candidate")]
+        else:
+            continue
+        for ref in refs:
+            if is_file_reference(ref) and isinstance(ref["path"], str):
+                trial = os.path.abspath(manifest.parent / ref["path"])
+                out.setdefault(trial, []).append((manifest, ref["sha256"]))
+    return out
+
+
+def must_run(path: Path, wanted: dict, recorded: dict[str, list[tuple[Path, str]]]) -> str | None:
+    """Why the trial whose manifest is `path` must run (again), or None to keep it as it is."""
+    if not path.exists():
+        return "not run yet"
+    try:
+        doc = read_trial(path)
+    except ParityError as exc:  # not JSON, not a trial, schema problems, a rate its records do not give
+        return str(exc)
+    if doc["verdict"]["status"] == "pending":
+        return "the trial on disk was never checked"
+    if why := stale(doc, wanted):
+        return f"the trial on disk is stale: {why}"
+    actual = sha256_file(path)
+    for manifest, sha256 in recorded.get(os.path.abspath(path), []):
+        if sha256 != actual:
+            return f"the trial on disk changed after {manifest} recorded it (SHA-256 {actual}, recorded {sha256})"
+    try:
+        why = unsupported(doc, trace_of(path, doc))
+    except ParityError as exc:
+        return f"its trace cannot be checked again: {exc}"
+    return f"the trial on disk is not what its records give: {why}" if why else None
+
+
+def keep(path: Path, name: str, wanted: dict, recorded: dict[str, list[tuple[Path, str]]], log) -> bool:
+    """Whether the trial at `path` is kept as it is (`must_run` finds nothing against it); the log says
+    which, and why a trial on disk is run again."""
+    why = must_run(path, wanted, recorded)
+    if why is None:
+        verdict = read_manifest(path)["verdict"]
+        if verdict["status"] == "passed":
+            log(f"{name}: kept (already run and checked)")
+        else:
+            log(f"{name}: kept as failed, excluded from statistics (delete {path} to run it again): "
+                f"{'; '.join(verdict['reasons'])}")
+        return True
+    if path.exists():
+        log(f"{name}: run again: {why}")
+    return False
