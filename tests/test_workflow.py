@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from parity.experiments.backend import Backend
+
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW_FILES = ("Snakefile", "workflow", "profiles", "config", "schemas", "manifests")
 SNAKEMAKE = shutil.which("snakemake", path=os.path.dirname(sys.executable)) or shutil.which("snakemake")
@@ -251,11 +253,12 @@ def test_the_host_profiles_engine_only_targets_run_one_parity_command_each(check
     engine_runs = {_option(c, "--out"): c for c in commands if c[:3] == ["parity", "engine", "run"]}
     assert sorted(engine_runs) == [f"results/a b/calibration/{r}" for r in ("async", "async-b32", "sync", "sync-b32")]
     sync = engine_runs["results/a b/calibration/sync"]
-    assert _option(sync, "--engine") == "vllm-sync" and _option(sync, "--load-format") == "dummy"
+    backend = Backend.parse(_option(sync, "--backend"))  # the backend whole, not flags rebuilt from it
+    assert _option(sync, "--engine") == "vllm-sync" and backend.load_format == "dummy" and backend.engine == "vllm"
     assert [os.path.basename(v) for v in _values(sync, "--trace")] == [
         "no-reuse.json", "reuse.json", "u2k.json", "u4k.json", "short.json"]
     assert _option(engine_runs["results/a b/calibration/async-b32"], "--batch") == "32"
-    assert _option(sync, "--warmup-rounds") == "1"
+    assert backend.warmup_rounds == 1 and "--warmup-rounds" not in sync and "--engine-arg" not in sync
     orders = {_option(c, "--engine"): c for c in commands if c[:3] == ["parity", "bench", "order"]}
     assert _values(orders["vllm-sync"], "--shard") == ["0", "1"] and _values(orders["vllm-async"], "--shard") == ["1"]
     (dataset,) = [c for c in commands if c[:3] == ["parity", "mlperf", "random-dataset"]]

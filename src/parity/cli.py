@@ -234,6 +234,17 @@ def _backend_or_options(backend_text: str | None, *covered: str) -> Backend | No
     return Backend.parse(backend_text)
 
 
+def _engine_settings(kind: str, backend_text, model, load_format, engine_args, warmup_rounds, sim_params):
+    """(backend or None, EngineArgs, warmup rounds, simulator file) for one engine: from --backend whole, or
+    from the options it covers (giving both is an error)."""
+    backend = _backend_or_options(backend_text, "model", "load_format", "engine_args", "sim_params", "warmup_rounds")
+    if backend is None:
+        return None, _engine_args(model, load_format, engine_args), warmup_rounds, sim_params
+    if backend.simulated != (kind == "sim"):
+        raise ParityError(f"--engine {kind} does not fit the backend's engine {backend.engine}")
+    return backend, backend.args(), backend.warmup_rounds, Path(backend.sim_params) if backend.sim_params else None
+
+
 @main.group("engine")
 def engine_group():
     """The engine alone: a trace handed straight to sim, vllm-sync or vllm-async."""
@@ -269,16 +280,10 @@ def engine_run(kind, traces, batches, warmup_rounds, model, load_format, engine_
     from parity.engine.sim import SimParams
     from parity.paths.engine import EnginePath
 
-    backend = _backend_or_options(backend_text, "model", "load_format", "engine_args", "sim_params", "warmup_rounds")
-    if backend is None:
-        args = _engine_args(model, load_format, engine_args)
-    else:
-        if backend.simulated != (kind == "sim"):
-            raise ParityError(f"--engine {kind} does not fit the backend's engine {backend.engine}")
-        args, warmup_rounds = backend.args(), backend.warmup_rounds
-        sim_params = Path(backend.sim_params) if backend.sim_params else None
+    backend, args, warmup_rounds, sim_params = _engine_settings(kind, backend_text, model, load_format, engine_args,
+                                                                warmup_rounds, sim_params)
     options = {"params": SimParams.load(sim_params), "clock": clock, "mode": sim_mode} if kind == "sim" else {}
-    echo = functools.partial(click.echo, err=True)
+    echo = _echo
     echo(f"starting engine {kind} ...")
     with make_engine(kind, args, **options) as engine:
         for trace in traces:
@@ -336,8 +341,7 @@ def bench_sim(trace, repeats):
 
 
 @bench.command("order")
-@click.option("--engine", "kind", type=click.Choice(["sim", "vllm-sync", "vllm-async"]), default="sim",
-              show_default=True)
+@click.option("--engine", "kind", type=click.Choice(ENGINES), default="sim", show_default=True)
 @click.option("--trace", "traces", type=click.Path(path_type=Path, exists=True), multiple=True, required=True)
 @click.option("--shards", default=2, show_default=True, type=click.IntRange(min=1),
               help="Shards the sticky router splits each burst into.")
@@ -345,15 +349,18 @@ def bench_sim(trace, repeats):
               help="Run only this shard (repeat); default every one.")
 @click.option("--repeats", default=2, show_default=True, type=click.IntRange(min=1),
               help="Interleaved runs per shard and order.")
-@click.option("--warmup-rounds", default=2, show_default=True, type=click.IntRange(min=0))
+@click.option("--warmup-rounds", default=Backend.warmup_rounds, show_default=True, type=click.IntRange(min=0))
 @click.option("--model", default=None)
 @click.option("--load-format", default=None)
 @click.option("--engine-arg", "engine_args", multiple=True, help="Override an engine setting: KEY=VALUE.")
 @click.option("--sim-params", type=click.Path(path_type=Path), default=None)
+@click.option("--backend", "backend_text", default=None,
+              help="The engine's settings whole (JSON or a YAML file), as the workflow gives them; replaces the "
+                   "options it covers.")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True)
 @friendly_errors
 def bench_order(kind, traces, shards, only, repeats, warmup_rounds, model, load_format, engine_args, sim_params,
-                out_dir):
+                backend_text, out_dir):
     """One engine runs each shard in arrival and in prefix order, interleaved: the admission-order speedup."""
     from parity.bench import order
     from parity.engine import make_engine
@@ -363,13 +370,14 @@ def bench_order(kind, traces, shards, only, repeats, warmup_rounds, model, load_
     beyond = sorted(s for s in only if s >= shards)
     if beyond:
         raise ParityError(f"--shard {beyond[0]}: there are only shards 0 to {shards - 1} (--shards {shards})")
-    args = _engine_args(model, load_format, engine_args)
+    args, warmup_rounds, sim_params = _engine_settings(kind, backend_text, model, load_format, engine_args,
+                                                       warmup_rounds, sim_params)[1:]
     options = {"params": SimParams.load(sim_params), "clock": "virtual", "mode": "async"} if kind == "sim" else {}
     results = []
     with make_engine(kind, args, **options) as engine:
         for trace in traces:
             r = order.run(engine, trace, out_dir, shards=shards, only=set(only), repeats=repeats,
-                          warmup_rounds=warmup_rounds, log=lambda m: click.echo(m, err=True))
+                          warmup_rounds=warmup_rounds, log=_echo)
             results.append(r)
             label = "simulated" if r["simulated"] else "measured"
             for row in r["shards"]:

@@ -22,8 +22,7 @@ if CALIBRATION:
             engine=lambda wildcards: CALIBRATION["runs"][wildcards.run]["engine"],
             batch=lambda wildcards: CALIBRATION["runs"][wildcards.run].get("batch", 0),
             traces=trace_options,
-            warmup=CALIBRATION.get("warmup_rounds", config["backend"].get("warmup_rounds", 2)),
-            engine_options=engine_options(),
+            backend=backend_json(warmup_rounds=CALIBRATION.get("warmup_rounds", config["backend"].get("warmup_rounds", 2))),
             out=lambda wildcards, output: os.path.dirname(output[0]),
         resources:
             gpu=2,
@@ -31,7 +30,7 @@ if CALIBRATION:
             f"{LOGS}/calibration_{{run}}.log",
         shell:
             "parity engine run --engine {params.engine:q} {params.traces} --batch {params.batch}"
-            " --warmup-rounds {params.warmup} {params.engine_options} --out {params.out:q} > {log:q} 2>&1"
+            " --backend {params.backend:q} --out {params.out:q} > {log:q} 2>&1"
 
     rule calibration:
         """Every calibration run: a trial manifest per trace and a summary.jsonl per run."""
@@ -54,8 +53,7 @@ if ORDER:
             engine=lambda wildcards: ORDER[wildcards.run]["engine"],
             repeats=lambda wildcards: ORDER[wildcards.run].get("repeats", 2),
             shards=lambda wildcards: " ".join(f"--shard {s}" for s in ORDER[wildcards.run].get("shards", [])),
-            warmup=config["backend"].get("warmup_rounds", 2),
-            engine_options=engine_options(),
+            backend=backend_json(),
             out=lambda wildcards, output: os.path.dirname(output[0]),
         resources:
             gpu=2,
@@ -63,8 +61,7 @@ if ORDER:
             f"{LOGS}/order_{{run}}.log",
         shell:
             "parity bench order --engine {params.engine:q} --trace {input.trace:q} {params.shards}"
-            " --repeats {params.repeats} --warmup-rounds {params.warmup} {params.engine_options}"
-            " --out {params.out:q} > {log:q} 2>&1"
+            " --repeats {params.repeats} --backend {params.backend:q} --out {params.out:q} > {log:q} 2>&1"
 
     rule order:
         """Every admission-order run (order.json each)."""

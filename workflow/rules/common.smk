@@ -95,11 +95,12 @@ def vouched_manifests():
     return trace_manifests() + [experiment_manifest(name) for name in EXPERIMENTS] + rules.mlperf.input
 
 
-def backend_json():
-    """Where jobs run (engine, GPUs, cluster, model, load format, engine args): one object for every rule.
+def backend_json(**changes):
+    """Where jobs run (engine, GPUs, cluster, model, load format, engine args): one object for every rule,
+    passed whole (`--backend`); `changes` replace a key for one rule (a calibration run's warmup rounds).
 
     A model folder the workflow makes goes by its absolute path: Flame's workers run in folders of their own."""
-    backend = dict(config["backend"])
+    backend = dict(config["backend"]) | changes
     if MODEL_CONFIG is not None:
         backend["model"] = os.path.abspath(backend["model"])
     return as_json(backend)
@@ -108,14 +109,6 @@ def backend_json():
 def backend_inputs():
     """What the backend reads that the workflow makes: the dummy model's config.json, if made here."""
     return [f"{config['backend']['model']}/config.json"] if MODEL_CONFIG is not None else []
-
-
-def engine_options():
-    """The backend's model, load format and engine arguments as `parity engine run` / `bench order` flags."""
-    backend = json.loads(backend_json())
-    options = [f"--{key.replace('_', '-')} {q(backend[key])}" for key in ("model", "load_format") if backend.get(key)]
-    options += [f"--engine-arg {q(f'{key}={as_json(value)}')}" for key, value in backend.get("engine_args", {}).items()]
-    return " ".join(options)
 
 
 def pinned_files(pins_file, section="files"):

@@ -26,6 +26,7 @@ class Case:
     flame: FlameSettings = field(default_factory=FlameSettings)
     stage: str | None = None  # which stage of an experiment, e.g. a screening grid or "final"
     pair: int | None = None  # pair index, for cases that are half of a pair
+    side: str | None = None  # which half: "reference" (standalone, fixed) or "candidate" (the path under test)
     pinned: bool = False  # must match the paired reference's shard → GPU UUID mapping
 
 
@@ -77,9 +78,9 @@ def pairs(experiment: str, stage: str, traces: list[Path], count: int | dict[str
     for index in range(max(counts.values(), default=0)):
         for trace in (t for t in traces if index < counts[t.stem]):
             reference = Case(f"{experiment}-{stage}-{trace.stem}-p{index}-vllm", experiment, "standalone", "sticky",
-                             trace, flame, stage=stage, pair=index)
+                             trace, flame, stage=stage, pair=index, side="reference")
             candidate = replace(reference, trial_id=f"{experiment}-{stage}-{trace.stem}-p{index}-flame",
-                                system="flame", pinned=pinned)
+                                system="flame", side="candidate", pinned=pinned)
             cases += [reference, candidate] if index % 2 == 0 else [candidate, reference]
     return cases
 

@@ -76,7 +76,7 @@ def _pair_cases(cases: list[Case]) -> dict[tuple, dict[str, Case]]:
     out: dict[tuple, dict[str, Case]] = {}
     for case in cases:
         if case.pair is not None:
-            out.setdefault((case.stage, case.trace.stem, case.pair), {})[case.system] = case
+            out.setdefault((case.stage, case.trace.stem, case.pair), {})[case.side] = case
     return out
 
 
@@ -97,17 +97,17 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
             trials[case.trial_id] = runner.run(case)
     pairs = sorted(_pair_cases(cases).items())
     for (stage, trace, index), sides in pairs:  # pinning first: it may change a candidate's verdict
-        if set(sides) != {"standalone", "flame"}:
+        if set(sides) != {"reference", "candidate"}:
             raise ParityError(f"pair {stage}/{trace}/{index} lacks a side: {sorted(sides)}")
-        if sides["flame"].pinned:
-            reference = read_manifest(trials[sides["standalone"].trial_id])
-            verdict = check_file(trials[sides["flame"].trial_id], pinning_of(reference))
+        if sides["candidate"].pinned:
+            reference = read_manifest(trials[sides["reference"].trial_id])
+            verdict = check_file(trials[sides["candidate"].trial_id], pinning_of(reference))
             if verdict["status"] == "failed":
-                log(f"{sides['flame'].trial_id}: failed the pinning check: {'; '.join(verdict['reasons'])}")
+                log(f"{sides['candidate'].trial_id}: failed the pinning check: {'; '.join(verdict['reasons'])}")
     docs = {trial_id: read_manifest(path) for trial_id, path in trials.items()}
     pair_refs = []
     for (stage, trace, index), sides in pairs:
-        ref_id, cand_id = sides["standalone"].trial_id, sides["flame"].trial_id
+        ref_id, cand_id = sides["reference"].trial_id, sides["candidate"].trial_id
         pair_path = out_dir / "pairs" / f"{stage}-{trace}-p{index}.json"
         write_pair(pair_path, index, (trials[ref_id], docs[ref_id]), (trials[cand_id], docs[cand_id]),
                    experiment=experiment, stage=stage)

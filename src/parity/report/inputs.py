@@ -15,8 +15,9 @@ from pathlib import Path
 from parity.checks import read_trial
 from parity.errors import ParityError, first_problem
 from parity.manifest import check_references, read_manifest, validate_document
+from parity.workflow_config import experiment_names
 
-EXPERIMENTS = ("confirmation", "locality", "admission", "gc", "offline-limit")
+EXPERIMENTS = tuple(experiment_names())  # the config schema's, the one list of them
 MLPERF_RUN = "mlperf-run.json"
 
 

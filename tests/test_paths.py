@@ -1,0 +1,83 @@
+"""The serving-path registry, and a new path added in a few lines that the runner, checks and report accept."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+
+import pytest
+
+from parity import paths
+from parity.errors import ParityError
+from parity.manifest import read_manifest, validate_paths
+from parity.paths import Burst, Described, ServingPath, register
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@register("toy")
+class ToyPath(ServingPath):
+    """The smallest serving path: one simulator engine takes the whole burst; shard k reports GPU k."""
+
+    @classmethod
+    def for_case(cls, case, runner):
+        return cls(runner.gpus)
+
+    def __init__(self, gpus):
+        from parity.engine.sim import SimEngine
+
+        self.gpus, self.engine = gpus, SimEngine()
+
+    @property
+    def shards(self) -> int:
+        return len(self.gpus)
+
+    def release(self, prompts, request_ids, router, schedule) -> Burst:
+        from parity.record import Placement
+
+        release, shards = self.engine.now(), [router.route(p) for p in prompts]
+        return Burst(release, self.engine.generate(prompts), [Placement(s, f"toy-{s}", self.gpus[s]) for s in shards])
+
+    def describe(self, burst: Burst) -> Described:
+        return Described({"name": "toy", "version": None, "args": {}, "simulated": True},
+                         [{"uuid": g} for g in self.gpus], {"engines": 1})
+
+
+def test_a_path_is_found_by_name_and_an_unknown_one_is_named():
+    assert paths.get("toy") is ToyPath and paths.get("standalone").name == "standalone"
+    with pytest.raises(ParityError, match=r"unknown serving path 'tgi': use one of .*engine, flame, standalone, toy"):
+        paths.get("tgi")
+    with pytest.raises(ParityError, match="already registered"):
+        register("toy")(type("Other", (ServingPath,), {}))
+
+
+def test_the_command_lines_placements_are_the_paths():
+    from parity import cli
+
+    assert cli.FLAME_PLACEMENTS == paths.get("flame").placements
+    assert cli.POLICIES == paths.get("standalone").placements
+
+
+def test_a_new_path_runs_as_a_pairs_candidate_and_the_report_takes_it(small_inputs, tmp_path):
+    from parity.experiments import plan
+    from parity.experiments.backend import Backend
+    from parity.experiments.runner import run_experiment
+    from parity.flame.settings import FlameSettings
+    from parity.report import write_report
+    from parity.trace import TraceSpec, build_trace
+
+    corpus, tok = small_inputs
+    traces = [build_trace(TraceSpec("reuse", documents=3, questions_per_document=2, prefix_tokens=300, seed=1),
+                          corpus, tok, tmp_path / "traces")]
+    backend = Backend.from_dict({"engine": "sim", "sim_params": str(ROOT / "config/sim/h200-llama31-8b.yaml"),
+                                 "warmup_rounds": 1})
+    cases = [dataclasses.replace(c, system="toy") if c.side == "candidate" else c
+             for c in plan.confirmation(traces, 1, FlameSettings())]
+    run_experiment("confirmation", cases, backend, tmp_path / "confirmation", settings={"pairs": 1}, log=lambda m: None)
+    toy = read_manifest(tmp_path / "confirmation" / "trials" / "confirmation-final-reuse-p0-flame.json")
+    assert toy["system"] == "toy" and toy["config"]["path"] == "toy" and toy["config"]["engines"] == 1
+    assert toy["verdict"]["status"] == "passed"  # all four checks, and pinned to the reference's GPUs
+    assert toy["schedule"] == {"kind": "burst"} and toy["router"]["policy"] == "sticky"
+    made = write_report([tmp_path / "confirmation"], None, ROOT / "config/study-reference.yaml", tmp_path / "r")
+    assert made["manifest"]["headline"]["reuse"]["pairs"] == 1
+    assert not validate_paths([tmp_path / "confirmation", tmp_path / "r"])[1]
