@@ -22,3 +22,22 @@ def small_reuse_trace(small_inputs, tmp_path_factory):
     corpus, tok = small_inputs
     spec = TraceSpec("reuse", documents=16, questions_per_document=4, prefix_tokens=1500, seed=2)
     return build_trace(spec, corpus, tok, tmp_path_factory.mktemp("small-traces"))
+
+
+@pytest.fixture(scope="session")
+def tiny_reuse_trace(small_inputs, tmp_path_factory):
+    """3 documents x 2 questions, 300-token prefixes: a confirmation pair in seconds."""
+    corpus, tok = small_inputs
+    spec = TraceSpec("reuse", documents=3, questions_per_document=2, prefix_tokens=300, seed=1)
+    return build_trace(spec, corpus, tok, tmp_path_factory.mktemp("tiny-traces"))
+
+
+@pytest.fixture(scope="session")
+def sim_backend():
+    """The simulator with the committed H200 parameters, no warmup rounds."""
+    from pathlib import Path
+
+    from parity.experiments.backend import Backend
+
+    params = Path(__file__).resolve().parents[1] / "config/sim/h200-llama31-8b.yaml"
+    return Backend.from_dict({"engine": "sim", "sim_params": str(params), "warmup_rounds": 0})

@@ -58,19 +58,13 @@ def test_the_command_lines_placements_are_the_paths():
     assert cli.POLICIES == paths.get("standalone").placements
 
 
-def test_a_new_path_runs_as_a_pairs_candidate_and_the_report_takes_it(small_inputs, tmp_path):
+def test_a_new_path_runs_as_a_pairs_candidate_and_the_report_takes_it(tiny_reuse_trace, sim_backend, tmp_path):
     from parity.experiments import plan
-    from parity.experiments.backend import Backend
     from parity.experiments.runner import run_experiment
     from parity.flame.settings import FlameSettings
     from parity.report import write_report
-    from parity.trace import TraceSpec, build_trace
 
-    corpus, tok = small_inputs
-    traces = [build_trace(TraceSpec("reuse", documents=3, questions_per_document=2, prefix_tokens=300, seed=1),
-                          corpus, tok, tmp_path / "traces")]
-    backend = Backend.from_dict({"engine": "sim", "sim_params": str(ROOT / "config/sim/h200-llama31-8b.yaml"),
-                                 "warmup_rounds": 1})
+    traces, backend = [tiny_reuse_trace], dataclasses.replace(sim_backend, warmup_rounds=1)
     cases = [dataclasses.replace(c, system="toy") if c.side == "candidate" else c
              for c in plan.confirmation(traces, 1, FlameSettings())]
     run_experiment("confirmation", cases, backend, tmp_path / "confirmation", settings={"pairs": 1}, log=lambda m: None)

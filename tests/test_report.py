@@ -285,19 +285,13 @@ def _mlperf_run_doc(arm: str, batch: int | None, rate: float, validity: str) -> 
     }
 
 
-def test_report_from_a_real_simulated_confirmation_run(small_inputs, tmp_path):
+def test_report_from_a_real_simulated_confirmation_run(tiny_reuse_trace, sim_backend, tmp_path):
     """End to end on the simulator: `parity experiment`'s own manifests feed the report unchanged."""
     from parity.experiments import plan
-    from parity.experiments.backend import Backend
     from parity.experiments.runner import run_experiment
     from parity.flame.settings import FlameSettings
-    from parity.trace import TraceSpec, build_trace
 
-    corpus, tok = small_inputs
-    traces = [build_trace(TraceSpec("reuse", documents=3, questions_per_document=2, prefix_tokens=300, seed=1),
-                          corpus, tok, tmp_path / "traces")]
-    backend = Backend.from_dict({"engine": "sim", "sim_params": str(ROOT / "config/sim/h200-llama31-8b.yaml"),
-                                 "warmup_rounds": 0})
+    traces, backend = [tiny_reuse_trace], sim_backend
     final = FlameSettings(batch_limit=128, window_ms=10, budget_mib=4, api="async", compress=True, gc_freeze=True)
     run_experiment("confirmation", plan.confirmation(traces, 1, final), backend, tmp_path / "confirmation",
                    settings={"pairs": 1}, log=lambda m: None)

@@ -12,7 +12,6 @@ engines' returned cached-token counts are).
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -21,6 +20,7 @@ from typing import Sequence
 import numpy as np
 
 from parity.engine import MODEL_REVISION
+from parity.settings import Settings
 
 BLOCK_TOKENS = 256
 DEPTH_TOKENS = 1024
@@ -131,13 +131,14 @@ class AlternatingRouter:
 
 
 @dataclass(frozen=True)
-class RouterSettings:
+class RouterSettings(Settings):
     """Where the requests of a burst go: the placement, and the sticky router's salt and map size.
 
     `alternating` and `sticky` name the router; `global` is Flame's one shared queue (a single session
     whose workers take tasks in turn), so its path has one shard and nothing to choose.
     """
 
+    what = "router setting"
     placement: str = "sticky"
     revision: str = MODEL_REVISION  # salts the block identities: a cache built by another revision is useless
     capacity: int = 4096
@@ -147,15 +148,6 @@ class RouterSettings:
 
         if self.placement not in PLACEMENTS:
             raise ParityError(f"unknown placement {self.placement!r}: use one of {', '.join(PLACEMENTS)}")
-
-    @classmethod
-    def from_dict(cls, values: dict | None) -> "RouterSettings":
-        from parity.engine import checked_fields
-
-        return cls(**checked_fields(cls, values, "router setting"))
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
     def make(self, shards: int) -> AffinityRouter | AlternatingRouter:
         """A fresh router over `shards` shards (each burst gets its own: no memory of an earlier one)."""

@@ -8,30 +8,22 @@ in every trial manifest.
 
 from __future__ import annotations
 
-import dataclasses
 from dataclasses import dataclass
 
 from parity.errors import ParityError
+from parity.settings import Settings
 
 KINDS = ("burst",)
 
 
 @dataclass(frozen=True)
-class Schedule:
+class Schedule(Settings):
+    what = "schedule setting"
     kind: str = "burst"
 
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ParityError(f"unknown arrival schedule {self.kind!r}: use one of {', '.join(KINDS)}")
-
-    @classmethod
-    def from_dict(cls, values: dict | None) -> "Schedule":
-        from parity.engine import checked_fields
-
-        return cls(**checked_fields(cls, values, "schedule setting"))
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
     def offsets(self, count: int) -> list[float]:
         """Seconds after the release at which each of `count` requests is sent, in burst order."""

@@ -8,12 +8,11 @@ exactly 16 new tokens, EOS ignored, greedy. Engines know nothing about HTTP or F
 from __future__ import annotations
 
 import abc
-import dataclasses
-import math
 import time
-import typing
 from dataclasses import asdict, dataclass, field
 from typing import Sequence
+
+from parity.settings import checked_fields  # noqa: F401  (EngineArgs and SimParams check their keys with it)
 
 OUTPUT_TOKENS = 16
 SAMPLING = {"max_tokens": OUTPUT_TOKENS, "min_tokens": OUTPUT_TOKENS, "ignore_eos": True, "temperature": 0.0}
@@ -72,45 +71,6 @@ class EngineArgs:
 
 COUNTS = {"max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size", "tensor_parallel_size",
           "max_tokens"}
-_TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null"}
-
-
-def checked_fields(cls, values, what: str) -> dict:
-    """`values` for the dataclass `cls`, checked key by key against its field types.
-
-    Refuses (ParityError, one line) anything but a mapping, an unknown key, and a value of the wrong
-    type, naming the key, the expected type and the value. An integer is taken where a number is
-    meant (YAML and KEY=VALUE write 1 for 1.0); true/false never count as numbers.
-    """
-    from parity.errors import ParityError
-
-    if values is None:
-        return {}
-    if not isinstance(values, dict):
-        raise ParityError(f"{what}s: expected a mapping of KEY: VALUE, got {type(values).__name__} {values!r}")
-    hints = typing.get_type_hints(cls)
-    known = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(map(str, set(values) - set(known)))
-    if unknown:
-        raise ParityError(f"unknown {what}(s) {', '.join(unknown)}: known are {', '.join(known)}")
-    checked = {}
-    for key, value in values.items():
-        allowed = typing.get_args(hints[key]) or (hints[key],)
-        if not _fits(value, allowed):
-            expected = " or ".join(_TYPE_NAMES[t] for t in allowed)
-            raise ParityError(f"{what} {key} must be {expected}, got {value!r}")
-        checked[key] = float(value) if float in allowed and isinstance(value, int) else value
-    return checked
-
-
-def _fits(value, allowed: tuple) -> bool:
-    if isinstance(value, bool):  # an int to Python, never a number here
-        return bool in allowed
-    if isinstance(value, (int, float)) and float in allowed:
-        return math.isfinite(value)
-    return isinstance(value, allowed)
-
-
 def length_mismatch(count: int | None, sampling: dict) -> str | None:
     """What was expected, when `count` new tokens fall outside the sampling's bounds; else None."""
     low, high = sampling["min_tokens"], sampling["max_tokens"]

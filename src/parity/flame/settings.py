@@ -7,19 +7,21 @@ bytes they need from its properties, so the units are converted here and nowhere
 
 from __future__ import annotations
 
-import dataclasses
 import json
 from dataclasses import dataclass
 
 from parity.errors import ParityError
 from parity.flame.admission import check as check_order
+from parity.settings import Settings
 
 APIS = ("sync", "async")
 
 
 @dataclass(frozen=True)
-class FlameSettings:
+class FlameSettings(Settings):
     """The Flame adapter's knobs (the study's first configuration by default)."""
+
+    what = "Flame setting"
 
     batch_limit: int = 32  # prompts per task at most
     window_ms: float = 2.0  # a batch closes this long after its first prompt
@@ -45,16 +47,6 @@ class FlameSettings:
     def budget(self) -> int:
         """The payload budget in bytes."""
         return int(self.budget_mib * 1024 * 1024)
-
-    @classmethod
-    def from_dict(cls, values: dict | None) -> "FlameSettings":
-        """The defaults with `values` over them; an unknown key or a mistyped value is refused by name."""
-        from parity.engine import checked_fields
-
-        return cls(**checked_fields(cls, values, "Flame setting"))
-
-    def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
 
     def label(self) -> str:
         return (f"b{self.batch_limit}-w{self.window_ms:g}ms-{self.api}-{'zlib' if self.compress else 'raw'}"

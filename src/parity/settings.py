@@ -1,0 +1,66 @@
+"""Settings objects: frozen dataclasses built from a mapping with every key and type checked, and
+recorded back as one, so a setting crosses every boundary (config, command line, child process,
+manifest) whole and in one unit.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import typing
+from typing import ClassVar
+
+from parity.errors import ParityError
+
+
+class Settings:
+    """Base of a frozen settings dataclass: `from_dict` (the defaults with the values given over them;
+    an unknown key or a mistyped value refused by name) and `to_dict` (what `from_dict` takes back)."""
+
+    what: ClassVar[str] = "setting"  # how an error names one of its keys: "Flame setting batch_limt"
+
+    @classmethod
+    def from_dict(cls, values: dict | None):
+        return cls(**checked_fields(cls, values, cls.what))
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+
+_TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null"}
+
+
+def checked_fields(cls, values, what: str) -> dict:
+    """`values` for the dataclass `cls`, checked key by key against its field types.
+
+    Refuses (ParityError, one line) anything but a mapping, an unknown key, and a value of the wrong
+    type, naming the key, the expected type and the value. An integer is taken where a number is
+    meant (YAML and KEY=VALUE write 1 for 1.0); true/false never count as numbers.
+    """
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise ParityError(f"{what}s: expected a mapping of KEY: VALUE, got {type(values).__name__} {values!r}")
+    hints = typing.get_type_hints(cls)
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(map(str, set(values) - set(known)))
+    if unknown:
+        raise ParityError(f"unknown {what}(s) {', '.join(unknown)}: known are {', '.join(known)}")
+    checked = {}
+    for key, value in values.items():
+        allowed = typing.get_args(hints[key]) or (hints[key],)
+        if not _fits(value, allowed):
+            expected = " or ".join(_TYPE_NAMES[t] for t in allowed)
+            raise ParityError(f"{what} {key} must be {expected}, got {value!r}")
+        checked[key] = float(value) if float in allowed and isinstance(value, int) else value
+    return checked
+
+
+def _fits(value, allowed: tuple) -> bool:
+    if isinstance(value, bool):  # an int to Python, never a number here
+        return bool in allowed
+    if isinstance(value, (int, float)) and float in allowed:
+        return math.isfinite(value)
+    return isinstance(value, allowed)
+
+
