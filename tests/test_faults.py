@@ -101,6 +101,7 @@ def test_sigterm_of_standalone_run_tears_down_and_writes_the_receipt(trace, tmp_
     receipt = read_manifest(tmp_path / "out" / "cleanup-replicas.json")
     assert receipt["ended_by"] == "SIGTERM" and receipt["clean"], receipt
     assert "parity: SIGTERM: stopping the processes this run started" in run.text()
+    assert "Traceback" not in run.text() and "Session is closed" not in run.text(), run.text()  # requests cancelled
     run.assert_nothing_left()
 
 

@@ -137,3 +137,37 @@ def test_a_replica_port_taken_between_pick_and_bind_is_one_line(tmp_path, monkey
                 pass
     assert "cannot listen on 127.0.0.1" in (tmp_path / "replica-0.log").read_text()
     assert replica_set.receipt["processes"][0]["exit_code"] == 1
+
+
+def test_a_signal_mid_burst_cancels_the_requests_in_flight(reuse_trace, tmp_path, caplog):
+    """A signal handler's exception (SIGTERM's, in a run) leaves the event loop with requests in flight: the
+    trial cancels them, as asyncio.run would, before it closes its connection pool, so none of them fails
+    later on a closed session and nothing is logged after the run says it stopped."""
+    import gc
+    import signal
+
+    from parity.affinity import RouterSettings
+    from parity.paths.standalone import StandalonePath
+    from parity.schedule import Schedule
+    from parity.trace import load_trace
+
+    class Stop(Exception):
+        pass
+
+    def stop(signum, frame):
+        raise Stop
+
+    trace = load_trace(reuse_trace)
+    path = StandalonePath("sim", ["sim-0"], EngineArgs(), tmp_path / "logs")
+    previous = signal.signal(signal.SIGALRM, stop)
+    try:
+        with pytest.raises(Stop), path, path.trial("t", RouterSettings()):
+            signal.setitimer(signal.ITIMER_REAL, 0.05)
+            path.release(list(trace.prompts) * 4, [f"{r.id}-{k}" for k in range(4) for r in trace.requests],
+                         RouterSettings().make(1), Schedule())
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, previous)
+    gc.collect()
+    assert not [r.getMessage() for r in caplog.records if r.name == "asyncio"]
+    assert path.receipt["clean"]

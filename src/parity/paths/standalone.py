@@ -63,6 +63,13 @@ class StandalonePath(ServingPath):
             yield
         finally:
             try:
+                # A signal handler's exception (SIGTERM's) leaves the loop with requests in flight: cancel
+                # them first, as asyncio.run would, so none runs on into the closed pool.
+                pending = asyncio.all_tasks(self._loop)
+                for task in pending:
+                    task.cancel()
+                if pending:
+                    self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
                 self._loop.run_until_complete(self._client.__aexit__(None, None, None))
             finally:
                 self._loop.close()
