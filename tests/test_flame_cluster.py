@@ -6,6 +6,7 @@ The integration test needs FLAME_BIN_DIR pointing at a directory with the v0.6.0
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
@@ -133,12 +134,26 @@ def test_pick_port_pair_gives_two_free_adjacent_ports():
             sock.bind(("0.0.0.0", p))
 
 
-def test_busy_port_is_refused_before_starting(tmp_path):
-    bins = fake_bin_dir(tmp_path / "bin", {name: "#!/bin/sh\nsleep 60\n" for name in fc.BINARIES})
-    with socket.socket() as busy:
+@contextlib.contextmanager
+def _busy_port_after_a_free_one():
+    """A port this process listens on whose predecessor is free (the cluster is asked for that pair), so
+    another process on the machine holding the predecessor cannot make the test fail."""
+    for _ in range(100):
+        busy = socket.socket()
         busy.bind(("0.0.0.0", 0))
         busy.listen()
         port = busy.getsockname()[1]
+        if fc.procs.port_free(port - 1, "0.0.0.0"):
+            with busy:
+                yield busy, port
+            return
+        busy.close()
+    pytest.fail("no listening port with a free predecessor in 100 tries")
+
+
+def test_busy_port_is_refused_before_starting(tmp_path):
+    bins = fake_bin_dir(tmp_path / "bin", {name: "#!/bin/sh\nsleep 60\n" for name in fc.BINARIES})
+    with _busy_port_after_a_free_one() as (busy, port):
         with pytest.raises(ParityError, match=rf"^port {port} on 0.0.0.0 is in use by pid {os.getpid()} "
                                               rf"\(.*\) on 0.0.0.0; Flame's session manager .* needs it$"):
             fc.FlameCluster(bins, tmp_path / "w", port=port - 1).start()
