@@ -75,3 +75,23 @@ def test_a_new_path_runs_as_a_pairs_candidate_and_the_report_takes_it(tiny_reuse
     made = write_report([tmp_path / "confirmation"], None, ROOT / "config/study-reference.yaml", tmp_path / "r")
     assert made["manifest"]["headline"]["reuse"]["pairs"] == 1
     assert not validate_paths([tmp_path / "confirmation", tmp_path / "r"])[1]
+
+
+def test_the_client_never_collects_its_heap_inside_a_release(tiny_reuse_trace, sim_backend, tmp_path):
+    """A full collection inside a burst would stall submission past Flame's batch window (82 ms, splitting
+    each shard's batch, on the smoke's last pair): a release runs with collection paused, restored after."""
+    import gc
+
+    from parity import trial
+
+    states = []
+
+    class Watched(ToyPath):
+        def release(self, *args):
+            states.append(gc.isenabled())
+            return super().release(*args)
+
+    assert gc.isenabled()
+    trial.run(Watched(["sim-0", "sim-1"]), tiny_reuse_trace, tmp_path, trial_id="t", experiment="engine",
+              warmup_rounds=1, log=lambda m: None)
+    assert states == [False, False] and gc.isenabled()
