@@ -229,13 +229,13 @@ def test_alternating_is_round_robin():
 def test_router_settings_make_the_router_they_name():
     from parity.errors import ParityError
 
-    assert POLICIES == ("alternating", "sticky") and PLACEMENTS == ("alternating", "sticky", "global")
+    assert POLICIES == ("alternating", "sticky", "prefix") and PLACEMENTS == ("alternating", "sticky", "prefix", "global")
     sticky = RouterSettings("sticky", REV, capacity=7).make(2)
     assert isinstance(sticky, AffinityRouter) and sticky.capacity == 7 and sticky.num_shards == 2
     assert isinstance(RouterSettings("alternating").make(2), AlternatingRouter)
     assert isinstance(RouterSettings("global").make(1), AlternatingRouter)  # one shared queue: nothing to choose
     assert RouterSettings.from_dict(RouterSettings().to_dict()) == RouterSettings()
-    with pytest.raises(ParityError, match="alternating, sticky, global"):
+    with pytest.raises(ParityError, match="alternating, sticky, prefix, global"):
         RouterSettings("random")
     with pytest.raises(ParityError, match="unknown router setting"):
         RouterSettings.from_dict({"policy": "sticky"})

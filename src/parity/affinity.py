@@ -24,7 +24,7 @@ from parity.settings import Settings
 
 BLOCK_TOKENS = 256
 DEPTH_TOKENS = 1024
-POLICIES = ("alternating", "sticky")  # the routers
+POLICIES = ("alternating", "sticky", "prefix")  # the routers: the base policy, the study's, ours
 PLACEMENTS = (*POLICIES, "global")
 _DOMAIN = b"parity-affinity-v1\0"
 
@@ -132,16 +132,19 @@ class AlternatingRouter:
 
 @dataclass(frozen=True)
 class RouterSettings(Settings):
-    """Where the requests of a burst go: the placement, and the sticky router's salt and map size.
+    """Where the requests of a burst go: the placement, and its router's settings.
 
-    `alternating` and `sticky` name the router; `global` is Flame's one shared queue (a single session
-    whose workers take tasks in turn), so its path has one shard and nothing to choose.
+    `alternating`, `sticky` (the study's router, above) and `prefix` (`parity.prefix_router`, ours)
+    name the router; `global` is Flame's one shared queue (a single session whose workers take tasks
+    in turn), so its path has one shard and nothing to choose.
     """
 
     what = "router setting"
     placement: str = "sticky"
     revision: str = MODEL_REVISION  # salts the block identities: a cache built by another revision is useless
-    capacity: int = 4096
+    capacity: int = 4096  # sticky: entries of the identity map (the study's fixed size)
+    cache_tokens: int = 880_000  # prefix: KV cache tokens per shard (an H200 replica of the 8B model)
+    block_tokens: int = 256  # prefix: tokens per hashed block
 
     def __post_init__(self):
         from parity.errors import ParityError
@@ -149,10 +152,14 @@ class RouterSettings(Settings):
         if self.placement not in PLACEMENTS:
             raise ParityError(f"unknown placement {self.placement!r}: use one of {', '.join(PLACEMENTS)}")
 
-    def make(self, shards: int) -> AffinityRouter | AlternatingRouter:
+    def make(self, shards: int):
         """A fresh router over `shards` shards (each burst gets its own: no memory of an earlier one)."""
         if self.placement == "sticky":
             return AffinityRouter(shards, self.revision, self.capacity)
+        if self.placement == "prefix":
+            from parity.prefix_router import PrefixRouter
+
+            return PrefixRouter(shards, self.revision, cache_tokens=self.cache_tokens, block_tokens=self.block_tokens)
         return AlternatingRouter(shards)
 
 

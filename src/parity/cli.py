@@ -21,7 +21,7 @@ from parity.netns import MODES as NETWORK_MODES
 from parity.workflow_config import check_experiment_settings, experiment_names
 
 REPLICA_KINDS = ("sim", "vllm")  # parity.standalone.replicas.KINDS, without importing httpx to build the options
-FLAME_PLACEMENTS = ("global", "sticky")  # parity.paths.flame.FlamePath.placements
+FLAME_PLACEMENTS = ("global", "sticky", "prefix")  # parity.paths.flame.FlamePath.placements
 _echo = functools.partial(click.echo, err=True)  # progress goes to stderr; results to stdout
 
 
@@ -198,6 +198,38 @@ def bench_router(num_requests, prompt_tokens, repeats, as_json):
                f"{result['hash_us_per_request']:.2f} us; ratio {result['ratio_route_to_hash']:.2f}; "
                f"{verdict} the {result['target_us_per_request']:.0f} us target "
                f"({result['requests']} requests of {result['prompt_tokens']} tokens, one core)")
+
+
+@bench.command("routing")
+@click.option("--family", "only", multiple=True,
+              type=click.Choice(["study-reuse", "shared-head", "zipf", "working-set", "shards"]),
+              help="Run only this workload family (repeat); default every one.")
+@click.option("--quick", is_flag=True, help="Shorter prompts and fewer cases (seconds, for a first look).")
+@click.option("--sim-params", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="Simulator parameter file (default: the calibrated H200 one).")
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Also write the result as JSON here.")
+@friendly_errors
+def bench_routing(only, quick, sim_params, out):
+    """Routers on traffic the study did not send (simulated): the prefix router against alternating, the
+    study's sticky router and a hindsight placement, per workload family; and its cost per request."""
+    from parity.bench import routing
+    from parity.engine.sim import SimParams
+    from parity.manifest import atomic_write_text
+
+    result = routing.run(SimParams.load(sim_params), quick=quick, only=set(only) or None, log=_echo)
+    click.echo(f"{'family':<12} {'case':<22} {'req/s: alternating':>18} {'sticky':>8} {'prefix':>8} {'hindsight':>9}"
+               f"  prefix vs: hindsight alternating sticky   split docs  (simulated)")
+    for r in result["rows"]:
+        rps = {p: v["requests_per_s"] for p, v in r["placements"].items()}
+        click.echo(f"{r['family']:<12} {r['case']:<22} {rps['alternating']:>18.2f} {rps['sticky']:>8.2f} "
+                   f"{rps['prefix']:>8.2f} {rps['hindsight']:>9.2f}  {r['prefix_vs_hindsight']:>18.1%} "
+                   f"{r['prefix_vs_alternating']:>11.1%} {r['prefix_vs_sticky']:>6.1%}   "
+                   f"{r['placements']['prefix']['split_documents']:>10}")
+    c = result["router_cost"]
+    click.echo(f"prefix router at {c['shards']} shards, {c['prompt_tokens']}-token prompts: p50 {c['p50_us']:.1f} us, "
+               f"p99 {c['p99_us']:.1f} us per request (this process, one core)")
+    if out:
+        atomic_write_text(out, json.dumps(result, indent=1, sort_keys=True) + "\n")
 
 
 def _engine_args(model: str | None, load_format: str | None, extra: tuple[str, ...]):
@@ -397,7 +429,8 @@ def standalone_group():
               help="sim: simulator servers (CPU); vllm: `vllm serve` per GPU.")
 @click.option("--gpu", "gpus", multiple=True, help="GPU UUID per replica (repeat); default sim-0, sim-1.")
 @click.option("--placement", "placements", type=click.Choice(POLICIES), multiple=True,
-              default=POLICIES, show_default=True, help="Which router places requests (repeat for several).")
+              default=("alternating", "sticky"), show_default=True,
+              help="Which router places requests (repeat for several): the base policy, the study's, or ours.")
 @click.option("--trace", "traces", type=click.Path(path_type=Path, exists=True), multiple=True, required=True)
 @click.option("--repeats", default=1, show_default=True, type=click.IntRange(min=1),
               help="Trials per placement and trace, interleaved.")

@@ -57,6 +57,8 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
         routed = router.make(path.shards)
         with client_heap_still():
             burst = path.release(list(trace.prompts), ids, routed, schedule)
+        if hasattr(routed, "observe"):  # the router's expected hits beside the engine's, in its stats
+            routed.observe([c.cached_tokens for c in burst.completions])
         described = path.describe(burst)
     records = request_records(trace, burst.completions, burst.placements, input_hashes=burst.input_hashes)
     config = {"path": path.name, "placement": router.placement, "revision_salt": router.revision,

@@ -80,7 +80,7 @@ def cluster(kind: str, gpus: list[str], out_dir: Path, *, simulated: bool, bin_d
 
 @register("flame")
 class FlamePath(ServingPath):
-    placements = ("global", "sticky")
+    placements = ("global", "sticky", "prefix")
 
     def __init__(self, running_cluster, gpus: list[str], settings: FlameSettings, *, engine: str,
                  engine_args: EngineArgs, sim_params: str | None = None):

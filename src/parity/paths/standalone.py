@@ -22,7 +22,7 @@ from parity.trace import token_sha256
 
 @register("standalone")
 class StandalonePath(ServingPath):
-    placements = ("alternating", "sticky")
+    placements = ("alternating", "sticky", "prefix")
 
     def __init__(self, kind: str, gpus: list[str], args: EngineArgs, log_dir: Path, *, startup_timeout_s: float = 600,
                  sim_params: Path | None = None, receipt_path: Path | None = None):

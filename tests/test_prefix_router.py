@@ -1,0 +1,105 @@
+"""The prefix router's defining properties on each workload family, beside the study's router kept as it was."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from parity.affinity import AffinityRouter, RouterSettings
+from parity.bench import routing
+from parity.engine import MODEL_REVISION
+from parity.engine.sim import SimParams
+from parity.prefix_router import PrefixRouter, block_chain
+
+PARAMS = SimParams.load()
+
+
+def route(w: routing.Workload, **options) -> tuple[PrefixRouter, list[int]]:
+    router = PrefixRouter(w.shards, MODEL_REVISION, cache_tokens=w.cache_tokens or PARAMS.kv_cache_tokens, **options)
+    return router, [router.route(p) for p in w.prompts]
+
+
+def shards_per_document(w: routing.Workload, shard_of: list[int]) -> dict[int, set]:
+    out: dict[int, set] = {}
+    for doc, shard in zip(w.documents, shard_of):
+        out.setdefault(doc, set()).add(shard)
+    return out
+
+
+def test_the_chain_covers_full_blocks_of_the_whole_prompt_and_shares_exactly_the_shared_prefix():
+    rng = np.random.default_rng(0)
+    head, a, b = (rng.integers(0, 1000, n, dtype=np.uint32) for n in (600, 300, 300))
+    x, y = block_chain(np.concatenate([head, a]), 1, 256), block_chain(np.concatenate([head, b]), 1, 256)
+    assert len(x) == len(y) == 3 and x[:2] == y[:2] and x[2] != y[2]  # 512 shared tokens = 2 full blocks
+    assert block_chain(head, 2, 256)[0] != block_chain(head, 1, 256)[0]  # salted
+    with pytest.raises(ValueError, match="empty"):
+        block_chain(np.array([], dtype=np.uint32), 1)
+
+
+def test_the_study_burst_splits_evenly_with_every_document_on_one_shard():
+    w = routing.documents("study-reuse", "", docs=16, questions=4, prefix_tokens=2000, seed=1)
+    _, shard_of = route(w)
+    assert [shard_of.count(s) for s in (0, 1)] == [32, 32]
+    assert all(len(s) == 1 for s in shards_per_document(w, shard_of).values())
+    assert sorted(len([d for d, s in shards_per_document(w, shard_of).items() if shard in s]) for shard in (0, 1)) == [8, 8]
+
+
+@pytest.mark.parametrize("head", [256, 1024, 4096])
+def test_a_shared_system_prompt_does_not_pull_every_request_to_one_shard(head):
+    w = routing.documents("shared-head", "", docs=16, questions=4, prefix_tokens=2000, head_tokens=head, seed=2)
+    study = AffinityRouter(2, MODEL_REVISION)
+    assert {study.route(p) for p in w.prompts} == {0}  # the study's router: any match decides
+    router, shard_of = route(w)
+    loads = router.loads
+    assert max(loads) / min(loads) - 1 < 0.10  # work within 10%
+    assert all(len(s) == 1 for s in shards_per_document(w, shard_of).values())
+
+
+def test_a_hot_document_is_replicated_to_the_second_of_two_shards_and_others_stay_put():
+    counts = [120] + [2] * 30  # one document asked 120 times, thirty asked twice
+    w = routing.documents("zipf", "", docs=len(counts), questions=counts, prefix_tokens=2000, seed=3)
+    router, shard_of = route(w)
+    per_doc = shards_per_document(w, shard_of)
+    assert per_doc[0] == {0, 1} and router.stats()["replicated"] >= 1
+    assert sum(len(s) > 1 for d, s in per_doc.items() if d) <= 1  # cold documents are not spread
+    simulated = {p: routing.simulate(w, routing.place(w, p, PARAMS)[0], PARAMS)["requests_per_s"]
+                 for p in ("alternating", "sticky", "prefix")}
+    assert simulated["prefix"] > simulated["sticky"] and simulated["prefix"] > simulated["alternating"]
+
+
+def test_a_working_set_over_the_cache_is_forgotten_oldest_first_and_said():
+    w = routing.documents("working-set", "", docs=12, questions=2, prefix_tokens=1024, seed=4, cache_tokens=4 * 1024)
+    router, _ = route(w)
+    stats = router.stats()
+    assert stats["overflowed"] and stats["evicted_blocks"] > 0
+    assert all(held <= stats["capacity_blocks"] for held in stats["held_blocks"])
+    roomy, _ = route(routing.documents("working-set", "", docs=12, questions=2, prefix_tokens=1024, seed=4,
+                                       cache_tokens=64 * 1024))
+    assert not roomy.stats()["overflowed"]
+    assert stats["expected_cached_tokens"] < roomy.stats()["expected_cached_tokens"]  # it stopped promising hits
+
+
+def test_many_shards_are_all_used_and_documents_stay_whole():
+    w = routing.documents("shards", "", docs=8 * 16, questions=4, prefix_tokens=2000, shards=16, seed=5)
+    _, shard_of = route(w)
+    assert set(shard_of) == set(range(16))
+    assert all(len(s) == 1 for s in shards_per_document(w, shard_of).values())
+
+
+def test_load_is_released_when_a_request_completes_and_hits_are_observed():
+    w = routing.documents("study-reuse", "", docs=2, questions=2, prefix_tokens=600, seed=6)
+    router, _ = route(w)
+    before = sum(router.loads)
+    router.complete(0)
+    router.complete(0)  # once only
+    assert sum(router.loads) < before
+    router.observe([0, 512, 0, 512])
+    stats = router.stats()
+    assert stats["realized_cached_tokens"] == 1024 and stats["expected_cached_tokens"] == 1024
+    with pytest.raises(ValueError, match="observed 1 requests, routed 4"):
+        router.observe([0])
+
+
+def test_the_study_router_is_still_the_default_and_prefix_is_its_own_placement():
+    assert RouterSettings().placement == "sticky" and isinstance(RouterSettings().make(2), AffinityRouter)
+    assert isinstance(RouterSettings("prefix").make(2), PrefixRouter)
