@@ -271,3 +271,12 @@ def test_offline_limit_hands_each_shard_the_backend_whole(tmp_path):
         assert "--engine-arg" not in command and "--model" not in command
         given = Backend.parse(command[command.index("--backend") + 1])
         assert given == backend and given.args() == backend.args()
+
+def test_routing_runs_both_routers_on_both_paths_interleaved():
+    traces = [Path("reuse.json"), Path("shared-head.json")]
+    cases = plan.for_experiment("routing", traces, {"repeats": 2, "placements": ["sticky", "prefix"]})
+    assert len(cases) == 2 * 2 * 4 and {c.experiment for c in cases} == {"routing"}
+    assert {(c.system, c.placement) for c in cases} == {(s, p) for s in ("standalone", "flame") for p in ("sticky", "prefix")}
+    assert cases[0].trial_id == "routing-vllm-sticky-reuse-r0" and cases[0].stage == "vllm-sticky"
+    assert [c.placement for c in cases[8:12]] != [c.placement for c in cases[:4]]  # rotated each repetition
+    assert all(c.pair is None for c in cases)

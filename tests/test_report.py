@@ -361,3 +361,26 @@ def test_bad_report_inputs_are_named_in_one_line(tmp_path):
     (folder / "experiment.json").write_text("{}")
     with pytest.raises(ParityError, match=r"not a parity manifest \(no kind\), expected 'experiment'"):
         load_experiment(folder / "experiment.json")
+
+
+def test_the_routing_table_sets_our_router_beside_the_studys(small_inputs, tiny_reuse_trace, sim_backend, tmp_path):
+    from parity.experiments import plan
+    from parity.experiments.runner import run_experiment
+    from parity.flame.settings import FlameSettings
+    from parity.trace import TraceSpec, build_trace
+
+    corpus, tok = small_inputs
+    head = build_trace(TraceSpec("shared-head", documents=4, questions_per_document=2, prefix_tokens=600, seed=3,
+                                 head_tokens=300), corpus, tok, tmp_path / "traces")
+    run_experiment("routing", plan.routing([tiny_reuse_trace, head], 1, FlameSettings()), sim_backend,
+                   tmp_path / "routing", settings={"repeats": 1}, log=lambda m: None)
+    made = write_report([tmp_path / "routing"], None, REFERENCE, tmp_path / "r")
+    md = made["markdown"]
+    assert "## 6. Routing beyond the study (ours)" in md and "routing" in made["manifest"]["outputs"]["plots"]
+    rows = [line for line in md.splitlines() if line.startswith("| shared-head |")]
+    assert len(rows) == 4 and all("ours, simulated" in r for r in rows)
+    study = next(r for r in rows if "standalone | the study's sticky router" in r)
+    assert "| 8+0 |" in study  # any match decides: the shared head pulls all to one shard
+    ours = next(r for r in rows if "standalone | ours (prefix-aware)" in r)
+    assert "| 4+4 |" in ours and ours.rstrip(" |").split("| ")[-1].startswith("+")
+    assert not validate_paths([tmp_path / "routing", tmp_path / "r"])[1]

@@ -304,3 +304,16 @@ def test_a_corpus_that_is_not_text_is_one_line(tmp_path):
     corpus.write_bytes(b'{"article": "fine"}\n\xff\xfe\x00 binary\n')
     with pytest.raises(TraceError, match=r"corpus.jsonl:2: not UTF-8 text"):
         load_articles(corpus)
+
+
+def test_a_shared_head_opens_every_document_and_each_keeps_its_own_text(inputs, tmp_path):
+    corpus, tokenizer = inputs
+    plain = load_trace(build_trace(small_spec(name="plain"), corpus, tokenizer, tmp_path))
+    headed = load_trace(build_trace(small_spec(name="headed", head_tokens=200), corpus, tokenizer, tmp_path))
+    first = {r.document: p for r, p in zip(headed.requests, headed.prompts)}
+    assert all(p.size == q.size for p, q in zip(sorted(headed.prompts, key=len), sorted(plain.prompts, key=len)))
+    assert all(common_prefix(first[0], first[d]) >= 200 for d in first)
+    assert all(common_prefix(first[a], first[b]) < 200 + 16 for a in first for b in first if a < b)
+    assert json.loads(Path(headed.manifest_path).read_text())["spec"]["head_tokens"] == 200
+    with pytest.raises(TraceError, match="head tokens must be 0..568"):
+        small_spec(head_tokens=590).check()

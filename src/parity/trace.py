@@ -58,6 +58,7 @@ class TraceSpec:
     seed: int = 0
     warmup_shifts: tuple[int, ...] = (1009, 2027)
     pack_articles: bool = True
+    head_tokens: int = 0  # a head shared by every document (a system prompt), within prefix_tokens
 
     def check(self) -> None:
         if not self.name or not self.name.replace("-", "").replace("_", "").isalnum():
@@ -68,6 +69,9 @@ class TraceSpec:
             raise TraceError(f"questions per document must be 1..{len(QUESTIONS)}, got {self.questions_per_document}")
         if self.prefix_tokens < 2 * VLLM_BLOCK_TOKENS:
             raise TraceError(f"prefix tokens must be >= {2 * VLLM_BLOCK_TOKENS}, got {self.prefix_tokens}")
+        if not 0 <= self.head_tokens <= self.prefix_tokens - 2 * VLLM_BLOCK_TOKENS:
+            raise TraceError(f"head tokens must be 0..{self.prefix_tokens - 2 * VLLM_BLOCK_TOKENS} (leaving each "
+                             f"document two cache blocks of its own), got {self.head_tokens}")
         if len(set(self.warmup_shifts)) != len(self.warmup_shifts) or any(s <= 0 for s in self.warmup_shifts):
             raise TraceError(f"warmup shifts must be distinct positive integers, got {list(self.warmup_shifts)}")
 
@@ -226,11 +230,13 @@ def build_documents(articles: list[np.ndarray], separator: np.ndarray, leading: 
 
     Packed: consecutive articles joined by a separator until the prefix is full (CNN/DailyMail
     articles are far shorter than 8K tokens). Unpacked: one article per document, which must be
-    long enough. Returns the prefixes and how many articles were used.
+    long enough. With `head_tokens`, one more prefix is built first and its first `head_tokens`
+    tokens open every document (a shared system prompt), each document's own text filling the rest.
+    Returns the prefixes and how many articles were used.
     """
     need = spec.prefix_tokens - len(leading)
     documents, cursor = [], 0
-    for doc in range(spec.documents):
+    for doc in range(spec.documents + (1 if spec.head_tokens else 0)):
         parts, have = [np.asarray(leading, dtype="<u4")], 0
         while have < need:
             if cursor >= len(articles):
@@ -251,6 +257,9 @@ def build_documents(articles: list[np.ndarray], separator: np.ndarray, leading: 
             if not spec.pack_articles:
                 break
         documents.append(np.concatenate(parts)[: spec.prefix_tokens].astype("<u4"))
+    if spec.head_tokens:
+        head, own = documents[0][: spec.head_tokens], spec.prefix_tokens - spec.head_tokens
+        documents = [np.concatenate([head, d[len(leading): len(leading) + own]]) for d in documents[1:]]
     return documents, cursor
 
 
@@ -299,7 +308,8 @@ def build_trace(spec: TraceSpec, corpus: Path, tokenizer_dir: Path, out_dir: Pat
         "name": spec.name,
         "spec": {"documents": spec.documents, "questions_per_document": spec.questions_per_document,
                  "prefix_tokens": spec.prefix_tokens, "seed": spec.seed,
-                 "warmup_shifts": list(spec.warmup_shifts), "pack_articles": spec.pack_articles},
+                 "warmup_shifts": list(spec.warmup_shifts), "pack_articles": spec.pack_articles,
+                 "head_tokens": spec.head_tokens},
         "inputs": {
             "corpus": {"file": corpus.name, "sha256": sha256_file(corpus), "origin": corpus_origin,
                        "text_field": text_field, "articles": len(texts), "articles_used": articles_used},

@@ -41,6 +41,7 @@ def _check_references():
     named = [(f"bench.calibration.runs.{run}.traces", name)
              for run, spec in BENCH.get("calibration", {}).get("runs", {}).items() for name in spec["traces"]]
     named += [(f"bench.order.{run}.trace", spec["trace"]) for run, spec in BENCH.get("order", {}).items()]
+    named += [("experiments.routing.traces", name) for name in config["experiments"]["routing"].get("traces", [])]
     for key, name in named:
         if name not in TRACE_SPECS:
             raise WorkflowError(f"{key}: no trace {name!r} in traces or bench.traces ({', '.join(TRACE_SPECS)})")
@@ -74,6 +75,12 @@ def trace_manifest(name):
 def trace_manifests():
     """The experiments' traces (an engine-only run names its own, from traces or bench.traces)."""
     return [trace_manifest(name) for name in config["traces"]]
+
+
+def experiment_traces(wildcards):
+    """An experiment's traces: those its settings name (the routing experiment's), else the study's."""
+    names = config["experiments"][wildcards.experiment].get("traces")
+    return [trace_manifest(name) for name in names] if isinstance(names, list) else trace_manifests()
 
 
 def trace_options(wildcards, input):

@@ -6,7 +6,7 @@
 rule experiment:
     """One experiment: fresh engines per case, every trial checked, pairs, OUT/experiment.json."""
     input:
-        traces=trace_manifests(),
+        traces=experiment_traces,
         backend=backend_inputs(),
     output:
         f"{RESULTS}/{{experiment}}/experiment.json",
@@ -55,3 +55,10 @@ rule gc:
     """Normal collection vs startup-heap freeze in the Flame workers."""
     input:
         experiment_manifest("gc"),
+
+
+rule routing:
+    """Ours, beyond the study: its sticky router vs the prefix router, standalone and Flame, on its reuse burst
+    and a burst whose documents share a system prompt."""
+    input:
+        experiment_manifest("routing"),

@@ -41,6 +41,8 @@ rule trace:
     params:
         spec=lambda wildcards: TRACE_SPECS[wildcards.name],
         shifts=" ".join(f"--warmup-shift {s}" for s in config["warmup_shifts"]),
+        head=lambda wildcards: f"--head-tokens {TRACE_SPECS[wildcards.name]['head_tokens']}"
+        if TRACE_SPECS[wildcards.name].get("head_tokens") else "",
         tokenizer_dir=lambda wildcards, input: os.path.dirname(input.tokenizer),
         out=lambda wildcards, output: os.path.dirname(output.manifest),
         corpus_origin=INPUTS["corpus_origin"],
@@ -50,7 +52,7 @@ rule trace:
     shell:
         "parity trace --corpus {input.corpus:q} --tokenizer {params.tokenizer_dir:q} --name {wildcards.name:q}"
         " --documents {params.spec[documents]} --questions {params.spec[questions]}"
-        " --prefix-tokens {params.spec[prefix_tokens]} --seed {params.spec[seed]} {params.shifts}"
+        " --prefix-tokens {params.spec[prefix_tokens]} --seed {params.spec[seed]} {params.head} {params.shifts}"
         " --corpus-origin {params.corpus_origin:q} --tokenizer-origin {params.tokenizer_origin:q}"
         " --out {params.out:q} > {log:q} 2>&1"
 

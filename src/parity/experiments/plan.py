@@ -128,6 +128,14 @@ def gc_diagnostics(trace: Path, flame: FlameSettings, repeats: int = 1) -> list[
     return cases
 
 
+def routing(traces: list[Path], repeats: int, flame: FlameSettings, placements=("sticky", "prefix")) -> list[Case]:
+    """Ours, beyond the study: each path with the study's router and with ours, interleaved and rotated."""
+    configs = [(system, placement) for system in ("standalone", "flame") for placement in placements]
+    return [Case(repetition_id("routing", system, placement, trace, repeat), "routing", system, placement, trace,
+                 flame, stage=configuration(system, placement))
+            for repeat in range(repeats) for trace in traces for system, placement in rotate(configs, repeat)]
+
+
 def for_experiment(name: str, traces: list[Path], settings: dict) -> list[Case]:
     """The cases of experiment `name` from its settings (the workflow config's experiments.NAME)."""
     flame = FlameSettings.from_dict(settings.get("flame"))
@@ -139,4 +147,6 @@ def for_experiment(name: str, traces: list[Path], settings: dict) -> list[Case]:
         return confirmation(traces, settings.get("pairs", 5), flame)
     if name == "gc":
         return gc_diagnostics(pick_trace(traces, settings.get("trace", "reuse")), flame, settings.get("repeats", 1))
+    if name == "routing":
+        return routing(traces, settings.get("repeats", 3), flame, tuple(settings.get("placements", ("sticky", "prefix"))))
     raise ParityError(f"unknown experiment {name!r}")

@@ -100,3 +100,24 @@ def cached_share(per_config: dict, evidence: str | None, path: Path) -> Path | N
         ax.set_title(_title("Cached input share by placement", evidence))
         fig.tight_layout()
         return _save(fig, path)
+
+
+def routing(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
+    """Median requests/s per trace and path: the study's sticky router beside ours (the routing experiment)."""
+    rows = [(f"{trace}\n{name}", m.get("sticky"), m.get("prefix")) for trace, by_path in per_trace.items()
+            for name, m in by_path.items() if m.get("sticky") or m.get("prefix")]
+    if not rows:
+        return None
+    with matplotlib.style.context("default"):
+        fig = Figure(figsize=(8, 4.2))
+        ax = fig.add_subplot(1, 1, 1)
+        xs = range(len(rows))
+        ax.bar([x - 0.2 for x in xs], [r[1] or 0 for r in rows], width=0.4, color=COLORS["study"],
+               label="the study's sticky router")
+        ax.bar([x + 0.2 for x in xs], [r[2] or 0 for r in rows], width=0.4, color=COLORS["flame"], label="ours (prefix)")
+        ax.set_xticks(list(xs), [r[0] for r in rows], fontsize="small")
+        ax.set_ylabel("requests/s (median)")
+        ax.legend(loc="upper left", fontsize="small")
+        ax.set_title(_title("Routing beyond the study", evidence))
+        fig.tight_layout()
+        return _save(fig, path)

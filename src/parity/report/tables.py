@@ -408,3 +408,56 @@ def excluded(experiments: dict[str, Experiment]) -> list[dict]:
             if not stats.passed(doc):
                 out.append({"experiment": name, "trial_id": case["trial_id"], "reasons": doc["verdict"]["reasons"]})
     return out
+
+
+# ---- 6. routing beyond the study (ours) ----------------------------------------------------------
+
+ROUTERS = {"sticky": "the study's sticky router", "prefix": "ours (prefix-aware)"}
+
+
+def _split_documents(doc: dict) -> int:
+    """Documents whose requests went to more than one shard (ids `<trace>-d<doc>-q<question>`)."""
+    shards: dict[str, set] = {}
+    for r in doc["records"]:
+        shards.setdefault(r["request_id"].rsplit("-q", 1)[0], set()).add(r["shard"])
+    return sum(len(s) > 1 for s in shards.values())
+
+
+def routing(experiment: Experiment | None) -> tuple[Table, dict]:
+    """Per trace and path: the study's router beside ours (median requests/s, cached share, shard split,
+    documents split), and ours over the study's; for ours, the hits it expected beside the realized."""
+    table = Table("Routing beyond the study: the study's router and ours", None,
+                  ["Trace", "Path", "Router", "Source", "Requests/s", "Cached input tokens", "Requests per shard",
+                   "Documents split", "Expected / realized cached tokens", "Ours vs the study's router"])
+    plot: dict = {}
+    if experiment is None:
+        table.notes.append(not_run("routing"))
+        return table, {"plot": plot}
+    for trace in sorted({c["trace_name"] for c in experiment.cases}):
+        for system, path in (("vllm", "standalone"), ("flame", "Flame")):
+            medians = {}
+            for placement in experiment.doc["settings"].get("placements", ["sticky", "prefix"]):
+                docs = experiment.trials_where(stage=f"{system}-{placement}", trace_name=trace)
+                if not docs:
+                    continue
+                d = stats.describe(docs)
+                medians[placement] = d.get("requests_per_s", {}).get("median")
+                good = [doc for doc in docs if stats.passed(doc)]
+                split = sorted({tuple(Counter(r["shard"] for r in doc["records"]).get(k, 0)
+                                      for k in range(len(doc.get("router", {}).get("loads") or [0, 0]))) for doc in good})
+                routers = [doc.get("router", {}) for doc in good]
+                hits = [(r.get("expected_cached_tokens"), r.get("realized_cached_tokens")) for r in routers
+                        if r.get("realized_cached_tokens")]
+                ratio = (f"{sum(e for e, _ in hits):,} / {sum(r for _, r in hits):,}" if hits else f.MISSING)
+                vs = (f.signed_pct(medians[placement] / medians["sticky"] - 1, 1)
+                      if placement != "sticky" and medians.get("sticky") and medians.get(placement) else f.MISSING)
+                table.rows.append([trace, path, ROUTERS.get(placement, placement), ours(docs),
+                                   f.spread(d.get("requests_per_s")), f.pct(d.get("cached_share", {}).get("median")),
+                                   " / ".join("+".join(map(str, s)) for s in split) or f.MISSING,
+                                   ", ".join(str(_split_documents(doc)) for doc in good) or f.MISSING, ratio, vs])
+            plot.setdefault(trace, {})[path] = medians
+    repeats = experiment.doc["settings"].get("repeats")
+    table.notes.append(f"Ours only, not a claim of the study: {repeats} repetition(s) per configuration, interleaved; "
+                       "the study's tables keep its sticky router. Requests per shard: each trial's split; documents "
+                       "split: documents whose questions went to two shards (the prefix router replicates a hot one).")
+    return table, {"plot": plot}
