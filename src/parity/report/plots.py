@@ -81,25 +81,34 @@ def ratios(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
         return _save(fig, path)
 
 
+def _paired_bars(labels: list[str], left: tuple[str, str, list[float]], right: tuple[str, str, list[float]],
+                 ylabel: str, title: str, path: Path, ylim: tuple[float, float] | None = None) -> Path:
+    """Two bars per label (name, color, values each side), saved as one PNG."""
+    with matplotlib.style.context("default"):
+        fig = Figure(figsize=(8, 4.2))
+        ax = fig.add_subplot(1, 1, 1)
+        xs = range(len(labels))
+        for offset, (name, color, values) in ((-0.2, left), (0.2, right)):
+            ax.bar([x + offset for x in xs], values, width=0.4, color=color, label=name)
+        ax.set_xticks(list(xs), labels, fontsize="small")
+        ax.set_ylabel(ylabel)
+        if ylim:
+            ax.set_ylim(*ylim)
+        ax.legend(loc="upper left", fontsize="small")
+        ax.set_title(title)
+        fig.tight_layout()
+        return _save(fig, path)
+
+
 def cached_share(per_config: dict, evidence: str | None, path: Path) -> Path | None:
     """Cached input share on the reuse trace per locality configuration, ours beside the study's."""
     rows = [(v["label"], v["ours"], v["study"]) for v in per_config.values() if v["ours"] is not None]
     if not rows:
         return None
-    with matplotlib.style.context("default"):
-        fig = Figure(figsize=(8, 4.2))
-        ax = fig.add_subplot(1, 1, 1)
-        xs = range(len(rows))
-        ax.bar([x - 0.2 for x in xs], [r[2] * 100 for r in rows], width=0.4, color=COLORS["study"], label="study")
-        ax.bar([x + 0.2 for x in xs], [r[1] * 100 for r in rows], width=0.4, color=COLORS["vllm"],
-               label=f"ours ({evidence})" if evidence else "ours")
-        ax.set_xticks(list(xs), [textwrap.fill(r[0], 20) for r in rows], fontsize="small")
-        ax.set_ylabel("cached input tokens on reuse (%)")
-        ax.set_ylim(0, 100)
-        ax.legend(loc="upper left", fontsize="small")
-        ax.set_title(_title("Cached input share by placement", evidence))
-        fig.tight_layout()
-        return _save(fig, path)
+    return _paired_bars([textwrap.fill(r[0], 20) for r in rows], ("study", COLORS["study"], [r[2] * 100 for r in rows]),
+                        (f"ours ({evidence})" if evidence else "ours", COLORS["vllm"], [r[1] * 100 for r in rows]),
+                        "cached input tokens on reuse (%)", _title("Cached input share by placement", evidence), path,
+                        (0, 100))
 
 
 def routing(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
@@ -108,16 +117,6 @@ def routing(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
             for name, m in by_path.items() if m.get("sticky") or m.get("prefix")]
     if not rows:
         return None
-    with matplotlib.style.context("default"):
-        fig = Figure(figsize=(8, 4.2))
-        ax = fig.add_subplot(1, 1, 1)
-        xs = range(len(rows))
-        ax.bar([x - 0.2 for x in xs], [r[1] or 0 for r in rows], width=0.4, color=COLORS["study"],
-               label="the study's sticky router")
-        ax.bar([x + 0.2 for x in xs], [r[2] or 0 for r in rows], width=0.4, color=COLORS["flame"], label="ours (prefix)")
-        ax.set_xticks(list(xs), [r[0] for r in rows], fontsize="small")
-        ax.set_ylabel("requests/s (median)")
-        ax.legend(loc="upper left", fontsize="small")
-        ax.set_title(_title("Routing beyond the study", evidence))
-        fig.tight_layout()
-        return _save(fig, path)
+    return _paired_bars([r[0] for r in rows], ("the study's sticky router", COLORS["study"], [r[1] or 0 for r in rows]),
+                        ("ours (prefix)", COLORS["flame"], [r[2] or 0 for r in rows]), "requests/s (median)",
+                        _title("Routing beyond the study", evidence), path)
