@@ -33,19 +33,37 @@ BLOCK_TOKENS = 256
 OUTPUT_TOKENS = 16
 
 
+_WEIGHTS: dict[int, np.ndarray] = {}
+
+
+def _weights(block_tokens: int) -> np.ndarray:
+    """Fixed odd 64-bit weights: a block's fingerprint is their dot product with its token IDs (mod 2**64)."""
+    if block_tokens not in _WEIGHTS:
+        rng = np.random.default_rng(0x9A817)
+        _WEIGHTS[block_tokens] = rng.integers(0, 2**63, block_tokens, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+    return _WEIGHTS[block_tokens]
+
+
 def block_chain(tokens: Tokens, salt: int, block_tokens: int = BLOCK_TOKENS) -> list[int]:
     """Hash k covers tokens [0, (k + 1) * block_tokens): two prompts share hash k exactly when they share
-    that prefix (up to 64-bit collisions). Only full blocks: the engine caches nothing shorter."""
+    that prefix (up to 64-bit collisions). Only full blocks: the engine caches nothing shorter. Each
+    block is fingerprinted in one vectorized step, then chained to its parent."""
     data = np.asarray(tokens)
     if data.size == 0:
         raise ValueError("cannot route an empty prompt")
     if data.dtype.kind not in "iu":
         raise ValueError(f"token IDs must be integers, got dtype {data.dtype}")
-    full = data.size // block_tokens * block_tokens
-    raw = data[:full].astype("<u4", copy=False).tobytes()
-    step, parent, chain = 4 * block_tokens, salt, []
-    for start in range(0, len(raw), step):
-        parent = hash((parent, raw[start:start + step]))
+    blocks = data.size // block_tokens
+    head = data[: blocks * block_tokens]
+    if head.dtype == np.uint32 and head.flags.c_contiguous and block_tokens % 2 == 0:
+        words = head.view(np.uint64).reshape(blocks, block_tokens // 2)  # two token IDs per word, no copy
+    else:
+        words = head.astype(np.uint32).view(np.uint64).reshape(blocks, block_tokens // 2) if block_tokens % 2 == 0 \
+            else head.astype(np.uint64).reshape(blocks, block_tokens)
+    fingerprints = (words * _weights(words.shape[1])).sum(axis=1, dtype=np.uint64).tolist()
+    parent, chain = salt, []
+    for fingerprint in fingerprints:
+        parent = hash((parent, fingerprint))
         chain.append(parent)
     return chain
 
@@ -65,6 +83,7 @@ class PrefixRouter:
         self._salt = hash(("parity-prefix-v1", revision))
         self._holders: dict[int, int] = {}  # block hash -> bit mask of the shards holding it
         self._forks: dict[int, set[int]] = {}  # block hash -> the blocks seen after it that go on further
+        self._heads: set[int] = set()  # blocks after which two or more different blocks went on
         self._held: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(num_shards)]  # LRU per shard
         self._loads = [0] * num_shards
         self._requests = self._replicated = self._evicted = 0
@@ -73,28 +92,50 @@ class PrefixRouter:
         self._realized: list[int] | None = None
         self.overflowed = False
 
-    def _depths(self, chain: list[int]) -> dict[int, int]:
-        """The shards holding the first block of `chain`, each with how many leading blocks it holds."""
+    def _depths(self, chain: list[int]) -> tuple[dict[int, int], int]:
+        """The shards holding the first block of `chain`, each with how many leading blocks it holds; and the
+        depth of the shared head the chain starts with (0: none).
+
+        A shared head is a prefix that several continuations went on from (a system prompt before many
+        documents): its last block has two or more different blocks after it that go on further.
+        Recomputing it on another shard is not replication, since every shard needs it once."""
+        holders, heads = self._holders, self._heads
         depths: dict[int, int] = {}
-        still = (1 << self.num_shards) - 1  # shards holding every block so far
-        for depth, block in enumerate(chain, start=1):
-            still &= self._holders.get(block, 0)
-            if not still:
-                break
-            mask = still
+        shared, depth = 0, 0
+        still = holders.get(chain[0], 0)  # shards holding every block so far
+
+        def settle(mask: int, at: int) -> None:  # these shards hold `at` leading blocks
             while mask:
                 low = mask & -mask
-                depths[low.bit_length() - 1] = depth
+                depths[low.bit_length() - 1] = at
                 mask ^= low
-        return depths
+
+        while still and depth < len(chain):
+            if chain[depth] in heads:
+                shared = depth + 1
+            if still & (still - 1) == 0:  # one shard left: its blocks are a prefix, so bisect the rest
+                low, high = depth + 1, len(chain)
+                while low < high:
+                    middle = (low + high + 1) // 2
+                    if holders.get(chain[middle - 1], 0) & still:
+                        low = middle
+                    else:
+                        high = middle - 1
+                shared = max([shared] + [d + 1 for d in range(depth + 1, low) if chain[d] in heads])
+                settle(still, low)
+                return depths, shared
+            depth += 1
+            after = still & holders.get(chain[depth], 0) if depth < len(chain) else 0
+            settle(still & ~after, depth)
+            still = after
+        return depths, shared
 
     def route(self, tokens: Tokens) -> int:
         """The shard for this prompt; books its work there and remembers its blocks on that shard."""
         chain = block_chain(tokens, self._salt, self.block_tokens)
-        depths = self._depths(chain)
+        depths, shared = self._depths(chain)
         length, loads, block = len(tokens), self._loads, self.block_tokens
         deepest = max(depths.values(), default=0)
-        shared = self._shared_depth(chain, deepest)
         # A shard that would recompute a prefix another holds pays that recompute (1 + margin) times in the
         # comparison: once as its own work, `margin` times as capacity taken from later requests. So a
         # burst's later questions stay with their document's shard, and a document is replicated only
@@ -120,25 +161,20 @@ class PrefixRouter:
         self._requests += 1
         return shard
 
-    def _shared_depth(self, chain: list[int], deepest: int) -> int:
-        """Blocks of `chain` that are a head shared by several continuations (a system prompt before many
-        documents): its deepest block after which two or more different blocks went on. Recomputing such a
-        head on another shard is not replication: every shard needs it once."""
-        for depth in range(deepest, 0, -1):
-            if len(self._forks.get(chain[depth - 1], ())) >= 2:
-                return depth
-        return 0
-
     def _remember(self, shard: int, chain: list[int]) -> None:
-        for parent, child in zip(chain, chain[1:-1]):  # a child that goes on (a question's tail does not)
-            self._forks.setdefault(parent, set()).add(child)
-        held, bit = self._held[shard], 1 << shard
-        for block in chain:
+        held, bit, holders, last = self._held[shard], 1 << shard, self._holders, len(chain) - 1
+        for index, block in enumerate(chain):
             if block in held:
                 held.move_to_end(block)
-            else:
-                held[block] = None
-                self._holders[block] = self._holders.get(block, 0) | bit
+                continue
+            held[block] = None
+            if block not in holders and 0 < index < last:  # a new block that goes on (a question's tail does not)
+                parent = chain[index - 1]
+                forks = self._forks.setdefault(parent, set())
+                forks.add(block)
+                if len(forks) == 2:
+                    self._heads.add(parent)
+            holders[block] = holders.get(block, 0) | bit
         while len(held) > self.capacity_blocks:  # the engine evicts its least recently used blocks
             block, _ = held.popitem(last=False)
             left = self._holders[block] & ~bit
@@ -147,6 +183,7 @@ class PrefixRouter:
             else:
                 del self._holders[block]
                 self._forks.pop(block, None)
+                self._heads.discard(block)
             self._evicted += 1
             self.overflowed = True
 
