@@ -103,3 +103,16 @@ def test_load_is_released_when_a_request_completes_and_hits_are_observed():
 def test_the_study_router_is_still_the_default_and_prefix_is_its_own_placement():
     assert RouterSettings().placement == "sticky" and isinstance(RouterSettings().make(2), AffinityRouter)
     assert isinstance(RouterSettings("prefix").make(2), PrefixRouter)
+
+
+def test_every_family_is_offered_and_each_row_compares_all_placements():
+    from click.testing import CliRunner
+
+    from parity.cli import bench_routing
+
+    assert {w.family for w in routing.families(quick=True)} == set(routing.FAMILIES)
+    option = next(p for p in bench_routing.params if p.name == "only")
+    assert tuple(option.type.choices) == routing.FAMILIES
+    result = CliRunner().invoke(bench_routing, ["--quick", "--family", "study-reuse"])
+    assert result.exit_code == 0, result.output
+    assert "study-reuse" in result.output and "p99" in result.output and "shards" not in result.output.split("\n")[1]

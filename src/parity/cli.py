@@ -204,7 +204,7 @@ def bench_router(num_requests, prompt_tokens, repeats, as_json):
 
 @bench.command("routing")
 @click.option("--family", "only", multiple=True,
-              type=click.Choice(["study-reuse", "shared-head", "zipf", "working-set", "shards"]),
+              type=click.Choice(["study-reuse", "shared-head", "zipf", "working-set", "shards"]),  # routing.FAMILIES
               help="Run only this workload family (repeat); default every one.")
 @click.option("--quick", is_flag=True, help="Shorter prompts and fewer cases (seconds, for a first look).")
 @click.option("--sim-params", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
@@ -220,13 +220,13 @@ def bench_routing(only, quick, sim_params, out):
 
     result = routing.run(SimParams.load(sim_params), quick=quick, only=set(only) or None, log=_echo)
     click.echo(f"{'family':<12} {'case':<22} {'req/s: alternating':>18} {'sticky':>8} {'prefix':>8} {'hindsight':>9}"
-               f"  prefix vs: hindsight alternating sticky   split docs  (simulated)")
+               f"  prefix vs: hindsight alternating sticky   split docs  expected/realized hits  (simulated)")
     for r in result["rows"]:
         rps = {p: v["requests_per_s"] for p, v in r["placements"].items()}
         click.echo(f"{r['family']:<12} {r['case']:<22} {rps['alternating']:>18.2f} {rps['sticky']:>8.2f} "
                    f"{rps['prefix']:>8.2f} {rps['hindsight']:>9.2f}  {r['prefix_vs_hindsight']:>18.1%} "
                    f"{r['prefix_vs_alternating']:>11.1%} {r['prefix_vs_sticky']:>6.1%}   "
-                   f"{r['placements']['prefix']['split_documents']:>10}")
+                   f"{r['placements']['prefix']['split_documents']:>10}  {r['expected_vs_realized_hits'] or 0:>21.1%}")
     c = result["router_cost"]
     click.echo(f"prefix router at {c['shards']} shards, {c['prompt_tokens']}-token prompts: p50 {c['p50_us']:.1f} us, "
                f"p99 {c['p99_us']:.1f} us per request (this process, one core)")

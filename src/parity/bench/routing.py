@@ -24,6 +24,7 @@ from parity.engine.sim import SimEngine, SimParams
 from parity.prefix_router import OUTPUT_TOKENS, PrefixRouter
 
 PLACEMENTS = ("alternating", "sticky", "prefix", "hindsight")
+FAMILIES = ("study-reuse", "shared-head", "zipf", "working-set", "shards")
 VOCAB = 128_000
 QUESTION_TOKENS = 40
 
@@ -142,7 +143,7 @@ def simulate(w: Workload, shard_of: list[int], params: SimParams) -> dict:
         cached += sum(c.cached_tokens for c in done)
         prompt += sum(c.prompt_tokens for c in done)
     return {"requests_per_s": len(w.prompts) / max(durations), "shard_s": durations,
-            "cached_share": cached / prompt if prompt else 0.0}
+            "cached_share": cached / prompt if prompt else 0.0, "cached_tokens": cached}
 
 
 def spread(values: list[float]) -> float:
@@ -169,6 +170,9 @@ def evaluate(w: Workload, params: SimParams) -> dict:
     row["prefix_vs_hindsight"] = rps["prefix"] / rps["hindsight"]
     row["prefix_vs_alternating"] = rps["prefix"] / rps["alternating"]
     row["prefix_vs_sticky"] = rps["prefix"] / rps["sticky"]
+    ours = row["placements"]["prefix"]
+    row["expected_vs_realized_hits"] = (ours["router"]["expected_cached_tokens"] / ours["cached_tokens"]
+                                        if ours["cached_tokens"] else None)
     return row
 
 
