@@ -34,20 +34,27 @@ OUTPUT_TOKENS = 16
 
 
 _WEIGHTS: dict[int, np.ndarray] = {}
+_DEPTHS = 4096  # per-depth multipliers, cycled beyond (a million tokens at 256 per block)
 
 
-def _weights(block_tokens: int) -> np.ndarray:
-    """Fixed odd 64-bit weights: a block's fingerprint is their dot product with its token IDs (mod 2**64)."""
-    if block_tokens not in _WEIGHTS:
-        rng = np.random.default_rng(0x9A817)
-        _WEIGHTS[block_tokens] = rng.integers(0, 2**63, block_tokens, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
-    return _WEIGHTS[block_tokens]
+def _odd_words(count: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 2**63, count, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+
+
+def _weights(count: int) -> np.ndarray:
+    """Fixed odd 64-bit weights: a block's fingerprint is their dot product with its words (mod 2**64)."""
+    if count not in _WEIGHTS:
+        _WEIGHTS[count] = _odd_words(count, 0x9A817 + count)
+    return _WEIGHTS[count]
 
 
 def block_chain(tokens: Tokens, salt: int, block_tokens: int = BLOCK_TOKENS) -> list[int]:
     """Hash k covers tokens [0, (k + 1) * block_tokens): two prompts share hash k exactly when they share
-    that prefix (up to 64-bit collisions). Only full blocks: the engine caches nothing shorter. Each
-    block is fingerprinted in one vectorized step, then chained to its parent."""
+    that prefix (up to 64-bit collisions). Only full blocks: the engine caches nothing shorter.
+
+    Vectorized: each block's fingerprint is a dot product of its token IDs (two per 64-bit word) with
+    fixed odd weights, and hash k is the salt plus the running sum of fingerprints times per-depth odd
+    multipliers, all mod 2**64, so equal hashes mean equal fingerprints at every depth up to k."""
     data = np.asarray(tokens)
     if data.size == 0:
         raise ValueError("cannot route an empty prompt")
@@ -55,17 +62,17 @@ def block_chain(tokens: Tokens, salt: int, block_tokens: int = BLOCK_TOKENS) -> 
         raise ValueError(f"token IDs must be integers, got dtype {data.dtype}")
     blocks = data.size // block_tokens
     head = data[: blocks * block_tokens]
-    if head.dtype == np.uint32 and head.flags.c_contiguous and block_tokens % 2 == 0:
-        words = head.view(np.uint64).reshape(blocks, block_tokens // 2)  # two token IDs per word, no copy
+    if block_tokens % 2:
+        words = head.astype(np.uint64).reshape(blocks, block_tokens)
     else:
-        words = head.astype(np.uint32).view(np.uint64).reshape(blocks, block_tokens // 2) if block_tokens % 2 == 0 \
-            else head.astype(np.uint64).reshape(blocks, block_tokens)
-    fingerprints = (words * _weights(words.shape[1])).sum(axis=1, dtype=np.uint64).tolist()
-    parent, chain = salt, []
-    for fingerprint in fingerprints:
-        parent = hash((parent, fingerprint))
-        chain.append(parent)
-    return chain
+        if head.dtype != np.uint32 or not head.flags.c_contiguous:
+            head = np.ascontiguousarray(head, dtype=np.uint32)
+        words = head.view(np.uint64).reshape(blocks, block_tokens // 2)  # two token IDs per word, no copy
+    depth = _weights(_DEPTHS)
+    multipliers = depth[:blocks] if blocks <= _DEPTHS else np.resize(depth, blocks)
+    with np.errstate(over="ignore"):
+        chain = np.cumsum((words @ _weights(words.shape[1])) * multipliers, dtype=np.uint64) + np.uint64(salt)
+    return chain.tolist()
 
 
 class PrefixRouter:
@@ -80,7 +87,7 @@ class PrefixRouter:
         self.num_shards, self.block_tokens, self.output_tokens = num_shards, block_tokens, output_tokens
         self.margin = margin  # a held prefix recomputed elsewhere counts (1 + margin) times
         self.capacity_blocks = cache_tokens // block_tokens
-        self._salt = hash(("parity-prefix-v1", revision))
+        self._salt = hash(("parity-prefix-v1", revision)) & (2**64 - 1)
         self._holders: dict[int, int] = {}  # block hash -> bit mask of the shards holding it
         self._forks: dict[int, set[int]] = {}  # block hash -> the blocks seen after it that go on further
         self._heads: set[int] = set()  # blocks after which two or more different blocks went on
