@@ -67,7 +67,7 @@ def screening(experiment: str, group: str, trace: Path, configs: list[FlameSetti
 
 
 def pairs(experiment: str, stage: str, traces: list[Path], count: int | dict[str, int], flame: FlameSettings,
-          pinned: bool = False) -> list[Case]:
+          pinned: bool = False, placement: str = "sticky") -> list[Case]:
     """Fresh pairs: sticky standalone vLLM (the fixed reference) and Flame sticky sessions (the candidate).
 
     `count` is pairs per trace, or a count per trace name (a trace may gather more pairs across
@@ -77,7 +77,7 @@ def pairs(experiment: str, stage: str, traces: list[Path], count: int | dict[str
     cases = []
     for index in range(max(counts.values(), default=0)):
         for trace in (t for t in traces if index < counts[t.stem]):
-            reference = Case(f"{experiment}-{stage}-{trace.stem}-p{index}-vllm", experiment, "standalone", "sticky",
+            reference = Case(f"{experiment}-{stage}-{trace.stem}-p{index}-vllm", experiment, "standalone", placement,
                              trace, flame, stage=stage, pair=index, side="reference")
             candidate = replace(reference, trial_id=f"{experiment}-{stage}-{trace.stem}-p{index}-flame",
                                 system="flame", side="candidate", pinned=pinned)
@@ -112,9 +112,15 @@ def admission(traces: list[Path], settings: dict) -> list[Case]:
     return cases
 
 
-def confirmation(traces: list[Path], count: int | dict[str, int], flame: FlameSettings) -> list[Case]:
-    """The final configuration against the fixed sticky vLLM reference, shards pinned to the same GPUs."""
-    return pairs("confirmation", "final", traces, count, flame, pinned=True)
+def confirmation(traces: list[Path], count: int | dict[str, int], flame: FlameSettings,
+                 arms: tuple[str, ...] = ()) -> list[Case]:
+    """The final configuration against the fixed sticky vLLM reference, shards pinned to the same GPUs; then,
+    for each extra arm (ours: `prefix`), the same pairs with both sides placed by that router (stage
+    `final-<arm>`), which the study's table never counts."""
+    cases = pairs("confirmation", "final", traces, count, flame, pinned=True)
+    for arm in arms:
+        cases += pairs("confirmation", f"final-{arm}", traces, count, flame, pinned=True, placement=arm)
+    return cases
 
 
 def gc_diagnostics(trace: Path, flame: FlameSettings, repeats: int = 1) -> list[Case]:
@@ -144,7 +150,7 @@ def for_experiment(name: str, traces: list[Path], settings: dict) -> list[Case]:
     if name == "admission":
         return admission(traces, settings)
     if name == "confirmation":
-        return confirmation(traces, settings.get("pairs", 5), flame)
+        return confirmation(traces, settings.get("pairs", 5), flame, tuple(settings.get("arms", ())))
     if name == "gc":
         return gc_diagnostics(pick_trace(traces, settings.get("trace", "reuse")), flame, settings.get("repeats", 1))
     if name == "routing":

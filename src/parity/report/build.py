@@ -99,7 +99,7 @@ def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, referenc
     admission, admission_data = tables.admission(get("admission"), get("confirmation"), ref)
     gc, gc_data = tables.gc_diagnostics(get("gc"), ref)
     control = tables.mlperf(runs, compares, ref)
-    routing, routing_data = tables.routing(get("routing"))
+    routing, routing_data = tables.routing(get("routing"), get("confirmation"))
     excluded = tables.excluded(experiments)
 
     conf_evidence = tables.evidence([d for e in [get("confirmation")] if e for d in e.trials.values()])
@@ -118,7 +118,7 @@ def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, referenc
              "## 3. Admission\n", *(t.markdown() for t in admission),
              "## 4. Python startup heap (GC)\n", gc.markdown(),
              "## 5. MLPerf control\n", control.markdown(),
-             "## 6. Routing beyond the study (ours)\n", routing.markdown(),
+             "## 6. Routing beyond the study (ours)\n", *(t.markdown() for t in routing),
              "## Excluded trials\n"]
     if excluded:
         parts.append("| Experiment | Trial | Why |\n|---|---|---|\n" + "".join(

@@ -423,16 +423,17 @@ def _split_documents(doc: dict) -> int:
     return sum(len(s) > 1 for s in shards.values())
 
 
-def routing(experiment: Experiment | None) -> tuple[Table, dict]:
+def routing(experiment: Experiment | None, confirmation: Experiment | None = None) -> tuple[list[Table], dict]:
     """Per trace and path: the study's router beside ours (median requests/s, cached share, shard split,
     documents split), and ours over the study's; for ours, the hits it expected beside the realized."""
     table = Table("Routing beyond the study: the study's router and ours", None,
                   ["Trace", "Path", "Router", "Source", "Requests/s", "Cached input tokens", "Requests per shard",
                    "Documents split", "Expected / realized cached tokens", "Ours vs the study's router"])
     plot: dict = {}
+    arms = confirmation_arms(confirmation)
     if experiment is None:
         table.notes.append(not_run("routing"))
-        return table, {"plot": plot}
+        return [table, *arms], {"plot": plot}
     for trace in sorted({c["trace_name"] for c in experiment.cases}):
         for system, path in (("vllm", "standalone"), ("flame", "Flame")):
             medians = {}
@@ -460,4 +461,30 @@ def routing(experiment: Experiment | None) -> tuple[Table, dict]:
     table.notes.append(f"Ours only, not a claim of the study: {repeats} repetition(s) per configuration, interleaved; "
                        "the study's tables keep its sticky router. Requests per shard: each trial's split; documents "
                        "split: documents whose questions went to two shards (the prefix router replicates a hot one).")
-    return table, {"plot": plot}
+    return [table, *arms], {"plot": plot}
+
+
+def confirmation_arms(confirmation: Experiment | None) -> list[Table]:
+    """The confirmation's extra arms (settings `arms`): its pairs again with both sides placed by our router,
+    beside the study's arm (stage `final`); the study's final-throughput table never counts them."""
+    arms = confirmation.doc["settings"].get("arms", []) if confirmation else []
+    if not arms:
+        return []
+    table = Table("Confirmation pairs with our router (extra arms)", None,
+                  ["Workload", "Router", "Source", "Standalone vLLM requests/s", "Flame requests/s",
+                   "Flame vs vLLM median", "Paired throughput ratios", "Pairs counted / excluded"])
+    for trace in sorted({c["trace_name"] for c in confirmation.cases}):
+        for stage, router in (("final", "the study's sticky router"),
+                              *((f"final-{arm}", ROUTERS.get(arm, arm)) for arm in arms)):
+            pairs = confirmation.pairs_where(stage, trace)
+            c = stats.compare(pairs)
+            docs = [d for pair in pairs for d in pair]
+            if not c["pairs"]:
+                table.rows.append([trace, router, ours(docs), *[f.MISSING] * 4, f"0 / {c['excluded_pairs']}"])
+                continue
+            table.rows.append([trace, router, ours(docs), f.spread(c["reference"]), f.spread(c["candidate"]),
+                               f.signed_pct(c["median_difference"]), f.pct_range(*c["ratio_range"]),
+                               f"{c['pairs']} / {c['excluded_pairs']}"])
+    table.notes.append("Ours only: the same fresh, interleaved, GPU-pinned pairs as the study's arm, both sides "
+                       "placed by the named router.")
+    return [table]
