@@ -48,15 +48,17 @@ def rotate(items: list, by: int) -> list:
     return items[by:] + items[:by]
 
 
+def repetitions(experiment: str, configs: list[tuple[str, str]], traces: list[Path], repeats: int,
+                flame: FlameSettings) -> list[Case]:
+    """(system, placement) configurations x traces x repeats, the configuration order rotated every repetition."""
+    return [Case(repetition_id(experiment, system, placement, trace, repeat), experiment, system, placement, trace,
+                 flame, stage=configuration(system, placement))
+            for repeat in range(repeats) for trace in traces for system, placement in rotate(list(configs), repeat)]
+
+
 def locality(traces: list[Path], repeats: int, flame: FlameSettings) -> list[Case]:
-    """Four configurations x traces x repeats, the configuration order rotated every repetition."""
-    cases = []
-    for repeat in range(repeats):
-        for trace in traces:
-            for system, placement in rotate(list(LOCALITY_CONFIGS), repeat):
-                cases.append(Case(repetition_id("locality", system, placement, trace, repeat), "locality", system,
-                                  placement, trace, flame, stage=configuration(system, placement)))
-    return cases
+    """The study's four configurations: vLLM alternating / Flame global / vLLM sticky / Flame sticky."""
+    return repetitions("locality", list(LOCALITY_CONFIGS), traces, repeats, flame)
 
 
 def screening(experiment: str, group: str, trace: Path, configs: list[FlameSettings], repeats: int = 1) -> list[Case]:
@@ -136,10 +138,8 @@ def gc_diagnostics(trace: Path, flame: FlameSettings, repeats: int = 1) -> list[
 
 def routing(traces: list[Path], repeats: int, flame: FlameSettings, placements=("sticky", "prefix")) -> list[Case]:
     """Ours, beyond the study: each path with the study's router and with ours, interleaved and rotated."""
-    configs = [(system, placement) for system in ("standalone", "flame") for placement in placements]
-    return [Case(repetition_id("routing", system, placement, trace, repeat), "routing", system, placement, trace,
-                 flame, stage=configuration(system, placement))
-            for repeat in range(repeats) for trace in traces for system, placement in rotate(configs, repeat)]
+    return repetitions("routing", [(system, p) for system in ("standalone", "flame") for p in placements],
+                       traces, repeats, flame)
 
 
 def for_experiment(name: str, traces: list[Path], settings: dict) -> list[Case]:
