@@ -116,3 +116,11 @@ def test_every_family_is_offered_and_each_row_compares_all_placements():
     result = CliRunner().invoke(bench_routing, ["--quick", "--family", "study-reuse"])
     assert result.exit_code == 0, result.output
     assert "study-reuse" in result.output and "p99" in result.output and "shards" not in result.output.split("\n")[1]
+
+
+def test_a_prompt_shorter_than_a_block_goes_to_the_least_loaded_shard():
+    router = PrefixRouter(2, MODEL_REVISION, cache_tokens=1 << 20)
+    long = np.arange(1000, dtype=np.uint32)
+    assert router.route(long) == 0
+    assert router.route(np.arange(100, dtype=np.uint32)) == 1  # no full block: nothing to match, least loaded
+    assert router.stats()["expected_cached_tokens"] == 0

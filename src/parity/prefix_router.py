@@ -7,11 +7,12 @@
   shards holding it, and each shard's blocks are kept in LRU order within its cache.
 - Decision: the shard with the least cost once this request is added: the work it already has,
   plus this prompt's work there (the prompt minus what that shard holds, plus the output tokens),
-  plus, where it would recompute a prefix another shard holds, that recompute once more (capacity
-  taken from later requests). "Any match" never decides, so a shared system prompt held by every
-  shard does not pull every request to one of them; and a document whose shard is busier than
-  another by more than twice its prefix is replicated there (the hot-prefix guard, which works for
-  two shards, where SGLang's 64-request / 1.5x thresholds never fire).
+  plus, where it would recompute a prefix another shard holds, that recompute `margin` (4) times
+  more (capacity taken from later requests). "Any match" never decides, so a shared system prompt
+  held by every shard does not pull every request to one of them (a head many documents go on from
+  is not any one document's); and a document whose shard is busier than another by more than five
+  times its prefix is replicated there (the hot-prefix guard, which works for two shards, where
+  SGLang's 64-request / 1.5x thresholds never fire).
 - Load: booked as the engine's work (uncached prefill plus decode) and released by `complete`.
 - Capacity: blocks per shard from the engine's KV cache (`cache_tokens`); the oldest blocks of a
   full shard are forgotten as the engine would evict them, and the stats say when the live prefixes
@@ -109,7 +110,7 @@ class PrefixRouter:
         holders, heads = self._holders, self._heads
         depths: dict[int, int] = {}
         shared, depth = 0, 0
-        still = holders.get(chain[0], 0)  # shards holding every block so far
+        still = holders.get(chain[0], 0) if chain else 0  # shards holding every block so far
 
         def settle(mask: int, at: int) -> None:  # these shards hold `at` leading blocks
             while mask:
