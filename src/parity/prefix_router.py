@@ -18,13 +18,15 @@
   full shard are forgotten as the engine would evict them, and the stats say when the live prefixes
   outgrew it (`overflowed`).
 - Feedback: `observe` takes each request's cached tokens as the engine reported them, so a trial
-  records the router's expected hits beside the realized ones.
+  records the router's expected hits beside the realized ones; `follow` keeps the map in step with
+  the engines' own KV cache events (`parity.kv_events`): blocks they stored, evicted or cleared.
 The router sees token IDs only; an assignment is not proof of a hit (the engines' counts are).
 """
 
 from __future__ import annotations
 
-from collections import OrderedDict
+import queue
+from collections import Counter, OrderedDict
 from typing import Sequence
 
 import numpy as np
@@ -98,7 +100,53 @@ class PrefixRouter:
         self._expected: list[int] = []  # cached tokens the router expects, per request in routing order
         self._booked: list[tuple[int, int]] = []  # (shard, work) per request, until `complete`
         self._realized: list[int] | None = None
+        self._changes: queue.SimpleQueue | None = None  # the engines' cache changes, when following them
+        self._followed: Counter = Counter()
         self.overflowed = False
+
+    @property
+    def salt(self) -> int:
+        """What block hashes are salted with (this process's; `parity.kv_events` derives the same hashes)."""
+        return self._salt
+
+    def follow(self, changes: queue.SimpleQueue) -> None:
+        """Keep the map in step with the engines: before each decision, apply the (shard, "stored" | "removed"
+        | "cleared", router block hashes) queued by a `parity.kv_events.Subscriber`."""
+        self._changes = changes
+
+    def _apply_changes(self) -> None:
+        while self._changes is not None:
+            try:
+                shard, kind, hashes = self._changes.get_nowait()
+            except queue.Empty:
+                return
+            self._followed[kind] += 1
+            if kind == "stored":
+                held, bit = self._held[shard], 1 << shard
+                for block in hashes:
+                    if block not in held:
+                        held[block] = None
+                        self._holders[block] = self._holders.get(block, 0) | bit
+            elif kind == "removed":
+                for block in hashes:
+                    self._drop(shard, block)
+                self._evicted += len(hashes)
+                self.overflowed = self.overflowed or bool(hashes)
+            else:
+                for block in list(self._held[shard]):
+                    self._drop(shard, block)
+
+    def _drop(self, shard: int, block: int) -> None:
+        """`shard` no longer holds `block`."""
+        if self._held[shard].pop(block, False) is False:
+            return
+        left = self._holders[block] & ~(1 << shard)
+        if left:
+            self._holders[block] = left
+        else:
+            del self._holders[block]
+            self._forks.pop(block, None)
+            self._heads.discard(block)
 
     def _depths(self, chain: list[int]) -> tuple[dict[int, int], int]:
         """The shards holding the first block of `chain`, each with how many leading blocks it holds; and the
@@ -140,6 +188,7 @@ class PrefixRouter:
 
     def route(self, tokens: Tokens) -> int:
         """The shard for this prompt; books its work there and remembers its blocks on that shard."""
+        self._apply_changes()
         chain = block_chain(tokens, self._salt, self.block_tokens)
         depths, shared = self._depths(chain)
         length, loads, block = len(tokens), self._loads, self.block_tokens
@@ -183,15 +232,9 @@ class PrefixRouter:
                 if len(forks) == 2:
                     self._heads.add(parent)
             holders[block] = holders.get(block, 0) | bit
-        while len(held) > self.capacity_blocks:  # the engine evicts its least recently used blocks
-            block, _ = held.popitem(last=False)
-            left = self._holders[block] & ~bit
-            if left:
-                self._holders[block] = left
-            else:
-                del self._holders[block]
-                self._forks.pop(block, None)
-                self._heads.discard(block)
+        while self._changes is None and len(held) > self.capacity_blocks:  # modelled: the engine evicts its LRU
+            # blocks (when following the engines' events, their BlockRemoved says what went instead)
+            self._drop(shard, next(iter(held)))
             self._evicted += 1
             self.overflowed = True
 
@@ -209,6 +252,11 @@ class PrefixRouter:
         self._realized = list(cached_tokens)
 
     @property
+    def expected(self) -> list[int]:
+        """Cached prompt tokens the router expected, per request in routing order."""
+        return list(self._expected)
+
+    @property
     def loads(self) -> list[int]:
         """Work booked on each shard and not yet released (uncached prompt tokens plus output tokens)."""
         return list(self._loads)
@@ -221,4 +269,5 @@ class PrefixRouter:
                 "capacity_blocks": self.capacity_blocks, "held_blocks": [len(h) for h in self._held],
                 "evicted_blocks": self._evicted, "overflowed": self.overflowed,
                 "expected_cached_tokens": expected, "realized_cached_tokens": realized,
-                "expected_vs_realized": None if not realized else expected / realized}
+                "expected_vs_realized": None if not realized else expected / realized,
+                "engine_changes": dict(self._followed) if self._changes is not None else None}

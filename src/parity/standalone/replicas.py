@@ -38,6 +38,7 @@ class Replica:
     log_path: Path
     process: subprocess.Popen
     reported_gpu: str | None = None
+    events_endpoint: str | None = None  # where its KV cache events are published (parity.kv_events), if on
 
     @property
     def url(self) -> str:
@@ -100,9 +101,15 @@ class ReplicaSet(procs.Supervisor):
     """Start replicas on enter; always tear them down on exit, leaving a cleanup receipt."""
 
     def __init__(self, kind: str, gpus: list[str], args: EngineArgs, log_dir: Path, *,
-                 startup_timeout_s: float = 600, sim_params: Path | None = None):
+                 startup_timeout_s: float = 600, sim_params: Path | None = None, kv_events: bool = False,
+                 serve_flags: tuple[str, ...] = ()):
+        """`kv_events`: each `vllm serve` publishes its KV cache events on a loopback port of its own;
+        `serve_flags`: more `vllm serve` flags (a smaller cache: --num-gpu-blocks-override N)."""
         if kind not in KINDS:
             raise ParityError(f"unknown replica kind {kind!r}: use one of {', '.join(KINDS)}")
+        if (kv_events or serve_flags) and kind != "vllm":
+            raise ParityError("KV cache events and serve flags are vllm serve's; the simulator replicas take neither")
+        self.kv_events, self.serve_flags = kv_events, tuple(serve_flags)
         if not gpus:
             raise ParityError("no GPUs given for the replicas")
         self.kind, self.gpus, self.args = kind, gpus, args
@@ -116,11 +123,18 @@ class ReplicaSet(procs.Supervisor):
             self.log_dir.mkdir(parents=True, exist_ok=True)
             for index, gpu in enumerate(self.gpus):
                 port = procs.free_port()
+                command = _command(self.kind, self.args, port, gpu, self.sim_params) + list(self.serve_flags)
+                endpoint = None
+                if self.kv_events:
+                    from parity import kv_events
+
+                    events_port = procs.free_port()
+                    endpoint = f"tcp://127.0.0.1:{events_port}"
+                    command += ["--kv-events-config", kv_events.config_json(events_port)]
                 log_path = self.log_dir / f"replica-{index}.log"
                 with log_path.open("wb") as log:
-                    process = procs.spawn(_command(self.kind, self.args, port, gpu, self.sim_params), stdout=log,
-                                          env=_environment(self.kind, gpu, self.args))
-                self.replicas.append(Replica(index, gpu, port, log_path, process))
+                    process = procs.spawn(command, stdout=log, env=_environment(self.kind, gpu, self.args))
+                self.replicas.append(Replica(index, gpu, port, log_path, process, events_endpoint=endpoint))
             self._wait_healthy()
             for replica in self.replicas:
                 replica.reported_gpu = _identify(self.kind, replica)

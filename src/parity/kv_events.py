@@ -1,0 +1,190 @@
+"""vLLM's KV cache events, read back into the prefix router's map (placement `prefix`).
+
+Started with `--kv-events-config` (`config_json`: publisher zmq, bound to 127.0.0.1, never vLLM's
+default `tcp://*`), vLLM 0.26-0.28 publishes on ZMQ PUB three frames per message: topic, sequence
+number, msgpack `EventBatch(ts, events[, data_parallel_rank])`; each event a tagged array:
+`["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, ...]`,
+`["BlockRemoved", block_hashes, ...]`, `["AllBlocksCleared"]`. Fields grew across versions, so they
+are read by position and the rest ignored; only full blocks are announced.
+
+`EngineBlocks` turns one shard's stored engine blocks (16 tokens each) back into the router's own
+block hashes, with the same fingerprints as `parity.prefix_router.block_chain`, accumulated 16
+tokens at a time, so the router's map follows what the engine holds: stored, evicted, cleared.
+`Subscriber` reads one stream per shard on a thread and queues what it derives; the router applies
+the queue at its next decision (`PrefixRouter.follow`), so the map is only ever changed from the
+routing thread. A subscriber that expected events and received none says so (`check`): a publisher
+that is configured but sends nothing is a known upstream failure.
+"""
+
+from __future__ import annotations
+
+import json
+import queue
+import threading
+from collections import Counter
+
+import numpy as np
+
+from parity.errors import ParityError
+from parity.prefix_router import BLOCK_TOKENS, _DEPTHS, _weights
+
+ENGINE_BLOCK_TOKENS = 16
+TOPIC = "kv"
+_MASK = 2**64 - 1
+
+
+def config_json(port: int) -> str:
+    """vLLM's `--kv-events-config` for a publisher on loopback port `port`."""
+    return json.dumps({"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://127.0.0.1:{port}",
+                       "topic": TOPIC})
+
+
+def decode(payload: bytes) -> list[tuple[str, list]]:
+    """(tag, fields) of each event in one EventBatch payload."""
+    import msgspec
+
+    try:
+        batch = msgspec.msgpack.decode(payload)
+        events = batch[1]
+        return [(str(event[0]), list(event[1:])) for event in events]
+    except (msgspec.DecodeError, IndexError, KeyError, TypeError) as exc:
+        raise ParityError(f"a KV event batch that is not vLLM's EventBatch: {exc}") from None
+
+
+class EngineBlocks:
+    """One shard's engine blocks, each with the router block it ends (when it ends one)."""
+
+    def __init__(self, salt: int, block_tokens: int = BLOCK_TOKENS):
+        if block_tokens % ENGINE_BLOCK_TOKENS:
+            raise ValueError(f"the router's blocks ({block_tokens}) must be whole engine blocks of {ENGINE_BLOCK_TOKENS}")
+        self.salt, self.per_router_block = salt, block_tokens // ENGINE_BLOCK_TOKENS
+        self.words = _weights(block_tokens // 2)  # block_chain's weights: two token IDs per 64-bit word
+        self.depth_weights = _weights(_DEPTHS)
+        self._state: dict = {}  # engine hash -> (engine depth, completed sum, partial fingerprint)
+        self.orphans = 0  # blocks whose parent was never announced (stored before we listened)
+
+    def _router_hash(self, depth: int, done: int, partial: int) -> int | None:
+        if depth % self.per_router_block != self.per_router_block - 1:
+            return None
+        r = depth // self.per_router_block
+        return (self.salt + done + partial * int(self.depth_weights[r % _DEPTHS])) & _MASK
+
+    def stored(self, hashes: list, parent, token_ids: list[int], block_size: int) -> list[int]:
+        """The router blocks these engine blocks complete."""
+        if block_size != ENGINE_BLOCK_TOKENS or len(token_ids) != block_size * len(hashes):
+            raise ParityError(f"KV event: {len(hashes)} blocks of {block_size} tokens with {len(token_ids)} token IDs; "
+                              f"the router reads blocks of {ENGINE_BLOCK_TOKENS}")
+        if parent is None:
+            depth, done, partial = -1, 0, 0
+        elif parent in self._state:
+            depth, done, partial = self._state[parent]
+        else:
+            self.orphans += len(hashes)
+            return []
+        tokens = np.asarray(token_ids, dtype=np.uint32).view(np.uint64).reshape(len(hashes), ENGINE_BLOCK_TOKENS // 2)
+        completed = []
+        for engine_hash, words in zip(hashes, tokens):
+            if depth >= 0 and depth % self.per_router_block == self.per_router_block - 1:  # the last ended one
+                done = (done + partial * int(self.depth_weights[(depth // self.per_router_block) % _DEPTHS])) & _MASK
+                partial = 0
+            depth += 1
+            offset = (depth % self.per_router_block) * (ENGINE_BLOCK_TOKENS // 2)
+            with np.errstate(over="ignore"):
+                piece = int((words @ self.words[offset: offset + ENGINE_BLOCK_TOKENS // 2]))
+            partial = (partial + piece) & _MASK
+            self._state[engine_hash] = (depth, done, partial)
+            ended = self._router_hash(depth, done, partial)
+            if ended is not None:
+                completed.append(ended)
+        return completed
+
+    def removed(self, hashes: list) -> list[int]:
+        """The router blocks these evicted engine blocks had completed."""
+        out = []
+        for engine_hash in hashes:
+            state = self._state.pop(engine_hash, None)
+            if state is not None and (ended := self._router_hash(*state)) is not None:
+                out.append(ended)
+        return out
+
+    def cleared(self) -> None:
+        self._state.clear()
+
+
+class Subscriber:
+    """One SUB socket per shard's publisher; derived router-block changes queued for the router."""
+
+    def __init__(self, endpoints: list[str], salt: int, block_tokens: int = BLOCK_TOKENS):
+        import zmq
+
+        self.context = zmq.Context()
+        self.sockets = []
+        for endpoint in endpoints:
+            sock = self.context.socket(zmq.SUB)
+            sock.setsockopt(zmq.SUBSCRIBE, TOPIC.encode())
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.connect(endpoint)
+            self.sockets.append(sock)
+        self.blocks = [EngineBlocks(salt, block_tokens) for _ in endpoints]
+        self.changes: queue.SimpleQueue = queue.SimpleQueue()  # (shard, "stored" | "removed" | "cleared", hashes)
+        self.counts = [Counter() for _ in endpoints]
+        self.gaps = [0] * len(endpoints)
+        self._last_seq: list[int | None] = [None] * len(endpoints)
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="kv-events", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        import zmq
+
+        poller = zmq.Poller()
+        for sock in self.sockets:
+            poller.register(sock, zmq.POLLIN)
+        while not self._stop.is_set():
+            for sock, _ in poller.poll(100):
+                shard = self.sockets.index(sock)
+                try:
+                    self._take(shard, sock.recv_multipart(zmq.NOBLOCK))
+                except zmq.Again:
+                    continue
+                except ParityError as exc:
+                    self.errors.append(f"shard {shard}: {exc}")
+
+    def _take(self, shard: int, frames: list[bytes]) -> None:
+        if len(frames) != 3:
+            raise ParityError(f"a KV event message of {len(frames)} frames, not topic, sequence, payload")
+        seq = int.from_bytes(frames[1], "big")
+        if self._last_seq[shard] is not None and seq != self._last_seq[shard] + 1:
+            self.gaps[shard] += 1
+        self._last_seq[shard] = seq
+        blocks = self.blocks[shard]
+        for tag, fields in decode(frames[2]):
+            self.counts[shard][tag] += 1
+            if tag == "BlockStored":
+                self.changes.put((shard, "stored", blocks.stored(fields[0], fields[1], fields[2], fields[3])))
+            elif tag == "BlockRemoved":
+                self.changes.put((shard, "removed", blocks.removed(fields[0])))
+            elif tag == "AllBlocksCleared":
+                blocks.cleared()
+                self.changes.put((shard, "cleared", []))
+
+    def check(self) -> None:
+        """ParityError if any shard's publisher sent nothing (or a message could not be read)."""
+        silent = [str(k) for k, c in enumerate(self.counts) if not c]
+        if silent:
+            raise ParityError(f"no KV cache events arrived from shard(s) {', '.join(silent)}: the engine was started "
+                              "with events on, so its publisher sent nothing (a known upstream failure)")
+        if self.errors:
+            raise ParityError(self.errors[0])
+
+    def stats(self) -> dict:
+        return {"events": [dict(c) for c in self.counts], "gaps": self.gaps,
+                "orphan_blocks": [b.orphans for b in self.blocks], "errors": self.errors[:3]}
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        for sock in self.sockets:
+            sock.close(0)
+        self.context.term()
