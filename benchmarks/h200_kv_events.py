@@ -51,14 +51,14 @@ def main() -> int:
         return np.concatenate([docs[doc], np.random.default_rng(1000 * doc + question).integers(
             10, 128_000, 40, dtype=np.uint32)])
 
-    with ReplicaSet("vllm", [gpu], args, a.out / "logs", kv_events=True,
+    followed = PrefixRouter(1, MODEL_REVISION, cache_tokens=blocks * 16)
+    modelled = PrefixRouter(1, MODEL_REVISION, cache_tokens=blocks * 16)
+    events = Subscriber(1, followed.salt)  # bound first: the engine connects to it
+    followed.follow(events.changes)
+    with ReplicaSet("vllm", [gpu], args, a.out / "logs", kv_events=events.endpoints,
                     serve_flags=("--num-gpu-blocks-override", str(blocks))) as replicas:
         replica = replicas.replicas[0]
-        followed = PrefixRouter(1, MODEL_REVISION, cache_tokens=blocks * 16)
-        modelled = PrefixRouter(1, MODEL_REVISION, cache_tokens=blocks * 16)
-        events = Subscriber([replica.events_endpoint], followed.salt)
-        followed.follow(events.changes)
-        time.sleep(1.0)  # the SUB socket joins before the first store
+        time.sleep(1.0)  # the engine's PUB socket has connected
         rows = []
         with httpx.Client(timeout=300) as http:
             def send(tokens: np.ndarray):

@@ -57,14 +57,14 @@ def test_the_router_follows_what_the_engine_stored_and_evicted():
 
 
 def test_a_subscriber_reads_each_shards_stream_and_says_when_one_is_silent():
+    sub = kv_events.Subscriber(2, salt=7)  # binds; each engine's PUB connects, as vLLM's does to a non-* endpoint
     context = zmq.Context()
-    publishers, endpoints = [], []
-    for _ in range(2):
+    publishers = []
+    for endpoint in sub.endpoints:
+        assert endpoint.startswith("tcp://127.0.0.1:")
         pub = context.socket(zmq.PUB)
-        port = pub.bind_to_random_port("tcp://127.0.0.1")
+        pub.connect(endpoint)
         publishers.append(pub)
-        endpoints.append(f"tcp://127.0.0.1:{port}")
-    sub = kv_events.Subscriber(endpoints, salt=7)
     try:
         tokens = np.random.default_rng(2).integers(0, 128_000, 512, dtype=np.uint32)
         hashes, _ = engine_blocks_of(tokens)
@@ -90,4 +90,11 @@ def test_a_batch_that_is_not_vllms_is_refused_in_one_line():
         kv_events.decode(b"\x00garbage")
     with pytest.raises(ParityError, match="blocks of 16"):
         kv_events.EngineBlocks(1).stored([1], None, list(range(32)), 32)
-    assert '"endpoint": "tcp://127.0.0.1:5557"' in kv_events.config_json(5557)
+    assert '"endpoint": "tcp://127.0.0.1:5557"' in kv_events.config_json("tcp://127.0.0.1:5557")
+
+
+def test_events_encoded_as_maps_are_read_by_field_name():
+    payload = msgspec.msgpack.encode({"ts": 1.0, "events": [
+        {"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None, "token_ids": list(range(16)),
+         "block_size": 16, "lora_id": None}, {"type": "AllBlocksCleared"}]})
+    assert kv_events.decode(payload) == [("BlockStored", [[1], None, list(range(16)), 16]), ("AllBlocksCleared", [])]

@@ -1,7 +1,9 @@
 """vLLM's KV cache events, read back into the prefix router's map (placement `prefix`).
 
-Started with `--kv-events-config` (`config_json`: publisher zmq, bound to 127.0.0.1, never vLLM's
-default `tcp://*`), vLLM 0.26-0.28 publishes on ZMQ PUB three frames per message: topic, sequence
+Started with `--kv-events-config` (`config_json`), vLLM 0.26-0.28 publishes on a ZMQ PUB socket,
+which *binds* only a wildcard endpoint (its default `tcp://*:5557`, every interface) and *connects*
+to any other: so the subscriber binds a loopback port and each engine connects to it (checked on an
+H200: with both sides connecting, nothing arrives). Three frames per message: topic, sequence
 number, msgpack `EventBatch(ts, events[, data_parallel_rank])`; each event a tagged array:
 `["BlockStored", block_hashes, parent_block_hash, token_ids, block_size, lora_id, ...]`,
 `["BlockRemoved", block_hashes, ...]`, `["AllBlocksCleared"]`. Fields grew across versions, so they
@@ -33,22 +35,34 @@ TOPIC = "kv"
 _MASK = 2**64 - 1
 
 
-def config_json(port: int) -> str:
-    """vLLM's `--kv-events-config` for a publisher on loopback port `port`."""
-    return json.dumps({"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": f"tcp://127.0.0.1:{port}",
-                       "topic": TOPIC})
+def config_json(endpoint: str) -> str:
+    """vLLM's `--kv-events-config` for a publisher that connects to `endpoint` (a subscriber's loopback port)."""
+    return json.dumps({"enable_kv_cache_events": True, "publisher": "zmq", "endpoint": endpoint, "topic": TOPIC})
+
+
+FIELDS = {"BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size"),
+          "BlockRemoved": ("block_hashes",), "AllBlocksCleared": ()}
 
 
 def decode(payload: bytes) -> list[tuple[str, list]]:
-    """(tag, fields) of each event in one EventBatch payload."""
+    """(tag, fields) of each event in one EventBatch payload, the fields in `FIELDS` order. An event is a
+    tagged array (`[tag, field, ...]`) or, where a version encodes it so, a map with a `type` key."""
     import msgspec
 
     try:
         batch = msgspec.msgpack.decode(payload)
-        events = batch[1]
-        return [(str(event[0]), list(event[1:])) for event in events]
+        events = batch["events"] if isinstance(batch, dict) else batch[1]
+        out = []
+        for event in events:
+            if isinstance(event, dict):
+                tag = str(event.get("type") or event.get("tag"))
+                out.append((tag, [event.get(name) for name in FIELDS.get(tag, ())]))
+            else:
+                out.append((str(event[0]), list(event[1:])))
+        return out
     except (msgspec.DecodeError, IndexError, KeyError, TypeError) as exc:
-        raise ParityError(f"a KV event batch that is not vLLM's EventBatch: {exc}") from None
+        sample = repr(payload[:120])
+        raise ParityError(f"a KV event batch that is not vLLM's EventBatch ({type(exc).__name__}: {exc}): {sample}") from None
 
 
 class EngineBlocks:
@@ -112,24 +126,26 @@ class EngineBlocks:
 
 
 class Subscriber:
-    """One SUB socket per shard's publisher; derived router-block changes queued for the router."""
+    """One SUB socket per shard, bound to a loopback port of its own (`endpoints`: give shard k's engine
+    `config_json(endpoints[k])`); derived router-block changes queued for the router."""
 
-    def __init__(self, endpoints: list[str], salt: int, block_tokens: int = BLOCK_TOKENS):
+    def __init__(self, shards: int, salt: int, block_tokens: int = BLOCK_TOKENS):
         import zmq
 
         self.context = zmq.Context()
-        self.sockets = []
-        for endpoint in endpoints:
+        self.sockets, self.endpoints = [], []
+        for _ in range(shards):
             sock = self.context.socket(zmq.SUB)
             sock.setsockopt(zmq.SUBSCRIBE, TOPIC.encode())
             sock.setsockopt(zmq.LINGER, 0)
-            sock.connect(endpoint)
+            port = sock.bind_to_random_port("tcp://127.0.0.1")
             self.sockets.append(sock)
-        self.blocks = [EngineBlocks(salt, block_tokens) for _ in endpoints]
+            self.endpoints.append(f"tcp://127.0.0.1:{port}")
+        self.blocks = [EngineBlocks(salt, block_tokens) for _ in range(shards)]
         self.changes: queue.SimpleQueue = queue.SimpleQueue()  # (shard, "stored" | "removed" | "cleared", hashes)
-        self.counts = [Counter() for _ in endpoints]
-        self.gaps = [0] * len(endpoints)
-        self._last_seq: list[int | None] = [None] * len(endpoints)
+        self.counts = [Counter() for _ in range(shards)]
+        self.gaps = [0] * shards
+        self._last_seq: list[int | None] = [None] * shards
         self.errors: list[str] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kv-events", daemon=True)

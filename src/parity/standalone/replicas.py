@@ -101,14 +101,17 @@ class ReplicaSet(procs.Supervisor):
     """Start replicas on enter; always tear them down on exit, leaving a cleanup receipt."""
 
     def __init__(self, kind: str, gpus: list[str], args: EngineArgs, log_dir: Path, *,
-                 startup_timeout_s: float = 600, sim_params: Path | None = None, kv_events: bool = False,
-                 serve_flags: tuple[str, ...] = ()):
-        """`kv_events`: each `vllm serve` publishes its KV cache events on a loopback port of its own;
-        `serve_flags`: more `vllm serve` flags (a smaller cache: --num-gpu-blocks-override N)."""
+                 startup_timeout_s: float = 600, sim_params: Path | None = None,
+                 kv_events: list[str] | None = None, serve_flags: tuple[str, ...] = ()):
+        """`kv_events`: per replica, the loopback endpoint its `vllm serve` sends its KV cache events to (a
+        `parity.kv_events.Subscriber`'s); `serve_flags`: more `vllm serve` flags (a smaller cache:
+        --num-gpu-blocks-override N)."""
         if kind not in KINDS:
             raise ParityError(f"unknown replica kind {kind!r}: use one of {', '.join(KINDS)}")
         if (kv_events or serve_flags) and kind != "vllm":
             raise ParityError("KV cache events and serve flags are vllm serve's; the simulator replicas take neither")
+        if kv_events is not None and len(kv_events) != len(gpus):
+            raise ParityError(f"{len(kv_events)} KV event endpoints for {len(gpus)} replicas")
         self.kv_events, self.serve_flags = kv_events, tuple(serve_flags)
         if not gpus:
             raise ParityError("no GPUs given for the replicas")
@@ -124,13 +127,11 @@ class ReplicaSet(procs.Supervisor):
             for index, gpu in enumerate(self.gpus):
                 port = procs.free_port()
                 command = _command(self.kind, self.args, port, gpu, self.sim_params) + list(self.serve_flags)
-                endpoint = None
-                if self.kv_events:
+                endpoint = self.kv_events[index] if self.kv_events else None
+                if endpoint:
                     from parity import kv_events
 
-                    events_port = procs.free_port()
-                    endpoint = f"tcp://127.0.0.1:{events_port}"
-                    command += ["--kv-events-config", kv_events.config_json(events_port)]
+                    command += ["--kv-events-config", kv_events.config_json(endpoint)]
                 log_path = self.log_dir / f"replica-{index}.log"
                 with log_path.open("wb") as log:
                     process = procs.spawn(command, stdout=log, env=_environment(self.kind, gpu, self.args))
