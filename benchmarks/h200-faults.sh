@@ -11,12 +11,7 @@ set -uo pipefail
 out=$1
 steps=${2:-12}
 source benchmarks/h200-env.sh
-parity() { python3 -m parity "$@"; }
-gpu=$(nvidia-smi --query-gpu=uuid --format=csv,noheader | head -1)
-mkdir -p "$out"
-parity smoke-inputs --out /tmp/parity-inputs --articles 300 >/dev/null 2>&1
-parity trace --corpus /tmp/parity-inputs/corpus.jsonl --tokenizer /tmp/parity-inputs/tokenizer --out "$out/traces" \
-  --name reuse --documents 8 --questions 4 --prefix-tokens 2000 --seed 1 >/dev/null
+small_reuse_trace "$out"
 backend=$(printf '{"engine": "vllm", "gpus": ["%s"], "cluster": "flame", "flame_bin_dir": "%s", "model": "%s", "load_format": "dummy", "warmup_rounds": 1}' \
   "$gpu" "${FLAME_BIN_DIR:-}" "$model")
 final=$(python3 -c 'import json, yaml; print(json.dumps(yaml.safe_load(open("config/experiments.yaml"))["experiments"]["confirmation"]["flame"]))')
