@@ -607,7 +607,7 @@ def check_cmd(trials, pinning_from):
 
 @main.group("experiment")
 def experiment_group():
-    """The study's experiments: locality, admission, confirmation, gc, and the engine's offline limit."""
+    """The study's experiments (locality, admission, confirmation, gc, the offline limit) and ours (routing)."""
 
 
 @experiment_group.command("run")
