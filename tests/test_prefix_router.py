@@ -124,3 +124,20 @@ def test_a_prompt_shorter_than_a_block_goes_to_the_least_loaded_shard():
     assert router.route(long) == 0
     assert router.route(np.arange(100, dtype=np.uint32)) == 1  # no full block: nothing to match, least loaded
     assert router.stats()["expected_cached_tokens"] == 0
+
+
+def test_the_prefix_router_is_sized_from_the_engines_cache_and_says_when_it_outgrew_it(small_reuse_trace, tmp_path):
+    from parity import trial
+    from parity.engine.sim import SimEngine, SimParams
+    from parity.paths.engine import EnginePath
+
+    small = SimParams(kv_cache_tokens=4 * 1024)  # far less than the trace's prefixes
+    lines = []
+    doc = trial.run(EnginePath(SimEngine(params=small)), small_reuse_trace, tmp_path, trial_id="t", experiment="engine",
+                    router=RouterSettings("prefix"), warmup_rounds=0, log=lines.append)
+    assert doc["router"]["capacity_blocks"] == 4 * 1024 // 256 and doc["router"]["overflowed"]
+    assert any("outgrew the engine's cache (4,096 tokens)" in line for line in lines)
+    roomy = trial.run(EnginePath(SimEngine()), small_reuse_trace, tmp_path, trial_id="u", experiment="engine",
+                      router=RouterSettings("prefix"), warmup_rounds=0, log=lines.append)
+    assert roomy["router"]["capacity_blocks"] == SimParams.load().kv_cache_tokens // 256
+    assert not roomy["router"]["overflowed"] and roomy["router"]["realized_cached_tokens"]

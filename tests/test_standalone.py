@@ -171,3 +171,16 @@ def test_a_signal_mid_burst_cancels_the_requests_in_flight(reuse_trace, tmp_path
     gc.collect()
     assert not [r.getMessage() for r in caplog.records if r.name == "asyncio"]
     assert path.receipt["clean"]
+
+
+def test_the_kv_cache_a_vllm_replica_reports_is_read_from_its_log(tmp_path):
+    import subprocess
+
+    from parity.standalone.replicas import Replica
+
+    replica_set = ReplicaSet("vllm", ["GPU-a"], EngineArgs(), tmp_path)
+    log = tmp_path / "replica-0.log"
+    replica_set.replicas = [Replica(0, "GPU-a", 1, log, subprocess.Popen(["true"]))]
+    assert replica_set.kv_cache_tokens() is None  # no log yet: unknown, not a guess
+    log.write_text("(EngineCore pid=1) INFO [kv_cache_utils.py:2177] GPU KV cache size: 898,784 tokens\n")
+    assert replica_set.kv_cache_tokens() == 898_784

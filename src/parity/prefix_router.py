@@ -89,7 +89,7 @@ class PrefixRouter:
             raise ValueError(f"cache_tokens ({cache_tokens}) must hold at least one block of {block_tokens}")
         self.num_shards, self.block_tokens, self.output_tokens = num_shards, block_tokens, output_tokens
         self.margin = margin  # a held prefix recomputed elsewhere counts (1 + margin) times
-        self.capacity_blocks = cache_tokens // block_tokens
+        self.cache_tokens, self.capacity_blocks = cache_tokens, cache_tokens // block_tokens
         self._salt = hash(("parity-prefix-v1", revision)) & (2**64 - 1)
         self._holders: dict[int, int] = {}  # block hash -> bit mask of the shards holding it
         self._forks: dict[int, set[int]] = {}  # block hash -> the blocks seen after it that go on further

@@ -46,6 +46,8 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
         raise ParityError(f"the {path.name} path places requests by {' or '.join(path.placements)}, "
                           f"not {router.placement!r}")
     started = time.monotonic()
+    if router.placement == "prefix" and path.cache_tokens:  # the prefix router's map sized from the engine's cache
+        router = dataclasses.replace(router, cache_tokens=path.cache_tokens)
     trace = load_trace(trace_path)
     ids = [r.id for r in trace.requests]
     with path.trial(trial_id, router):
@@ -59,6 +61,9 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
             burst = path.release(list(trace.prompts), ids, routed, schedule)
         if hasattr(routed, "observe"):  # the router's expected hits beside the engine's, in its stats
             routed.observe([c.cached_tokens for c in burst.completions])
+            if routed.overflowed:
+                log(f"  the prefix router's map outgrew the engine's cache ({routed.cache_tokens:,} tokens): "
+                    f"{routed.stats()['evicted_blocks']} blocks forgotten")
         described = path.describe(burst)
     records = request_records(trace, burst.completions, burst.placements, input_hashes=burst.input_hashes)
     config = {"path": path.name, "placement": router.placement, "revision_salt": router.revision,

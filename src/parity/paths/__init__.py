@@ -60,7 +60,7 @@ class ServingPath:
     """The serving-path interface; see the module docstring."""
 
     name: ClassVar[str] = ""  # set by `register`
-    placements: ClassVar[tuple[str, ...]] = ("alternating", "sticky")
+    placements: ClassVar[tuple[str, ...]] = ("alternating", "sticky", "prefix")
     receipt_path: Path | None = None
     receipt: dict | None = None
 
@@ -89,6 +89,11 @@ class ServingPath:
     def shards(self) -> int:
         """How many shards the router chooses among (inside `trial`)."""
         return 1
+
+    @property
+    def cache_tokens(self) -> int | None:
+        """KV cache tokens of one shard's engine, where the path knows them (the prefix router is sized so)."""
+        return None
 
     @contextlib.contextmanager
     def trial(self, trial_id: str, router) -> Iterator[None]:

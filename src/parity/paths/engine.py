@@ -22,6 +22,11 @@ class EnginePath(ServingPath):
     def __init__(self, engine: Engine, batch: int | None = None):
         self.engine, self.batch = engine, batch
 
+    @property
+    def cache_tokens(self) -> int | None:
+        params = getattr(self.engine, "params", None)  # the simulator's KV pool; vLLM's is not exposed here
+        return getattr(params, "kv_cache_tokens", None)
+
     @contextlib.contextmanager
     def trial(self, trial_id: str, router):
         self.engine.reset_prefix_cache()  # earlier runs on this engine must not warm this one

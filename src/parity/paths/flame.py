@@ -87,7 +87,7 @@ class FlamePath(ServingPath):
         """`engine`: the family the workers build (sim or vllm), through `settings.api`."""
         self.cluster, self.gpus, self.settings = running_cluster, gpus, settings
         self.engine, self.engine_args = engine, engine_args
-        self.data = session_data(settings, engine, engine_args.to_dict(), sim_params)
+        self.data, self.sim_params = session_data(settings, engine, engine_args.to_dict(), sim_params), sim_params
         self.sessions: FlameSessions | None = None
 
     @classmethod
@@ -102,6 +102,15 @@ class FlamePath(ServingPath):
     @property
     def shards(self) -> int:
         return self.sessions.shards
+
+    @property
+    def cache_tokens(self) -> int | None:
+        """The simulated workers' KV pool (a vLLM worker's is in its own log, not here)."""
+        if self.engine != "sim":
+            return None
+        from parity.engine.sim import SimParams
+
+        return SimParams.load(self.sim_params).kv_cache_tokens
 
     @contextlib.contextmanager
     def trial(self, trial_id: str, router):

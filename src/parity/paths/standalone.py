@@ -53,6 +53,15 @@ class StandalonePath(ServingPath):
     def shards(self) -> int:
         return len(self.replicas.replicas)
 
+    @property
+    def cache_tokens(self) -> int | None:
+        """The simulator replicas' KV pool; for `vllm serve`, the size its log reports."""
+        if self.replicas.kind == "sim":
+            from parity.engine.sim import SimParams
+
+            return SimParams.load(self.replicas.sim_params).kv_cache_tokens
+        return self.replicas.kv_cache_tokens()
+
     @contextlib.contextmanager
     def trial(self, trial_id: str, router):
         self.replicas.reset_prefix_caches()

@@ -120,6 +120,18 @@ class ReplicaSet(procs.Supervisor):
         self.replicas: list[Replica] = []
         self.receipt: dict | None = None
 
+    def kv_cache_tokens(self) -> int | None:
+        """The smallest KV cache any `vllm serve` replica reports in its log ("GPU KV cache size: N tokens")."""
+        import re
+
+        sizes = []
+        for replica in self.replicas:
+            text = replica.log_path.read_text(errors="replace") if replica.log_path.exists() else ""
+            found = re.findall(r"GPU KV cache size: ([\d,]+) tokens", text)
+            if found:
+                sizes.append(int(found[-1].replace(",", "")))
+        return min(sizes) if len(sizes) == len(self.replicas) and sizes else None
+
     def __enter__(self) -> "ReplicaSet":
         self._supervise()
         try:
