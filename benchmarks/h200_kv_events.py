@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -40,8 +41,8 @@ def main() -> int:
     ap.add_argument("--prefix-tokens", type=int, default=8000)
     a = ap.parse_args()
     a.out.mkdir(parents=True, exist_ok=True)
-    gpu = __import__("subprocess").run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"],
-                                       capture_output=True, text=True, check=True).stdout.split()[0]
+    gpu = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"],
+                         capture_output=True, text=True, check=True).stdout.split()[0]
     blocks = a.cache_docs * (a.prefix_tokens + 64) // 16
     args = EngineArgs(model=a.model, load_format="dummy", max_model_len=16384)
     rng = np.random.default_rng(0)
