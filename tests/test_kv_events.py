@@ -98,3 +98,112 @@ def test_events_encoded_as_maps_are_read_by_field_name():
         {"type": "BlockStored", "block_hashes": [1], "parent_block_hash": None, "token_ids": list(range(16)),
          "block_size": 16, "lora_id": None}, {"type": "AllBlocksCleared"}]})
     assert kv_events.decode(payload) == [("BlockStored", [[1], None, list(range(16)), 16]), ("AllBlocksCleared", [])]
+
+
+def drained(sub: kv_events.Subscriber) -> list[tuple]:
+    out = []
+    while not sub.changes.empty():
+        out.append(sub.changes.get())
+    return out
+
+
+def test_the_simulator_publishes_what_it_caches_and_evicts_as_vllm_does(small_reuse_trace):
+    from parity.engine.sim import SimEngine, SimParams
+    from parity.trace import load_trace
+
+    prompts = list(load_trace(small_reuse_trace).prompts)[:8]  # two documents, four questions each
+    sub = kv_events.Subscriber(1, salt=99)
+    engine = SimEngine(kv_events=sub.endpoints[0])
+    try:
+        engine.generate(prompts)
+        sub.settle()
+        stored = {h for _, kind, hashes in drained(sub) if kind == "stored" for h in hashes}
+        assert stored == {h for p in prompts for h in block_chain(p, 99)}  # every full router block, as routed
+        assert sub.held() == [len(stored)] and sub.stats()["gaps"] == [0] and sub.stats()["orphan_blocks"] == [0]
+        engine.reset_prefix_cache()
+        sub.settle()
+        assert drained(sub) == [(0, "cleared", [])] and sub.counts[0]["AllBlocksCleared"] == 1
+    finally:
+        engine.close()
+        sub.close()
+    small = SimParams(kv_cache_tokens=4096)  # a pool of 256 blocks: a second document evicts the first
+    sub = kv_events.Subscriber(1, salt=99)
+    engine = SimEngine(params=small, kv_events=sub.endpoints[0])
+    try:
+        for prompt in prompts:
+            engine.generate([prompt])
+        sub.settle()
+        assert sub.counts[0]["BlockRemoved"] > 0 and 0 < sub.held()[0] <= 4096 // 256
+    finally:
+        engine.close()
+        sub.close()
+
+
+class _Followed:
+    """The engine path with a subscriber, as a path whose engines publish would have."""
+
+    def __init__(self, publish: bool):
+        from parity.engine.sim import SimEngine
+        from parity.paths.engine import EnginePath
+        from parity.prefix_router import salt_of
+
+        self.events = kv_events.Subscriber(1, salt_of(MODEL_REVISION))
+        self.path = EnginePath(SimEngine(kv_events=self.events.endpoints[0] if publish else None))
+        self.path.events = self.events
+
+    def close(self):
+        self.path.engine.close()
+        self.events.close()
+
+
+def test_a_prefix_trial_follows_the_engines_events_and_records_them(small_reuse_trace, tmp_path):
+    from parity import trial
+    from parity.affinity import RouterSettings
+
+    followed = _Followed(publish=True)
+    try:
+        doc = trial.run(followed.path, small_reuse_trace, tmp_path, trial_id="t", experiment="routing",
+                        router=RouterSettings("prefix"), warmup_rounds=1, log=lambda m: None)
+    finally:
+        followed.close()
+    kv = doc["kv_events"]
+    assert kv["events"][0]["BlockStored"] > 0 and kv["gaps"] == [0] and kv["errors"] == []
+    assert kv["engine_held_blocks"] == kv["router_held_blocks"]  # the map in step with the engine
+    assert doc["router"]["engine_changes"]["stored"] > 0
+    router = doc["router"]  # the working set fits: every hit the engine made, the router expected, block for block
+    assert router["expected_cached_tokens"] == router["realized_in_blocks"] and router["expected_vs_realized_in_blocks"] == 1
+    assert 0.8 < router["expected_vs_realized"] < 1  # the engine also hits the tail of a block the router hashes whole
+
+
+def test_engines_that_were_to_publish_and_sent_nothing_fail_the_trial(small_reuse_trace, tmp_path):
+    from parity import trial
+    from parity.affinity import RouterSettings
+
+    followed = _Followed(publish=False)
+    try:
+        with pytest.raises(ParityError, match=r"no KV cache events arrived from shard\(s\) 0"):
+            trial.run(followed.path, small_reuse_trace, tmp_path, trial_id="t", experiment="routing",
+                      router=RouterSettings("prefix"), warmup_rounds=0, log=lambda m: None)
+    finally:
+        followed.close()
+    assert not (tmp_path / "t.json").exists()  # no partial trial written
+
+
+def test_both_paths_engines_publish_from_their_own_processes_to_the_trials_router(small_reuse_trace, sim_backend,
+                                                                                 tmp_path):
+    """Simulator replicas (standalone) and stand-in Flame workers each publish to a subscriber of the trial's."""
+    import dataclasses
+
+    from parity.experiments import plan
+    from parity.experiments.runner import run_experiment
+    from parity.manifest import read_manifest
+
+    cases = plan.for_experiment("routing", [small_reuse_trace], {"repeats": 1, "placements": ["prefix"]})
+    run_experiment("routing", cases, dataclasses.replace(sim_backend, warmup_rounds=1), tmp_path, settings={},
+                   log=lambda m: None)
+    for case in cases:
+        doc = read_manifest(tmp_path / "trials" / f"{case.trial_id}.json")
+        kv = doc["kv_events"]
+        assert doc["verdict"]["status"] == "passed" and all(e["BlockStored"] > 0 for e in kv["events"]), case.system
+        assert kv["engine_held_blocks"] == kv["router_held_blocks"] and kv["gaps"] == [0, 0]
+        assert doc["router"]["expected_vs_realized_in_blocks"] == 1

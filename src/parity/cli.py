@@ -485,12 +485,16 @@ def _run_trials(path, placements, traces, repeats, experiment, warmup_rounds, ou
 @click.option("--port", type=click.IntRange(1, 65535), required=True)
 @click.option("--gpu-uuid", default="sim-0", show_default=True)
 @click.option("--sim-params", type=click.Path(path_type=Path), default=None)
+@click.option("--kv-events", metavar="ENDPOINT", default=None,
+              help="Publish KV cache events to this subscriber endpoint (tcp://127.0.0.1:PORT), as vLLM does.")
 @friendly_errors
-def standalone_sim_server(port, gpu_uuid, sim_params):
+def standalone_sim_server(port, gpu_uuid, sim_params, kv_events):
     """One simulator replica speaking vLLM's /v1/completions subset on 127.0.0.1 (a replica set starts it)."""
     from parity.standalone.sim_server import serve
 
-    serve(port, gpu_uuid, sim_params)
+    if kv_events and not kv_events.startswith("tcp://127.0.0.1:"):
+        raise click.BadParameter("a loopback endpoint, tcp://127.0.0.1:PORT", param_hint="--kv-events")
+    serve(port, gpu_uuid, sim_params, kv_events=kv_events)
 
 
 @bench.command("codec")

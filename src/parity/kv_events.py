@@ -15,7 +15,8 @@ tokens at a time, so the router's map follows what the engine holds: stored, evi
 `Subscriber` reads one stream per shard on a thread and queues what it derives; the router applies
 the queue at its next decision (`PrefixRouter.follow`), so the map is only ever changed from the
 routing thread. A subscriber that expected events and received none says so (`check`): a publisher
-that is configured but sends nothing is a known upstream failure.
+that is configured but sends nothing is a known upstream failure. `Publisher` is an engine's side, as
+vLLM's: the simulator publishes the same events through it, so the CPU chain exercises the same feed.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from __future__ import annotations
 import json
 import queue
 import threading
+import time
 from collections import Counter
 
 import numpy as np
@@ -65,6 +67,47 @@ def decode(payload: bytes) -> list[tuple[str, list]]:
         raise ParityError(f"a KV event batch that is not vLLM's EventBatch ({type(exc).__name__}: {exc}): {sample}") from None
 
 
+def stored_event(hashes: list, parent, token_ids: list[int]) -> list:
+    """A BlockStored event as vLLM 0.26-0.28 encodes it (a tagged array; lora_id none, medium GPU)."""
+    return ["BlockStored", list(hashes), parent, [int(t) for t in token_ids], ENGINE_BLOCK_TOKENS, None, "GPU"]
+
+
+def removed_event(hashes: list) -> list:
+    return ["BlockRemoved", list(hashes), "GPU"]
+
+
+class Publisher:
+    """An engine's side of the feed, as vLLM's ZmqEventPublisher: one EventBatch per engine step, on a socket
+    connected to the subscriber's endpoint. It waits (up to `join_s`) for the subscription to arrive, since
+    a PUB socket drops what it sends before then (vLLM's does not wait; its engine takes longer to start)."""
+
+    def __init__(self, endpoint: str, join_s: float = 5.0):
+        import zmq
+
+        self.context = zmq.Context()
+        self.socket = self.context.socket(zmq.XPUB)  # a PUB that also hears the subscription
+        self.socket.setsockopt(zmq.LINGER, 2000)
+        self.socket.connect(endpoint)
+        self.joined = bool(self.socket.poll(int(join_s * 1000)))
+        if self.joined:
+            self.socket.recv()
+        self.sequence = 0
+
+    def send(self, events: list) -> None:
+        """Publish `events` (tagged arrays, in the order they happened) as one batch; nothing when empty."""
+        if not events:
+            return
+        import msgspec
+
+        payload = msgspec.msgpack.encode([time.time(), events, None])
+        self.socket.send_multipart([TOPIC.encode(), self.sequence.to_bytes(8, "big"), payload])
+        self.sequence += 1
+
+    def close(self) -> None:
+        self.socket.close()  # lingers: what was sent still goes
+        self.context.term()
+
+
 class EngineBlocks:
     """One shard's engine blocks, each with the router block it ends (when it ends one)."""
 
@@ -95,16 +138,17 @@ class EngineBlocks:
         else:
             self.orphans += len(hashes)
             return []
-        tokens = np.asarray(token_ids, dtype=np.uint32).view(np.uint64).reshape(len(hashes), ENGINE_BLOCK_TOKENS // 2)
+        words = np.asarray(token_ids, dtype=np.uint32).view(np.uint64).reshape(len(hashes), ENGINE_BLOCK_TOKENS // 2)
+        half, per = ENGINE_BLOCK_TOKENS // 2, self.per_router_block
+        offsets = (depth + 1 + np.arange(len(hashes))) % per  # each engine block's place in its router block
+        rows = self.words.reshape(per, half)[offsets]
+        pieces = (words * rows).sum(axis=1, dtype=np.uint64).tolist()  # all the fingerprints' parts at once (mod 2**64)
         completed = []
-        for engine_hash, words in zip(hashes, tokens):
-            if depth >= 0 and depth % self.per_router_block == self.per_router_block - 1:  # the last ended one
-                done = (done + partial * int(self.depth_weights[(depth // self.per_router_block) % _DEPTHS])) & _MASK
+        for engine_hash, piece in zip(hashes, pieces):
+            if depth >= 0 and depth % per == per - 1:  # the last ended one
+                done = (done + partial * int(self.depth_weights[(depth // per) % _DEPTHS])) & _MASK
                 partial = 0
             depth += 1
-            offset = (depth % self.per_router_block) * (ENGINE_BLOCK_TOKENS // 2)
-            with np.errstate(over="ignore"):
-                piece = int((words @ self.words[offset: offset + ENGINE_BLOCK_TOKENS // 2]))
             partial = (partial + piece) & _MASK
             self._state[engine_hash] = (depth, done, partial)
             ended = self._router_hash(depth, done, partial)
@@ -123,6 +167,11 @@ class EngineBlocks:
 
     def cleared(self) -> None:
         self._state.clear()
+
+    def router_blocks(self) -> int:
+        """How many router blocks the engine blocks held now complete."""
+        per = self.per_router_block
+        return sum(1 for depth, _, _ in self._state.values() if depth % per == per - 1)
 
 
 class Subscriber:
@@ -185,6 +234,22 @@ class Subscriber:
                 blocks.cleared()
                 self.changes.put((shard, "cleared", []))
 
+    def settle(self, quiet_s: float = 0.3, limit_s: float = 10.0) -> None:
+        """Wait until no event has arrived for `quiet_s` (what the engines published after the last
+        request is in the queue), at most `limit_s`."""
+        deadline = time.monotonic() + limit_s
+        seen = -1
+        while time.monotonic() < deadline:
+            now = sum(sum(c.values()) for c in self.counts)
+            if now == seen:
+                return
+            seen = now
+            time.sleep(quiet_s)
+
+    def held(self) -> list[int]:
+        """Router blocks each shard's engine reported holding (stored and not since removed)."""
+        return [b.router_blocks() for b in self.blocks]
+
     def check(self) -> None:
         """ParityError if any shard's publisher sent nothing (or a message could not be read)."""
         silent = [str(k) for k, c in enumerate(self.counts) if not c]
@@ -194,8 +259,15 @@ class Subscriber:
         if self.errors:
             raise ParityError(self.errors[0])
 
-    def stats(self) -> dict:
-        return {"events": [dict(c) for c in self.counts], "gaps": self.gaps,
+    def mark(self) -> list[Counter]:
+        """The counts so far, for `stats(since=...)`."""
+        return [Counter(c) for c in self.counts]
+
+    def stats(self, since: list[Counter] | None = None) -> dict:
+        """Events per shard (since `mark`'s counts, when given), sequence gaps, the router blocks each engine
+        reports holding, blocks whose parent was never announced, and the first errors."""
+        counts = self.counts if since is None else [c - s for c, s in zip(self.counts, since)]
+        return {"events": [dict(c) for c in counts], "gaps": self.gaps, "engine_held_blocks": self.held(),
                 "orphan_blocks": [b.orphans for b in self.blocks], "errors": self.errors[:3]}
 
     def close(self) -> None:

@@ -25,6 +25,7 @@ The router sees token IDs only; an assignment is not proof of a hit (the engines
 
 from __future__ import annotations
 
+import hashlib
 import queue
 from collections import Counter, OrderedDict
 from typing import Sequence
@@ -49,6 +50,12 @@ def _weights(count: int) -> np.ndarray:
     if count not in _WEIGHTS:
         _WEIGHTS[count] = _odd_words(count, 0x9A817 + count)
     return _WEIGHTS[count]
+
+
+def salt_of(revision: str) -> int:
+    """What a router for the model at `revision` salts its block hashes with (a cache another revision built
+    matches nothing); the same in every process, so a KV event subscriber made first agrees."""
+    return int.from_bytes(hashlib.blake2b(f"parity-prefix-v1:{revision}".encode(), digest_size=8).digest(), "little")
 
 
 def block_chain(tokens: Tokens, salt: int, block_tokens: int = BLOCK_TOKENS) -> list[int]:
@@ -90,7 +97,7 @@ class PrefixRouter:
         self.num_shards, self.block_tokens, self.output_tokens = num_shards, block_tokens, output_tokens
         self.margin = margin  # a held prefix recomputed elsewhere counts (1 + margin) times
         self.cache_tokens, self.capacity_blocks = cache_tokens, cache_tokens // block_tokens
-        self._salt = hash(("parity-prefix-v1", revision)) & (2**64 - 1)
+        self._salt = salt_of(revision)
         self._holders: dict[int, int] = {}  # block hash -> bit mask of the shards holding it
         self._forks: dict[int, set[int]] = {}  # block hash -> the blocks seen after it that go on further
         self._heads: set[int] = set()  # blocks after which two or more different blocks went on
@@ -106,13 +113,17 @@ class PrefixRouter:
 
     @property
     def salt(self) -> int:
-        """What block hashes are salted with (this process's; `parity.kv_events` derives the same hashes)."""
+        """What block hashes are salted with (`salt_of`; `parity.kv_events` derives the same hashes)."""
         return self._salt
 
     def follow(self, changes: queue.SimpleQueue) -> None:
         """Keep the map in step with the engines: before each decision, apply the (shard, "stored" | "removed"
         | "cleared", router block hashes) queued by a `parity.kv_events.Subscriber`."""
         self._changes = changes
+
+    def sync(self) -> None:
+        """Apply the engines' changes queued so far (each decision does so too)."""
+        self._apply_changes()
 
     def _apply_changes(self) -> None:
         while self._changes is not None:
@@ -264,10 +275,13 @@ class PrefixRouter:
     def stats(self) -> dict:
         expected = sum(self._expected)
         realized = None if self._realized is None else sum(self._realized)
+        # the engine's hits in whole router blocks: what the map can know (it hashes `block_tokens` at a time)
+        in_blocks = None if self._realized is None else sum(c // self.block_tokens * self.block_tokens for c in self._realized)
         return {"policy": "prefix", "requests": self._requests, "loads": self.loads,
                 "replicated": self._replicated, "block_tokens": self.block_tokens,
                 "capacity_blocks": self.capacity_blocks, "held_blocks": [len(h) for h in self._held],
                 "evicted_blocks": self._evicted, "overflowed": self.overflowed,
                 "expected_cached_tokens": expected, "realized_cached_tokens": realized,
                 "expected_vs_realized": None if not realized else expected / realized,
+                "realized_in_blocks": in_blocks, "expected_vs_realized_in_blocks": None if not in_blocks else expected / in_blocks,
                 "engine_changes": dict(self._followed) if self._changes is not None else None}

@@ -5,7 +5,9 @@ and the rule that decides whether a trial already on disk is kept or run again.
 token-shifted variants (each round with a fresh router, so the measured prefixes are cold), releases
 the measured burst under the arrival schedule, and writes the trial manifest once: records, what it
 ran on and with (`ran_with`), the router's statistics, the schedule, and the verdict of the four
-checks. Only a pinned candidate is checked again later, against its paired reference's pinning.
+checks. Where the path's engines publish KV cache events, the measured burst's router follows them
+and the manifest records them (`kv_events`: counts per shard, the blocks each engine reported holding
+beside the router's map); a path whose engines were to publish and sent nothing fails the trial. Only a pinned candidate is checked again later, against its paired reference's pinning.
 
 A rerun after an interruption redoes only what is missing: a trial on disk is kept only when
 `must_run` finds nothing against it. It must be a finished, schema-valid trial; made with every
@@ -46,8 +48,6 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
         raise ParityError(f"the {path.name} path places requests by {' or '.join(path.placements)}, "
                           f"not {router.placement!r}")
     started = time.monotonic()
-    if router.placement == "prefix" and path.cache_tokens:  # the prefix router's map sized from the engine's cache
-        router = dataclasses.replace(router, cache_tokens=path.cache_tokens)
     trace = load_trace(trace_path)
     ids = [r.id for r in trace.requests]
     with path.trial(trial_id, router):
@@ -56,19 +56,35 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
             with client_heap_still():
                 burst = path.release(list(warm.prompts), ids, router.make(path.shards), schedule)
             log(f"  warmup {round_index}: {len(ids)} requests in {burst.duration_s:.2f} s")
+        if router.placement == "prefix" and path.cache_tokens:  # its map sized from the engine's cache
+            router = dataclasses.replace(router, cache_tokens=path.cache_tokens)
         routed = router.make(path.shards)
+        events = path.events if hasattr(routed, "follow") else None
+        if events is not None:  # the map follows the engines, from what the warmups left in them on
+            events.settle()
+            routed.follow(events.changes)
+            routed.sync()
+            since = events.mark()
         with client_heap_still():
             burst = path.release(list(trace.prompts), ids, routed, schedule)
         if hasattr(routed, "observe"):  # the router's expected hits beside the engine's, in its stats
             routed.observe([c.cached_tokens for c in burst.completions])
-            if routed.overflowed:
-                log(f"  the prefix router's map outgrew the engine's cache ({routed.cache_tokens:,} tokens): "
-                    f"{routed.stats()['evicted_blocks']} blocks forgotten")
+        kv_events = None
+        if events is not None:
+            events.settle()
+            events.check()  # expected events and none came: the trial fails, in one line
+            routed.sync()
+            kv_events = events.stats(since) | {"router_held_blocks": routed.stats()["held_blocks"]}
+        if getattr(routed, "overflowed", False):
+            log(f"  the prefix router's map outgrew the engine's cache ({routed.cache_tokens:,} tokens): "
+                f"{routed.stats()['evicted_blocks']} blocks forgotten")
         described = path.describe(burst)
     records = request_records(trace, burst.completions, burst.placements, input_hashes=burst.input_hashes)
     config = {"path": path.name, "placement": router.placement, "revision_salt": router.revision,
               "warmup_rounds": warmup_rounds, **described.config}
     extra = {**burst.extra, **described.extra, "router": routed.stats(), "schedule": schedule.to_dict()}
+    if kv_events is not None:
+        extra["kv_events"] = kv_events
     doc = trial_manifest(trial_id=trial_id, experiment=experiment, system=path.name, engine=described.engine,
                          trace=trace, config=config, records=records, release_s=burst.release_s, gpus=described.gpus,
                          manifest_path=out, extra=extra | ({"ran_with": ran_with} if ran_with is not None else {}))

@@ -132,20 +132,21 @@ def engine_kind(family: str, api: str) -> tuple[str, str]:
     return ("sim", api) if family == "sim" else (f"vllm-{api}", "sync")
 
 
-def make_engine(kind: str, args: EngineArgs | None = None, **sim_options) -> Engine:
-    """`sim` (the CPU default; `mode` sync or async), `vllm-sync` or `vllm-async` (real GPU)."""
+def make_engine(kind: str, args: EngineArgs | None = None, *, kv_events: str | None = None, **sim_options) -> Engine:
+    """`sim` (the CPU default; `mode` sync or async), `vllm-sync` or `vllm-async` (real GPU). `kv_events`:
+    a subscriber's endpoint the engine publishes its KV cache events to (`parity.kv_events`)."""
     args = args or EngineArgs()
     if kind == "sim":
         from parity.engine.sim import SimEngine
 
-        return SimEngine(args, **sim_options)
+        return SimEngine(args, kv_events=kv_events, **sim_options)
     from parity.errors import ParityError
 
     if kind in ("vllm-sync", "vllm-async"):
         from parity.engine.vllm_engines import VllmAsyncEngine, VllmSyncEngine
 
         try:
-            return (VllmSyncEngine if kind == "vllm-sync" else VllmAsyncEngine)(args)
+            return (VllmSyncEngine if kind == "vllm-sync" else VllmAsyncEngine)(args, kv_events=kv_events)
         except ImportError as exc:
             raise ParityError(f"{kind} needs vLLM and torch ({exc.name} is missing): install parity[gpu] "
                               f"on a GPU host, or use the sim engine on a CPU") from None

@@ -166,10 +166,25 @@ class SimScheduler:
 
     def _register(self, req: _Request, new_tokens: int) -> None:
         """Cache the prompt blocks this step fills at scheduling time, as vLLM's allocate_slots does,
-        so a request admitted later in the same step already hits them."""
-        bs = self.args.block_size
+        so a request admitted later in the same step already hits them (and, when the engine publishes
+        KV cache events, say so as one BlockStored per run of blocks, as vLLM does)."""
+        bs, events = self.args.block_size, self.cache.events
+        run: list[int] = []
         for index in range(req.computed // bs, min(req.computed + new_tokens, req.prompt.size) // bs):
-            self.cache.register(req.blocks[index], req.hashes[index])
+            if self.cache.register(req.blocks[index], req.hashes[index]) and events is not None:
+                if run and run[-1] != index - 1:
+                    self._stored(req, run)
+                    run = []
+                run.append(index)
+        if run:
+            self._stored(req, run)
+
+    def _stored(self, req: _Request, indices: list[int]) -> None:
+        from parity.kv_events import stored_event
+
+        bs, first = self.args.block_size, indices[0]
+        self.cache.events.append(stored_event([req.hashes[i] for i in indices], req.hashes[first - 1] if first else None,
+                                              req.prompt[first * bs:(indices[-1] + 1) * bs].tolist()))
 
     def plan(self) -> list[tuple[_Request, int]]:
         """Choose this step's requests and token counts, allocating their KV blocks."""
@@ -291,7 +306,9 @@ class SimEngine(Engine):
     simulated = True
 
     def __init__(self, args: EngineArgs | None = None, params: SimParams | None = None, *,
-                 clock: str = "virtual", gpu_uuid: str = "sim-0", mode: str = "sync"):
+                 clock: str = "virtual", gpu_uuid: str = "sim-0", mode: str = "sync", kv_events: str | None = None):
+        """`kv_events`: a subscriber's endpoint to publish KV cache events to, as `vllm serve
+        --kv-events-config` would (`parity.kv_events`)."""
         self.args = args or EngineArgs()
         self.params = params or SimParams.load()
         if clock not in ("virtual", "paced"):
@@ -300,6 +317,12 @@ class SimEngine(Engine):
         self.gpu_uuid = gpu_uuid
         self.mode = mode
         self.scheduler = SimScheduler(self.args, self.params)
+        self.publisher = None
+        if kv_events:
+            from parity.kv_events import Publisher
+
+            self.publisher = Publisher(kv_events)
+            self.scheduler.cache.events = []
         self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
@@ -353,8 +376,15 @@ class SimEngine(Engine):
 
     # -- stepping ---------------------------------------------------------------------------------
 
+    def _publish(self) -> None:
+        """Send the KV cache events of the step just planned (allocation evicts, scheduling stores)."""
+        if self.publisher is not None and self.scheduler.cache.events:
+            self.publisher.send(self.scheduler.cache.events)
+            self.scheduler.cache.events = []
+
     def _step(self) -> list[tuple[_Request, float]]:
         scheduled = self.scheduler.plan()
+        self._publish()
         if not scheduled:
             raise ParityError("simulator stalled: a waiting request cannot fit in the KV cache")
         work = self.scheduler.work(scheduled)
@@ -371,6 +401,7 @@ class SimEngine(Engine):
                 if self._closed:
                     return
                 scheduled = self.scheduler.plan()
+                self._publish()
                 if not scheduled:
                     error = ParityError("simulator stalled: a waiting request cannot fit in the KV cache")
                     for req in list(self.scheduler.waiting):
@@ -401,6 +432,9 @@ class SimEngine(Engine):
                 raise ParityError("cannot reset the prefix cache while requests are running")
             self.scheduler.cache = PrefixCache(self.scheduler.cache.num_blocks, self.args.block_size,
                                                enabled=self.args.enable_prefix_caching)
+            if self.publisher is not None:
+                self.scheduler.cache.events = []
+                self.publisher.send([["AllBlocksCleared", "GPU"]])
 
     def stats(self) -> dict:
         s = self.scheduler
@@ -418,3 +452,6 @@ class SimEngine(Engine):
             self._lock.notify_all()
         if self._thread is not None:
             self._thread.join(timeout=5)
+        if self.publisher is not None:
+            self.publisher.close()
+            self.publisher = None

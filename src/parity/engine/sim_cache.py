@@ -4,7 +4,8 @@ As in vLLM v1 (`vllm/v1/core/block_pool.py`, `kv_cache_manager.py`): KV memory i
 16-token blocks; a full block is identified by a hash chained to its parent block; blocks of running
 requests are referenced; a block whose last reference goes is kept, still hashed, at the tail of an
 LRU free queue, and is evicted only when an allocation takes it from the head; a hit counts whole
-blocks and at most prompt − 1 tokens.
+blocks and at most prompt − 1 tokens. With `events` set to a list, evictions are appended to it as
+vLLM's BlockRemoved events (the scheduler adds BlockStored; the engine publishes them per step).
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ class PrefixCache:
         self._by_hash: dict[bytes, int] = {}
         self._free: OrderedDict[int, None] = OrderedDict((b, None) for b in range(num_blocks))
         self.evictions = 0
+        self.events: list | None = None  # KV cache events since the engine last published, when it publishes
 
     @property
     def free_blocks(self) -> int:
@@ -87,15 +89,19 @@ class PrefixCache:
                     del self._by_hash[old]
                 self._hash_of[block] = None
                 self.evictions += 1
+                if self.events is not None:
+                    self.events.append(["BlockRemoved", [old], "GPU"])
             self._refs[block] = 1
             out.append(block)
         return out
 
-    def register(self, block: int, block_hash: bytes) -> None:
-        """Make a full, computed block findable by its hash (first writer wins, as in vLLM)."""
+    def register(self, block: int, block_hash: bytes) -> bool:
+        """Make a full, computed block findable by its hash (first writer wins, as in vLLM); whether it was."""
         if self.enabled and self._hash_of[block] is None and block_hash not in self._by_hash:
             self._hash_of[block] = block_hash
             self._by_hash[block_hash] = block
+            return True
+        return False
 
     def release(self, blocks: list[int]) -> None:
         """Drop a request's references; tail blocks go first into the LRU queue, so they go first."""

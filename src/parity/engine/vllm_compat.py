@@ -6,6 +6,7 @@ tested on machines without vLLM or a GPU.
 
 from __future__ import annotations
 
+import json
 import os
 from typing import Any
 
@@ -54,6 +55,18 @@ def engine_kwargs(args: EngineArgs, version: str) -> dict[str, Any]:
     if args.revision and args.load_format != "dummy":
         kwargs["revision"] = args.revision
     return kwargs
+
+
+def kv_events_kwargs(endpoint: str | None) -> dict[str, Any]:
+    """`kv_events_config` for `LLM(...)` / `AsyncEngineArgs(...)`: publish KV cache events to `endpoint` (the
+    same config `vllm serve --kv-events-config` takes; `KVEventsConfig` in 0.26-0.28)."""
+    if not endpoint:
+        return {}
+    from vllm.config import KVEventsConfig
+
+    from parity.kv_events import config_json
+
+    return {"kv_events_config": KVEventsConfig(**json.loads(config_json(endpoint)))}
 
 
 def sampling_kwargs(final_only: bool = False, sampling: dict = SAMPLING) -> dict[str, Any]:

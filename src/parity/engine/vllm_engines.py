@@ -35,13 +35,14 @@ def _raise_on_sigterm() -> None:
 class _VllmBase(Engine):
     simulated = False
 
-    def __init__(self, args: EngineArgs):
+    def __init__(self, args: EngineArgs, kv_events: str | None = None):
         compat.apply_environment()
         _raise_on_sigterm()
         self.args = args
         self.sampling = args.sampling()
         self.versions = compat.versions()
         self.kwargs = compat.engine_kwargs(args, self.versions["vllm"])
+        self.kv_events = kv_events  # a subscriber's endpoint (parity.kv_events); not an engine setting to record
         self.gpu_uuid, self.gpu_name = compat.visible_gpu()
         self._closed = False
         atexit.register(self.close)
@@ -57,11 +58,11 @@ class VllmSyncEngine(_VllmBase):
 
     name = "vllm-sync"
 
-    def __init__(self, args: EngineArgs):
-        super().__init__(args)
+    def __init__(self, args: EngineArgs, kv_events: str | None = None):
+        super().__init__(args, kv_events)
         from vllm import LLM, SamplingParams
 
-        self._llm = LLM(**self.kwargs)
+        self._llm = LLM(**self.kwargs, **compat.kv_events_kwargs(kv_events))
         self._params = SamplingParams(**compat.sampling_kwargs(sampling=self.sampling))
 
     def generate(self, prompts: Sequence[Sequence[int]]) -> list[Completion]:
@@ -95,8 +96,8 @@ class VllmAsyncEngine(_VllmBase):
 
     name = "vllm-async"
 
-    def __init__(self, args: EngineArgs):
-        super().__init__(args)
+    def __init__(self, args: EngineArgs, kv_events: str | None = None):
+        super().__init__(args, kv_events)
         self._ids = itertools.count()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-async-loop", daemon=True)
@@ -113,7 +114,8 @@ class VllmAsyncEngine(_VllmBase):
         from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.v1.engine.async_llm import AsyncLLM
 
-        return AsyncLLM.from_engine_args(AsyncEngineArgs(**self.kwargs, disable_log_stats=True))
+        return AsyncLLM.from_engine_args(AsyncEngineArgs(**self.kwargs, **compat.kv_events_kwargs(self.kv_events),
+                                                         disable_log_stats=True))
 
     def _call(self, coroutine):
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()

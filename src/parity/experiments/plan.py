@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+from parity.affinity import RouterSettings
 from parity.errors import ParityError
 from parity.flame.admission import ORDERS
 from parity.flame.settings import FlameSettings
@@ -21,13 +22,18 @@ class Case:
     trial_id: str  # also its manifest's file name
     experiment: str
     system: str  # the serving path (parity.paths): "standalone" or "flame"
-    placement: str  # standalone: alternating | sticky; flame: global | sticky
+    placement: str  # standalone: alternating | sticky | prefix; flame: global | sticky | prefix
     trace: Path
     flame: FlameSettings = field(default_factory=FlameSettings)
     stage: str | None = None  # which stage of an experiment, e.g. a screening grid or "final"
     pair: int | None = None  # pair index, for cases that are half of a pair
     side: str | None = None  # which half: "reference" (standalone, fixed) or "candidate" (the path under test)
     pinned: bool = False  # must match the paired reference's shard → GPU UUID mapping
+
+    @property
+    def router(self) -> RouterSettings:
+        """The router its placement names, with the settings every case shares."""
+        return RouterSettings(self.placement)
 
 
 LOCALITY_CONFIGS = (("standalone", "alternating"), ("flame", "global"), ("standalone", "sticky"), ("flame", "sticky"))

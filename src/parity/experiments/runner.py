@@ -12,7 +12,6 @@ import contextlib
 from pathlib import Path
 
 from parity import paths, trial
-from parity.affinity import RouterSettings
 from parity.checks import check_file, pinning_of
 from parity.errors import ParityError
 from parity.experiments.backend import Backend
@@ -59,7 +58,7 @@ class Runner:
             return path
         with paths.get(case.system).for_case(case, self) as serving:
             trial.run(serving, case.trace, self.trials_dir, trial_id=case.trial_id, experiment=case.experiment,
-                      router=RouterSettings(case.placement), warmup_rounds=self.backend.warmup_rounds,
+                      router=case.router, warmup_rounds=self.backend.warmup_rounds,
                       ran_with=wanted, log=self.log)
         return path
 

@@ -55,10 +55,11 @@ def register_applications(endpoint: str, gpus: list[str], *, simulated: bool, de
 class FlameSessions:
     """Open sessions (and so engines) for one case; close them, and every batcher, on exit."""
 
-    def __init__(self, cluster, gpus: int, settings: FlameSettings, data: bytes, *, placement: str,
+    def __init__(self, cluster, gpus: int, settings: FlameSettings, data: bytes | list[bytes], *, placement: str,
                  name: str = "parity"):
+        """`data`: the workers' session data (settings.session_data), or one per session."""
         self.cluster, self.gpus, self.settings, self.name = cluster, gpus, settings, name
-        self.data, self.placement = data, placement  # data: the workers' session data (settings.session_data)
+        self.data, self.placement = data, placement
         self.sessions: list = []
         self.batchers: list[Batcher] = []
 
@@ -75,7 +76,8 @@ class FlameSessions:
                 if folder:  # a report left by an earlier run of this trial is not about this one
                     (Path(folder) / f"{self.name}-{index}.txt").unlink(missing_ok=True)
                 session = self.connection.create_session(flamepy.SessionAttributes(
-                    id=f"{self.name}-{index}", application=app, common_data=self.data,
+                    id=f"{self.name}-{index}", application=app,
+                    common_data=self.data[index] if isinstance(self.data, list) else self.data,
                     min_instances=workers, max_instances=workers))
                 self.sessions.append(session)
                 self.batchers.append(Batcher(session.run, name=session.id, batch_limit=s.batch_limit,

@@ -131,7 +131,7 @@ class ParityService(flamepy.FlameService):
 
             sim_options = {"params": SimParams.load(config.get("sim_params")), "clock": "paced",
                            "gpu_uuid": uuid, "mode": sim_mode}
-        self.engine = make_engine(kind, args, **sim_options)
+        self.engine = make_engine(kind, args, kv_events=config.get("kv_events"), **sim_options)
         described = self.engine.describe()
         self.identity = {"executor_id": executor_id, "pid": os.getpid(),
                          "host": socket.gethostname(), "gpu_uuid": described["gpu_uuid"],

@@ -53,8 +53,11 @@ class FlameSettings(Settings):
                 + ("-freeze" if self.gc_freeze else "") + ("" if self.order == "arrival" else f"-{self.order}"))
 
 
-def session_data(settings: FlameSettings, engine: str, engine_args: dict, sim_params: str | None) -> bytes:
+def session_data(settings: FlameSettings, engine: str, engine_args: dict, sim_params: str | None,
+                 kv_events: str | None = None) -> bytes:
     """What every worker of a session receives (Flame's common data): the engine family to build, its
-    arguments and simulator file, and the Flame settings whole."""
+    arguments and simulator file, the Flame settings whole, and where its engine publishes KV cache
+    events (a subscriber's loopback endpoint, when the router follows them)."""
     return json.dumps({"engine": engine, "engine_args": engine_args, "sim_params": sim_params,
-                       "flame": settings.to_dict()}, sort_keys=True).encode()
+                       "flame": settings.to_dict()} | ({"kv_events": kv_events} if kv_events else {}),
+                      sort_keys=True).encode()

@@ -8,6 +8,9 @@ at `receipt_path`. The trial lifecycle (`parity.trial`) then uses three calls:
         burst = path.release(prompts, ids, router.make(path.shards), schedule)   # warmups, then the trial
         described = path.describe(burst)       # what ran: engine, GPUs, config, extras for the manifest
 
+Under the prefix router a path's engines publish their KV cache events to `events` (a subscriber the
+path opens before they start), which the trial's router follows.
+
 `release` routes every request with the router it is given, sends it at its time in the arrival
 schedule, and returns per request what happened (a `Burst`). The name a path is registered under is
 the `system` its trial manifests name. Built in: `standalone` (replicas over HTTP), `flame` (Flame
@@ -63,6 +66,7 @@ class ServingPath:
     placements: ClassVar[tuple[str, ...]] = ("alternating", "sticky", "prefix")
     receipt_path: Path | None = None
     receipt: dict | None = None
+    events = None  # a parity.kv_events.Subscriber while the path's engines publish KV cache events (placement prefix)
 
     @classmethod
     def for_case(cls, case, runner) -> "ServingPath":

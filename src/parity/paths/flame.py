@@ -114,12 +114,25 @@ class FlamePath(ServingPath):
 
     @contextlib.contextmanager
     def trial(self, trial_id: str, router):
-        with FlameSessions(self.cluster, len(self.gpus), self.settings, self.data, placement=router.placement,
-                           name=trial_id) as self.sessions:
-            try:
+        """New sessions (so new workers and engines); under the prefix router each session's engine publishes
+        its KV cache events to a subscriber of this trial's (its endpoint in that session's data)."""
+        data = self.data
+        if router.placement == "prefix":
+            from parity.kv_events import Subscriber
+            from parity.prefix_router import salt_of
+
+            self.events = Subscriber(len(self.gpus), salt_of(router.revision))
+            data = [session_data(self.settings, self.engine, self.engine_args.to_dict(), self.sim_params, kv_events=e)
+                    for e in self.events.endpoints]
+        try:
+            with FlameSessions(self.cluster, len(self.gpus), self.settings, data, placement=router.placement,
+                               name=trial_id) as self.sessions:
                 yield
-            finally:
-                self.sessions = None
+        finally:
+            self.sessions = None
+            if self.events is not None:
+                self.events.close()
+                self.events = None
 
     def release(self, prompts, request_ids, router, schedule) -> Burst:
         """Route and submit each prompt at its time; wait for all (a worker's failure is raised); check that

@@ -25,9 +25,11 @@ class StandalonePath(ServingPath):
     placements = ("alternating", "sticky", "prefix")
 
     def __init__(self, kind: str, gpus: list[str], args: EngineArgs, log_dir: Path, *, startup_timeout_s: float = 600,
-                 sim_params: Path | None = None, receipt_path: Path | None = None):
+                 sim_params: Path | None = None, receipt_path: Path | None = None, kv_events: str | None = None):
+        """`kv_events`: the model revision whose block hashes the replicas' KV cache events are read into
+        (the prefix router follows them); None: no events."""
         self.replicas = ReplicaSet(kind, gpus, args, log_dir, startup_timeout_s=startup_timeout_s, sim_params=sim_params)
-        self.receipt_path = receipt_path
+        self.receipt_path, self.kv_events = receipt_path, kv_events
         self._loop = self._client = None
 
     @classmethod
@@ -36,14 +38,33 @@ class StandalonePath(ServingPath):
         b = runner.backend
         return cls("sim" if b.simulated else "vllm", runner.gpus, b.args(), runner.out_dir / "logs" / case.trial_id,
                    startup_timeout_s=b.startup_timeout_s, sim_params=Path(b.sim_params) if b.sim_params else None,
-                   receipt_path=runner.out_dir / "cleanup" / f"{case.trial_id}.json")
+                   receipt_path=runner.out_dir / "cleanup" / f"{case.trial_id}.json",
+                   kv_events=case.router.revision if case.placement == "prefix" else None)
 
     def __enter__(self) -> "StandalonePath":
-        self.replicas.__enter__()
+        if self.kv_events is not None:  # bound before the replicas start: each engine connects to its port
+            from parity.kv_events import Subscriber
+            from parity.prefix_router import salt_of
+
+            self.events = Subscriber(len(self.replicas.gpus), salt_of(self.kv_events))
+            self.replicas.kv_events = self.events.endpoints
+        try:
+            self.replicas.__enter__()
+        except BaseException:
+            self._close_events()
+            raise
         return self
 
     def close(self, *exc) -> None:
-        self.replicas.__exit__(*exc)
+        try:
+            self.replicas.__exit__(*exc)
+        finally:
+            self._close_events()
+
+    def _close_events(self) -> None:
+        if self.events is not None:
+            self.events.close()
+            self.events = None
 
     @property
     def receipt(self) -> dict | None:

@@ -428,7 +428,8 @@ def routing(experiment: Experiment | None, confirmation: Experiment | None = Non
     documents split), and ours over the study's; for ours, the hits it expected beside the realized."""
     table = Table("Routing beyond the study: the study's router and ours", None,
                   ["Trace", "Path", "Router", "Source", "Requests/s", "Cached input tokens", "Requests per shard",
-                   "Documents split", "Expected / realized cached tokens", "Ours vs the study's router"])
+                   "Documents split", "Expected / realized cached tokens", "Engine KV events: map / engine blocks",
+                   "Ours vs the study's router"])
     plot: dict = {}
     arms = confirmation_arms(confirmation)
     if experiment is None:
@@ -450,17 +451,23 @@ def routing(experiment: Experiment | None, confirmation: Experiment | None = Non
                 hits = [(r.get("expected_cached_tokens"), r.get("realized_cached_tokens")) for r in routers
                         if r.get("realized_cached_tokens")]
                 ratio = (f"{sum(e for e, _ in hits):,} / {sum(r for _, r in hits):,}" if hits else f.MISSING)
+                followed = [doc["kv_events"] for doc in good if doc.get("kv_events")]
+                events = (f"{sum(sum(e.values()) for k in followed for e in k['events']):,} events; "
+                          f"{sum(sum(k['router_held_blocks']) for k in followed):,} / "
+                          f"{sum(sum(k['engine_held_blocks']) for k in followed):,}" if followed else f.MISSING)
                 vs = (f.signed_pct(medians[placement] / medians["sticky"] - 1, 1)
                       if placement != "sticky" and medians.get("sticky") and medians.get(placement) else f.MISSING)
                 table.rows.append([trace, path, ROUTERS.get(placement, placement), ours(docs),
                                    f.spread(d.get("requests_per_s")), f.pct(d.get("cached_share", {}).get("median")),
                                    " / ".join("+".join(map(str, s)) for s in split) or f.MISSING,
-                                   ", ".join(str(_split_documents(doc)) for doc in good) or f.MISSING, ratio, vs])
+                                   ", ".join(str(_split_documents(doc)) for doc in good) or f.MISSING, ratio, events, vs])
             plot.setdefault(trace, {})[path] = medians
     repeats = experiment.doc["settings"].get("repeats")
     table.notes.append(f"Ours only, not a claim of the study: {repeats} repetition(s) per configuration, interleaved; "
                        "the study's tables keep its sticky router. Requests per shard: each trial's split; documents "
-                       "split: documents whose questions went to two shards (the prefix router replicates a hot one).")
+                       "split: documents whose questions went to two shards (the prefix router replicates a hot one). Ours "
+                       "follows the engines' KV cache events (BlockStored / BlockRemoved / AllBlocksCleared): the "
+                       "router blocks its map holds after the burst beside those the engines reported holding.")
     return [table, *arms], {"plot": plot}
 
 

@@ -103,13 +103,13 @@ class ReplicaSet(procs.Supervisor):
     def __init__(self, kind: str, gpus: list[str], args: EngineArgs, log_dir: Path, *,
                  startup_timeout_s: float = 600, sim_params: Path | None = None,
                  kv_events: list[str] | None = None, serve_flags: tuple[str, ...] = ()):
-        """`kv_events`: per replica, the loopback endpoint its `vllm serve` sends its KV cache events to (a
-        `parity.kv_events.Subscriber`'s); `serve_flags`: more `vllm serve` flags (a smaller cache:
-        --num-gpu-blocks-override N)."""
+        """`kv_events`: per replica, the loopback endpoint its engine (`vllm serve` or the simulator) sends its
+        KV cache events to (a `parity.kv_events.Subscriber`'s); `serve_flags`: more `vllm serve` flags (a
+        smaller cache: --num-gpu-blocks-override N)."""
         if kind not in KINDS:
             raise ParityError(f"unknown replica kind {kind!r}: use one of {', '.join(KINDS)}")
-        if (kv_events or serve_flags) and kind != "vllm":
-            raise ParityError("KV cache events and serve flags are vllm serve's; the simulator replicas take neither")
+        if serve_flags and kind != "vllm":
+            raise ParityError("serve flags are vllm serve's; the simulator replicas take none")
         if kv_events is not None and len(kv_events) != len(gpus):
             raise ParityError(f"{len(kv_events)} KV event endpoints for {len(gpus)} replicas")
         self.kv_events, self.serve_flags = kv_events, tuple(serve_flags)
@@ -140,10 +140,12 @@ class ReplicaSet(procs.Supervisor):
                 port = procs.free_port()
                 command = _command(self.kind, self.args, port, gpu, self.sim_params) + list(self.serve_flags)
                 endpoint = self.kv_events[index] if self.kv_events else None
-                if endpoint:
+                if endpoint and self.kind == "vllm":
                     from parity import kv_events
 
                     command += ["--kv-events-config", kv_events.config_json(endpoint)]
+                elif endpoint:
+                    command += ["--kv-events", endpoint]
                 log_path = self.log_dir / f"replica-{index}.log"
                 with log_path.open("wb") as log:
                     process = procs.spawn(command, stdout=log, env=_environment(self.kind, gpu, self.args))

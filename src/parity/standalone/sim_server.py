@@ -84,14 +84,16 @@ def make_app(engine: SimEngine, model: str) -> web.Application:
     return app
 
 
-def serve(port: int, gpu_uuid: str, params_path=None, args: EngineArgs | None = None) -> None:
-    """Run one simulator replica on 127.0.0.1:port until terminated.
+def serve(port: int, gpu_uuid: str, params_path=None, args: EngineArgs | None = None, kv_events: str | None = None) -> None:
+    """Run one simulator replica on 127.0.0.1:port until terminated (`kv_events`: where it publishes its KV
+    cache events, as `vllm serve --kv-events-config` does).
 
     Without `args`, the engine settings come from $PARITY_ENGINE_ARGS (JSON; ReplicaSet sets it), else
     the study's defaults.
     """
     args = args or EngineArgs.from_dict(json.loads(os.environ.get(ENGINE_ARGS_VARIABLE) or "{}"))
-    engine = SimEngine(args, SimParams.load(params_path), clock="paced", gpu_uuid=gpu_uuid, mode="async")
+    engine = SimEngine(args, SimParams.load(params_path), clock="paced", gpu_uuid=gpu_uuid, mode="async",
+                       kv_events=kv_events)
     try:
         web.run_app(make_app(engine, args.model), host="127.0.0.1", port=port, print=None,
                     handle_signals=True, access_log=None)
