@@ -4,14 +4,19 @@
 - Identity: the chain of hashes over every full block of the whole prompt (`block_tokens` each),
   salted with the model revision, so a shared head of any length is matched as far as it goes.
 - Matching: per shard, the deepest block of the chain it holds; an index maps each block to the
-  shards holding it, and each shard's blocks are kept in LRU order within its cache.
+  shards holding it, and each shard's blocks are kept in LRU order within its cache. Past the deepest
+  block, the engine also hits the part of the next block two prompts share (a document's last tokens
+  before its question), so each shard also keeps, under the block before them, hashes of the last
+  full block and the tail of each prompt it was sent, 16 tokens (the engine's block) at a time: what
+  a shard holds is counted in the engine's blocks, not the router's.
 - Decision: the shard with the least cost once this request is added: the work it already has,
-  plus this prompt's work there (the prompt minus what that shard holds, plus the output tokens),
-  plus, where it would recompute a prefix another shard holds, that recompute `margin` (4) times
+  plus this prompt's work there (the prompt minus what that shard holds, plus its output tokens at
+  `DECODE_WEIGHT` prefill tokens each),
+  plus, where it would recompute a prefix another shard holds, that recompute `margin` (1) times
   more (capacity taken from later requests). "Any match" never decides, so a shared system prompt
   held by every shard does not pull every request to one of them (a head many documents go on from
-  is not any one document's); and a document whose shard is busier than another by more than five
-  times its prefix is replicated there (the hot-prefix guard, which works for two shards, where
+  is not any one document's); and a document whose shard is busier than another by more than twice
+  its prefix is replicated there (the hot-prefix guard, which works for two shards, where
   SGLang's 64-request / 1.5x thresholds never fire).
 - Load: booked as the engine's work (uncached prefill plus decode) and released by `complete`.
 - Capacity: blocks per shard from the engine's KV cache (`cache_tokens`); the oldest blocks of a
@@ -26,8 +31,9 @@ The router sees token IDs only; an assignment is not proof of a hit (the engines
 from __future__ import annotations
 
 import hashlib
+import heapq
 import queue
-from collections import Counter, OrderedDict
+from collections import Counter
 from typing import Sequence
 
 import numpy as np
@@ -35,8 +41,12 @@ import numpy as np
 Tokens = Sequence[int] | np.ndarray
 BLOCK_TOKENS = 256
 OUTPUT_TOKENS = 16
+DECODE_WEIGHT = 6.0  # an output token's engine time in prefill tokens: decode_seq_s / prefill_token_s alone is 2.2
+# on the calibrated H200 (config/sim), but a request also adds its share of every decode step's fixed cost and,
+# past max_num_seqs, a wave; 6 is what `parity bench routing` found best (2 to 8 tried) with hot documents
 
 
+FINE_TOKENS = 16  # the engine's KV block: the grain of what a shard is counted as holding past its deepest block
 _WEIGHTS: dict[int, np.ndarray] = {}
 _DEPTHS = 4096  # per-depth multipliers, cycled beyond (a million tokens at 256 per block)
 
@@ -58,6 +68,28 @@ def salt_of(revision: str) -> int:
     return int.from_bytes(hashlib.blake2b(f"parity-prefix-v1:{revision}".encode(), digest_size=8).digest(), "little")
 
 
+def _words(tokens: Tokens) -> np.ndarray:
+    """The prompt's token IDs as 64-bit words, two per word (a trailing odd token dropped: no block has it)."""
+    data = np.asarray(tokens)
+    if data.size == 0:
+        raise ValueError("cannot route an empty prompt")
+    if data.dtype.kind not in "iu":
+        raise ValueError(f"token IDs must be integers, got dtype {data.dtype}")
+    head = data[: data.size // 2 * 2]
+    if head.dtype != np.uint32 or not head.flags.c_contiguous:
+        head = np.ascontiguousarray(head, dtype=np.uint32)
+    return head.view(np.uint64)
+
+
+def _chain(words: np.ndarray, salt: int, block_tokens: int) -> list[int]:
+    half = block_tokens // 2
+    blocks = words.size // half
+    depth = _weights(_DEPTHS)
+    multipliers = depth[:blocks] if blocks <= _DEPTHS else np.resize(depth, blocks)
+    fingerprints = words[: blocks * half].reshape(blocks, half) @ _weights(half)
+    return (np.cumsum(fingerprints * multipliers, dtype=np.uint64) + np.uint64(salt)).tolist()
+
+
 def block_chain(tokens: Tokens, salt: int, block_tokens: int = BLOCK_TOKENS) -> list[int]:
     """Hash k covers tokens [0, (k + 1) * block_tokens): two prompts share hash k exactly when they share
     that prefix (up to 64-bit collisions). Only full blocks: the engine caches nothing shorter.
@@ -65,43 +97,56 @@ def block_chain(tokens: Tokens, salt: int, block_tokens: int = BLOCK_TOKENS) -> 
     Vectorized: each block's fingerprint is a dot product of its token IDs (two per 64-bit word) with
     fixed odd weights, and hash k is the salt plus the running sum of fingerprints times per-depth odd
     multipliers, all mod 2**64, so equal hashes mean equal fingerprints at every depth up to k."""
-    data = np.asarray(tokens)
-    if data.size == 0:
-        raise ValueError("cannot route an empty prompt")
-    if data.dtype.kind not in "iu":
-        raise ValueError(f"token IDs must be integers, got dtype {data.dtype}")
-    blocks = data.size // block_tokens
-    head = data[: blocks * block_tokens]
-    if block_tokens % 2:
-        words = head.astype(np.uint64).reshape(blocks, block_tokens)
-    else:
-        if head.dtype != np.uint32 or not head.flags.c_contiguous:
-            head = np.ascontiguousarray(head, dtype=np.uint32)
-        words = head.view(np.uint64).reshape(blocks, block_tokens // 2)  # two token IDs per word, no copy
-    depth = _weights(_DEPTHS)
-    multipliers = depth[:blocks] if blocks <= _DEPTHS else np.resize(depth, blocks)
-    with np.errstate(over="ignore"):
-        chain = np.cumsum((words @ _weights(words.shape[1])) * multipliers, dtype=np.uint64) + np.uint64(salt)
-    return chain.tolist()
+    if block_tokens % FINE_TOKENS:
+        raise ValueError(f"block_tokens ({block_tokens}) must be whole engine blocks of {FINE_TOKENS} tokens")
+    return _chain(_words(tokens), salt, block_tokens)
+
+
+def _fine(words: np.ndarray, block: int, before: int, block_tokens: int) -> list[int]:
+    """Hash j covers the first j + 1 engine blocks (FINE_TOKENS tokens each) of router block `block`, after
+    the prefix whose chain hash is `before`; never the whole block (its chain hash says that). The same
+    weights as the block's fingerprint, so the engine's events give the same hashes."""
+    half, per = FINE_TOKENS // 2, block_tokens // FINE_TOKENS
+    start = block * (block_tokens // 2)
+    count = min((words.size - start) // half, per - 1)
+    if count <= 0:
+        return []
+    weights = _weights(block_tokens // 2)[: count * half].reshape(count, half)
+    parts = (words[start: start + count * half].reshape(count, half) * weights).sum(axis=1, dtype=np.uint64)
+    np.cumsum(parts, out=parts)
+    parts *= np.uint64(0x9E3779B97F4A7C15)
+    parts += np.uint64(before)
+    return parts.tolist()
+
+
+def fine_hashes(tokens: Tokens, block: int, before: int, block_tokens: int = BLOCK_TOKENS) -> list[int]:
+    """`_fine` of a prompt: hash j covers the first (j + 1) * FINE_TOKENS tokens of its block `block`."""
+    return _fine(_words(tokens), block, before, block_tokens)
 
 
 class PrefixRouter:
     """Longest-prefix, least-work routing over `num_shards` shards; see the module docstring."""
 
     def __init__(self, num_shards: int, revision: str, *, cache_tokens: int, block_tokens: int = BLOCK_TOKENS,
-                 output_tokens: int = OUTPUT_TOKENS, margin: float = 4.0):
+                 output_tokens: int = OUTPUT_TOKENS, margin: float = 1.0, decode_weight: float = DECODE_WEIGHT):
         if num_shards < 1:
             raise ValueError(f"need at least one shard, got num_shards={num_shards}")
         if cache_tokens < block_tokens:
             raise ValueError(f"cache_tokens ({cache_tokens}) must hold at least one block of {block_tokens}")
-        self.num_shards, self.block_tokens, self.output_tokens = num_shards, block_tokens, output_tokens
+        if block_tokens % FINE_TOKENS:
+            raise ValueError(f"block_tokens ({block_tokens}) must be whole engine blocks of {FINE_TOKENS} tokens")
+        self.num_shards, self.block_tokens, self._per = num_shards, block_tokens, block_tokens // FINE_TOKENS
+        self.output_work = round(output_tokens * decode_weight)  # a request's decode, in prefill tokens
         self.margin = margin  # a held prefix recomputed elsewhere counts (1 + margin) times
         self.cache_tokens, self.capacity_blocks = cache_tokens, cache_tokens // block_tokens
         self._salt = salt_of(revision)
         self._holders: dict[int, int] = {}  # block hash -> bit mask of the shards holding it
-        self._forks: dict[int, set[int]] = {}  # block hash -> the blocks seen after it that go on further
+        self._extends: set[int] = set()  # blocks some prompt went on from (with a block that was not its last)
         self._heads: set[int] = set()  # blocks after which two or more different blocks went on
-        self._held: list[OrderedDict[int, None]] = [OrderedDict() for _ in range(num_shards)]  # LRU per shard
+        # per shard, block -> when last used (requests routed before, times a million, less the block's depth:
+        # the least is evicted first, so within one prompt its deepest blocks go first, as in vLLM)
+        self._held: list[dict[int, int]] = [{} for _ in range(num_shards)]
+        self._tails: list[dict[int, set[int]]] = [{} for _ in range(num_shards)]  # block before -> fine hashes
         self._loads = [0] * num_shards
         self._requests = self._replicated = self._evicted = 0
         self._expected: list[int] = []  # cached tokens the router expects, per request in routing order
@@ -133,10 +178,10 @@ class PrefixRouter:
                 return
             self._followed[kind] += 1
             if kind == "stored":
-                held, bit = self._held[shard], 1 << shard
+                held, bit, used = self._held[shard], 1 << shard, self._requests << 20
                 for block in hashes:
                     if block not in held:
-                        held[block] = None
+                        held[block] = used
                         self._holders[block] = self._holders.get(block, 0) | bit
             elif kind == "removed":
                 for block in hashes:
@@ -146,17 +191,19 @@ class PrefixRouter:
             else:
                 for block in list(self._held[shard]):
                     self._drop(shard, block)
+                self._tails[shard].clear()
 
     def _drop(self, shard: int, block: int) -> None:
         """`shard` no longer holds `block`."""
-        if self._held[shard].pop(block, False) is False:
+        if self._held[shard].pop(block, None) is None:
             return
+        self._tails[shard].pop(block, None)
         left = self._holders[block] & ~(1 << shard)
         if left:
             self._holders[block] = left
         else:
             del self._holders[block]
-            self._forks.pop(block, None)
+            self._extends.discard(block)
             self._heads.discard(block)
 
     def _depths(self, chain: list[int]) -> tuple[dict[int, int], int]:
@@ -197,10 +244,35 @@ class PrefixRouter:
             still = after
         return depths, shared
 
+    def _before(self, chain: list[int], block: int) -> int:
+        return chain[block - 1] if block else self._salt
+
+    def _held_tokens(self, shard: int, blocks: int, length: int, fine, chain: list[int]) -> int:
+        """Tokens of this prompt `shard` holds: its `blocks` leading blocks, and of the next block what an
+        earlier prompt sent there shares (whole engine blocks), at most the prompt less one token (the
+        engine always computes the last)."""
+        held = blocks * self.block_tokens
+        before = self._before(chain, blocks)
+        tails = self._tails[shard].get(before)
+        if tails:
+            for hashed in fine(blocks):
+                if hashed not in tails:
+                    break
+                held += FINE_TOKENS
+        return min(held, (length - 1) // FINE_TOKENS * FINE_TOKENS)
+
     def route(self, tokens: Tokens) -> int:
         """The shard for this prompt; books its work there and remembers its blocks on that shard."""
         self._apply_changes()
-        chain = block_chain(tokens, self._salt, self.block_tokens)
+        words = _words(tokens)
+        chain = _chain(words, self._salt, self.block_tokens)
+        memo: dict[int, list[int]] = {}
+
+        def fine(at: int) -> list[int]:  # each block's engine-block hashes, computed once per decision
+            if at not in memo:
+                memo[at] = _fine(words, at, self._before(chain, at), self.block_tokens)
+            return memo[at]
+
         depths, shared = self._depths(chain)
         length, loads, block = len(tokens), self._loads, self.block_tokens
         deepest = max(depths.values(), default=0)
@@ -210,44 +282,53 @@ class PrefixRouter:
         # when its holder is busier than another shard by more than (1 + margin) times its prefix (the
         # hot-prefix guard). Of the shards holding nothing, only the least loaded can be cheapest.
         candidates = set(depths)
-        candidates.add(min(range(self.num_shards), key=loads.__getitem__))
+        candidates.add(loads.index(min(loads)))
+        held = {s: self._held_tokens(s, depths.get(s, 0), length, fine, chain) for s in candidates}
 
         def cost(s: int) -> tuple:
-            held = depths.get(s, 0)
-            again = max(0, deepest - max(held, shared))  # blocks of a held prefix recomputed, shared heads aside
-            return (loads[s] + length - held * block + self.output_tokens + self.margin * again * block, loads[s], s)
+            again = max(0, deepest - max(depths.get(s, 0), shared))  # blocks of a held prefix recomputed,
+            # shared heads aside
+            return (loads[s] + length - held[s] + self.output_work + self.margin * again * block, loads[s], s)
 
-        shard = min(candidates, key=cost)
-        held = depths.get(shard, 0)
-        work = length - held * block + self.output_tokens
-        if held < deepest:
+        shard = min(candidates, key=cost) if len(candidates) > 1 else candidates.pop()
+        work = length - held[shard] + self.output_work
+        if depths.get(shard, 0) < deepest:
             self._replicated += 1  # a held prefix recomputed elsewhere: its holder was the busier
         loads[shard] += work
-        self._remember(shard, chain)
-        self._expected.append(held * block)
+        self._remember(shard, chain, fine, depths.get(shard, 0), deepest)
+        self._expected.append(held[shard])
         self._booked.append((shard, work))
         self._requests += 1
         return shard
 
-    def _remember(self, shard: int, chain: list[int]) -> None:
-        held, bit, holders, last = self._held[shard], 1 << shard, self._holders, len(chain) - 1
-        for index, block in enumerate(chain):
-            if block in held:
-                held.move_to_end(block)
-                continue
-            held[block] = None
-            if block not in holders and 0 < index < last:  # a new block that goes on (a question's tail does not)
-                parent = chain[index - 1]
-                forks = self._forks.setdefault(parent, set())
-                forks.add(block)
-                if len(forks) == 2:
-                    self._heads.add(parent)
+    def _remember(self, shard: int, chain: list[int], fine, here: int, known: int) -> None:
+        """`shard` holds this chain now (`here`: how many leading blocks it held; `known`: how many any shard held)."""
+        held, bit, holders = self._held[shard], 1 << shard, self._holders
+        tails, last = self._tails[shard], len(chain) - 1
+        for at in (last, last + 1):  # the last full block (unless held already) and the tail, engine block by block
+            if at >= here:
+                tails.setdefault(self._before(chain, at), set()).update(fine(at))
+        # A shared head: a held block after which two different new blocks went on (a question's last block
+        # does not go on). Only where a chain leaves what any shard holds can it fork from another.
+        if 0 < known < last and chain[known - 1] in self._extends:
+            self._heads.add(chain[known - 1])
+        if known < last:
+            self._extends.update(chain[max(known - 1, 0): last - 1])
+        for block in chain[here:]:
             holders[block] = holders.get(block, 0) | bit
-        while self._changes is None and len(held) > self.capacity_blocks:  # modelled: the engine evicts its LRU
+        used = self._requests << 20
+        held.update(zip(chain, range(used, used - len(chain), -1)))  # the LRU order, in one pass at C speed
+        if self._changes is None and len(held) > self.capacity_blocks:  # modelled: the engine evicts its LRU
             # blocks (when following the engines' events, their BlockRemoved says what went instead)
-            self._drop(shard, next(iter(held)))
-            self._evicted += 1
-            self.overflowed = True
+            self._evict(shard, len(held) - self.capacity_blocks)
+
+    def _evict(self, shard: int, count: int) -> None:
+        """Forget `shard`'s `count` least recently used blocks."""
+        held = self._held[shard]
+        for block in heapq.nsmallest(count, held, key=held.__getitem__):
+            self._drop(shard, block)
+        self._evicted += count
+        self.overflowed = True
 
     def complete(self, index: int) -> None:
         """Release the work booked for the `index`-th routed request (it finished on its shard)."""
@@ -275,13 +356,10 @@ class PrefixRouter:
     def stats(self) -> dict:
         expected = sum(self._expected)
         realized = None if self._realized is None else sum(self._realized)
-        # the engine's hits in whole router blocks: what the map can know (it hashes `block_tokens` at a time)
-        in_blocks = None if self._realized is None else sum(c // self.block_tokens * self.block_tokens for c in self._realized)
         return {"policy": "prefix", "requests": self._requests, "loads": self.loads,
                 "replicated": self._replicated, "block_tokens": self.block_tokens,
                 "capacity_blocks": self.capacity_blocks, "held_blocks": [len(h) for h in self._held],
                 "evicted_blocks": self._evicted, "overflowed": self.overflowed,
                 "expected_cached_tokens": expected, "realized_cached_tokens": realized,
                 "expected_vs_realized": None if not realized else expected / realized,
-                "realized_in_blocks": in_blocks, "expected_vs_realized_in_blocks": None if not in_blocks else expected / in_blocks,
                 "engine_changes": dict(self._followed) if self._changes is not None else None}
