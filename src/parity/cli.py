@@ -234,6 +234,39 @@ def bench_routing(only, quick, sim_params, out):
         atomic_write_text(out, json.dumps(result, indent=1, sort_keys=True) + "\n")
 
 
+@bench.command("schedule")
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Requests/s to pace (default: ten times the sustained ladder's highest rate in config/experiments.yaml).")
+@click.option("--requests", type=click.IntRange(min=2), default=2000, show_default=True)
+@click.option("--kind", type=click.Choice(["poisson", "gamma"]), default="poisson", show_default=True)
+@click.option("--burstiness", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Also write the result as JSON here.")
+@friendly_errors
+def bench_schedule(rate, requests, kind, burstiness, seed, out):
+    """The load generator's own lag (actual minus scheduled send) with nothing behind it, for both senders,
+    against the 1 ms p99 target; and the schedule's rate and burstiness as generated."""
+    from parity.bench import schedule
+    from parity.manifest import atomic_write_text
+
+    if rate is None:
+        import yaml
+
+        ladder = yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "experiments.yaml").read_text())
+        rate = 10 * max(ladder["experiments"]["sustained"]["rates"])
+    result = schedule.run(rate, requests, kind, burstiness, seed)
+    st = result["statistics"]
+    click.echo(f"{kind} at {rate:g} requests/s, {requests} requests: generated {st['rate_per_s']:.1f}/s "
+               f"(asked {st['expected_rate_per_s']:g}), gap CV {st['gap_cv']:.3f} (asked {st['expected_gap_cv']:.3f}); "
+               f"offsets SHA-256 {result['schedule']['offsets_sha256'][:16]}...")
+    for name, r in result["senders"].items():
+        click.echo(f"  {name:<32} lag p50 {r['p50_s'] * 1e6:8.1f} us, p99 {r['p99_s'] * 1e6:8.1f} us, "
+                   f"max {r['max_s'] * 1e6:8.1f} us: p99 / 1 ms target {r['p99_vs_target']:.2f} "
+                   f"({'meets' if r['meets_target'] else 'MISSES'})")
+    if out:
+        atomic_write_text(out, json.dumps(result, indent=1, sort_keys=True) + "\n")
+
+
 def _engine_args(model: str | None, load_format: str | None, extra: tuple[str, ...]):
     """EngineArgs from the study's defaults, the common options, and KEY=VALUE overrides."""
     import yaml

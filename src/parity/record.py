@@ -46,8 +46,12 @@ def config_sha256(config: dict) -> str:
 
 
 def request_records(trace: Trace, completions: list[Completion], placements: list[Placement],
-                    input_hashes: list[str] | None = None) -> list[dict]:
+                    input_hashes: list[str] | None = None, arrivals: list[float] | None = None) -> list[dict]:
     """One record per request, in burst order.
+
+    `arrivals`: each request's scheduled arrival (release + its offset), the time every latency is
+    measured from; with it, a record also says when the request left (`sent_s`) and, where the path
+    knows, when each output token was produced or received (`token_s`), all on the host's clock.
 
     `input_hashes` are the hashes of the token IDs the server or worker reports it received, so the
     input check compares what arrived with the trace; without them (an engine called in-process, which
@@ -67,6 +71,12 @@ def request_records(trace: Trace, completions: list[Completion], placements: lis
         }
         if place.batch_id is not None:
             record["batch_id"] = place.batch_id
+        if arrivals is not None:
+            record["arrival_s"] = arrivals[len(records)]
+            if completion.sent_s is not None:
+                record["sent_s"] = completion.sent_s
+            if completion.token_s:
+                record["token_s"] = [float(t) for t in completion.token_s]
         records.append(record)
     return records
 

@@ -54,7 +54,7 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
         for round_index in range(1, warmup_rounds + 1):
             warm = load_trace(trace_path, f"warmup{round_index}")
             with client_heap_still():
-                burst = path.release(list(warm.prompts), ids, router.make(path.shards), schedule)
+                burst = path.release(list(warm.prompts), ids, router.make(path.shards), Schedule())  # all at once
             log(f"  warmup {round_index}: {len(ids)} requests in {burst.duration_s:.2f} s")
         if router.placement == "prefix" and path.cache_tokens:  # its map sized from the engine's cache
             router = dataclasses.replace(router, cache_tokens=path.cache_tokens)
@@ -79,10 +79,12 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
             log(f"  the prefix router's map outgrew the engine's cache ({routed.cache_tokens:,} tokens): "
                 f"{routed.stats()['evicted_blocks']} blocks forgotten")
         described = path.describe(burst)
-    records = request_records(trace, burst.completions, burst.placements, input_hashes=burst.input_hashes)
+    arrivals = None if schedule.kind == "burst" else [burst.release_s + t for t in schedule.offsets(len(ids))]
+    records = request_records(trace, burst.completions, burst.placements, input_hashes=burst.input_hashes,
+                              arrivals=arrivals)
     config = {"path": path.name, "placement": router.placement, "revision_salt": router.revision,
               "warmup_rounds": warmup_rounds, **described.config}
-    extra = {**burst.extra, **described.extra, "router": routed.stats(), "schedule": schedule.to_dict()}
+    extra = {**burst.extra, **described.extra, "router": routed.stats(), "schedule": schedule.describe(len(ids))}
     if kv_events is not None:
         extra["kv_events"] = kv_events
     doc = trial_manifest(trial_id=trial_id, experiment=experiment, system=path.name, engine=described.engine,
@@ -137,7 +139,8 @@ def fits_engine(trace: Path, args: EngineArgs) -> None:
 # itself recorded. The trace hash covers its tokens; engine_args holds the model, revision,
 # load_format and max_model_len; sim_params is the simulator file's content, not its path.
 RESULT_SETTINGS = ("trace", "engine", "engine_args", "sim_params", "warmup_rounds", "gpus", "cluster",
-                   "flame_binaries", "placement", "flame", "versions")
+                   "flame_binaries", "placement", "flame", "load", "versions")
+STUDY_LOAD = {"schedule": {"kind": "burst"}, "stream": False}  # what a trial recorded before `load` was: a burst
 _UNRECORDED = object()  # a setting the trial does not record: never equal to a wanted value
 
 
@@ -164,15 +167,23 @@ def flame_binaries_sha256(backend) -> dict[str, str] | None:
 
 
 def ran_with(backend, gpus: list[str], trace: Path, *, placement: str | None, flame=None,
-             flame_binaries: dict | None = None) -> dict:
+             flame_binaries: dict | None = None, load: dict | None = None) -> dict:
     """RESULT_SETTINGS as a trial of `trace` on `backend` (parity.experiments.backend.Backend) would run now;
     `flame`: the Flame trial's FlameSettings, else None."""
     values = {"trace": sha256_file(trace), "engine": backend.engine, "engine_args": backend.args().to_dict(),
               "sim_params": sim_params_sha256(backend), "warmup_rounds": backend.warmup_rounds, "gpus": list(gpus),
               "cluster": backend.cluster if flame else None, "flame_binaries": flame_binaries if flame else None,
-              "placement": placement, "flame": dataclasses.asdict(flame) if flame else None,
-              "versions": package_versions()}
+              "placement": placement, "flame": flame.to_dict() if flame else None,
+              "load": _load(load), "versions": package_versions()}
     return {name: values[name] for name in RESULT_SETTINGS}
+
+
+def _load(load: dict | None) -> dict:
+    """The arrival schedule and streaming as recorded, the burst's settings left out (as a study trial's)."""
+    if load is None or load == {"schedule": {"kind": "burst", "rate": 0.0, "burstiness": 1.0, "seed": 0, "replay": ""},
+                                "stream": False}:
+        return STUDY_LOAD
+    return load
 
 
 def stale(doc: dict, wanted: dict) -> str | None:
@@ -180,8 +191,8 @@ def stale(doc: dict, wanted: dict) -> str | None:
     recorded = doc.get("ran_with")
     if not isinstance(recorded, dict):
         return "it does not record what it ran with (made before parity recorded it)"
-    recorded = recorded | {"trace": doc["trace"]["sha256"], "engine_args": doc["engine"]["args"],
-                           "versions": doc["versions"]}
+    recorded = {"load": STUDY_LOAD} | recorded | {"trace": doc["trace"]["sha256"], "engine_args": doc["engine"]["args"],
+                                                  "versions": doc["versions"]}
     changed = []
     for name in RESULT_SETTINGS:
         old, new = recorded.get(name, _UNRECORDED), wanted[name]

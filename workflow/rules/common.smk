@@ -41,7 +41,8 @@ def _check_references():
     named = [(f"bench.calibration.runs.{run}.traces", name)
              for run, spec in BENCH.get("calibration", {}).get("runs", {}).items() for name in spec["traces"]]
     named += [(f"bench.order.{run}.trace", spec["trace"]) for run, spec in BENCH.get("order", {}).items()]
-    named += [("experiments.routing.traces", name) for name in config["experiments"]["routing"].get("traces", [])]
+    for experiment in ("routing", "sustained"):
+        named += [(f"experiments.{experiment}.traces", name) for name in config["experiments"][experiment].get("traces", [])]
     for key, name in named:
         if name not in TRACE_SPECS:
             raise WorkflowError(f"{key}: no trace {name!r} in traces or bench.traces ({', '.join(TRACE_SPECS)})")
@@ -78,7 +79,7 @@ def trace_manifests():
 
 
 def experiment_traces(wildcards):
-    """An experiment's traces: those its settings name (the routing experiment's), else the study's."""
+    """An experiment's traces: those its settings name (the routing and sustained experiments'), else the study's."""
     names = config["experiments"][wildcards.experiment].get("traces")
     return [trace_manifest(name) for name in names] if isinstance(names, list) else trace_manifests()
 

@@ -62,3 +62,10 @@ rule routing:
     and a burst whose documents share a system prompt."""
     input:
         experiment_manifest("routing"),
+
+
+rule sustained:
+    """Ours, the study's named next step: a rate ladder of streamed pairs, standalone vLLM and Flame under the
+    same seeded Poisson arrivals, every latency from the scheduled arrival on the host's clock."""
+    input:
+        experiment_manifest("sustained"),

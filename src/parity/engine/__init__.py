@@ -89,6 +89,12 @@ class Completion:
     submit_s: float
     complete_s: float
     extra: dict = field(default_factory=dict)
+    token_s: list[float] | None = None  # when each output token was produced or, streamed, received (None: unknown)
+    sent_s: float | None = None  # when the request actually left its client (its schedule said `submit_s`)
+
+    @property
+    def first_token_s(self) -> float | None:
+        return self.token_s[0] if self.token_s else None
 
 
 class Engine(abc.ABC):
@@ -132,9 +138,11 @@ def engine_kind(family: str, api: str) -> tuple[str, str]:
     return ("sim", api) if family == "sim" else (f"vllm-{api}", "sync")
 
 
-def make_engine(kind: str, args: EngineArgs | None = None, *, kv_events: str | None = None, **sim_options) -> Engine:
+def make_engine(kind: str, args: EngineArgs | None = None, *, kv_events: str | None = None, token_times: bool = False,
+                **sim_options) -> Engine:
     """`sim` (the CPU default; `mode` sync or async), `vllm-sync` or `vllm-async` (real GPU). `kv_events`:
-    a subscriber's endpoint the engine publishes its KV cache events to (`parity.kv_events`)."""
+    a subscriber's endpoint the engine publishes its KV cache events to (`parity.kv_events`); `token_times`:
+    time every output token (the simulator always does; `vllm-sync`'s LLM.generate cannot)."""
     args = args or EngineArgs()
     if kind == "sim":
         from parity.engine.sim import SimEngine
@@ -146,7 +154,9 @@ def make_engine(kind: str, args: EngineArgs | None = None, *, kv_events: str | N
         from parity.engine.vllm_engines import VllmAsyncEngine, VllmSyncEngine
 
         try:
-            return (VllmSyncEngine if kind == "vllm-sync" else VllmAsyncEngine)(args, kv_events=kv_events)
+            if kind == "vllm-sync":
+                return VllmSyncEngine(args, kv_events=kv_events)
+            return VllmAsyncEngine(args, kv_events=kv_events, token_times=token_times)
         except ImportError as exc:
             raise ParityError(f"{kind} needs vLLM and torch ({exc.name} is missing): install parity[gpu] "
                               f"on a GPU host, or use the sim engine on a CPU") from None

@@ -125,6 +125,8 @@ class _Request:
     blocks: list[int] = field(default_factory=list)
     outputs: list[int] = field(default_factory=list)
     cached_tokens: int = -1  # set at first admission, as vLLM's num_cached_tokens
+    token_s: list[float] = field(default_factory=list)  # when each output token was sampled
+    on_token: object = None  # called (position, time) as each output token is sampled, when streaming
 
     @property
     def length(self) -> int:
@@ -239,13 +241,16 @@ class SimScheduler:
             pairs += n * (req.computed + (n + 1) / 2)
         return StepWork(prefill, decode, pairs)
 
-    def apply(self, scheduled: list[tuple[_Request, int]]) -> list[_Request]:
-        """Advance the computed tokens, sample, and return finished requests."""
+    def apply(self, scheduled: list[tuple[_Request, int]], end: float = 0.0) -> list[_Request]:
+        """Advance the computed tokens, sample (at `end`, the step's end), and return finished requests."""
         finished = []
         for req, n in scheduled:
             req.computed += n
             if req.computed >= req.length:  # every token so far is computed: sample the next one
                 req.outputs.append(-1)
+                req.token_s.append(end)
+                if req.on_token is not None:
+                    req.on_token(len(req.outputs) - 1, end)
             if len(req.outputs) == self.args.max_tokens:  # no EOS in the model: always max_tokens
                 finished.append(req)
         for req in finished:
@@ -279,15 +284,13 @@ class VirtualClock:
 
 
 class PacedClock:
-    """Steps take their modelled time in wall time (time.monotonic, seconds since engine start)."""
+    """Steps take their modelled time in wall time: the host's monotonic clock, the one every process on it
+    (clients, Flame workers, replicas) shares, so times the engine records compare with the client's."""
 
     paced = True
 
-    def __init__(self):
-        self._origin = time.monotonic()
-
     def now(self) -> float:
-        return time.monotonic() - self._origin
+        return time.monotonic()
 
     def sleep_until(self, t: float) -> None:
         delay = t - self.now()
@@ -359,14 +362,16 @@ class SimEngine(Engine):
                     done[id(req)] = end
             return [self._completion(req, done[id(req)]) for req in requests]
 
-    def submit(self, prompt: Sequence[int]) -> Future:
-        """Admit one prompt now; the future resolves to its Completion (paced background stepping)."""
+    def submit(self, prompt: Sequence[int], on_token=None) -> Future:
+        """Admit one prompt now; the future resolves to its Completion (paced background stepping).
+        `on_token(position, time)` is called from the engine's thread as each output token is sampled
+        (a streaming server's hook; the token is `output_tokens(prompt, ...)[position]`)."""
         future: Future = Future()
         with self._lock:
             if self._closed:
                 raise ParityError("engine is closed")
             req = self._new_request(prompt, self.clock.now())
-            req.future = future
+            req.future, req.on_token = future, on_token
             self.scheduler.add(req)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._loop, name="sim-engine", daemon=True)
@@ -391,7 +396,7 @@ class SimEngine(Engine):
         self.scheduler.record(work)
         end = self.clock.now() + work.seconds(self.params)
         self.clock.sleep_until(end)
-        return [(req, end) for req in self.scheduler.apply(scheduled)]
+        return [(req, end) for req in self.scheduler.apply(scheduled, end)]
 
     def _loop(self) -> None:
         while True:
@@ -413,13 +418,13 @@ class SimEngine(Engine):
                 end = self.clock.now() + work.seconds(self.params)
             self.clock.sleep_until(end)  # new arrivals may join while the step "runs"
             with self._lock:
-                for req in self.scheduler.apply(scheduled):
+                for req in self.scheduler.apply(scheduled, end):
                     req.future.set_result(self._completion(req, end))
 
     def _completion(self, req: _Request, end: float) -> Completion:
         return Completion(output_token_ids=output_tokens(req.prompt, self.params.vocab_size, self.args.max_tokens),
                           prompt_tokens=int(req.prompt.size), cached_tokens=max(req.cached_tokens, 0),
-                          submit_s=req.arrival_s, complete_s=end)
+                          submit_s=req.arrival_s, complete_s=end, token_s=list(req.token_s))
 
     # -- description and teardown -----------------------------------------------------------------
 

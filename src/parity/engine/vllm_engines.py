@@ -96,8 +96,11 @@ class VllmAsyncEngine(_VllmBase):
 
     name = "vllm-async"
 
-    def __init__(self, args: EngineArgs, kv_events: str | None = None):
+    def __init__(self, args: EngineArgs, kv_events: str | None = None, token_times: bool = False):
+        """`token_times`: take each output as the engine yields it, to time every token (a streaming
+        client's view from inside the worker), rather than the final output only."""
         super().__init__(args, kv_events)
+        self.token_times = token_times
         self._ids = itertools.count()
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-async-loop", daemon=True)
@@ -108,7 +111,7 @@ class VllmAsyncEngine(_VllmBase):
     def _sampling(self):
         from vllm import SamplingParams
 
-        return SamplingParams(**compat.sampling_kwargs(final_only=True, sampling=self.sampling))
+        return SamplingParams(**compat.sampling_kwargs(final_only=not self.token_times, sampling=self.sampling))
 
     async def _start(self):
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -125,11 +128,15 @@ class VllmAsyncEngine(_VllmBase):
 
         request_id = f"parity-{next(self._ids)}"
         submit = time.monotonic()
-        final = None
+        final, times = None, []
         async for output in self._engine.generate(
                 TokensPrompt(prompt_token_ids=[int(t) for t in prompt]), self._params, request_id):
             final = output
-        return compat.to_completion(final, submit, time.monotonic(), self.sampling)
+            if self.token_times:  # cumulative outputs: the tokens new since the last one arrived now
+                times += [time.monotonic()] * (len(output.outputs[0].token_ids) - len(times))
+        completion = compat.to_completion(final, submit, time.monotonic(), self.sampling)
+        completion.token_s = times or None
+        return completion
 
     async def _all(self, prompts: Sequence[Sequence[int]]) -> list[Completion]:
         return list(await asyncio.gather(*(self._one(p) for p in prompts)))

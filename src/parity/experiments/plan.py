@@ -15,6 +15,7 @@ from parity.affinity import RouterSettings
 from parity.errors import ParityError
 from parity.flame.admission import ORDERS
 from parity.flame.settings import FlameSettings
+from parity.schedule import Schedule
 
 
 @dataclass(frozen=True)
@@ -29,6 +30,13 @@ class Case:
     pair: int | None = None  # pair index, for cases that are half of a pair
     side: str | None = None  # which half: "reference" (standalone, fixed) or "candidate" (the path under test)
     pinned: bool = False  # must match the paired reference's shard → GPU UUID mapping
+    schedule: Schedule = field(default_factory=Schedule)  # when its requests arrive (the study's: all at once)
+    stream: bool = False  # time every output token (standalone: streamed; Flame: in the worker's engine)
+
+    @property
+    def load(self) -> dict:
+        """How its requests arrive and are timed, as a trial's `ran_with` records it."""
+        return {"schedule": self.schedule.to_dict(), "stream": self.stream}
 
     @property
     def router(self) -> RouterSettings:
@@ -148,6 +156,30 @@ def routing(traces: list[Path], repeats: int, flame: FlameSettings, placements=(
                        traces, repeats, flame)
 
 
+def sustained(traces: list[Path], rates: list[float], flame: FlameSettings, schedule: Schedule,
+              repeats: int = 1, arms: dict[str, dict] | None = None) -> list[Case]:
+    """Ours, the study's named next step: a rate ladder, each rate a pair (sticky standalone vLLM, the
+    Flame configuration) under the same seeded arrivals, streamed, fresh engines per case; then, for each
+    extra arm (name: Flame setting changes, e.g. `gathered: {inflight: 1}`), the same pair again with the
+    Flame side changed (stage `rate-R-NAME`). The side that goes first alternates from pair to pair."""
+    variants = [("", flame)] + [(f"-{name}", replace(flame, **changes)) for name, changes in (arms or {}).items()]
+    cases, turn = [], 0
+    for repeat in range(repeats):
+        for rate in rates:
+            arrivals = replace(schedule, rate=float(rate), seed=schedule.seed + repeat)
+            for suffix, settings in variants:
+                for trace in traces:
+                    stage = f"rate-{rate:g}{suffix}"
+                    reference = Case(f"sustained-{stage}-{trace.stem}-p{repeat}-vllm", "sustained", "standalone",
+                                     "sticky", trace, settings, stage=stage, pair=repeat, side="reference",
+                                     schedule=arrivals, stream=True)
+                    candidate = replace(reference, trial_id=f"sustained-{stage}-{trace.stem}-p{repeat}-flame",
+                                        system="flame", side="candidate")
+                    cases += [reference, candidate] if turn % 2 == 0 else [candidate, reference]
+                    turn += 1
+    return cases
+
+
 def for_experiment(name: str, traces: list[Path], settings: dict) -> list[Case]:
     """The cases of experiment `name` from its settings (the workflow config's experiments.NAME)."""
     flame = FlameSettings.from_dict(settings.get("flame"))
@@ -161,4 +193,7 @@ def for_experiment(name: str, traces: list[Path], settings: dict) -> list[Case]:
         return gc_diagnostics(pick_trace(traces, settings.get("trace", "reuse")), flame, settings.get("repeats", 1))
     if name == "routing":
         return routing(traces, settings.get("repeats", 3), flame, tuple(settings.get("placements", ("sticky", "prefix"))))
+    if name == "sustained":
+        schedule = Schedule.from_dict({"kind": "poisson", "rate": 1.0} | (settings.get("schedule") or {}))
+        return sustained(traces, settings["rates"], flame, schedule, settings.get("repeats", 1), settings.get("arms"))
     raise ParityError(f"unknown experiment {name!r}")

@@ -26,7 +26,10 @@ class Runner:
     def __init__(self, experiment: str, backend: Backend, out_dir: Path, log=print):
         self.experiment, self.backend, self.out_dir, self.log = experiment, backend, out_dir, log
         self.trials_dir = out_dir / "trials"
-        self.gpus = backend.gpu_uuids(needed=2, what=f"the {experiment} experiment (paired runs on two GPUs)")
+        # A sustained pair's sides run one after the other, so one GPU serves it (a shard per path); the
+        # study's experiments split each burst over two.
+        self.gpus = backend.gpu_uuids(needed=1 if experiment == "sustained" else 2,
+                                      what=f"the {experiment} experiment (paired runs on two GPUs)")
         self.recorded = trial.recorded_hashes(out_dir)  # read before any trial is run again
         self._stack = contextlib.ExitStack()
         self._shared: dict = {}
@@ -58,7 +61,7 @@ class Runner:
             return path
         with paths.get(case.system).for_case(case, self) as serving:
             trial.run(serving, case.trace, self.trials_dir, trial_id=case.trial_id, experiment=case.experiment,
-                      router=case.router, warmup_rounds=self.backend.warmup_rounds,
+                      router=case.router, schedule=case.schedule, warmup_rounds=self.backend.warmup_rounds,
                       ran_with=wanted, log=self.log)
         return path
 
@@ -68,7 +71,7 @@ class Runner:
         if flame is not None and self._flame_binaries is None:
             self._flame_binaries = trial.flame_binaries_sha256(self.backend)  # hashed once per experiment
         return trial.ran_with(self.backend, self.gpus, case.trace, placement=case.placement, flame=flame,
-                              flame_binaries=self._flame_binaries)
+                              flame_binaries=self._flame_binaries, load=case.load)
 
 
 def _pair_cases(cases: list[Case]) -> dict[tuple, dict[str, Case]]:

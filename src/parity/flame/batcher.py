@@ -6,6 +6,11 @@ and split so no task exceeds the decoded budget or Flame's 4 MiB cap, and each t
 `send`, which returns a future of the task's output. Every prompt has its own future; its latency runs
 from its own submission, so batch formation and queueing are inside it. A failed task fails every
 prompt in it, loudly; none is dropped.
+
+With `inflight` (ours, beyond the study), a session has at most that many tasks running: a Flame
+executor runs one task at a time, so under sustained arrivals a batch sent when its window closes
+only queues behind the running one; held back instead, it gathers everything that arrives meanwhile
+and goes as one task the moment the running one returns (batches grow with the load).
 """
 
 from __future__ import annotations
@@ -38,17 +43,19 @@ class Result:
     worker: dict = field(default_factory=dict)
     task_timings: dict = field(default_factory=dict)  # the service's per-batch timings and GC pauses
     input_sha256: str | None = None  # of the token IDs the worker decoded
+    token_s: list[float] | None = None  # when the worker's engine produced each output token (the host's clock)
 
 
 class Batcher:
     """Collects prompts for one session and sends them as batched tasks."""
 
     def __init__(self, send: Callable[[bytes], Future], *, name: str = "session-0", batch_limit: int = 32,
-                 window_s: float = 0.002, budget: int = 2 * 1024 * 1024, compress: bool = False):
+                 window_s: float = 0.002, budget: int = 2 * 1024 * 1024, compress: bool = False, inflight: int = 0):
         if batch_limit < 1 or window_s < 0:
             raise ParityError(f"batch limit must be >= 1 and window >= 0, got {batch_limit} and {window_s}")
         self.send, self.name = send, name
         self.batch_limit, self.window_s, self.budget, self.compress = batch_limit, window_s, budget, compress
+        self.inflight, self._running = inflight, 0
         self._queue: deque[tuple[str, np.ndarray, float, Future]] = deque()
         self._lock = threading.Condition()
         self._closed = False
@@ -79,7 +86,16 @@ class Batcher:
                 if remaining <= 0:
                     break
                 self._lock.wait(remaining)
-            return [self._queue.popleft() for _ in range(min(self.batch_limit, len(self._queue)))]
+            while self.inflight and self._running >= self.inflight and not self._closed:
+                self._lock.wait()  # a task returning wakes this: what gathered meanwhile goes next
+            batch = [self._queue.popleft() for _ in range(min(self.batch_limit, len(self._queue)))]
+            self._running += 1
+            return batch
+
+    def _done(self) -> None:
+        with self._lock:
+            self._running -= 1
+            self._lock.notify_all()
 
     def _loop(self) -> None:
         while (batch := self._take_batch()) is not None:
@@ -89,7 +105,15 @@ class Batcher:
             except codec.PayloadError as exc:
                 for *_, future in batch:
                     future.set_exception(exc)
+                self._done()
                 continue
+            left = [len(tasks)]  # this batch's tasks still running; the batch is done with the last
+
+            def returned(_=None, left=left) -> None:
+                left[0] -= 1
+                if not left[0]:
+                    self._done()
+
             start = 0
             for task in tasks:
                 members = batch[start:start + task.count]
@@ -101,8 +125,10 @@ class Batcher:
                     sent = self.send(task.data)
                 except Exception as exc:  # the transport refused: fail these prompts, keep serving
                     self._fail(members, batch_id, exc)
+                    returned()
                     continue
                 sent.add_done_callback(lambda f, m=members, b=batch_id: self._resolve(f, m, b))
+                sent.add_done_callback(returned)
 
     @staticmethod
     def _fail(members, batch_id: str, exc: BaseException) -> None:
@@ -126,7 +152,7 @@ class Batcher:
                 continue
             future.set_result(Result(rid, out["output_token_ids"], int(out.get("prompt_tokens", tokens.size)),
                                      int(out["cached_tokens"]), submitted, complete, batch_id, doc["worker"],
-                                     doc.get("timings", {}), out.get("input_sha256")))
+                                     doc.get("timings", {}), out.get("input_sha256"), out.get("token_s")))
 
     def close(self) -> None:
         with self._lock:

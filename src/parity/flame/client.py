@@ -81,7 +81,8 @@ class FlameSessions:
                     min_instances=workers, max_instances=workers))
                 self.sessions.append(session)
                 self.batchers.append(Batcher(session.run, name=session.id, batch_limit=s.batch_limit,
-                                             window_s=s.window_s, budget=s.budget, compress=s.compress))
+                                             window_s=s.window_s, budget=s.budget, compress=s.compress,
+                                             inflight=s.inflight))
         except BaseException:
             self.__exit__(None, None, None)
             raise

@@ -131,7 +131,8 @@ class ParityService(flamepy.FlameService):
 
             sim_options = {"params": SimParams.load(config.get("sim_params")), "clock": "paced",
                            "gpu_uuid": uuid, "mode": sim_mode}
-        self.engine = make_engine(kind, args, kv_events=config.get("kv_events"), **sim_options)
+        self.engine = make_engine(kind, args, kv_events=config.get("kv_events"), token_times=bool(config.get("token_times")),
+                                  **sim_options)
         described = self.engine.describe()
         self.identity = {"executor_id": executor_id, "pid": os.getpid(),
                          "host": socket.gethostname(), "gpu_uuid": described["gpu_uuid"],
@@ -158,6 +159,7 @@ class ParityService(flamepy.FlameService):
         outputs = [{"request_id": p.request_id, "input_sha256": token_sha256(p.tokens),
                     "output_token_ids": [int(t) for t in c.output_token_ids],
                     "prompt_tokens": c.prompt_tokens, "cached_tokens": c.cached_tokens}
+                   | ({"token_s": c.token_s} if c.token_s else {})
                    for p, c in zip(prompts, completions)]
         timings = {"decode_s": decoded - started, "engine_s": inferred - decoded, "prompts": len(prompts),
                    "input_bytes": len(context.input or b""), "gc_pause_s": self.gc.pause_s - pauses,

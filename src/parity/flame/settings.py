@@ -30,11 +30,15 @@ class FlameSettings(Settings):
     compress: bool = False  # zlib level 1 task inputs
     gc_freeze: bool = False  # freeze the worker's startup heap (gc.freeze)
     order: str = "arrival"  # admission order of a batch in the engine: arrival | prefix
+    inflight: int = 0  # ours: tasks a session has running at most, the next batch gathering meanwhile (0: no
+    # limit, the study's: each batch is sent when its window closes, and queues behind the running one)
 
     def __post_init__(self):  # when the plan is made, not when a worker binds after earlier cases ran
         check_order(self.order)
         if self.api not in APIS:
             raise ParityError(f"Flame setting api {self.api!r}: use one of {', '.join(APIS)}")
+        if self.inflight < 0:
+            raise ParityError(f"Flame setting inflight must be 0 (no limit) or more, got {self.inflight}")
         if self.batch_limit < 1 or self.window_ms < 0 or self.budget_mib <= 0:
             raise ParityError(f"Flame settings: batch_limit must be >= 1, window_ms >= 0 and budget_mib > 0, "
                               f"got {self.batch_limit}, {self.window_ms} and {self.budget_mib}")
@@ -48,16 +52,25 @@ class FlameSettings(Settings):
         """The payload budget in bytes."""
         return int(self.budget_mib * 1024 * 1024)
 
+    def to_dict(self) -> dict:
+        """As `from_dict` takes it; `inflight` only when set, so the study's configurations record what they did."""
+        values = super().to_dict()
+        if not self.inflight:
+            del values["inflight"]
+        return values
+
     def label(self) -> str:
         return (f"b{self.batch_limit}-w{self.window_ms:g}ms-{self.api}-{'zlib' if self.compress else 'raw'}"
-                + ("-freeze" if self.gc_freeze else "") + ("" if self.order == "arrival" else f"-{self.order}"))
+                + ("-freeze" if self.gc_freeze else "") + ("" if self.order == "arrival" else f"-{self.order}")
+                + (f"-inflight{self.inflight}" if self.inflight else ""))
 
 
 def session_data(settings: FlameSettings, engine: str, engine_args: dict, sim_params: str | None,
-                 kv_events: str | None = None) -> bytes:
+                 kv_events: str | None = None, token_times: bool = False) -> bytes:
     """What every worker of a session receives (Flame's common data): the engine family to build, its
     arguments and simulator file, the Flame settings whole, and where its engine publishes KV cache
-    events (a subscriber's loopback endpoint, when the router follows them)."""
+    events (a subscriber's loopback endpoint, when the router follows them), and whether its engine times
+    every output token (`token_times`: a streaming measurement)."""
     return json.dumps({"engine": engine, "engine_args": engine_args, "sim_params": sim_params,
-                       "flame": settings.to_dict()} | ({"kv_events": kv_events} if kv_events else {}),
-                      sort_keys=True).encode()
+                       "flame": settings.to_dict()} | ({"kv_events": kv_events} if kv_events else {})
+                      | ({"token_times": True} if token_times else {}), sort_keys=True).encode()

@@ -21,6 +21,7 @@ from parity.flame.client import FlameSessions, register_applications, verify_pla
 from parity.flame.settings import FlameSettings, session_data
 from parity.paths import Burst, Described, ServingPath, register
 from parity.record import Placement
+from parity.schedule import wait_until
 from parity.trace import token_sha256
 
 # What a Flame worker must inherit to find the same Python packages and engine settings as this process.
@@ -83,11 +84,17 @@ class FlamePath(ServingPath):
     placements = ("global", "sticky", "prefix")
 
     def __init__(self, running_cluster, gpus: list[str], settings: FlameSettings, *, engine: str,
-                 engine_args: EngineArgs, sim_params: str | None = None):
-        """`engine`: the family the workers build (sim or vllm), through `settings.api`."""
+                 engine_args: EngineArgs, sim_params: str | None = None, stream: bool = False):
+        """`engine`: the family the workers build (sim or vllm), through `settings.api`; `stream`: the workers'
+        engines time every output token (flamepy 0.6.0 returns a task's outputs together, so the client
+        still receives each answer with its batch)."""
         self.cluster, self.gpus, self.settings = running_cluster, gpus, settings
-        self.engine, self.engine_args = engine, engine_args
-        self.data, self.sim_params = session_data(settings, engine, engine_args.to_dict(), sim_params), sim_params
+        self.engine, self.engine_args, self.sim_params, self.stream = engine, engine_args, sim_params, stream
+        self.data = self._data()
+
+    def _data(self, kv_events: str | None = None) -> bytes:
+        return session_data(self.settings, self.engine, self.engine_args.to_dict(), self.sim_params,
+                            kv_events=kv_events, token_times=self.stream)
         self.sessions: FlameSessions | None = None
 
     @classmethod
@@ -97,7 +104,8 @@ class FlamePath(ServingPath):
         shared = runner.shared("flame-cluster", lambda: cluster(
             b.cluster, runner.gpus, runner.out_dir, simulated=b.simulated, bin_dir=b.flame_bin_dir,
             receipt_path=runner.out_dir / "cleanup" / "flame-cluster.json", log=runner.log))
-        return cls(shared, runner.gpus, case.flame, engine=b.engine, engine_args=b.args(), sim_params=b.sim_params)
+        return cls(shared, runner.gpus, case.flame, engine=b.engine, engine_args=b.args(), sim_params=b.sim_params,
+                   stream=case.stream)
 
     @property
     def shards(self) -> int:
@@ -122,8 +130,7 @@ class FlamePath(ServingPath):
             from parity.prefix_router import salt_of
 
             self.events = Subscriber(len(self.gpus), salt_of(router.revision))
-            data = [session_data(self.settings, self.engine, self.engine_args.to_dict(), self.sim_params, kv_events=e)
-                    for e in self.events.endpoints]
+            data = [self._data(kv_events=e) for e in self.events.endpoints]
         try:
             with FlameSessions(self.cluster, len(self.gpus), self.settings, data, placement=router.placement,
                                name=trial_id) as self.sessions:
@@ -140,10 +147,11 @@ class FlamePath(ServingPath):
         sessions = self.sessions
         sent_before = [len(b.batch_sizes) for b in sessions.batchers]
         release = time.monotonic()
-        shards, futures = [], []
+        shards, futures, sent = [], [], []
         for prompt, request_id, offset in zip(prompts, request_ids, schedule.offsets(len(prompts)), strict=True):
             if offset > 0:
-                time.sleep(max(0.0, release + offset - time.monotonic()))
+                wait_until(release + offset)
+            sent.append(time.monotonic())
             shard = router.route(prompt)
             shards.append(shard)
             futures.append(sessions.batchers[shard].submit(request_id, prompt))
@@ -161,7 +169,8 @@ class FlamePath(ServingPath):
                    for r in results}
         return Burst(
             release,
-            [Completion(r.output_token_ids, r.prompt_tokens, r.cached_tokens, r.submit_s, r.complete_s) for r in results],
+            [Completion(r.output_token_ids, r.prompt_tokens, r.cached_tokens, r.submit_s, r.complete_s,
+                        token_s=r.token_s, sent_s=s) for r, s in zip(results, sent)],
             [Placement(s, r.worker.get("executor_id", "?"), r.worker.get("gpu_uuid", "?"), r.batch_id)
              for s, r in zip(shards, results)],
             [r.input_sha256 or token_sha256(p) for r, p in zip(results, prompts)],
@@ -179,6 +188,7 @@ class FlamePath(ServingPath):
         engine = {"name": kind, "simulated": self.engine == "sim", "version": versions[0] if versions else None,
                   "args": self.engine_args.to_dict()}  # the version the workers report, not this client's
         config = {"flame": self.settings.to_dict(), "engine": kind, "sim_mode": sim_mode, "cluster": ran_on["cluster"]}
+        config |= {"stream": True} if self.stream else {}
         return Described(engine, [{"uuid": g} for g in sorted({w["gpu_uuid"] for w in workers})], config,
                          {"flame_cluster": ran_on["cluster"], "flame_binaries": ran_on["binaries"],
                           "network": ran_on["network"]})

@@ -25,11 +25,13 @@ class StandalonePath(ServingPath):
     placements = ("alternating", "sticky", "prefix")
 
     def __init__(self, kind: str, gpus: list[str], args: EngineArgs, log_dir: Path, *, startup_timeout_s: float = 600,
-                 sim_params: Path | None = None, receipt_path: Path | None = None, kv_events: str | None = None):
+                 sim_params: Path | None = None, receipt_path: Path | None = None, kv_events: str | None = None,
+                 stream: bool = False):
         """`kv_events`: the model revision whose block hashes the replicas' KV cache events are read into
-        (the prefix router follows them); None: no events."""
+        (the prefix router follows them); None: no events. `stream`: server-sent events, each token timed
+        as it arrives."""
         self.replicas = ReplicaSet(kind, gpus, args, log_dir, startup_timeout_s=startup_timeout_s, sim_params=sim_params)
-        self.receipt_path, self.kv_events = receipt_path, kv_events
+        self.receipt_path, self.kv_events, self.stream = receipt_path, kv_events, stream
         self._loop = self._client = None
 
     @classmethod
@@ -39,7 +41,7 @@ class StandalonePath(ServingPath):
         return cls("sim" if b.simulated else "vllm", runner.gpus, b.args(), runner.out_dir / "logs" / case.trial_id,
                    startup_timeout_s=b.startup_timeout_s, sim_params=Path(b.sim_params) if b.sim_params else None,
                    receipt_path=runner.out_dir / "cleanup" / f"{case.trial_id}.json",
-                   kv_events=case.router.revision if case.placement == "prefix" else None)
+                   kv_events=case.router.revision if case.placement == "prefix" else None, stream=case.stream)
 
     def __enter__(self) -> "StandalonePath":
         if self.kv_events is not None:  # bound before the replicas start: each engine connects to its port
@@ -87,7 +89,7 @@ class StandalonePath(ServingPath):
     def trial(self, trial_id: str, router):
         self.replicas.reset_prefix_caches()
         self._loop = asyncio.new_event_loop()
-        self._client = NativeClient([r.url for r in self.replicas.replicas], self.replicas.args.model)
+        self._client = NativeClient([r.url for r in self.replicas.replicas], self.replicas.args.model, stream=self.stream)
         try:
             self._loop.run_until_complete(self._client.__aenter__())
             yield
@@ -115,8 +117,8 @@ class StandalonePath(ServingPath):
             raise ParityError(f"{len(mismatched)} replica(s) echoed prompts that differ from the trace, e.g. {mismatched[0]}")
         by_shard = self.replicas.replicas
         placements = [Placement(s, by_shard[s].worker_id, by_shard[s].reported_gpu or by_shard[s].gpu) for s in shards]
-        completions = [Completion(r.output_token_ids, r.prompt_tokens, r.cached_tokens, r.submit_s, r.complete_s)
-                       for r in replies]
+        completions = [Completion(r.output_token_ids, r.prompt_tokens, r.cached_tokens, r.submit_s, r.complete_s,
+                                  token_s=r.token_s, sent_s=r.sent_s) for r in replies]
         return Burst(release, completions, placements, echoed)
 
     def describe(self, burst: Burst) -> Described:
@@ -124,4 +126,5 @@ class StandalonePath(ServingPath):
         engine = {"name": "sim-server" if simulated else "vllm-serve", "simulated": simulated,
                   "version": None if simulated else package_versions()["vllm"], "args": self.replicas.args.to_dict()}
         gpus = [{"uuid": r.reported_gpu or r.gpu, "index": r.index} for r in self.replicas.replicas]
-        return Described(engine, gpus, {"replicas": self.replicas.kind, "shards": self.shards})
+        return Described(engine, gpus, {"replicas": self.replicas.kind, "shards": self.shards}
+                         | ({"stream": True} if self.stream else {}))

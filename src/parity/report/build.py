@@ -100,16 +100,19 @@ def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, referenc
     gc, gc_data = tables.gc_diagnostics(get("gc"), ref)
     control = tables.mlperf(runs, compares, ref)
     routing, routing_data = tables.routing(get("routing"), get("confirmation"))
+    sustained, sustained_data = tables.sustained(get("sustained"))
     excluded = tables.excluded(experiments)
 
     conf_evidence = tables.evidence([d for e in [get("confirmation")] if e for d in e.trials.values()])
     loc_evidence = tables.evidence([d for e in [get("locality")] if e for d in e.trials.values()])
     routing_evidence = tables.evidence([d for e in [get("routing")] if e for d in e.trials.values()])
+    sustained_evidence = tables.evidence([d for e in [get("sustained")] if e for d in e.trials.values()])
     drawn = {name: p for name, p in (
         ("throughput", plots.throughput(final_data["plot"], conf_evidence, out / "throughput.png")),
         ("ratios", plots.ratios(final_data["plot"], conf_evidence, out / "ratios.png")),
         ("cached-share", plots.cached_share(locality_data["plot"], loc_evidence, out / "cached-share.png")),
         ("routing", plots.routing(routing_data["plot"], routing_evidence, out / "routing.png")),
+        ("sustained", plots.sustained(sustained_data["plot"], sustained_evidence, out / "sustained.png")),
     ) if p is not None}
 
     parts = [_header(experiments, runs, evidence, clusters, ref, out),
@@ -119,6 +122,7 @@ def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, referenc
              "## 4. Python startup heap (GC)\n", gc.markdown(),
              "## 5. MLPerf control\n", control.markdown(),
              "## 6. Routing beyond the study (ours)\n", *(t.markdown() for t in routing),
+             "## 7. Sustained load and streaming latency (ours)\n", sustained.markdown(),
              "## Excluded trials\n"]
     if excluded:
         parts.append("| Experiment | Trial | Why |\n|---|---|---|\n" + "".join(

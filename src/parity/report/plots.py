@@ -120,3 +120,36 @@ def routing(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
     return _paired_bars([r[0] for r in rows], ("the study's sticky router", COLORS["study"], [r[1] or 0 for r in rows]),
                         ("ours (prefix)", COLORS["flame"], [r[2] or 0 for r in rows]), "requests/s (median)",
                         _title("Routing beyond the study", evidence), path)
+
+
+def sustained(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
+    """Latency against achieved rate (TTFT and end to end at the client, p50 and p99) and goodput against the
+    offered rate, both paths, one row of panels per trace (the sustained experiment)."""
+    if not per_trace:
+        return None
+    names = {"standalone": "standalone vLLM", "flame": "Flame"}
+    colors = {"standalone": COLORS["vllm"], "flame": COLORS["flame"]}
+    with matplotlib.style.context("default"):
+        fig = Figure(figsize=(13, 3.6 * len(per_trace)))
+        for row, (trace, by_path) in enumerate(per_trace.items()):
+            axes = [fig.add_subplot(len(per_trace), 3, 3 * row + k + 1) for k in range(3)]
+            for system, points in by_path.items():
+                achieved = [p["achieved"] for p in points]
+                for ax, key in ((axes[0], "ttft"), (axes[1], "e2e")):
+                    ax.plot(achieved, [p[f"{key}_p50"] for p in points], "o-", color=colors.get(system),
+                            label=f"{names.get(system, system)} p50")
+                    ax.plot(achieved, [p[f"{key}_p99"] for p in points], "s--", color=colors.get(system),
+                            label=f"{names.get(system, system)} p99")
+                axes[2].plot([p["offered"] for p in points], [p["goodput"] or 0 for p in points], "o-",
+                             color=colors.get(system), label=names.get(system, system))
+            for ax, title, xlabel, ylabel in (
+                    (axes[0], f"{trace}: time to first token (client)", "achieved requests/s", "seconds"),
+                    (axes[1], f"{trace}: end to end", "achieved requests/s", "seconds"),
+                    (axes[2], f"{trace}: goodput", "offered requests/s", "requests/s meeting the objective")):
+                ax.set_title(title, fontsize=10)
+                ax.set_xlabel(xlabel)
+                ax.set_ylabel(ylabel)
+                ax.legend(fontsize=7)
+        fig.suptitle(_title("Sustained load", evidence))
+        fig.tight_layout()
+        return _save(fig, path)

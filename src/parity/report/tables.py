@@ -495,3 +495,69 @@ def confirmation_arms(confirmation: Experiment | None) -> list[Table]:
     table.notes.append("Ours only: the same fresh, interleaved, GPU-pinned pairs as the study's arm, both sides "
                        "placed by the named router.")
     return [table]
+
+
+# ---- 7. sustained load and streaming latency (ours) ----------------------------------------------
+
+PATHS = (("standalone", "standalone vLLM (streamed)"), ("flame", "Flame (tokens timed in the worker)"))
+
+
+def _ms(summary: dict | None, *keys: str) -> str:
+    if not summary:
+        return f.MISSING
+    return " / ".join(f"{summary[k] * 1e3:,.0f}" for k in keys)
+
+
+def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
+    """Per trace and offered rate, both paths under the same arrivals: achieved rate, TTFT at the engine
+    and at the client, end to end, inter-token, goodput against the objective, and whether the path or
+    the sender fell behind; and the curves' numbers."""
+    from parity import latency
+
+    table = Table("Sustained load and streaming latency (ours)", None,
+                  ["Trace", "Offered req/s", "Path", "Source", "Achieved req/s", "TTFT engine p50 / p99 ms",
+                   "TTFT client p50 / p99 ms", "E2E p50 / p99 ms", "Inter-token p99 ms", "Goodput req/s (client)",
+                   "Met objective", "Saturated", "Send lag p99 ms"])
+    curves: dict = {}
+    if experiment is None:
+        table.notes.append(not_run("sustained"))
+        return table, {"plot": curves}
+    objective = latency.Objective.from_dict(experiment.doc["settings"].get("objective"))
+    for case in experiment.cases:
+        doc = experiment.trials[case["trial_id"]]
+        s = latency.summarize(doc, objective) if stats.passed(doc) else None
+        offered, _, arm = case["stage"].removeprefix("rate-").partition("-")
+        label = dict(PATHS).get(case["system"], case["system"])
+        if arm and case["system"] == "flame":
+            label += f", arm {arm} ({case['flame']['label']})" if case.get("flame") else f", arm {arm}"
+        elif arm:
+            label += f", the {arm} arm's reference"
+        if s is None:
+            table.rows.append([case["trace_name"], offered, label, ours([doc]), *[f.MISSING] * 9])
+            continue
+        table.rows.append([case["trace_name"], offered, label, ours([doc]), f.rate(s["achieved_per_s"], 2),
+                           _ms(s["ttft_engine"], "p50", "p99"), _ms(s["ttft_client"], "p50", "p99"),
+                           _ms(s["e2e"], "p50", "p99"), _ms(s["itl"], "p99"), f.rate(s["goodput_client_per_s"], 2),
+                           f.pct(s["good_share_client"], 0), f.yes_no(s["saturated"]),
+                           f"{s['lag']['p99_s'] * 1e3:.2f}" if s["lag"] else f.MISSING])
+        curves.setdefault(case["trace_name"], {}).setdefault(case["system"] + (f"-{arm}" if arm else ""), []).append(
+            {"offered": float(offered), "achieved": s["achieved_per_s"], "ttft_p50": s["ttft_client"]["p50"],
+             "ttft_p99": s["ttft_client"]["p99"], "e2e_p50": s["e2e"]["p50"], "e2e_p99": s["e2e"]["p99"],
+             "goodput": s["goodput_client_per_s"]})
+    table.rows.sort(key=lambda r: (r[0], float(r[1]) if r[1] != f.MISSING else 0, r[2]))
+    table.notes.append(
+        f"Ours only, beyond the study: {experiment.doc['settings'].get('repeats', 1)} pair(s) per offered rate, the "
+        "two paths under the same seeded arrivals, interleaved, fresh engines per case; every latency from the "
+        "request's scheduled arrival on the host's monotonic clock, in the middle 80% of the schedule (by arrival). "
+        f"Objective: first token within {objective.ttft_s:g} s, then tokens at most {objective.itl_s * 1e3:g} ms apart; "
+        "goodput counts the requests that met it, per second. Standalone vLLM streams each token to the client "
+        "(server-sent events), so its engine and client TTFT are the same. The Flame path's worker times each "
+        "token inside its engine, but flamepy 0.6.0 returns a task's outputs together and an executor runs one "
+        "task at a time, so the client holds an answer only when its whole batch is done: its client TTFT is its "
+        "end-to-end latency, and a batch formed while another runs waits for it. An arm (ours) reruns the pairs "
+        "with the Flame side changed: `gathered` holds the next batch while a task runs (inflight 1), so it goes as "
+        "one task when the running one returns. Saturated: achieved below 95% of the offered rate.")
+    for trace in curves:
+        for points in curves[trace].values():
+            points.sort(key=lambda p: p["offered"])
+    return table, {"plot": curves}

@@ -7,6 +7,10 @@ requests/s = requests / (last completion − release). Idle keep-alive stays und
 so a pooled connection is never reused after the server closed it; a connection dropped before any
 response byte is retried once. Any other failure (HTTP error, timeout, wrong output length) fails
 the burst, naming the request: nothing is dropped.
+
+Streaming (`stream=True`, server-sent events as vLLM 0.26-0.28 send them): each output token is timed
+as it arrives (`token_s`), the prompt's token IDs come in the first chunk and the usage, with the
+cached-token count, in the last (`stream_options.include_usage`).
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import numpy as np
 
 from parity.engine import SAMPLING, length_mismatch
 from parity.errors import ParityError
+from parity.schedule import wait_until_async
 
 KEEPALIVE_S = 4.0  # below uvicorn's 5 s idle timeout in `vllm serve`
 
@@ -34,10 +39,45 @@ class Reply:
     cached_tokens: int
     submit_s: float
     complete_s: float
+    token_s: list[float] | None = None  # streamed: when each output token arrived
+    sent_s: float | None = None  # when the request left
 
 
-def request_body(model: str, prompt, sampling: dict = SAMPLING) -> dict:
-    return {"model": model, "prompt": [int(t) for t in prompt], "return_token_ids": True, **sampling}
+def request_body(model: str, prompt, sampling: dict = SAMPLING, stream: bool = False) -> dict:
+    body = {"model": model, "prompt": [int(t) for t in prompt], "return_token_ids": True, **sampling}
+    if stream:
+        body |= {"stream": True, "stream_options": {"include_usage": True}}
+    return body
+
+
+async def read_stream(response, request_id: str) -> tuple[dict, list[float]]:
+    """A streamed /v1/completions response folded into the non-streamed shape, with each token's arrival."""
+    import json
+
+    tokens, times, prompt_ids, usage = [], [], None, None
+    async for line in response.content:
+        if not line.startswith(b"data: "):
+            continue
+        payload = line[6:].strip()
+        if payload == b"[DONE]":
+            break
+        try:
+            chunk = json.loads(payload)
+        except ValueError:
+            raise ParityError(f"request {request_id}: a streamed chunk that is not JSON: {payload[:200]!r}") from None
+        if "error" in chunk:
+            raise ParityError(f"request {request_id}: the server failed mid-stream: {str(chunk['error'])[:300]}")
+        now = time.monotonic()
+        for choice in chunk.get("choices") or []:
+            new = choice.get("token_ids") or []
+            tokens += new
+            times += [now] * len(new)
+            if choice.get("prompt_token_ids") is not None:
+                prompt_ids = choice["prompt_token_ids"]
+        usage = chunk.get("usage") or usage
+    if usage is None:
+        raise ParityError(f"request {request_id}: the stream ended without its usage chunk")
+    return {"choices": [{"token_ids": tokens, "prompt_token_ids": prompt_ids}], "usage": usage}, times
 
 
 def parse_reply(data: dict, request_id: str, submit_s: float, complete_s: float, sampling: dict = SAMPLING) -> Reply:
@@ -62,8 +102,9 @@ def parse_reply(data: dict, request_id: str, submit_s: float, complete_s: float,
 class NativeClient:
     """A shared aiohttp session to the replicas; `burst` releases every request at once."""
 
-    def __init__(self, urls: list[str], model: str, *, timeout_s: float = 1800, sampling: dict = SAMPLING):
-        self.urls, self.model, self.timeout_s, self.sampling = urls, model, timeout_s, sampling
+    def __init__(self, urls: list[str], model: str, *, timeout_s: float = 1800, sampling: dict = SAMPLING,
+                 stream: bool = False):
+        self.urls, self.model, self.timeout_s, self.sampling, self.stream = urls, model, timeout_s, sampling, stream
         self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> "NativeClient":
@@ -85,12 +126,18 @@ class NativeClient:
     async def _post(self, url: str, body: dict, request_id: str, release: float) -> Reply:
         for attempt in (1, 2):
             try:
+                sent, times = time.monotonic(), None
                 async with self._session.post(f"{url}/v1/completions", json=body) as response:
                     if response.status != 200:
                         text = (await response.text())[:300]
                         raise ParityError(f"request {request_id} to {url}: HTTP {response.status}: {text}")
-                    data = await response.json()
-                return parse_reply(data, request_id, release, time.monotonic(), self.sampling)
+                    if body.get("stream"):
+                        data, times = await read_stream(response, request_id)
+                    else:
+                        data = await response.json()
+                reply = parse_reply(data, request_id, release, time.monotonic(), self.sampling)
+                reply.token_s, reply.sent_s = times, sent
+                return reply
             except aiohttp.ServerDisconnectedError:
                 if attempt == 2:
                     raise ParityError(f"request {request_id} to {url}: server disconnected twice") from None
@@ -102,7 +149,7 @@ class NativeClient:
 
     async def send(self, shard: int, prompt, request_id: str) -> Reply:
         """One request now, timed from its own submission (for callers that pace requests themselves)."""
-        body = request_body(self.model, prompt, self.sampling)
+        body = request_body(self.model, prompt, self.sampling, self.stream)
         return await self._post(self.urls[shard], body, request_id, time.monotonic())
 
     async def burst(self, prompts: list[np.ndarray], request_ids: list[str], router,
@@ -113,11 +160,11 @@ class NativeClient:
         shards, tasks = [], []
         for prompt, request_id, offset in zip(prompts, request_ids, offsets, strict=True):
             if offset > 0:
-                await asyncio.sleep(release + offset - time.monotonic())
+                await wait_until_async(release + offset)
             shard = router.route(prompt)
             shards.append(shard)
-            tasks.append(asyncio.ensure_future(self._post(self.urls[shard], request_body(self.model, prompt, self.sampling),
-                                                          request_id, release + offset)))
+            body = request_body(self.model, prompt, self.sampling, self.stream)
+            tasks.append(asyncio.ensure_future(self._post(self.urls[shard], body, request_id, release + offset)))
         try:
             replies = await asyncio.gather(*tasks)
         except BaseException:

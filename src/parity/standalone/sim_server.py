@@ -2,7 +2,10 @@
 
 `POST /v1/completions` with a token-ID prompt and the study's sampling returns `choices[0].token_ids`,
 `choices[0].prompt_token_ids` and `usage.prompt_tokens_details.cached_tokens`, as `vllm serve
---enable-prompt-tokens-details` does; `GET /health` answers 200 once ready. The engine runs on the
+--enable-prompt-tokens-details` does; with `"stream": true`, the same as server-sent events, one
+chunk per token as the engine samples it (`token_ids` in each, `prompt_token_ids` in the first,
+usage last when `stream_options.include_usage`), as vLLM 0.26-0.28 streams;
+`GET /health` answers 200 once ready. The engine runs on the
 paced clock, so requests arriving over HTTP are batched continuously as in a real replica.
 `GET /parity/identity` reports the simulated GPU UUID, as a real replica's GPU is read from NVML.
 """
@@ -15,10 +18,11 @@ import json
 import os
 import sys
 
+import numpy as np
 from aiohttp import web
 
 from parity.engine import EngineArgs
-from parity.engine.sim import SimEngine, SimParams
+from parity.engine.sim import SimEngine, SimParams, output_tokens
 from parity.errors import ParityError
 
 ENGINE_ARGS_VARIABLE = "PARITY_ENGINE_ARGS"  # how ReplicaSet hands its EngineArgs to a simulator replica
@@ -45,6 +49,8 @@ def make_app(engine: SimEngine, model: str) -> web.Application:
         if any(asked[key] != wanted[key] for key in asked):
             return _bad(f"this replica serves one sampling only: max_tokens = {wanted['max_tokens']}, "
                         f"min_tokens = {wanted['min_tokens']}, ignore_eos = {wanted['ignore_eos']}")
+        if body.get("stream"):
+            return await stream(request, body, prompt)
         try:
             completion = await asyncio.wrap_future(engine.submit(prompt))
         except ParityError as exc:
@@ -59,6 +65,48 @@ def make_app(engine: SimEngine, model: str) -> web.Application:
                       "total_tokens": completion.prompt_tokens + len(completion.output_token_ids),
                       "prompt_tokens_details": {"cached_tokens": completion.cached_tokens}},
         })
+
+    async def stream(request: web.Request, body: dict, prompt: list[int]) -> web.StreamResponse:
+        loop, sampled = asyncio.get_running_loop(), asyncio.Queue()
+        try:
+            future = engine.submit(prompt, on_token=lambda position, _: loop.call_soon_threadsafe(sampled.put_nowait,
+                                                                                                 position))
+        except ParityError as exc:
+            return _bad(str(exc))
+        tokens = output_tokens(np.asarray(prompt, dtype="<u4"), engine.params.vocab_size, engine.args.max_tokens)
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
+        await response.prepare(request)
+        name = f"cmpl-sim-{next(ids)}"
+
+        async def send(choices: list, **more) -> None:
+            chunk = {"id": name, "object": "text_completion", "model": model, "choices": choices, **more}
+            await response.write(f"data: {json.dumps(chunk)}\n\n".encode())
+
+        finished = asyncio.wrap_future(future)
+        for count in range(len(tokens)):
+            token = asyncio.ensure_future(sampled.get())
+            await asyncio.wait({token, finished}, return_when=asyncio.FIRST_COMPLETED)
+            if not token.done() and finished.exception() is None:
+                await token  # finished with its last tokens still queued
+            if not token.done():  # the engine failed before this token: say so in the stream, as vLLM does
+                token.cancel()
+                await send([], error={"message": str(finished.exception()), "type": "InternalServerError"})
+                await response.write(b"data: [DONE]\n\n")
+                return response
+            position = token.result()
+            choice = {"index": 0, "text": "", "token_ids": [tokens[position]],
+                      "finish_reason": "length" if count == len(tokens) - 1 else None}
+            if count == 0 and body.get("return_token_ids"):
+                choice["prompt_token_ids"] = prompt
+            await send([choice])
+        completion = await finished
+        if (body.get("stream_options") or {}).get("include_usage"):
+            await send([], usage={"prompt_tokens": completion.prompt_tokens, "completion_tokens": len(tokens),
+                                  "total_tokens": completion.prompt_tokens + len(tokens),
+                                  "prompt_tokens_details": {"cached_tokens": completion.cached_tokens}})
+        await response.write(b"data: [DONE]\n\n")
+        await response.write_eof()
+        return response
 
     async def health(request: web.Request) -> web.Response:
         return web.Response(status=200)

@@ -1,0 +1,95 @@
+"""Latency and goodput of one trial from its records, every time on the host's monotonic clock and
+measured from each request's scheduled arrival (`arrival_s`), the same for both paths.
+
+- TTFT: first output token minus arrival; E2E: the answer in the client's hands minus arrival;
+  inter-token: the gaps between a request's tokens.
+- Two views of the first token: `engine` (when the engine produced it: the Flame worker's own
+  record, or for standalone vLLM the streamed token's arrival) and `client` (when the client held
+  it: streamed on the standalone path; on the Flame path its whole answer, which comes back with its
+  batch, so client TTFT is its E2E). `parity.report` prints both and says why they differ.
+- The steady-state window: requests arriving in the middle `WINDOW` of the schedule's span (all of a
+  burst); rates and goodput are counted there. Achieved rate below 95% of the offered marks the path
+  saturated; a schedule the sender fell behind is flagged from `sent_s`.
+- Goodput: requests per second of the window that met the objective (`Objective`: TTFT and each
+  inter-token gap within bounds); a request that failed counts as a miss (a trial with failed
+  requests is failed whole, so in a passed trial every request answered).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from parity.schedule import lag
+from parity.settings import Settings
+
+WINDOW = (0.1, 0.9)  # the steady-state window: this share of the schedule's span, by arrival
+PERCENTILES = (50, 90, 99)
+
+
+@dataclass(frozen=True)
+class Objective(Settings):
+    """The latency objective goodput counts against (document QA: a first token within 2 s, then tokens
+    no more than 100 ms apart)."""
+
+    what = "latency objective"
+    ttft_s: float = 2.0
+    itl_s: float = 0.1
+
+
+def percentiles(values) -> dict | None:
+    data = np.asarray([v for v in values if v is not None], dtype=float)
+    if not data.size:
+        return None
+    return {f"p{q}": float(np.percentile(data, q)) for q in PERCENTILES} | {"mean": float(data.mean())}
+
+
+def _first(record: dict, view: str) -> float | None:
+    tokens = record.get("token_s")
+    if view == "engine":
+        return tokens[0] if tokens else None
+    return record["complete_s"] if record.get("batch_id") is not None or not tokens else tokens[0]
+
+
+def summarize(doc: dict, objective: Objective = Objective()) -> dict | None:
+    """A trial's latencies, rates and goodput in its steady-state window; None for a trial with no
+    scheduled arrivals (a study burst records none)."""
+    records = [r for r in doc["records"] if "arrival_s" in r]
+    if not records:
+        return None
+    arrivals = np.asarray([r["arrival_s"] for r in records])
+    start, span = arrivals.min(), arrivals.max() - arrivals.min()
+    low, high = start + WINDOW[0] * span, start + WINDOW[1] * span
+    window = [r for r in records if low <= r["arrival_s"] <= high] or records
+    in_window_s = max(high - low, 1e-9) if span > 0 else None
+    out: dict = {"requests": len(records), "window_requests": len(window), "window_s": in_window_s}
+    for view in ("engine", "client"):
+        ttft = [None if _first(r, view) is None else _first(r, view) - r["arrival_s"] for r in window]
+        out[f"ttft_{view}"] = percentiles(ttft)
+    out["e2e"] = percentiles([r["complete_s"] - r["arrival_s"] for r in window])
+    gaps = [g for r in window for g in np.diff(r.get("token_s") or []).tolist()]
+    out["itl"] = percentiles(gaps)
+    offered = (len(window) - 1) / in_window_s if in_window_s else None
+    done = sorted(r["complete_s"] for r in window)  # the window's answers, as fast as they came back
+    achieved = (len(done) - 1) / (done[-1] - done[0]) if len(done) > 1 and done[-1] > done[0] else None
+    out |= {"offered_per_s": offered, "achieved_per_s": achieved,
+            "saturated": bool(offered and achieved and achieved < 0.95 * offered)}
+    sent = [r for r in records if "sent_s" in r]
+    out["lag"] = lag([r["arrival_s"] for r in sent], [r["sent_s"] for r in sent]) if sent else None
+    for view in ("engine", "client"):
+        share = sum(1 for r in window if _meets(r, view, objective)) / len(window)
+        out[f"goodput_{view}_per_s"] = share * achieved if achieved else None  # completions that met it, per second
+        out[f"good_share_{view}"] = share
+    out["objective"] = objective.to_dict()
+    return out
+
+
+def _meets(record: dict, view: str, objective: Objective) -> bool:
+    first = _first(record, view)
+    if first is None or first - record["arrival_s"] > objective.ttft_s:
+        return False
+    tokens = record.get("token_s") or []
+    if view == "client" and record.get("batch_id") is not None:
+        return True  # the whole answer at once: no gap between tokens the client sees
+    return all(b - a <= objective.itl_s for a, b in zip(tokens, tokens[1:]))

@@ -1,0 +1,185 @@
+"""Sustained arrivals: seeded schedules and their statistics, one clock for both paths, streaming, goodput,
+and the Flame client's held batch (inflight)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import numpy as np
+import pytest
+
+from parity import latency
+from parity.errors import ParityError
+from parity.schedule import Schedule, lag
+
+
+def gaps(schedule: Schedule, count: int = 20000) -> np.ndarray:
+    return np.diff(schedule.offsets(count))
+
+
+def test_poisson_arrivals_have_the_seeded_rate_and_exponential_gaps():
+    g = gaps(Schedule(kind="poisson", rate=50.0, seed=3))
+    assert 1 / g.mean() == pytest.approx(50.0, rel=0.03) and g.std() / g.mean() == pytest.approx(1.0, abs=0.03)
+    assert Schedule(kind="poisson", rate=50.0, seed=3).offsets(100) == Schedule(kind="poisson", rate=50.0, seed=3).offsets(100)
+    assert Schedule(kind="poisson", rate=50.0, seed=4).offsets(100) != Schedule(kind="poisson", rate=50.0, seed=3).offsets(100)
+    assert Schedule(kind="poisson", rate=50.0).offsets(3)[0] == 0.0  # the first request at the release
+
+
+@pytest.mark.parametrize("burstiness", [0.25, 1.0, 4.0])
+def test_gamma_arrivals_keep_the_rate_and_scale_burstiness_as_vllm_bench_serve_does(burstiness):
+    g = gaps(Schedule(kind="gamma", rate=20.0, burstiness=burstiness, seed=1))
+    assert 1 / g.mean() == pytest.approx(20.0, rel=0.05)
+    assert g.std() / g.mean() == pytest.approx(1 / np.sqrt(burstiness), rel=0.05)  # 1: Poisson; below: burstier
+
+
+def test_a_schedule_is_recorded_with_the_hash_of_its_offsets(tmp_path):
+    a, b = Schedule(kind="poisson", rate=5.0, seed=0), Schedule(kind="poisson", rate=5.0, seed=1)
+    assert a.describe(64)["offsets_sha256"] == a.describe(64)["offsets_sha256"] != b.describe(64)["offsets_sha256"]
+    assert Schedule().describe(64) == {"kind": "burst"}  # the study's trials record what they always did
+    recorded = tmp_path / "arrivals.json"
+    recorded.write_text(json.dumps({"arrivals": [10.0, 10.5, 12.0, 12.0]}))
+    replay = Schedule(kind="replay", replay=str(recorded))
+    assert replay.offsets(3) == [0.0, 0.5, 2.0] and len(replay.describe(3)["replay_sha256"]) == 64
+
+
+@pytest.mark.parametrize("content, message", [
+    ("not json", "not JSON"), ('{"arrivals": "soon"}', "a list of arrival times"),
+    ("[1, 0.5, 2]", "never decrease"), ("[0, 1]", "2 arrival times for 3 requests")])
+def test_a_bad_replay_file_is_refused_in_one_line(tmp_path, content, message):
+    path = tmp_path / "arrivals.json"
+    path.write_text(content)
+    with pytest.raises(ParityError, match=message):
+        Schedule(kind="replay", replay=str(path)).offsets(3)
+
+
+def test_bad_schedule_settings_are_refused_by_name():
+    with pytest.raises(ParityError, match="unknown arrival schedule 'uniform'"):
+        Schedule(kind="uniform")
+    with pytest.raises(ParityError, match="needs a rate above 0"):
+        Schedule(kind="poisson")
+    with pytest.raises(ParityError, match="burstiness above 0"):
+        Schedule(kind="gamma", rate=1.0, burstiness=0.0)
+    with pytest.raises(ParityError, match="schedule setting rate must be a number"):
+        Schedule.from_dict({"kind": "poisson", "rate": "fast"})
+
+
+def test_lag_is_actual_minus_scheduled_and_a_late_sender_is_flagged():
+    assert lag([0.0, 1.0], [0.0001, 1.0002])["behind"] is False
+    late = lag([0.0, 1.0, 2.0], [0.0, 1.0, 2.05])
+    assert late["behind"] is True and late["max_s"] == pytest.approx(0.05)
+
+
+def record(arrival, tokens, complete, batch=None):
+    return {"arrival_s": arrival, "sent_s": arrival, "token_s": tokens, "complete_s": complete,
+            **({"batch_id": batch} if batch else {})}
+
+
+def test_goodput_counts_requests_that_met_the_objective_and_a_batched_answer_reaches_the_client_whole():
+    streamed = [record(t, [t + 0.5, t + 0.55], t + 0.6) for t in range(10)]
+    streamed[5] = record(5, [5 + 2.5, 5 + 2.55], 5 + 2.6)  # first token too late
+    streamed[6] = record(6, [6 + 0.5, 6 + 0.9], 6 + 1.0)  # a 400 ms gap between tokens
+    s = latency.summarize({"records": streamed}, latency.Objective(ttft_s=2.0, itl_s=0.1))
+    assert s["window_requests"] == 8 and s["good_share_client"] == pytest.approx(6 / 8)  # arrivals 1..8 in the window
+    assert s["ttft_engine"] == s["ttft_client"] and s["ttft_client"]["p50"] == pytest.approx(0.5)
+    batched = [record(t, [t + 0.5, t + 0.55], t + 3.0, batch=f"b{t}") for t in range(10)]
+    b = latency.summarize({"records": batched})
+    assert b["ttft_engine"]["p50"] == pytest.approx(0.5) and b["ttft_client"]["p50"] == pytest.approx(3.0)
+    assert b["good_share_engine"] == 1.0 and b["good_share_client"] == 0.0
+    assert latency.summarize({"records": [{"complete_s": 1.0}]}) is None  # a study burst records no arrivals
+
+
+def test_both_paths_record_every_latency_on_one_clock_from_the_scheduled_arrival(small_reuse_trace, sim_backend,
+                                                                                tmp_path):
+    from parity.experiments import plan
+    from parity.experiments.runner import run_experiment
+    from parity.manifest import read_manifest
+
+    schedule = Schedule(kind="poisson", rate=1.0, seed=7)
+    cases = plan.sustained([small_reuse_trace], [40.0], plan.FlameSettings(batch_limit=64, window_ms=5), schedule)
+    before = time.monotonic()
+    run_experiment("sustained", cases, sim_backend, tmp_path, settings={"rates": [40.0]}, log=lambda m: None)
+    after = time.monotonic()
+    docs = {c.system: read_manifest(tmp_path / "trials" / f"{c.trial_id}.json") for c in cases}
+    assert docs["standalone"]["schedule"] == docs["flame"]["schedule"]  # the same arrivals, by hash
+    assert docs["flame"]["schedule"]["kind"] == "poisson" and docs["flame"]["schedule"]["rate"] == 40.0
+    for system, doc in docs.items():
+        assert doc["verdict"]["status"] == "passed", system
+        for r in doc["records"]:
+            assert before <= r["arrival_s"] <= r["sent_s"] <= r["token_s"][0] <= r["complete_s"] <= after, system
+            assert len(r["token_s"]) == 16 and r["token_s"] == sorted(r["token_s"]), system
+        offsets = [r["arrival_s"] - doc["timing"]["release_s"] for r in doc["records"]]
+        assert offsets == pytest.approx(schedule.__class__(kind="poisson", rate=40.0, seed=7).offsets(len(offsets)))
+    assert docs["flame"]["config"]["stream"] is True and docs["standalone"]["config"]["stream"] is True
+    flame = latency.summarize(docs["flame"])
+    assert flame["ttft_client"]["p50"] >= flame["ttft_engine"]["p50"]  # the worker's first token before its batch
+
+
+def test_the_sim_server_streams_each_token_as_vllm_does(tmp_path):
+    import asyncio
+
+    import aiohttp
+
+    from parity.engine import EngineArgs
+    from parity.standalone.client import read_stream, request_body
+    from parity.standalone.replicas import ReplicaSet
+
+    async def ask(url):
+        async with aiohttp.ClientSession() as session:
+            async with session.post(url, json=request_body("m", list(range(300)), stream=True)) as response:
+                return await read_stream(response, "r")
+
+    with ReplicaSet("sim", ["sim-0"], EngineArgs(), tmp_path) as replicas:
+        data, times = asyncio.run(ask(replicas.replicas[0].url + "/v1/completions"))
+    choice = data["choices"][0]
+    assert len(choice["token_ids"]) == 16 == len(times) and choice["prompt_token_ids"] == list(range(300))
+    assert data["usage"]["prompt_tokens_details"]["cached_tokens"] == 0 and times == sorted(times)
+    assert times[-1] - times[0] > 0.01  # sixteen decode steps, each token sent as its step ended
+
+
+def test_a_held_batch_gathers_what_arrives_while_a_task_runs():
+    from concurrent.futures import Future
+
+    from parity.flame import codec
+    from parity.flame.batcher import Batcher
+    from parity.flame.codec import encode_output
+
+    sent: list[tuple[list[str], Future]] = []
+
+    def send(data: bytes) -> Future:
+        future: Future = Future()
+        sent.append(([p.request_id for p in codec.decode(data, budget=1 << 22)], future))
+        return future
+
+    def answer(index: int) -> None:
+        ids, future = sent[index]
+        future.set_result(encode_output([{"request_id": i, "output_token_ids": [1] * 16, "prompt_tokens": 4,
+                                          "cached_tokens": 0} for i in ids], {"executor_id": "e"}, {}))
+
+    batcher = Batcher(send, batch_limit=64, window_s=0.001, inflight=1)
+    first = batcher.submit("a", np.arange(4))
+    deadline = time.monotonic() + 5
+    while not sent and time.monotonic() < deadline:
+        time.sleep(0.001)
+    later = [batcher.submit(name, np.arange(4)) for name in ("b", "c", "d")]
+    time.sleep(0.05)  # well past the window: still held, since a task is running
+    assert [ids for ids, _ in sent] == [["a"]]
+    answer(0)
+    while len(sent) < 2 and time.monotonic() < deadline:
+        time.sleep(0.001)
+    assert sent[1][0] == ["b", "c", "d"]  # one task: everything that arrived meanwhile
+    answer(1)
+    assert [f.result(timeout=5).request_id for f in [first, *later]] == ["a", "b", "c", "d"]
+    batcher.close()
+
+
+def test_inflight_is_ours_and_the_studys_settings_record_without_it():
+    from parity.flame.settings import FlameSettings
+
+    assert "inflight" not in FlameSettings().to_dict()
+    assert FlameSettings(inflight=1).to_dict()["inflight"] == 1 and FlameSettings(inflight=1).label().endswith("-inflight1")
+    assert FlameSettings.from_dict(FlameSettings(inflight=1).to_dict()) == FlameSettings(inflight=1)
+    with pytest.raises(ParityError, match="inflight must be 0"):
+        FlameSettings(inflight=-1)
+    assert dataclasses.replace(FlameSettings(), inflight=2).inflight == 2
