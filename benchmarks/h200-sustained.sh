@@ -16,14 +16,7 @@ source benchmarks/h200-env.sh
 if [[ $steps == *1* ]]; then
   echo "== 1. KV cache events from vLLM inside real Flame workers"
   small_reuse_trace "$out"
-  if [ -z "${FLAME_BIN_DIR:-}" ]; then
-    mkdir -p /tmp/flame-bin
-    for packed in .flame/flame-*.xz; do
-      binary=/tmp/flame-bin/$(basename "$packed" .xz)
-      [ -x "$binary" ] || { xz -dc "$packed" > "$binary.part" && chmod +x "$binary.part" && mv "$binary.part" "$binary"; }
-    done
-    export FLAME_BIN_DIR=/tmp/flame-bin
-  fi
+  source benchmarks/flame-bins.sh
   start=$(date +%s)
   parity flame run --cluster flame --engine vllm --api async --gpu "$gpu" --placement prefix \
     --trace "$out/traces/reuse.json" --warmup-rounds 1 --model "$model" --load-format dummy --out "$out/flame-prefix" 2>&1 | tail -n 4

@@ -17,13 +17,6 @@ fi
 export PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH}:$site PYTHONUNBUFFERED=1
 python3 -c 'import snakemake' 2>/dev/null || {
   echo "benchmarks/host.sh: snakemake is not importable: carry .whl/ (benchmarks/host-wheels.sh makes it)" >&2; exit 1; }
-if [ -z "${FLAME_BIN_DIR:-}" ] && compgen -G ".flame/flame-*.xz" >/dev/null; then
-  mkdir -p /tmp/flame-bin
-  for packed in .flame/flame-*.xz; do
-    binary=/tmp/flame-bin/$(basename "$packed" .xz)
-    [ -x "$binary" ] || { xz -dc "$packed" > "$binary.part" && chmod +x "$binary.part" && mv "$binary.part" "$binary"; }
-  done
-  export FLAME_BIN_DIR=/tmp/flame-bin
-fi
+source benchmarks/flame-bins.sh
 export PATH=$PWD/benchmarks/bin:$PATH
 exec python3 -m snakemake --workflow-profile host "$@"

@@ -182,7 +182,7 @@ def test_report_puts_study_numbers_beside_ours_and_labels_simulation(results, tm
     assert doc["excluded_trials"][0]["trial_id"] == "confirmation-final-reuse-p1-flame"
     assert doc["headline"]["reuse"]["pairs"] == 1 and doc["headline"]["reuse"]["excluded_pairs"] == 1
     assert doc["headline"]["no-reuse"]["every_pair_meets_99"] is True
-    assert set(doc["missing_experiments"]) == {"admission", "offline-limit", "routing"}
+    assert set(doc["missing_experiments"]) == {"admission", "offline-limit", "routing", "sustained"}
     assert set(doc["outputs"]["plots"]) == {"throughput", "ratios", "cached-share"}
     for name in ("throughput.png", "ratios.png", "cached-share.png"):
         assert (out / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -20,7 +20,8 @@ SIM = json.dumps({"engine": "sim", "gpus": ["sim-0", "sim-1"], "cluster": "stand
 
 
 def test_experiment_names_come_from_the_schema():
-    assert experiment_names() == ["confirmation", "locality", "admission", "gc", "offline-limit", "routing"]  # the report's order
+    assert experiment_names() == ["confirmation", "locality", "admission", "gc", "offline-limit", "routing",
+                                  "sustained"]  # the report's order
     assert set(schema()["properties"]["experiments"]["required"]) == set(experiment_names())
 
 

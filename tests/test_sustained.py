@@ -183,3 +183,27 @@ def test_inflight_is_ours_and_the_studys_settings_record_without_it():
     with pytest.raises(ParityError, match="inflight must be 0"):
         FlameSettings(inflight=-1)
     assert dataclasses.replace(FlameSettings(), inflight=2).inflight == 2
+
+
+def test_the_ladder_pairs_each_rate_under_one_schedule_and_an_arm_gets_pairs_of_its_own(tiny_reuse_trace):
+    from parity.experiments import plan
+
+    cases = plan.for_experiment("sustained", [tiny_reuse_trace], {"rates": [2, 4], "arms": {"gathered": {"inflight": 1}}})
+    assert [c.stage for c in cases] == ["rate-2"] * 2 + ["rate-2-gathered"] * 2 + ["rate-4"] * 2 + ["rate-4-gathered"] * 2
+    for stage in ("rate-2", "rate-4-gathered"):
+        ref, cand = sorted((c for c in cases if c.stage == stage), key=lambda c: c.side != "reference")
+        assert ref.system == "standalone" and cand.system == "flame" and ref.schedule == cand.schedule
+        assert ref.stream and cand.stream and ref.schedule.kind == "poisson"
+    assert {c.flame.inflight for c in cases if c.stage.endswith("gathered")} == {1}
+    assert [c.side for c in cases[:4]] == ["reference", "candidate", "candidate", "reference"]  # alternating order
+
+
+def test_a_trial_that_ran_another_schedule_is_stale_and_a_study_trial_keeps_its_burst():
+    from parity import trial
+
+    study = {"ran_with": {}, "trace": {"sha256": "t"}, "engine": {"args": {}}, "versions": {}}
+    wanted = {name: None for name in trial.RESULT_SETTINGS} | {"trace": "t", "engine_args": {}, "versions": {},
+                                                                 "load": trial._load(None)}
+    assert "load" not in (trial.stale(study, wanted) or "")  # recorded before `load` existed: the study's burst
+    poisson = {"schedule": Schedule(kind="poisson", rate=4.0).to_dict(), "stream": True}
+    assert "load.schedule" in trial.stale(study, wanted | {"load": trial._load(poisson)})

@@ -67,7 +67,7 @@ def test_a_bare_invocation_gets_the_default_profile(checkout):
     assert "config/default.yaml" in log  # the profile names its config
     assert "apptainer is not installed: only a dry run (-n) can go on" in log
     experiments = [c for c in shell_commands(log) if c[:3] == ["parity", "experiment", "run"]]
-    assert len(experiments) == 6
+    assert len(experiments) == 7
     backend = experiments[0][experiments[0].index("--backend") + 1]
     assert '"engine":"vllm"' in backend and '"cluster":"flame"' in backend  # the default profile's backend
 
@@ -172,9 +172,9 @@ def _finished_smoke_run(root: Path) -> None:
 
     r = "results/smoke"
     files = [f"{r}/inputs/corpus.jsonl", f"{r}/inputs/tokenizer/tokenizer.json", f"{r}/mlperf/cnn_eval-smoke.json"]
-    files += [f"{r}/traces/{n}.{e}" for n in ("no-reuse", "reuse", "shared-head") for e in ("json", "tokens")]
+    files += [f"{r}/traces/{n}.{e}" for n in ("no-reuse", "reuse", "shared-head", "reuse-32") for e in ("json", "tokens")]
     files += [f"{r}/{n}/experiment.json" for n in ("locality", "admission", "confirmation", "gc", "offline-limit",
-                                                   "routing")]
+                                                   "routing", "sustained")]
     files += [f"{r}/mlperf/{a}/mlperf-run.json" for a in ("standalone", "flame-b32", "flame-b64")]
     files += [f"{r}/mlperf/compare-b{b}.json" for b in (32, 64)]
     files += [f"{r}/report/report.md", f"{r}/report/report.json"]

@@ -556,7 +556,8 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
         "task at a time, so the client holds an answer only when its whole batch is done: its client TTFT is its "
         "end-to-end latency, and a batch formed while another runs waits for it. An arm (ours) reruns the pairs "
         "with the Flame side changed: `gathered` holds the next batch while a task runs (inflight 1), so it goes as "
-        "one task when the running one returns. Saturated: achieved below 95% of the offered rate.")
+        "one task when the running one returns. Achieved: the window's requests over the time from the first's "
+        "arrival to the last's answer; saturated: below 90% of the offered rate.")
     for trace in curves:
         for points in curves[trace].values():
             points.sort(key=lambda p: p["offered"])
