@@ -17,7 +17,6 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from parity import cli
 from parity.cli import ENVIRONMENT_ERRORS, friendly_errors, log_summary, main
 
 

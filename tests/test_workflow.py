@@ -135,7 +135,7 @@ def test_a_misspelt_key_is_refused_by_name(checkout):
 
 def test_a_profile_changes_one_key_and_keeps_the_study_settings_beside_it(checkout):
     edit_config(checkout, "smoke", lambda doc: doc["experiments"].update(gc={"flame": {"batch_limit": 64}}))
-    run = snakemake(checkout, "-n", "-p", "--workflow-profile", "smoke", f"results/smoke/gc/experiment.json")
+    run = snakemake(checkout, "-n", "-p", "--workflow-profile", "smoke", "results/smoke/gc/experiment.json")
     assert run.returncode == 0, run.stderr[-2000:]
     (command,) = [c for c in shell_commands(run.stdout + run.stderr) if c[:4] == ["parity", "experiment", "run", "gc"]]
     settings = yaml.safe_load(command[command.index("--settings") + 1])
