@@ -143,3 +143,16 @@ def test_the_prefix_router_is_sized_from_the_engines_cache_and_says_when_it_outg
                       router=RouterSettings("prefix"), warmup_rounds=0, log=lines.append)
     assert roomy["router"]["capacity_blocks"] == SimParams.load().kv_cache_tokens // 256
     assert not roomy["router"]["overflowed"] and roomy["router"]["realized_cached_tokens"]
+
+
+def test_a_completion_from_another_thread_is_released_before_the_next_decision():
+    import threading
+
+    router = PrefixRouter(2, MODEL_REVISION, cache_tokens=1 << 20)
+    a, b = np.arange(3000, dtype=np.uint32), np.arange(3000, dtype=np.uint32) + 50_000
+    assert (router.route(a), router.route(b)) == (0, 1)
+    thread = threading.Thread(target=router.complete, args=(0,))  # a reply callback's thread
+    thread.start()
+    thread.join()
+    assert router.loads[0] == 0 and router.loads[1] > 0
+    assert router.route(np.arange(2000, dtype=np.uint32) + 90_000) == 0  # shard 0 is idle again

@@ -148,6 +148,7 @@ class PrefixRouter:
         self._held: list[dict[int, int]] = [{} for _ in range(num_shards)]
         self._tails: list[dict[int, set[int]]] = [{} for _ in range(num_shards)]  # block before -> fine hashes
         self._loads = [0] * num_shards
+        self._completed: queue.SimpleQueue = queue.SimpleQueue()  # routing indices of finished requests
         self._requests = self._replicated = self._evicted = 0
         self._expected: list[int] = []  # cached tokens the router expects, per request in routing order
         self._booked: list[tuple[int, int]] = []  # (shard, work) per request, until `complete`
@@ -264,6 +265,7 @@ class PrefixRouter:
     def route(self, tokens: Tokens) -> int:
         """The shard for this prompt; books its work there and remembers its blocks on that shard."""
         self._apply_changes()
+        self._release()
         words = _words(tokens)
         chain = _chain(words, self._salt, self.block_tokens)
         memo: dict[int, list[int]] = {}
@@ -331,11 +333,20 @@ class PrefixRouter:
         self.overflowed = True
 
     def complete(self, index: int) -> None:
-        """Release the work booked for the `index`-th routed request (it finished on its shard)."""
-        shard, work = self._booked[index]
-        if work:
-            self._loads[shard] -= work
-            self._booked[index] = (shard, 0)
+        """Release the work booked for the `index`-th routed request (it finished on its shard). Safe from any
+        thread (a path's reply callback): queued, and applied before the next decision."""
+        self._completed.put(index)
+
+    def _release(self) -> None:
+        while True:
+            try:
+                index = self._completed.get_nowait()
+            except queue.Empty:
+                return
+            shard, work = self._booked[index]
+            if work:
+                self._loads[shard] -= work
+                self._booked[index] = (shard, 0)
 
     def observe(self, cached_tokens: list[int]) -> None:
         """The engine's cached prompt tokens per request, in routing order: the hits that happened."""
@@ -351,6 +362,7 @@ class PrefixRouter:
     @property
     def loads(self) -> list[int]:
         """Work booked on each shard and not yet released (uncached prompt tokens plus output tokens)."""
+        self._release()
         return list(self._loads)
 
     def stats(self) -> dict:

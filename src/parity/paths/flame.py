@@ -155,6 +155,8 @@ class FlamePath(ServingPath):
             shard = router.route(prompt)
             shards.append(shard)
             futures.append(sessions.batchers[shard].submit(request_id, prompt))
+            if hasattr(router, "complete"):  # its load released as its answer comes back (the batcher's thread)
+                futures[-1].add_done_callback(lambda _, index=len(futures) - 1: router.complete(index))
         deadline, pending = release + RELEASE_TIMEOUT_S, set(futures)
         while pending:
             _, pending = wait(pending, timeout=1.0)

@@ -165,6 +165,8 @@ class NativeClient:
             shards.append(shard)
             body = request_body(self.model, prompt, self.sampling, self.stream)
             tasks.append(asyncio.ensure_future(self._post(self.urls[shard], body, request_id, release + offset)))
+            if hasattr(router, "complete"):  # its load released as its answer comes back
+                tasks[-1].add_done_callback(lambda _, index=len(tasks) - 1: router.complete(index))
         try:
             replies = await asyncio.gather(*tasks)
         except BaseException:
