@@ -127,8 +127,16 @@ def sustained(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
     offered rate, both paths, one row of panels per trace (the sustained experiment)."""
     if not per_trace:
         return None
-    names = {"standalone": "standalone vLLM", "flame": "Flame"}
+    names = {"standalone": "standalone vLLM", "flame": "Flame (the study's final configuration)"}
     colors = {"standalone": COLORS["vllm"], "flame": COLORS["flame"]}
+    arm_colors = iter(["#55a868", "#8172b2", "#937860"])
+    # an arm's own standalone reference repeats the standalone curve: not drawn
+    per_trace = {trace: {k: v for k, v in by_path.items() if not k.startswith("standalone-")}
+                 for trace, by_path in per_trace.items()}
+    for by_path in per_trace.values():
+        for key in by_path:
+            if key.startswith("flame-") and key not in colors:
+                colors[key], names[key] = next(arm_colors, None), f"Flame, {key.removeprefix('flame-')} arm (ours)"
     with matplotlib.style.context("default"):
         fig = Figure(figsize=(13, 3.6 * len(per_trace)))
         for row, (trace, by_path) in enumerate(per_trace.items()):
