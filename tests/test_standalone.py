@@ -154,7 +154,7 @@ def test_a_signal_mid_burst_cancels_the_requests_in_flight(reuse_trace, tmp_path
     from parity.schedule import Schedule
     from parity.trace import load_trace
 
-    class Stop(Exception):
+    class Stop(SystemExit):  # as parity.procs.Terminated: asyncio re-raises it from a callback, never logs it
         pass
 
     def stop(signum, frame):
