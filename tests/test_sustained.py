@@ -207,3 +207,20 @@ def test_a_trial_that_ran_another_schedule_is_stale_and_a_study_trial_keeps_its_
     assert "load" not in (trial.stale(study, wanted) or "")  # recorded before `load` existed: the study's burst
     poisson = {"schedule": Schedule(kind="poisson", rate=4.0).to_dict(), "stream": True}
     assert "load.schedule" in trial.stale(study, wanted | {"load": trial._load(poisson)})
+
+
+def test_startup_cost_is_measured_per_path_cold_then_warm(tmp_path):
+    from click.testing import CliRunner
+
+    from parity.cli import main
+
+    result = CliRunner().invoke(main, ["bench", "startup", "--repeats", "2", "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((tmp_path / "startup.json").read_text())
+    alone, flame = doc["standalone"], doc["flame"]
+    assert doc["simulated"] is True and [r["cold"] for r in alone["runs"]] == [True, False]
+    assert all(0 < r["start_to_healthy_s"] < r["start_to_first_answer_s"] for r in alone["runs"])
+    assert len(flame["runs"]) == 2 and all(r["session_to_first_answer_s"] > 0 for r in flame["runs"])
+    assert flame["cluster_s"] > 0 and alone["start_to_first_answer"]["warm_median_s"] > 0
+    assert json.loads((tmp_path / "cleanup-standalone-1.json").read_text())["clean"] is True
+    assert "(simulated)" in result.output

@@ -267,6 +267,56 @@ def bench_schedule(rate, requests, kind, burstiness, seed, out):
         atomic_write_text(out, json.dumps(result, indent=1, sort_keys=True) + "\n")
 
 
+@bench.command("startup")
+@click.option("--engine", type=click.Choice(FAMILIES), default="sim", show_default=True)
+@click.option("--cluster", type=click.Choice(["standin", "flame"]), default="standin", show_default=True,
+              help="The Flame path's cluster: the CPU stand-in or real Flame v0.6.0.")
+@click.option("--flame-bin-dir", type=click.Path(path_type=Path), default=None,
+              help="Flame v0.6.0 binaries (default: $FLAME_BIN_DIR).")
+@click.option("--gpu", default="sim-0", show_default=True, help="The GPU UUID both paths start on.")
+@click.option("--repeats", default=3, show_default=True, type=click.IntRange(min=1))
+@click.option("--sim-params", type=click.Path(path_type=Path), default=None)
+@click.option("--model", default=None)
+@click.option("--load-format", default=None)
+@click.option("--engine-arg", "engine_args", multiple=True, help="Override an engine setting: KEY=VALUE.")
+@click.option("--network", type=click.Choice(NETWORK_MODES), default="auto", show_default=True,
+              help="netns: contain the run in a network namespace with only loopback (real Flame listens on 0.0.0.0).")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True)
+@friendly_errors
+def bench_startup(engine, cluster, flame_bin_dir, gpu, repeats, sim_params, model, load_format, engine_args,
+                  network, out_dir):
+    """Startup cost of each path: process start to the first served request, run 1 cold, later runs warm;
+    written to OUT/startup.json."""
+    import yaml
+
+    from parity import netns
+    from parity.bench import startup
+    from parity.manifest import atomic_write_text
+
+    netns.contain(network, needed=cluster == "flame", log=_echo)
+    args = _engine_args(model, load_format, engine_args)
+    final = FlameSettings.from_dict(yaml.safe_load(
+        (Path(__file__).resolve().parents[2] / "config" / "experiments.yaml").read_text())["experiments"]["confirmation"]["flame"])
+    out_dir.mkdir(parents=True, exist_ok=True)
+    _echo(f"standalone ({'simulator server' if engine == 'sim' else 'vllm serve'}), {repeats} runs")
+    alone = startup.standalone("sim" if engine == "sim" else "vllm", gpu, args, out_dir, repeats,
+                               sim_params=sim_params, log=_echo)
+    _echo(f"Flame ({cluster}, final configuration {final.label()}), {repeats} runs")
+    flamed = startup.flame(cluster, gpu, final, engine, args, out_dir, repeats, simulated=engine == "sim",
+                           bin_dir=flame_bin_dir, sim_params=str(sim_params) if sim_params else None, log=_echo)
+    result = {"simulated": engine == "sim", "engine": engine, "cluster": cluster, "gpu": gpu, "repeats": repeats,
+              "standalone": {"runs": alone, "start_to_first_answer": startup.summary(
+                  [r["start_to_first_answer_s"] for r in alone])},
+              "flame": flamed | {"session_to_first_answer": startup.summary(
+                  [r["session_to_first_answer_s"] for r in flamed["runs"]])}}
+    atomic_write_text(out_dir / "startup.json", json.dumps(result, indent=1, sort_keys=True) + "\n")
+    a, f = result["standalone"]["start_to_first_answer"], result["flame"]["session_to_first_answer"]
+    label = "simulated" if engine == "sim" else "measured"
+    click.echo(f"standalone: process start to first answer {a['cold_s']:.1f} s cold, "
+               f"{a['warm_median_s'] or 0:.1f} s warm (median); Flame: cluster {flamed['cluster_s']:.1f} s once, then "
+               f"session to first answer {f['cold_s']:.1f} s cold, {f['warm_median_s'] or 0:.1f} s warm ({label})")
+
+
 def _engine_args(model: str | None, load_format: str | None, extra: tuple[str, ...]):
     """EngineArgs from the study's defaults, the common options, and KEY=VALUE overrides."""
     import yaml

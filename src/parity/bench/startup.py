@@ -1,0 +1,67 @@
+"""Startup cost: from process start to the first served request, each path, repeated.
+
+Standalone: the clock starts before the replica set is spawned (`vllm serve` or a simulator server)
+and stops when the first request's answer is back. Flame: the cluster is started once (its own time,
+`cluster_s`), then each run opens a fresh session, whose worker starts and builds its engine on its
+first task, and stops at that task's answer. Run 1 is `cold` (the first start in this process: the
+engine's compile caches and the weights' page cache as the host left them), later runs `warm`; no
+cache is dropped on purpose. One prompt, one GPU, the study's engine settings.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+
+from parity.affinity import RouterSettings
+from parity.schedule import Schedule
+
+PROMPT = np.arange(1000, 1512, dtype=np.uint32)  # 512 tokens: a first request, not a workload
+
+
+def _first_answer(path, trial_id: str) -> float:
+    router = RouterSettings()
+    with path.trial(trial_id, router):
+        burst = path.release([PROMPT], [f"{trial_id}-r0"], router.make(path.shards), Schedule())
+    return burst.completions[0].complete_s
+
+
+def standalone(kind: str, gpu: str, args, out: Path, repeats: int, sim_params: Path | None = None, log=print) -> list[dict]:
+    from parity.paths.standalone import StandalonePath
+
+    runs = []
+    for k in range(repeats):
+        start = time.monotonic()
+        with StandalonePath(kind, [gpu], args, out / f"standalone-{k}", sim_params=sim_params,
+                            receipt_path=out / f"cleanup-standalone-{k}.json") as path:
+            healthy = time.monotonic()
+            answered = _first_answer(path, f"startup-standalone-{k}")
+        runs.append({"run": k + 1, "cold": k == 0, "start_to_healthy_s": healthy - start,
+                     "start_to_first_answer_s": answered - start})
+        log(f"  standalone run {k + 1}: healthy after {healthy - start:.1f} s, first answer after {answered - start:.1f} s")
+    return runs
+
+
+def flame(cluster_kind: str, gpu: str, settings, engine: str, args, out: Path, repeats: int, *, simulated: bool,
+          bin_dir=None, sim_params: str | None = None, log=print) -> dict:
+    from parity.paths.flame import FlamePath, cluster
+
+    start = time.monotonic()
+    with cluster(cluster_kind, [gpu], out, simulated=simulated, bin_dir=bin_dir,
+                 receipt_path=out / "cleanup-flame.json", log=log) as running:
+        cluster_s = time.monotonic() - start
+        path = FlamePath(running, [gpu], settings, engine=engine, engine_args=args, sim_params=sim_params)
+        runs = []
+        for k in range(repeats):
+            opened = time.monotonic()
+            answered = _first_answer(path, f"startup-flame-{k}")
+            runs.append({"run": k + 1, "cold": k == 0, "session_to_first_answer_s": answered - opened})
+            log(f"  Flame run {k + 1}: first answer {answered - opened:.1f} s after its session opened")
+    return {"cluster_s": cluster_s, "runs": runs}
+
+
+def summary(values: list[float]) -> dict:
+    return {"cold_s": values[0], "warm_median_s": float(np.median(values[1:])) if len(values) > 1 else None,
+            "runs_s": values}
