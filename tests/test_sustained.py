@@ -224,3 +224,24 @@ def test_startup_cost_is_measured_per_path_cold_then_warm(tmp_path):
     assert flame["cluster_s"] > 0 and alone["start_to_first_answer"]["warm_median_s"] > 0
     assert json.loads((tmp_path / "cleanup-standalone-1.json").read_text())["clean"] is True
     assert "(simulated)" in result.output
+
+
+def test_longer_answers_run_exactly_their_length_on_both_paths_and_are_checked_so(tiny_reuse_trace, sim_backend,
+                                                                                   tmp_path):
+    from parity.checks import check_trial, trace_of
+    from parity.experiments import plan
+    from parity.experiments.runner import run_experiment
+    from parity.manifest import read_manifest
+
+    cases = plan.for_experiment("sustained", [tiny_reuse_trace], {"rates": [20], "output_tokens": [128],
+                                                                   "flame": {"window_ms": 5}})
+    assert {c.stage for c in cases} == {"rate-20-out128"} and {c.max_tokens for c in cases} == {128}
+    run_experiment("sustained", cases, sim_backend, tmp_path, settings={}, log=lambda m: None)
+    for case in cases:
+        path = tmp_path / "trials" / f"{case.trial_id}.json"
+        doc = read_manifest(path)
+        assert doc["verdict"]["status"] == "passed" and doc["engine"]["args"]["max_tokens"] == 128, case.system
+        assert {len(r["output_token_ids"]) for r in doc["records"]} == {128} == {len(r["token_s"]) for r in doc["records"]}
+        assert doc["ran_with"]["engine_args"]["max_tokens"] == 128
+        doc["records"][0]["output_token_ids"] = doc["records"][0]["output_token_ids"][:16]  # the study's length here
+        assert "without exactly 128 output tokens" in " ".join(check_trial(doc, trace_of(path, doc))["reasons"])

@@ -3,7 +3,7 @@
 - input: each record's input hash equals the trace's hash for that request (what was submitted is
   what the trace holds, also after compression and decompression);
 - coverage: every request of the trace appears exactly once, and nothing else does;
-- output length: every request produced exactly 16 tokens;
+- output length: every request produced exactly its trial's max_tokens (the study's 16);
 - placement: each logical shard ran on one GPU, the GPUs named in the trial, and, where a pinning is
   given (e.g. from the paired standalone trial), the same GPU UUID per shard.
 A trial that fails a check is marked failed with the reasons, and excluded from statistics later; the
@@ -62,8 +62,14 @@ def _coverage(doc: dict, trace: Trace) -> list[str]:
 
 
 def _output_length(doc: dict) -> list[str]:
-    bad = [r["request_id"] for r in doc["records"] if len(r["output_token_ids"]) != OUTPUT_TOKENS]
-    return [f"{len(bad)} request(s) without exactly {OUTPUT_TOKENS} output tokens, e.g. {bad[0]}"] if bad else []
+    """Exactly the trial's max_tokens (the study's 16) when EOS is ignored, as its engine arguments say."""
+    args = doc["engine"].get("args") or {}
+    wanted = args.get("max_tokens", OUTPUT_TOKENS)
+    if args.get("ignore_eos", True) is False:
+        bad = [r["request_id"] for r in doc["records"] if not 1 <= len(r["output_token_ids"]) <= wanted]
+        return [f"{len(bad)} request(s) with no output or more than {wanted} tokens, e.g. {bad[0]}"] if bad else []
+    bad = [r["request_id"] for r in doc["records"] if len(r["output_token_ids"]) != wanted]
+    return [f"{len(bad)} request(s) without exactly {wanted} output tokens, e.g. {bad[0]}"] if bad else []
 
 
 def _placement(doc: dict, pinning: dict[int, str] | None, exclusive: bool) -> list[str]:

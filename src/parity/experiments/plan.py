@@ -32,6 +32,7 @@ class Case:
     pinned: bool = False  # must match the paired reference's shard → GPU UUID mapping
     schedule: Schedule = field(default_factory=Schedule)  # when its requests arrive (the study's: all at once)
     stream: bool = False  # time every output token (standalone: streamed; Flame: in the worker's engine)
+    max_tokens: int | None = None  # output tokens per request, exact (None: the backend's, the study's 16)
 
     @property
     def load(self) -> dict:
@@ -157,26 +158,29 @@ def routing(traces: list[Path], repeats: int, flame: FlameSettings, placements=(
 
 
 def sustained(traces: list[Path], rates: list[float], flame: FlameSettings, schedule: Schedule,
-              repeats: int = 1, arms: dict[str, dict] | None = None) -> list[Case]:
+              repeats: int = 1, arms: dict[str, dict] | None = None, output_tokens: list[int] = (16,)) -> list[Case]:
     """Ours, the study's named next step: a rate ladder, each rate a pair (sticky standalone vLLM, the
     Flame configuration) under the same seeded arrivals, streamed, fresh engines per case; then, for each
     extra arm (name: Flame setting changes, e.g. `gathered: {inflight: 1}`), the same pair again with the
-    Flame side changed (stage `rate-R-NAME`). The side that goes first alternates from pair to pair."""
+    Flame side changed (stage `rate-R-NAME`); and the whole ladder again for each answer length beyond
+    the study's 16 (exact, EOS ignored; stage `rate-R-outN`). The side that goes first alternates."""
     variants = [("", flame)] + [(f"-{name}", replace(flame, **changes)) for name, changes in (arms or {}).items()]
     cases, turn = [], 0
     for repeat in range(repeats):
-        for rate in rates:
-            arrivals = replace(schedule, rate=float(rate), seed=schedule.seed + repeat)
-            for suffix, settings in variants:
-                for trace in traces:
-                    stage = f"rate-{rate:g}{suffix}"
-                    reference = Case(f"sustained-{stage}-{trace.stem}-p{repeat}-vllm", "sustained", "standalone",
-                                     "sticky", trace, settings, stage=stage, pair=repeat, side="reference",
-                                     schedule=arrivals, stream=True)
-                    candidate = replace(reference, trial_id=f"sustained-{stage}-{trace.stem}-p{repeat}-flame",
-                                        system="flame", side="candidate")
-                    cases += [reference, candidate] if turn % 2 == 0 else [candidate, reference]
-                    turn += 1
+        for tokens in output_tokens:
+            for rate in rates:
+                arrivals = replace(schedule, rate=float(rate), seed=schedule.seed + repeat)
+                length = "" if tokens == 16 else f"-out{tokens}"
+                for suffix, settings in variants:
+                    for trace in traces:
+                        stage = f"rate-{rate:g}{length}{suffix}"
+                        reference = Case(f"sustained-{stage}-{trace.stem}-p{repeat}-vllm", "sustained", "standalone",
+                                         "sticky", trace, settings, stage=stage, pair=repeat, side="reference",
+                                         schedule=arrivals, stream=True, max_tokens=tokens)
+                        candidate = replace(reference, trial_id=f"sustained-{stage}-{trace.stem}-p{repeat}-flame",
+                                            system="flame", side="candidate")
+                        cases += [reference, candidate] if turn % 2 == 0 else [candidate, reference]
+                        turn += 1
     return cases
 
 
@@ -195,5 +199,6 @@ def for_experiment(name: str, traces: list[Path], settings: dict) -> list[Case]:
         return routing(traces, settings.get("repeats", 3), flame, tuple(settings.get("placements", ("sticky", "prefix"))))
     if name == "sustained":
         schedule = Schedule.from_dict({"kind": "poisson", "rate": 1.0} | (settings.get("schedule") or {}))
-        return sustained(traces, settings["rates"], flame, schedule, settings.get("repeats", 1), settings.get("arms"))
+        return sustained(traces, settings["rates"], flame, schedule, settings.get("repeats", 1), settings.get("arms"),
+                         settings.get("output_tokens", [16]))
     raise ParityError(f"unknown experiment {name!r}")

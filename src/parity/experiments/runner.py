@@ -9,6 +9,7 @@ Flame; the Flame cluster itself is started once per experiment (`Runner.shared`)
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 from pathlib import Path
 
 from parity import paths, trial
@@ -50,6 +51,11 @@ class Runner:
             self._shared[key] = self._stack.enter_context(make())
         return self._shared[key]
 
+    def args(self, case: Case):
+        """The engine settings of one case: the backend's, with the case's answer length where it sets one."""
+        args = self.backend.args()
+        return args if case.max_tokens is None else dataclasses.replace(args, max_tokens=case.max_tokens)
+
     def trial_path(self, case: Case) -> Path:
         return self.trials_dir / f"{case.trial_id}.json"
 
@@ -71,7 +77,7 @@ class Runner:
         if flame is not None and self._flame_binaries is None:
             self._flame_binaries = trial.flame_binaries_sha256(self.backend)  # hashed once per experiment
         return trial.ran_with(self.backend, self.gpus, case.trace, placement=case.placement, flame=flame,
-                              flame_binaries=self._flame_binaries, load=case.load)
+                              flame_binaries=self._flame_binaries, load=case.load, args=self.args(case))
 
 
 def _pair_cases(cases: list[Case]) -> dict[tuple, dict[str, Case]]:
@@ -90,8 +96,9 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
     ids = [c.trial_id for c in cases]
     if len(set(ids)) != len(ids):
         raise ParityError(f"experiment {experiment} names a trial twice")
-    for trace in sorted({c.trace for c in cases}):  # before anything is written
-        trial.fits_engine(trace, backend.args())
+    for trace, tokens in sorted({(c.trace, c.max_tokens or 0) for c in cases}):  # before anything is written
+        args = backend.args()
+        trial.fits_engine(trace, dataclasses.replace(args, max_tokens=tokens) if tokens else args)
     trials = {}
     with Runner(experiment, backend, out_dir, log) as runner:
         for number, case in enumerate(cases, start=1):

@@ -104,7 +104,7 @@ class FlamePath(ServingPath):
         shared = runner.shared("flame-cluster", lambda: cluster(
             b.cluster, runner.gpus, runner.out_dir, simulated=b.simulated, bin_dir=b.flame_bin_dir,
             receipt_path=runner.out_dir / "cleanup" / "flame-cluster.json", log=runner.log))
-        return cls(shared, runner.gpus, case.flame, engine=b.engine, engine_args=b.args(), sim_params=b.sim_params,
+        return cls(shared, runner.gpus, case.flame, engine=b.engine, engine_args=runner.args(case), sim_params=b.sim_params,
                    stream=case.stream)
 
     @property

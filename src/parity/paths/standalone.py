@@ -38,7 +38,7 @@ class StandalonePath(ServingPath):
     def for_case(cls, case, runner) -> "StandalonePath":
         """Fresh replicas for each case: the replicas are its engines."""
         b = runner.backend
-        return cls("sim" if b.simulated else "vllm", runner.gpus, b.args(), runner.out_dir / "logs" / case.trial_id,
+        return cls("sim" if b.simulated else "vllm", runner.gpus, runner.args(case), runner.out_dir / "logs" / case.trial_id,
                    startup_timeout_s=b.startup_timeout_s, sim_params=Path(b.sim_params) if b.sim_params else None,
                    receipt_path=runner.out_dir / "cleanup" / f"{case.trial_id}.json",
                    kv_events=case.router.revision if case.placement == "prefix" else None, stream=case.stream)
@@ -89,7 +89,8 @@ class StandalonePath(ServingPath):
     def trial(self, trial_id: str, router):
         self.replicas.reset_prefix_caches()
         self._loop = asyncio.new_event_loop()
-        self._client = NativeClient([r.url for r in self.replicas.replicas], self.replicas.args.model, stream=self.stream)
+        self._client = NativeClient([r.url for r in self.replicas.replicas], self.replicas.args.model,
+                                    sampling=self.replicas.args.sampling(), stream=self.stream)
         try:
             self._loop.run_until_complete(self._client.__aenter__())
             yield

@@ -515,7 +515,7 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
     from parity import latency
 
     table = Table("Sustained load and streaming latency (ours)", None,
-                  ["Trace", "Offered req/s", "Path", "Source", "Achieved req/s", "TTFT engine p50 / p99 ms",
+                  ["Trace", "Offered req/s", "Output tokens", "Path", "Source", "Achieved req/s", "TTFT engine p50 / p99 ms",
                    "TTFT client p50 / p99 ms", "E2E p50 / p99 ms", "Inter-token p99 ms", "Goodput req/s (client)",
                    "Met objective", "Saturated", "Send lag p99 ms"])
     curves: dict = {}
@@ -526,25 +526,28 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
     for case in experiment.cases:
         doc = experiment.trials[case["trial_id"]]
         s = latency.summarize(doc, objective) if stats.passed(doc) else None
-        offered, _, arm = case["stage"].removeprefix("rate-").partition("-")
+        offered, *rest = case["stage"].removeprefix("rate-").split("-")
+        arm = "-".join(p for p in rest if not (p.startswith("out") and p[3:].isdigit()))
+        tokens = (doc["engine"].get("args") or {}).get("max_tokens", 16)
         label = dict(PATHS).get(case["system"], case["system"])
         if arm and case["system"] == "flame":
             label += f", arm {arm} ({case['flame']['label']})" if case.get("flame") else f", arm {arm}"
         elif arm:
             label += f", the {arm} arm's reference"
         if s is None:
-            table.rows.append([case["trace_name"], offered, label, ours([doc]), *[f.MISSING] * 9])
+            table.rows.append([case["trace_name"], offered, tokens, label, ours([doc]), *[f.MISSING] * 9])
             continue
-        table.rows.append([case["trace_name"], offered, label, ours([doc]), f.rate(s["achieved_per_s"], 2),
+        table.rows.append([case["trace_name"], offered, tokens, label, ours([doc]), f.rate(s["achieved_per_s"], 2),
                            _ms(s["ttft_engine"], "p50", "p99"), _ms(s["ttft_client"], "p50", "p99"),
                            _ms(s["e2e"], "p50", "p99"), _ms(s["itl"], "p99"), f.rate(s["goodput_client_per_s"], 2),
                            f.pct(s["good_share_client"], 0), f.yes_no(s["saturated"]),
                            f"{s['lag']['p99_s'] * 1e3:.2f}" if s["lag"] else f.MISSING])
-        curves.setdefault(case["trace_name"], {}).setdefault(case["system"] + (f"-{arm}" if arm else ""), []).append(
+        trace = case["trace_name"] + ("" if tokens == 16 else f", {tokens} output tokens")
+        curves.setdefault(trace, {}).setdefault(case["system"] + (f"-{arm}" if arm else ""), []).append(
             {"offered": float(offered), "achieved": s["achieved_per_s"], "ttft_p50": s["ttft_client"]["p50"],
              "ttft_p99": s["ttft_client"]["p99"], "e2e_p50": s["e2e"]["p50"], "e2e_p99": s["e2e"]["p99"],
              "goodput": s["goodput_client_per_s"]})
-    table.rows.sort(key=lambda r: (r[0], float(r[1]) if r[1] != f.MISSING else 0, r[2]))
+    table.rows.sort(key=lambda r: (r[0], r[2], float(r[1]), r[3]))
     table.notes.append(
         f"Ours only, beyond the study: {experiment.doc['settings'].get('repeats', 1)} pair(s) per offered rate, the "
         "two paths under the same seeded arrivals, interleaved, fresh engines per case; every latency from the "
