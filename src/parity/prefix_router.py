@@ -119,11 +119,6 @@ def _fine(words: np.ndarray, block: int, before: int, block_tokens: int) -> list
     return parts.tolist()
 
 
-def fine_hashes(tokens: Tokens, block: int, before: int, block_tokens: int = BLOCK_TOKENS) -> list[int]:
-    """`_fine` of a prompt: hash j covers the first (j + 1) * FINE_TOKENS tokens of its block `block`."""
-    return _fine(_words(tokens), block, before, block_tokens)
-
-
 class PrefixRouter:
     """Longest-prefix, least-work routing over `num_shards` shards; see the module docstring."""
 
@@ -135,7 +130,7 @@ class PrefixRouter:
             raise ValueError(f"cache_tokens ({cache_tokens}) must hold at least one block of {block_tokens}")
         if block_tokens % FINE_TOKENS:
             raise ValueError(f"block_tokens ({block_tokens}) must be whole engine blocks of {FINE_TOKENS} tokens")
-        self.num_shards, self.block_tokens, self._per = num_shards, block_tokens, block_tokens // FINE_TOKENS
+        self.num_shards, self.block_tokens = num_shards, block_tokens
         self.output_work = round(output_tokens * decode_weight)  # a request's decode, in prefill tokens
         self.margin = margin  # a held prefix recomputed elsewhere counts (1 + margin) times
         self.cache_tokens, self.capacity_blocks = cache_tokens, cache_tokens // block_tokens

@@ -7,7 +7,8 @@ the measured burst under the arrival schedule, and writes the trial manifest onc
 ran on and with (`ran_with`), the router's statistics, the schedule, and the verdict of the four
 checks. Where the path's engines publish KV cache events, the measured burst's router follows them
 and the manifest records them (`kv_events`: counts per shard, the blocks each engine reported holding
-beside the router's map); a path whose engines were to publish and sent nothing fails the trial. Only a pinned candidate is checked again later, against its paired reference's pinning.
+beside the router's map); a path whose engines were to publish and sent nothing fails the trial.
+Only a pinned candidate is checked again later, against its paired reference's pinning.
 
 A rerun after an interruption redoes only what is missing: a trial on disk is kept only when
 `must_run` finds nothing against it. It must be a finished, schema-valid trial; made with every
@@ -180,8 +181,7 @@ def ran_with(backend, gpus: list[str], trace: Path, *, placement: str | None, fl
 
 def _load(load: dict | None) -> dict:
     """The arrival schedule and streaming as recorded, the burst's settings left out (as a study trial's)."""
-    if load is None or load == {"schedule": {"kind": "burst", "rate": 0.0, "burstiness": 1.0, "seed": 0, "replay": ""},
-                                "stream": False}:
+    if load is None or load == {"schedule": Schedule().to_dict(), "stream": False}:
         return STUDY_LOAD
     return load
 
