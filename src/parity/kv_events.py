@@ -200,6 +200,13 @@ class Subscriber:
         self._thread = threading.Thread(target=self._run, name="kv-events", daemon=True)
         self._thread.start()
 
+    @classmethod
+    def for_revision(cls, shards: int, revision: str, block_tokens: int = BLOCK_TOKENS) -> "Subscriber":
+        """A subscriber whose block hashes are those of a prefix router for the model at `revision`."""
+        from parity.prefix_router import salt_of
+
+        return cls(shards, salt_of(revision), block_tokens)
+
     def _run(self) -> None:
         import zmq
 

@@ -91,11 +91,11 @@ class FlamePath(ServingPath):
         self.cluster, self.gpus, self.settings = running_cluster, gpus, settings
         self.engine, self.engine_args, self.sim_params, self.stream = engine, engine_args, sim_params, stream
         self.data = self._data()
+        self.sessions: FlameSessions | None = None
 
     def _data(self, kv_events: str | None = None) -> bytes:
         return session_data(self.settings, self.engine, self.engine_args.to_dict(), self.sim_params,
                             kv_events=kv_events, token_times=self.stream)
-        self.sessions: FlameSessions | None = None
 
     @classmethod
     def for_case(cls, case, runner) -> "FlamePath":
@@ -127,9 +127,8 @@ class FlamePath(ServingPath):
         data = self.data
         if router.placement == "prefix":
             from parity.kv_events import Subscriber
-            from parity.prefix_router import salt_of
 
-            self.events = Subscriber(len(self.gpus), salt_of(router.revision))
+            self.events = Subscriber.for_revision(len(self.gpus), router.revision)
             data = [self._data(kv_events=e) for e in self.events.endpoints]
         try:
             with FlameSessions(self.cluster, len(self.gpus), self.settings, data, placement=router.placement,

@@ -25,13 +25,13 @@ class StandalonePath(ServingPath):
     placements = ("alternating", "sticky", "prefix")
 
     def __init__(self, kind: str, gpus: list[str], args: EngineArgs, log_dir: Path, *, startup_timeout_s: float = 600,
-                 sim_params: Path | None = None, receipt_path: Path | None = None, kv_events: str | None = None,
+                 sim_params: Path | None = None, receipt_path: Path | None = None, events_revision: str | None = None,
                  stream: bool = False):
-        """`kv_events`: the model revision whose block hashes the replicas' KV cache events are read into
-        (the prefix router follows them); None: no events. `stream`: server-sent events, each token timed
-        as it arrives."""
+        """`events_revision`: the model revision whose block hashes the replicas' KV cache events are read
+        into (the prefix router follows them); None: no events. `stream`: server-sent events, each token
+        timed as it arrives."""
         self.replicas = ReplicaSet(kind, gpus, args, log_dir, startup_timeout_s=startup_timeout_s, sim_params=sim_params)
-        self.receipt_path, self.kv_events, self.stream = receipt_path, kv_events, stream
+        self.receipt_path, self.events_revision, self.stream = receipt_path, events_revision, stream
         self._loop = self._client = None
 
     @classmethod
@@ -41,14 +41,13 @@ class StandalonePath(ServingPath):
         return cls("sim" if b.simulated else "vllm", runner.gpus, runner.args(case), runner.out_dir / "logs" / case.trial_id,
                    startup_timeout_s=b.startup_timeout_s, sim_params=Path(b.sim_params) if b.sim_params else None,
                    receipt_path=runner.out_dir / "cleanup" / f"{case.trial_id}.json",
-                   kv_events=case.router.revision if case.placement == "prefix" else None, stream=case.stream)
+                   events_revision=case.router.revision if case.placement == "prefix" else None, stream=case.stream)
 
     def __enter__(self) -> "StandalonePath":
-        if self.kv_events is not None:  # bound before the replicas start: each engine connects to its port
+        if self.events_revision is not None:  # bound before the replicas start: each engine connects to its port
             from parity.kv_events import Subscriber
-            from parity.prefix_router import salt_of
 
-            self.events = Subscriber(len(self.replicas.gpus), salt_of(self.kv_events))
+            self.events = Subscriber.for_revision(len(self.replicas.gpus), self.events_revision)
             self.replicas.kv_events = self.events.endpoints
         try:
             self.replicas.__enter__()

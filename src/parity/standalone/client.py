@@ -16,6 +16,7 @@ cached-token count, in the last (`stream_options.include_usage`).
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 from dataclasses import dataclass
 
@@ -52,8 +53,6 @@ def request_body(model: str, prompt, sampling: dict = SAMPLING, stream: bool = F
 
 async def read_stream(response, request_id: str) -> tuple[dict, list[float]]:
     """A streamed /v1/completions response folded into the non-streamed shape, with each token's arrival."""
-    import json
-
     tokens, times, prompt_ids, usage = [], [], None, None
     async for line in response.content:
         if not line.startswith(b"data: "):
