@@ -250,10 +250,7 @@ def bench_schedule(rate, requests, kind, burstiness, seed, out):
     from parity.manifest import atomic_write_text
 
     if rate is None:
-        import yaml
-
-        ladder = yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "experiments.yaml").read_text())
-        rate = 10 * max(ladder["experiments"]["sustained"]["rates"])
+        rate = 10 * max(_study_experiments()["sustained"]["rates"])
     result = schedule.run(rate, requests, kind, burstiness, seed)
     st = result["statistics"]
     click.echo(f"{kind} at {rate:g} requests/s, {requests} requests: generated {st['rate_per_s']:.1f}/s "
@@ -287,16 +284,13 @@ def bench_startup(engine, cluster, flame_bin_dir, gpu, repeats, sim_params, mode
                   network, out_dir):
     """Startup cost of each path: process start to the first served request, run 1 cold, later runs warm;
     written to OUT/startup.json."""
-    import yaml
-
     from parity import netns
     from parity.bench import startup
     from parity.manifest import atomic_write_text
 
     netns.contain(network, needed=cluster == "flame", log=_echo)
     args = _engine_args(model, load_format, engine_args)
-    final = FlameSettings.from_dict(yaml.safe_load(
-        (Path(__file__).resolve().parents[2] / "config" / "experiments.yaml").read_text())["experiments"]["confirmation"]["flame"])
+    final = FlameSettings.from_dict(_study_experiments()["confirmation"]["flame"])
     out_dir.mkdir(parents=True, exist_ok=True)
     _echo(f"standalone ({'simulator server' if engine == 'sim' else 'vllm serve'}), {repeats} runs")
     alone = startup.standalone("sim" if engine == "sim" else "vllm", gpu, args, out_dir, repeats,
@@ -315,6 +309,14 @@ def bench_startup(engine, cluster, flame_bin_dir, gpu, repeats, sim_params, mode
     click.echo(f"standalone: process start to first answer {a['cold_s']:.1f} s cold, "
                f"{a['warm_median_s'] or 0:.1f} s warm (median); Flame: cluster {flamed['cluster_s']:.1f} s once, then "
                f"session to first answer {f['cold_s']:.1f} s cold, {f['warm_median_s'] or 0:.1f} s warm ({label})")
+
+
+def _study_experiments() -> dict:
+    """config/experiments.yaml's experiment settings (the benchmarks' defaults: the ladder, the final Flame
+    configuration)."""
+    import yaml
+
+    return yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "experiments.yaml").read_text())["experiments"]
 
 
 def _engine_args(model: str | None, load_format: str | None, extra: tuple[str, ...]):
