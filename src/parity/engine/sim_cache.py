@@ -90,7 +90,9 @@ class PrefixCache:
                 self._hash_of[block] = None
                 self.evictions += 1
                 if self.events is not None:
-                    self.events.append(["BlockRemoved", [old], "GPU"])
+                    from parity.kv_events import removed_event
+
+                    self.events.append(removed_event([old]))
             self._refs[block] = 1
             out.append(block)
         return out
