@@ -241,7 +241,7 @@ class Subscriber:
                 blocks.cleared()
                 self.changes.put((shard, "cleared", []))
 
-    def settle(self, quiet_s: float = 0.3, limit_s: float = 10.0) -> None:
+    def settle(self, quiet_s: float = 0.5, limit_s: float = 10.0) -> None:
         """Wait until no event has arrived for `quiet_s` (what the engines published after the last
         request is in the queue), at most `limit_s`."""
         deadline = time.monotonic() + limit_s
