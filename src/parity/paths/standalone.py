@@ -95,13 +95,7 @@ class StandalonePath(ServingPath):
             yield
         finally:
             try:
-                # A signal handler's exception (SIGTERM's) leaves the loop with requests in flight: cancel
-                # them first, as asyncio.run would, so none runs on into the closed pool.
-                pending = asyncio.all_tasks(self._loop)
-                for task in pending:
-                    task.cancel()
-                if pending:
-                    self._loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+                cancel_all(self._loop)
                 self._loop.run_until_complete(self._client.__aexit__(None, None, None))
             finally:
                 self._loop.close()
@@ -128,3 +122,20 @@ class StandalonePath(ServingPath):
         gpus = [{"uuid": r.reported_gpu or r.gpu, "index": r.index} for r in self.replicas.replicas]
         return Described(engine, gpus, {"replicas": self.replicas.kind, "shards": self.shards}
                          | ({"stream": True} if self.stream else {}))
+
+
+def cancel_all(loop: asyncio.AbstractEventLoop) -> None:
+    """Cancel what a signal handler's exception (SIGTERM's) left running on the loop, as asyncio.run would,
+    so no request runs on into the closed pool. A task the signal landed in holds that exception and raises
+    it again as it finishes (asyncio re-raises SystemExit): the run is stopping already, so it is not
+    raised a second time, and every task's outcome is read so none is logged as never retrieved."""
+    while pending := asyncio.all_tasks(loop):
+        for task in pending:
+            task.cancel()
+        try:
+            loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+        except (SystemExit, KeyboardInterrupt):
+            pass
+        for task in pending:
+            if task.done() and not task.cancelled():
+                task.exception()

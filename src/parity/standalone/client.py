@@ -105,6 +105,7 @@ class NativeClient:
                  stream: bool = False):
         self.urls, self.model, self.timeout_s, self.sampling, self.stream = urls, model, timeout_s, sampling, stream
         self._session: aiohttp.ClientSession | None = None
+        self._inflight: set[asyncio.Task] = set()
 
     async def __aenter__(self) -> "NativeClient":
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
@@ -113,6 +114,14 @@ class NativeClient:
         return self
 
     async def __aexit__(self, *exc) -> None:
+        # A signal can land inside the loop's task creation: that request is scheduled but registered
+        # nowhere (not in asyncio.all_tasks, not in burst's list). Each request registers itself here as
+        # it starts, so every one still running is cancelled before the pool closes under it.
+        await asyncio.sleep(0)
+        running = list(self._inflight)
+        for task in running:
+            task.cancel()
+        await asyncio.gather(*running, return_exceptions=True)
         await self._session.close()
 
     async def prepare(self) -> None:
@@ -123,6 +132,14 @@ class NativeClient:
                     raise ParityError(f"replica {url} is not healthy (HTTP {response.status})")
 
     async def _post(self, url: str, body: dict, request_id: str, release: float) -> Reply:
+        task = asyncio.current_task()
+        self._inflight.add(task)
+        try:
+            return await self._attempts(url, body, request_id, release)
+        finally:
+            self._inflight.discard(task)
+
+    async def _attempts(self, url: str, body: dict, request_id: str, release: float) -> Reply:
         for attempt in (1, 2):
             try:
                 sent, times = time.monotonic(), None
