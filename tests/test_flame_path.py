@@ -88,7 +88,7 @@ def test_a_record_from_an_unlisted_executor_fails_verification():
 
     result = SimpleNamespace(request_id="r0", worker={"executor_id": "e9"})
     with pytest.raises(ParityError, match="executor e9"):
-        verify_placement([result], [0], ["s0"], [{"executor_id": "e1", "session_id": "s0", "node": "n"}])
+        verify_placement([result], ["s0"], [{"executor_id": "e1", "session_id": "s0", "node": "n"}])
 
 
 @pytest.mark.skipif(not os.environ.get("FLAME_BIN_DIR"),

@@ -32,7 +32,7 @@ class ToyPath(ServingPath):
     def shards(self) -> int:
         return len(self.gpus)
 
-    def release(self, prompts, request_ids, router, schedule) -> Burst:
+    def release(self, prompts, request_ids, router, schedule, restart=None) -> Burst:
         from parity.record import Placement
 
         release, shards = self.engine.now(), [router.route(p) for p in prompts]

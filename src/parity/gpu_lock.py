@@ -223,3 +223,12 @@ def dead_holders(directory: Path, endpoint: str, since: float = 0.0) -> list[dic
                 and not holder_alive(record):
             found.append(record | {"lock": str(path)})
     return found
+
+
+def live_holder(directory: Path, session_id: str) -> dict | None:
+    """The record of the live worker of session `session_id` that holds a GPU (the restart fault's target)."""
+    for path in sorted(directory.glob("*.lock")):
+        record = read_record(path)
+        if record and record.get("session_id") == session_id and holder_alive(record):
+            return record
+    return None

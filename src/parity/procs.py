@@ -498,6 +498,15 @@ class Supervisor:
         """One line per child that died while it should be running."""
         return []
 
+    def expect_death(self, pid: int) -> None:
+        """A child about to be killed on purpose (the restart fault, parity.restart): its death is no error."""
+        self._expected = getattr(self, "_expected", frozenset()) | {pid}
+
+    def unexpected_deaths(self) -> list[str]:
+        """`deaths()` but those expected (their lines name the child as "pid N (")."""
+        expected = getattr(self, "_expected", frozenset())
+        return [line for line in self.deaths() if not any(f"pid {pid} (" in line for pid in expected)]
+
     def _teardown(self, exc: BaseException | None):
         raise NotImplementedError
 
@@ -515,7 +524,7 @@ class Supervisor:
                 termination.exit()
 
     def __exit__(self, exc_type, exc, tb) -> None:
-        deaths = self.deaths() if isinstance(exc, Exception) else []
+        deaths = self.unexpected_deaths() if isinstance(exc, Exception) else []
         self.close(exc)
         if deaths:  # the caller's error, but the cause is the dead child
             raise ParityError("; ".join(deaths)) from exc

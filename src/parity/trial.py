@@ -41,13 +41,17 @@ from parity.trace import check_context, load_trace
 
 def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
         router: RouterSettings = RouterSettings(), schedule: Schedule = Schedule(), warmup_rounds: int = 2,
-        ran_with: dict | None = None, log=print) -> dict:
+        ran_with: dict | None = None, restart=None, log=print) -> dict:
     """One trial on `path` (entered); writes its checked manifest to FOLDER/TRIAL_ID.json (a trial's id is
-    always its manifest's name) and returns it."""
+    always its manifest's name) and returns it. `restart` (parity.restart.Restart): the measured burst
+    kills one engine mid-run and the manifest records the outage (`restart`)."""
     out = folder / f"{trial_id}.json"
     if router.placement not in path.placements:
         raise ParityError(f"the {path.name} path places requests by {' or '.join(path.placements)}, "
                           f"not {router.placement!r}")
+    if restart is not None and router.placement == "prefix":
+        raise ParityError("the restart fault runs with the sticky router: a new engine's KV cache events would "
+                          "start over under a map that still holds the dead one's")
     started = time.monotonic()
     trace = load_trace(trace_path)
     ids = [r.id for r in trace.requests]
@@ -67,7 +71,7 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
             routed.sync()
             since = events.mark()
         with client_heap_still():
-            burst = path.release(list(trace.prompts), ids, routed, schedule)
+            burst = path.release(list(trace.prompts), ids, routed, schedule, restart)
         if hasattr(routed, "observe"):  # the router's expected hits beside the engine's, in its stats
             routed.observe([c.cached_tokens for c in burst.completions])
         kv_events = None

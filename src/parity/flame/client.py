@@ -62,37 +62,63 @@ class FlameSessions:
         self.data, self.placement = data, placement
         self.sessions: list = []
         self.batchers: list[Batcher] = []
+        self.retired: list[tuple] = []  # (session, batcher) replaced after a restart fault
 
     def __enter__(self) -> "FlameSessions":
         self.connection = flamepy.connect(self.cluster.endpoint)
-        s = self.settings
         try:
             if self.placement == "global":
                 specs = [(GLOBAL_APP, self.gpus)]
             else:
                 specs = [(shard_app(index), 1) for index in range(self.gpus)]
-            folder = os.environ.get(FAILURE_DIR_ENV)
-            for index, (app, workers) in enumerate(specs):
-                if folder:  # a report left by an earlier run of this trial is not about this one
-                    (Path(folder) / f"{self.name}-{index}.txt").unlink(missing_ok=True)
-                session = self.connection.create_session(flamepy.SessionAttributes(
-                    id=f"{self.name}-{index}", application=app,
-                    common_data=self.data[index] if isinstance(self.data, list) else self.data,
-                    min_instances=workers, max_instances=workers))
+            self.specs = specs
+            for index in range(len(specs)):
+                session, batcher = self._open(index, f"{self.name}-{index}")
                 self.sessions.append(session)
-                self.batchers.append(Batcher(session.run, name=session.id, batch_limit=s.batch_limit,
-                                             window_s=s.window_s, budget=s.budget, compress=s.compress,
-                                             inflight=s.inflight))
+                self.batchers.append(batcher)
         except BaseException:
             self.__exit__(None, None, None)
             raise
         return self
 
+    def _open(self, index: int, session_id: str):
+        """Session `session_id` for shard `index` (its application, its workers), and its batcher."""
+        s, (app, workers) = self.settings, self.specs[index]
+        folder = os.environ.get(FAILURE_DIR_ENV)
+        if folder:  # a report left by an earlier run of this trial is not about this one
+            (Path(folder) / f"{session_id}.txt").unlink(missing_ok=True)
+        session = self.connection.create_session(flamepy.SessionAttributes(
+            id=session_id, application=app, common_data=self.data[index] if isinstance(self.data, list) else self.data,
+            min_instances=workers, max_instances=workers))
+        return session, Batcher(session.run, name=session.id, batch_limit=s.batch_limit, window_s=s.window_s,
+                                budget=s.budget, compress=s.compress, inflight=s.inflight)
+
+    def replace(self, shard: int) -> None:
+        """A new session (so a new worker and engine) in place of shard `shard`'s, whose worker was killed (the
+        restart fault, parity.restart): Flame v0.6.0 starts no new service for a session whose service died.
+        (Nor, observed, an executor for the new session: the dead one's stays, failing each task with
+        "Connection refused" and never unbinding; the stand-in starts one.) The old session is closed now, or
+        with the others at the end if Flame refuses."""
+        old, batcher = self.sessions[shard], self.batchers[shard]
+        batcher.close()
+        try:  # before the new one opens: the stand-in would start a new worker for the old session's queue
+            self.connection.close_session(old.id)
+        except Exception:  # noqa: BLE001 - closed again, and reported if it still fails, at the end
+            self.retired.append((old, batcher))
+        else:
+            self.retired.append((None, batcher))
+        self.sessions[shard], self.batchers[shard] = self._open(shard, f"{self.name}-{shard}-r{len(self.retired)}")
+
+    @property
+    def all_batchers(self) -> list[Batcher]:
+        """Every batcher of these sessions, a replaced one's too."""
+        return [b for _, b in self.retired] + self.batchers
+
     def __exit__(self, *exc) -> None:
-        for batcher in self.batchers:
+        for batcher in self.all_batchers:
             batcher.close()
         errors = []
-        for session in self.sessions:
+        for session in [s for s, _ in self.retired if s is not None] + self.sessions:
             try:
                 self.connection.close_session(session.id)
             except Exception as error:  # keep closing the others; report at the end
@@ -107,16 +133,30 @@ class FlameSessions:
     def shards(self) -> int:
         return len(self.batchers)
 
+    def worker(self, shard: int, wait_s: float = 0.0) -> dict:
+        """The GPU lock record (pid, executor_id, ...) of the live worker bound to shard `shard`'s session,
+        waiting up to `wait_s` for one still starting."""
+        import time
+
+        from parity import gpu_lock
+
+        deadline = time.monotonic() + wait_s
+        while (record := gpu_lock.live_holder(gpu_lock.lock_dir(), self.sessions[shard].id)) is None:
+            if time.monotonic() > deadline:
+                raise ParityError(f"no live worker holds a GPU for session {self.sessions[shard].id}")
+            time.sleep(0.05)
+        return record
+
     def check_failures(self) -> None:
         """Raise the error a worker left for one of these sessions (see service.report_failure), or
-        name a process of the cluster that died: with its executor manager gone, Flame's tasks would
-        stay pending for ever."""
+        name a process of the cluster that died (but a worker the restart fault killed): with its
+        executor manager gone, Flame's tasks would stay pending for ever."""
         folder = os.environ.get(FAILURE_DIR_ENV)
         for session in self.sessions if folder else ():
             report = Path(folder) / f"{session.id}.txt"
             if report.exists():
                 raise ParityError(f"a worker of session {session.id} failed: {report.read_text().strip()}")
-        deaths = self.cluster.deaths()
+        deaths = self.cluster.unexpected_deaths()
         if deaths:
             raise ParityError("; ".join(deaths))
 
@@ -126,11 +166,12 @@ class FlameSessions:
                 for e in self.connection.list_executors()]
 
 
-def verify_placement(results, shards: list[int], session_ids: list[str], executors: list[dict]) -> None:
-    """Every prompt was served by an executor the cluster lists as bound to that shard's session."""
+def verify_placement(results, session_ids: list[str], executors: list[dict]) -> None:
+    """Every prompt was served by an executor the cluster lists as bound to the session it was sent to
+    (`session_ids`, one per result)."""
     bound = {e["executor_id"]: e["session_id"] for e in executors}
-    for result, shard in zip(results, shards):
+    for result, session_id in zip(results, session_ids, strict=True):
         executor = result.worker.get("executor_id")
-        if bound.get(executor) != session_ids[shard]:
+        if bound.get(executor) != session_id:
             raise ParityError(f"request {result.request_id} was served by executor {executor}, which the cluster "
-                              f"lists under session {bound.get(executor)}, not {session_ids[shard]}")
+                              f"lists under session {bound.get(executor)}, not {session_id}")

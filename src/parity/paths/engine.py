@@ -32,7 +32,9 @@ class EnginePath(ServingPath):
         self.engine.reset_prefix_cache()  # earlier runs on this engine must not warm this one
         yield
 
-    def release(self, prompts, request_ids, router, schedule) -> Burst:
+    def release(self, prompts, request_ids, router, schedule, restart=None) -> Burst:
+        if restart is not None:
+            raise ParityError("the engine alone has no replica or worker to restart")
         if any(schedule.offsets(len(prompts))):
             raise ParityError(f"the engine alone takes a whole burst at once, not a {schedule.kind} schedule")
         shards = [router.route(p) for p in prompts]

@@ -140,31 +140,61 @@ class FlamePath(ServingPath):
                 self.events.close()
                 self.events = None
 
-    def release(self, prompts, request_ids, router, schedule) -> Burst:
+    def release(self, prompts, request_ids, router, schedule, restart=None) -> Burst:
         """Route and submit each prompt at its time; wait for all (a worker's failure is raised); check that
-        the cluster lists each prompt's executor under its shard's session."""
+        the cluster lists each prompt's executor under the session it was sent to. `restart` (parity.restart):
+        kill that shard's worker mid-run; a new session for the shard (a new worker and engine) gets every
+        request whose task failed with the dead worker, and what arrives for the shard from then on."""
         sessions = self.sessions
-        sent_before = [len(b.batch_sizes) for b in sessions.batchers]
-        release = time.monotonic()
-        shards, futures, sent = [], [], []
-        for prompt, request_id, offset in zip(prompts, request_ids, schedule.offsets(len(prompts)), strict=True):
-            if offset > 0:
-                wait_until(release + offset)
-            sent.append(time.monotonic())
-            shard = router.route(prompt)
-            shards.append(shard)
-            futures.append(sessions.batchers[shard].submit(request_id, prompt))
+        sent_before = {id(b): len(b.batch_sizes) for b in sessions.batchers}
+        offsets = schedule.offsets(len(prompts))
+        outage, bound_before = (self._arm(restart, offsets), sessions.executors()) if restart else (None, [])
+        release = outage.release_s if outage else time.monotonic()
+        shards, futures, sent, sent_to = [], [], [], []
+
+        def submit(index: int) -> None:
+            shard = shards[index]
+            future = sessions.batchers[shard].submit(request_ids[index], prompts[index])
+            if index < len(futures):
+                futures[index] = future
+                sent_to[index] = sessions.sessions[shard].id
+            else:
+                futures.append(future)
+                sent_to.append(sessions.sessions[shard].id)
+            if outage:
+                outage.watch(future, index)
             if hasattr(router, "complete"):  # its load released as its answer comes back (the batcher's thread)
-                futures[-1].add_done_callback(lambda _, index=len(futures) - 1: router.complete(index))
-        deadline, pending = release + RELEASE_TIMEOUT_S, set(futures)
-        while pending:
-            _, pending = wait(pending, timeout=1.0)
-            sessions.check_failures()
-            if pending and time.monotonic() > deadline:
-                raise ParityError(f"{len(pending)} of {len(futures)} requests unanswered after {RELEASE_TIMEOUT_S} s")
+                future.add_done_callback(lambda _, index=index: router.complete(index))
+
+        try:
+            for index, (prompt, offset) in enumerate(zip(prompts, offsets, strict=True)):
+                if offset > 0:
+                    wait_until(release + offset)
+                sent.append(time.monotonic())
+                shards.append(router.route(prompt))
+                submit(index)
+                if outage:
+                    self._recover(outage, submit, request_ids, futures, sent_to)
+            deadline, pending = release + RELEASE_TIMEOUT_S, set(futures)
+            while pending:
+                _, pending = wait(pending, timeout=1.0 if not outage else 0.05)
+                if outage:
+                    pending |= {futures[i] for i in self._recover(outage, submit, request_ids, futures, sent_to)}
+                    self._check_recovery(outage, futures, sent_to)
+                sessions.check_failures()
+                if pending and time.monotonic() > deadline:
+                    raise ParityError(f"{len(pending)} of {len(futures)} requests unanswered after {RELEASE_TIMEOUT_S} s")
+        finally:
+            if outage:
+                outage.disarm()
         results = [f.result() for f in futures]
         executors = sessions.executors()
-        verify_placement(results, shards, [s.id for s in sessions.sessions], executors)
+        extra = {}
+        if outage:  # the dead worker's earlier answers are checked against the cluster's list from before
+            executors = [e for e in bound_before if e["executor_id"] not in {x["executor_id"] for x in executors}] + executors
+            self._check_recovery(outage, futures, sent_to)
+            extra["restart"] = outage.record(len(results), len(results))
+        verify_placement(results, sent_to, executors)
         workers = {r.worker.get("executor_id"): r.worker for r in results}
         batches = {r.batch_id: {"batch_id": r.batch_id, "executor_id": r.worker.get("executor_id"), **r.task_timings}
                    for r in results}
@@ -176,8 +206,56 @@ class FlamePath(ServingPath):
              for s, r in zip(shards, results)],
             [r.input_sha256 or token_sha256(p) for r, p in zip(results, prompts)],
             {"workers": sorted(workers.values(), key=lambda w: w["executor_id"]),
-             "batch_sizes": [n for b, skip in zip(sessions.batchers, sent_before) for n in b.batch_sizes[skip:]],
-             "batches": [batches[k] for k in sorted(batches)], "executors": executors, "placement_verified": True})
+             "batch_sizes": [n for b in sessions.all_batchers for n in b.batch_sizes[sent_before.get(id(b), 0):]],
+             "batches": [batches[k] for k in sorted(batches)], "executors": executors, "placement_verified": True}
+            | extra)
+
+    def _arm(self, restart, offsets):
+        """The outage of `restart`, its kill (the shard's bound worker and what it started) timed from now."""
+        from parity.restart import Outage
+
+        outage = Outage(restart, time.monotonic(), restart.delay_s(offsets, self.shards))
+
+        def find() -> int:
+            worker = self.sessions.worker(restart.shard, wait_s=RELEASE_TIMEOUT_S)
+            outage.executor_id = worker.get("executor_id")
+            self.cluster.expect_death(int(worker["pid"]))
+            return int(worker["pid"])
+        outage.arm(find)
+        return outage
+
+    def _check_recovery(self, outage, futures, sent_to) -> None:
+        """The shard's new session answered within the restart's timeout, else the trial fails in one line
+        naming the executors the cluster lists (on Flame v0.6.0 the dead worker's stays, bound while idle and
+        ExecutorUnbinding for ever once a task finds no service, and no executor comes for the new session)."""
+        new_id = self.sessions.sessions[outage.restart.shard].id
+        for future, session_id in zip(futures, sent_to):
+            if session_id == new_id and future.done() and future.exception() is None:
+                outage.answered(future.result().complete_s)
+        if outage.overdue(time.monotonic()):
+            listed = ", ".join(f"{e['id'][:8]} {e['state']} (session {e['session_id']})"
+                               for e in getattr(self.cluster, "executors", list)()) or "none"
+            raise ParityError(f"shard {outage.restart.shard}'s session after the restart, {new_id}, answered nothing within "
+                              f"{outage.restart.timeout_s:g} s after its worker was killed; the cluster's executors: {listed}")
+
+    def _recover(self, outage, submit, request_ids, futures, sent_to) -> list[int]:
+        """Once the worker is killed, the shard gets a new session (Flame v0.6.0 gives a session whose service
+        died no new one), and every request of the old session not yet answered goes to it; so does each
+        request lost later (its task failed), once: twice is an error, by name. The indices sent again."""
+        if not outage.killed:
+            return []
+        again = []
+        if not outage.replaced:
+            old = self.sessions.sessions[outage.restart.shard].id
+            self.sessions.replace(outage.restart.shard)
+            outage.replaced = True
+            again = [i for i, (f, session_id) in enumerate(zip(futures, sent_to))
+                     if session_id == old and not (f.done() and f.exception() is None)]
+        again += [i for i, f in outage.take_lost() if futures[i] is f and i not in again]  # not one superseded
+        for index in again:
+            outage.resend(request_ids[index])
+            submit(index)
+        return again
 
     def describe(self, burst: Burst) -> Described:
         workers = burst.extra["workers"]

@@ -101,19 +101,65 @@ class StandalonePath(ServingPath):
                 self._loop.close()
                 self._loop = self._client = None
 
-    def release(self, prompts, request_ids, router, schedule) -> Burst:
-        release, shards, replies = self._loop.run_until_complete(
-            self._client.burst(prompts, request_ids, router, schedule.offsets(len(prompts))))
+    def release(self, prompts, request_ids, router, schedule, restart=None) -> Burst:
+        """`restart` (parity.restart.Restart): kill that shard's replica mid-run; a new one is started at
+        once, as a supervisor would, and every request the dead one had not answered is sent to it."""
+        offsets = schedule.offsets(len(prompts))
+        outage = self._arm(restart, offsets) if restart else None
+        try:
+            release, shards, replies = self._loop.run_until_complete(  # the outage's clock starts with the burst
+                self._client.burst(prompts, request_ids, router, offsets, outage.release_s if outage else None))
+        finally:
+            if outage:
+                outage.disarm()
+                self._client.on_lost = None
         sent = [token_sha256(p) for p in prompts]
         echoed = [token_sha256(r.prompt_token_ids) if r.prompt_token_ids is not None else s for r, s in zip(replies, sent)]
         mismatched = [rid for rid, e, s in zip(request_ids, echoed, sent) if e != s]
         if mismatched:
             raise ParityError(f"{len(mismatched)} replica(s) echoed prompts that differ from the trace, e.g. {mismatched[0]}")
-        by_shard = self.replicas.replicas
-        placements = [Placement(s, by_shard[s].worker_id, by_shard[s].reported_gpu or by_shard[s].gpu) for s in shards]
+        by_url = {r.url: r for r in self.replicas.retired + self.replicas.replicas}  # a restart's old and new
+        answered = [by_url[r.url] for r in replies]
+        placements = [Placement(s, a.worker_id, a.reported_gpu or a.gpu) for s, a in zip(shards, answered)]
         completions = [Completion(r.output_token_ids, r.prompt_tokens, r.cached_tokens, r.submit_s, r.complete_s,
                                   token_s=r.token_s, sent_s=r.sent_s) for r in replies]
-        return Burst(release, completions, placements, echoed)
+        extra = {}
+        if outage:
+            new_url = self.replicas.replicas[restart.shard].url
+            for reply in replies:
+                if reply.url == new_url:
+                    outage.answered(reply.complete_s)
+            extra["restart"] = outage.record(len(replies), len(replies))
+        return Burst(release, completions, placements, echoed, extra)
+
+    def _arm(self, restart, offsets):
+        """The outage of `restart`, its kill timed from now; the client's lost requests wait for the new replica."""
+        import time
+
+        from parity.restart import Outage
+
+        outage = Outage(restart, time.monotonic(), restart.delay_s(offsets, self.shards))
+        replacing: list[asyncio.Future] = []
+
+        async def on_lost(shard: int, request_id: str) -> bool:
+            if shard != restart.shard or not outage.killed:
+                return False
+            outage.resend(request_id)
+            if not replacing:  # the first request to find it dead starts its replacement
+                replacing.append(self._loop.run_in_executor(None, self._replace, restart.shard, outage))
+            await asyncio.shield(replacing[0])
+            return True
+
+        self._client.on_lost = on_lost
+        outage.arm(lambda: self.replicas.replicas[restart.shard].process.pid)
+        return outage
+
+    def _replace(self, shard: int, outage) -> None:
+        import time
+
+        replica = self.replicas.replace(shard)
+        self._client.urls[shard] = replica.url
+        outage.ready_s = time.monotonic()
 
     def describe(self, burst: Burst) -> Described:
         simulated = self.replicas.kind == "sim"

@@ -101,6 +101,7 @@ def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, referenc
     control = tables.mlperf(runs, compares, ref)
     routing, routing_data = tables.routing(get("routing"), get("confirmation"))
     sustained, sustained_data = tables.sustained(get("sustained"))
+    restarts = tables.restarts(get("sustained"))
     excluded = tables.excluded(experiments)
 
     conf_evidence = tables.evidence([d for e in [get("confirmation")] if e for d in e.trials.values()])
@@ -122,7 +123,7 @@ def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, referenc
              "## 4. Python startup heap (GC)\n", gc.markdown(),
              "## 5. MLPerf control\n", control.markdown(),
              "## 6. Routing beyond the study (ours)\n", *(t.markdown() for t in routing),
-             "## 7. Sustained load and streaming latency (ours)\n", sustained.markdown(),
+             "## 7. Sustained load and streaming latency (ours)\n", sustained.markdown(), restarts.markdown(),
              "## Excluded trials\n"]
     if excluded:
         parts.append("| Experiment | Trial | Why |\n|---|---|---|\n" + "".join(

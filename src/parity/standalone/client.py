@@ -5,7 +5,8 @@ excluded runs where client initialisation leaked into timing. At release, each r
 sent at its offset in the arrival schedule (a burst: all at once); latency is measured from there;
 requests/s = requests / (last completion − release). Idle keep-alive stays under the server's 5 s
 so a pooled connection is never reused after the server closed it; a connection dropped before any
-response byte is retried once. Any other failure (HTTP error, timeout, wrong output length) fails
+response byte is retried once, and a request whose replica was killed on purpose (`parity.restart`) is
+sent again to its replacement. Any other failure (HTTP error, timeout, wrong output length) fails
 the burst, naming the request: nothing is dropped.
 
 Streaming (`stream=True`, server-sent events as vLLM 0.26-0.28 send them): each output token is timed
@@ -42,6 +43,7 @@ class Reply:
     complete_s: float
     token_s: list[float] | None = None  # streamed: when each output token arrived
     sent_s: float | None = None  # when the request left
+    url: str | None = None  # the replica that answered
 
 
 def request_body(model: str, prompt, sampling: dict = SAMPLING, stream: bool = False) -> dict:
@@ -106,6 +108,7 @@ class NativeClient:
         self.urls, self.model, self.timeout_s, self.sampling, self.stream = urls, model, timeout_s, sampling, stream
         self._session: aiohttp.ClientSession | None = None
         self._inflight: set[asyncio.Task] = set()
+        self.on_lost = None  # async (shard, request_id) -> whether to send again (parity.restart)
 
     async def __aenter__(self) -> "NativeClient":
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
@@ -131,16 +134,20 @@ class NativeClient:
                 if response.status != 200:
                     raise ParityError(f"replica {url} is not healthy (HTTP {response.status})")
 
-    async def _post(self, url: str, body: dict, request_id: str, release: float) -> Reply:
+    async def _post(self, shard: int, body: dict, request_id: str, release: float) -> Reply:
         task = asyncio.current_task()
         self._inflight.add(task)
         try:
-            return await self._attempts(url, body, request_id, release)
+            return await self._attempts(shard, body, request_id, release)
         finally:
             self._inflight.discard(task)
 
-    async def _attempts(self, url: str, body: dict, request_id: str, release: float) -> Reply:
-        for attempt in (1, 2):
+    async def _attempts(self, shard: int, body: dict, request_id: str, release: float) -> Reply:
+        """Send until answered: once more at once after a dropped keep-alive connection, and again after
+        `on_lost(shard, request_id)` (a path that restarts a killed replica) says its replacement is up."""
+        disconnected = 0
+        while True:
+            url = self.urls[shard]  # a restarted replica has a new one
             try:
                 sent, times = time.monotonic(), None
                 async with self._session.post(f"{url}/v1/completions", json=body) as response:
@@ -152,27 +159,32 @@ class NativeClient:
                     else:
                         data = await response.json()
                 reply = parse_reply(data, request_id, release, time.monotonic(), self.sampling)
-                reply.token_s, reply.sent_s = times, sent
+                reply.token_s, reply.sent_s, reply.url = times, sent, url
                 return reply
             except aiohttp.ServerDisconnectedError:
-                if attempt == 2:
-                    raise ParityError(f"request {request_id} to {url}: server disconnected twice") from None
+                disconnected += 1
+                if disconnected < 2:
+                    continue
+                error = "server disconnected twice"
             except asyncio.TimeoutError:
                 raise ParityError(f"request {request_id} to {url}: no answer within {self.timeout_s:.0f} s") from None
             except aiohttp.ClientError as exc:
-                raise ParityError(f"request {request_id} to {url}: {exc}") from None
-        raise AssertionError("unreachable")
+                error = str(exc)
+            if self.on_lost is not None and await self.on_lost(shard, request_id):
+                disconnected = 0
+                continue
+            raise ParityError(f"request {request_id} to {url}: {error}")
 
     async def send(self, shard: int, prompt, request_id: str) -> Reply:
         """One request now, timed from its own submission (for callers that pace requests themselves)."""
         body = request_body(self.model, prompt, self.sampling, self.stream)
-        return await self._post(self.urls[shard], body, request_id, time.monotonic())
+        return await self._post(shard, body, request_id, time.monotonic())
 
     async def burst(self, prompts: list[np.ndarray], request_ids: list[str], router,
-                    offsets: list[float]) -> tuple[float, list[int], list[Reply]]:
-        """Release the burst: route and send each request at its offset after the release (a burst: all
-        now); return (release, shards, replies). Each reply is timed from its scheduled send."""
-        release = time.monotonic()
+                    offsets: list[float], release: float | None = None) -> tuple[float, list[int], list[Reply]]:
+        """Release the burst (at `release`, default now): route and send each request at its offset after the
+        release (a burst: all now); return (release, shards, replies). Each reply is timed from its scheduled send."""
+        release = time.monotonic() if release is None else release
         shards, tasks = [], []
         for prompt, request_id, offset in zip(prompts, request_ids, offsets, strict=True):
             if offset > 0:
@@ -180,7 +192,7 @@ class NativeClient:
             shard = router.route(prompt)
             shards.append(shard)
             body = request_body(self.model, prompt, self.sampling, self.stream)
-            tasks.append(asyncio.ensure_future(self._post(self.urls[shard], body, request_id, release + offset)))
+            tasks.append(asyncio.ensure_future(self._post(shard, body, request_id, release + offset)))
             if hasattr(router, "complete"):  # its load released as its answer comes back
                 tasks[-1].add_done_callback(lambda _, index=len(tasks) - 1: router.complete(index))
         try:

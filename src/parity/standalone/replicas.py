@@ -118,6 +118,7 @@ class ReplicaSet(procs.Supervisor):
         self.kind, self.gpus, self.args = kind, gpus, args
         self.log_dir, self.startup_timeout_s, self.sim_params = log_dir, startup_timeout_s, sim_params
         self.replicas: list[Replica] = []
+        self.retired: list[Replica] = []  # replicas replaced after a restart fault
         self.receipt: dict | None = None
 
     def kv_cache_tokens(self) -> int | None:
@@ -136,34 +137,43 @@ class ReplicaSet(procs.Supervisor):
         self._supervise()
         try:
             self.log_dir.mkdir(parents=True, exist_ok=True)
-            for index, gpu in enumerate(self.gpus):
-                port = procs.free_port()
-                command = _command(self.kind, self.args, port, gpu, self.sim_params) + list(self.serve_flags)
-                endpoint = self.kv_events[index] if self.kv_events else None
-                if endpoint and self.kind == "vllm":
-                    from parity import kv_events
-
-                    command += ["--kv-events-config", kv_events.config_json(endpoint)]
-                elif endpoint:
-                    command += ["--kv-events", endpoint]
-                log_path = self.log_dir / f"replica-{index}.log"
-                with log_path.open("wb") as log:
-                    process = procs.spawn(command, stdout=log, env=_environment(self.kind, gpu, self.args))
-                self.replicas.append(Replica(index, gpu, port, log_path, process, events_endpoint=endpoint))
-            self._wait_healthy()
-            for replica in self.replicas:
-                replica.reported_gpu = _identify(self.kind, replica)
-                if replica.reported_gpu != replica.gpu:
-                    raise ParityError(f"replica {replica.index} reports GPU {replica.reported_gpu}, "
-                                      f"but was pinned to {replica.gpu}")
+            self.replicas = [self._start(index, gpu) for index, gpu in enumerate(self.gpus)]
+            self._wait_healthy(self.replicas)
         except BaseException as exc:
             self.close(exc)
             raise
         return self
 
-    def _wait_healthy(self) -> None:
+    def _start(self, index: int, gpu: str, log_name: str | None = None) -> Replica:
+        port = procs.free_port()
+        command = _command(self.kind, self.args, port, gpu, self.sim_params) + list(self.serve_flags)
+        endpoint = self.kv_events[index] if self.kv_events else None
+        if endpoint and self.kind == "vllm":
+            from parity import kv_events
+
+            command += ["--kv-events-config", kv_events.config_json(endpoint)]
+        elif endpoint:
+            command += ["--kv-events", endpoint]
+        log_path = self.log_dir / f"{log_name or f'replica-{index}'}.log"
+        with log_path.open("wb") as log:
+            process = procs.spawn(command, stdout=log, env=_environment(self.kind, gpu, self.args))
+        return Replica(index, gpu, port, log_path, process, events_endpoint=endpoint)
+
+    def replace(self, index: int) -> Replica:
+        """A new replica in place of replica `index`, which was killed: same GPU, a new port, waited for
+        and identified as at start. The dead one stays in the teardown and its receipt."""
+        old = self.replicas[index]
+        old.process.wait(timeout=30)
+        self.retired.append(old)
+        new = self._start(index, old.gpu, f"replica-{index}-restart{len(self.retired)}")
+        self.replicas[index] = new
+        self._wait_healthy([new])
+        return new
+
+    def _wait_healthy(self, replicas: list[Replica]) -> None:
+        """Each of `replicas` answers /health within the startup timeout and runs on the GPU it was pinned to."""
         deadline = time.monotonic() + self.startup_timeout_s
-        pending = list(self.replicas)
+        pending = list(replicas)
         while pending:
             for replica in list(pending):
                 if replica.process.poll() is not None:
@@ -177,6 +187,11 @@ class ReplicaSet(procs.Supervisor):
                 raise ParityError(pending[0].ended(f"is not healthy after {self.startup_timeout_s:.0f} s"))
             if pending:
                 time.sleep(0.5)
+        for replica in replicas:
+            replica.reported_gpu = _identify(self.kind, replica)
+            if replica.reported_gpu != replica.gpu:
+                raise ParityError(f"replica {replica.index} reports GPU {replica.reported_gpu}, "
+                                  f"but was pinned to {replica.gpu}")
 
     def reset_prefix_caches(self) -> None:
         """Start the next trial cold: vLLM's dev-mode endpoint, or the simulator's twin."""
@@ -196,7 +211,7 @@ class ReplicaSet(procs.Supervisor):
 
     def _teardown(self, exc: BaseException | None) -> None:
         processes, errors, released = [], [], []
-        for replica in self.replicas:
+        for replica in self.retired + self.replicas:
             processes.append(procs.stop(replica.process, f"{self.kind}-replica-{replica.index}", STOP_TIMEOUT_S))
             if replica.process.poll() is None:
                 errors.append(f"{replica.label} survived SIGKILL")
@@ -209,6 +224,7 @@ class ReplicaSet(procs.Supervisor):
             else:
                 errors.append(f"port {replica.port} still in use after teardown")
         self.receipt = procs.receipt(
-            f"{len(self.replicas)} {self.kind} replicas", processes=processes, ports_released=released,
+            f"{len(self.replicas)} {self.kind} replicas" + (f" ({len(self.retired)} replaced)" if self.retired else ""),
+            processes=processes, ports_released=released,
             gpus_released=sorted({r.gpu for r in self.replicas}), errors=errors, simulated=self.kind == "sim",
             ended_by=procs.termination.ended_by(exc))
