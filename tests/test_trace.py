@@ -317,3 +317,32 @@ def test_a_shared_head_opens_every_document_and_each_keeps_its_own_text(inputs, 
     assert json.loads(Path(headed.manifest_path).read_text())["spec"]["head_tokens"] == 200
     with pytest.raises(TraceError, match="head tokens must be 0..568"):
         small_spec(head_tokens=590).check()
+
+
+def test_a_zipf_trace_is_seeded_skewed_toward_hot_documents_and_the_studys_manifests_do_not_change(small_inputs,
+                                                                                                   tmp_path):
+    """Hot-prefix queueing's trace (ours): each request's document drawn from a Zipf law, seeded; the study's
+    uniform traces record no zipf key, so their manifests (and every trial's `ran_with.trace`) stay as they were."""
+    import json
+    from collections import Counter
+
+    import numpy as np
+
+    from parity.trace import TraceError, TraceSpec, asked, build_trace, load_trace
+
+    corpus, tok = small_inputs
+    spec = TraceSpec("hot", documents=16, questions_per_document=4, prefix_tokens=300, seed=3, zipf=1.2)
+    drawn = asked(spec)
+    assert drawn == asked(spec) and len(drawn) == 64 and len(set(drawn)) == 64
+    share = Counter(d for d, _, _ in drawn)
+    weights = 1.0 / np.arange(1, 17) ** 1.2
+    assert share.most_common(1)[0][0] == 0 and share[0] / 64 == pytest.approx(weights[0] / weights.sum(), abs=0.1)
+    assert any(n > 0 for _, _, n in drawn)  # the hottest is asked more than the 8 questions: repeats follow
+    trace = load_trace(build_trace(spec, corpus, tok, tmp_path / "hot"))
+    assert len({r.id for r in trace.requests}) == 64 and Counter(r.document for r in trace.requests) == share
+    assert json.loads((tmp_path / "hot" / "hot.json").read_text())["spec"]["zipf"] == 1.2
+    uniform = build_trace(TraceSpec("flat", documents=2, questions_per_document=2, prefix_tokens=300), corpus, tok,
+                          tmp_path / "flat")
+    assert "zipf" not in json.loads(uniform.read_text())["spec"]
+    with pytest.raises(TraceError, match="zipf must be 0"):
+        TraceSpec("bad", documents=2, questions_per_document=2, zipf=-1).check()

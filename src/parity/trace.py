@@ -59,6 +59,7 @@ class TraceSpec:
     warmup_shifts: tuple[int, ...] = (1009, 2027)
     pack_articles: bool = True
     head_tokens: int = 0  # a head shared by every document (a system prompt), within prefix_tokens
+    zipf: float = 0.0  # hot documents: each request's document drawn from a Zipf law of this exponent (0: uniform)
 
     def check(self) -> None:
         if not self.name or not self.name.replace("-", "").replace("_", "").isalnum():
@@ -72,6 +73,8 @@ class TraceSpec:
         if not 0 <= self.head_tokens <= self.prefix_tokens - 2 * VLLM_BLOCK_TOKENS:
             raise TraceError(f"head tokens must be 0..{self.prefix_tokens - 2 * VLLM_BLOCK_TOKENS} (leaving each "
                              f"document two cache blocks of its own), got {self.head_tokens}")
+        if not (self.zipf == 0 or 0 < self.zipf <= 4):
+            raise TraceError(f"zipf must be 0 (every document asked alike) or an exponent in (0, 4], got {self.zipf}")
         if len(set(self.warmup_shifts)) != len(self.warmup_shifts) or any(s <= 0 for s in self.warmup_shifts):
             raise TraceError(f"warmup shifts must be distinct positive integers, got {list(self.warmup_shifts)}")
 
@@ -263,6 +266,24 @@ def build_documents(articles: list[np.ndarray], separator: np.ndarray, leading: 
     return documents, cursor
 
 
+def asked(spec: TraceSpec) -> list[tuple[int, int, int]]:
+    """(document, question, repeat) of each request. The study's: every document, questions 0..N-1. With
+    `zipf` (hot documents): as many requests, each one's document drawn (seeded) with probability
+    proportional to 1/rank^zipf; a document's k-th request asks question k mod 8, and past the eighth the
+    same questions again (repeat k // 8), so a hot document queues many requests on one prefix."""
+    if not spec.zipf:
+        return [(d, q, 0) for d in range(spec.documents) for q in range(spec.questions_per_document)]
+    weights = 1.0 / np.arange(1, spec.documents + 1) ** spec.zipf
+    drawn = np.random.default_rng(spec.seed).choice(spec.documents, spec.documents * spec.questions_per_document,
+                                                     p=weights / weights.sum())
+    seen = [0] * spec.documents
+    out = []
+    for d in (int(x) for x in drawn):
+        out.append((d, seen[d] % len(QUESTIONS), seen[d] // len(QUESTIONS)))
+        seen[d] += 1
+    return out
+
+
 def burst_order(spec: TraceSpec, request_ids: list[str]) -> list[str]:
     """Shuffle by SHA-256 of (seed, id): recorded, version-independent, and blind to other requests."""
     return sorted(request_ids, key=lambda rid: hashlib.sha256(f"{spec.seed}:{rid}".encode()).digest())
@@ -284,9 +305,11 @@ def build_trace(spec: TraceSpec, corpus: Path, tokenizer_dir: Path, out_dir: Pat
         [QUESTION_TEMPLATE.format(question=q) for q in QUESTIONS[: spec.questions_per_document]], "question")
 
     prompts_by_id = {}
-    for d, document in enumerate(documents):
-        for q in range(spec.questions_per_document):
-            prompts_by_id[f"{spec.name}-d{d:04d}-q{q}"] = (d, q, np.concatenate([document, questions[q]]))
+    if spec.zipf:
+        questions = tokenizer.encode([QUESTION_TEMPLATE.format(question=q) for q in QUESTIONS], "question")
+    for d, q, n in asked(spec):
+        prompts_by_id[f"{spec.name}-d{d:04d}-q{q}" + (f"-n{n}" if n else "")] = (
+            d, q, np.concatenate([documents[d], questions[q]]))
     order = burst_order(spec, list(prompts_by_id))
     prompts = [prompts_by_id[rid][2] for rid in order]
 
@@ -309,7 +332,7 @@ def build_trace(spec: TraceSpec, corpus: Path, tokenizer_dir: Path, out_dir: Pat
         "spec": {"documents": spec.documents, "questions_per_document": spec.questions_per_document,
                  "prefix_tokens": spec.prefix_tokens, "seed": spec.seed,
                  "warmup_shifts": list(spec.warmup_shifts), "pack_articles": spec.pack_articles,
-                 "head_tokens": spec.head_tokens},
+                 "head_tokens": spec.head_tokens, **({"zipf": spec.zipf} if spec.zipf else {})},
         "inputs": {
             "corpus": {"file": corpus.name, "sha256": sha256_file(corpus), "origin": corpus_origin,
                        "text_field": text_field, "articles": len(texts), "articles_used": articles_used},

@@ -43,6 +43,7 @@ rule trace:
         shifts=" ".join(f"--warmup-shift {s}" for s in config["warmup_shifts"]),
         head=lambda wildcards: f"--head-tokens {TRACE_SPECS[wildcards.name]['head_tokens']}"
         if TRACE_SPECS[wildcards.name].get("head_tokens") else "",
+        zipf=lambda wildcards: f"--zipf {TRACE_SPECS[wildcards.name]['zipf']}" if TRACE_SPECS[wildcards.name].get("zipf") else "",
         tokenizer_dir=lambda wildcards, input: os.path.dirname(input.tokenizer),
         out=lambda wildcards, output: os.path.dirname(output.manifest),
         corpus_origin=INPUTS["corpus_origin"],
@@ -52,7 +53,7 @@ rule trace:
     shell:
         "parity trace --corpus {input.corpus:q} --tokenizer {params.tokenizer_dir:q} --name {wildcards.name:q}"
         " --documents {params.spec[documents]} --questions {params.spec[questions]}"
-        " --prefix-tokens {params.spec[prefix_tokens]} --seed {params.spec[seed]} {params.head} {params.shifts}"
+        " --prefix-tokens {params.spec[prefix_tokens]} --seed {params.spec[seed]} {params.head} {params.zipf} {params.shifts}"
         " --corpus-origin {params.corpus_origin:q} --tokenizer-origin {params.tokenizer_origin:q}"
         " --out {params.out:q} > {log:q} 2>&1"
 
