@@ -245,3 +245,32 @@ def test_longer_answers_run_exactly_their_length_on_both_paths_and_are_checked_s
         assert doc["ran_with"]["engine_args"]["max_tokens"] == 128
         doc["records"][0]["output_token_ids"] = doc["records"][0]["output_token_ids"][:16]  # the study's length here
         assert "without exactly 128 output tokens" in " ".join(check_trial(doc, trace_of(path, doc))["reasons"])
+
+
+def test_the_eviction_case_runs_both_paths_on_a_cache_smaller_than_the_working_set(small_reuse_trace, sim_backend,
+                                                                                    tmp_path):
+    """Ours: the same pair on engines whose KV cache holds a fraction of the trace's documents; the trials
+    record the cache they ran with (and the study's record no such key), and fewer prompt tokens hit."""
+    from parity.engine import EngineArgs
+    from parity.engine import vllm_compat
+    from parity.experiments import plan
+    from parity.experiments.runner import run_experiment
+    from parity.manifest import read_manifest
+    from parity.record import cached_share
+
+    assert "num_gpu_blocks_override" not in EngineArgs().to_dict()
+    small = EngineArgs(num_gpu_blocks_override=400)
+    assert vllm_compat.serve_arguments(small, 8000)[-2:] == ["--num-gpu-blocks-override", "400"]
+    settings = {"rates": [40], "evict": {"cache_blocks": 400}, "flame": {"batch_limit": 64, "window_ms": 5}}
+    cases = plan.for_experiment("sustained", [small_reuse_trace], settings)
+    evicting = [c for c in cases if c.cache_blocks]
+    assert {c.stage for c in evicting} == {"evict-40"} and {c.system for c in evicting} == {"standalone", "flame"}
+    run_experiment("sustained", cases, sim_backend, tmp_path, settings=settings, log=lambda m: None)
+    docs = {c.trial_id: read_manifest(tmp_path / "trials" / f"{c.trial_id}.json") for c in cases}
+    for case in cases:
+        doc = docs[case.trial_id]
+        assert doc["verdict"]["status"] == "passed", case.trial_id
+        assert doc["engine"]["args"].get("num_gpu_blocks_override") == case.cache_blocks
+    for system in ("standalone", "flame"):
+        share = {bool(c.cache_blocks): cached_share(docs[c.trial_id]["records"]) for c in cases if c.system == system}
+        assert share[True] < share[False], system

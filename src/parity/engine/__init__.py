@@ -45,6 +45,7 @@ class EngineArgs:
     prefix_caching_hash_algo: str = "sha256_cbor"  # reproducible block hashes across processes
     max_tokens: int = OUTPUT_TOKENS  # new tokens per prompt (the study: 16; MLPerf: up to 128)
     ignore_eos: bool = True  # the study: exactly max_tokens; False: stop at EOS, at least 1 (MLPerf)
+    num_gpu_blocks_override: int | None = None  # ours: a KV cache of this many blocks (the eviction case); None: as memory allows
 
     def sampling(self) -> dict:
         """Greedy sampling from these settings; the defaults give the study's SAMPLING."""
@@ -52,7 +53,11 @@ class EngineArgs:
                 "ignore_eos": self.ignore_eos, "temperature": 0.0}
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """Every setting; the cache override only when set, so the study's trials record what they did."""
+        values = asdict(self)
+        if values["num_gpu_blocks_override"] is None:
+            del values["num_gpu_blocks_override"]
+        return values
 
     @classmethod
     def from_dict(cls, values: dict | None) -> "EngineArgs":
@@ -61,7 +66,7 @@ class EngineArgs:
         from parity.errors import ParityError
 
         for key in COUNTS & set(values):
-            if values[key] < 1:
+            if values[key] is not None and values[key] < 1:
                 raise ParityError(f"engine argument {key} must be at least 1, got {values[key]!r}")
         if not 0 < values.get("gpu_memory_utilization", 0.9) <= 1:
             raise ParityError(f"engine argument gpu_memory_utilization must be in (0, 1], "
@@ -70,7 +75,7 @@ class EngineArgs:
 
 
 COUNTS = {"max_model_len", "max_num_seqs", "max_num_batched_tokens", "block_size", "tensor_parallel_size",
-          "max_tokens"}
+          "max_tokens", "num_gpu_blocks_override"}
 def length_mismatch(count: int | None, sampling: dict) -> str | None:
     """What was expected, when `count` new tokens fall outside the sampling's bounds; else None."""
     low, high = sampling["min_tokens"], sampling["max_tokens"]

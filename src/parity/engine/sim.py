@@ -138,7 +138,7 @@ class SimScheduler:
 
     def __init__(self, args: EngineArgs, params: SimParams):
         self.args, self.params = args, params
-        num_blocks = max(1, params.kv_cache_tokens // args.block_size)
+        num_blocks = args.num_gpu_blocks_override or max(1, params.kv_cache_tokens // args.block_size)
         self.cache = PrefixCache(num_blocks, args.block_size, enabled=args.enable_prefix_caching)
         self.waiting: deque[_Request] = deque()
         self.running: list[_Request] = []

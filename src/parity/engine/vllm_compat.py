@@ -54,6 +54,8 @@ def engine_kwargs(args: EngineArgs, version: str) -> dict[str, Any]:
     }
     if args.revision and args.load_format != "dummy":
         kwargs["revision"] = args.revision
+    if args.num_gpu_blocks_override is not None:
+        kwargs["num_gpu_blocks_override"] = args.num_gpu_blocks_override
     return kwargs
 
 
@@ -98,6 +100,8 @@ def serve_arguments(args: EngineArgs, port: int) -> list[str]:
     flags.append("--enable-prefix-caching" if args.enable_prefix_caching else "--no-enable-prefix-caching")
     if args.revision and args.load_format != "dummy":
         flags += ["--revision", args.revision]
+    if args.num_gpu_blocks_override is not None:
+        flags += ["--num-gpu-blocks-override", str(args.num_gpu_blocks_override)]
     return flags
 
 

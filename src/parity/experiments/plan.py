@@ -35,6 +35,7 @@ class Case:
     stream: bool = False  # time every output token (standalone: streamed; Flame: in the worker's engine)
     max_tokens: int | None = None  # output tokens per request, exact (None: the backend's, the study's 16)
     restart: Restart | None = None  # kill one engine mid-run (parity.restart)
+    cache_blocks: int | None = None  # a KV cache of this many blocks per engine (the eviction case)
 
     @property
     def load(self) -> dict:
@@ -162,14 +163,16 @@ def routing(traces: list[Path], repeats: int, flame: FlameSettings, placements=(
 
 def sustained(traces: list[Path], rates: list[float], flame: FlameSettings, schedule: Schedule,
               repeats: int = 1, arms: dict[str, dict] | None = None, output_tokens: list[int] = (16,),
-              restart: dict | None = None) -> list[Case]:
+              restart: dict | None = None, evict: dict | None = None) -> list[Case]:
     """Ours, the study's named next step: a rate ladder, each rate a pair (sticky standalone vLLM, the
     Flame configuration) under the same seeded arrivals, streamed, fresh engines per case; then, for each
     extra arm (name: Flame setting changes, e.g. `gathered: {inflight: 1}`), the same pair again with the
     Flame side changed (stage `rate-R-NAME`); and the whole ladder again for each answer length beyond
     the study's 16 (exact, EOS ignored; stage `rate-R-outN`). With `restart` ({rate, shard, at}), one more
     pair per repeat at that rate kills one engine mid-run on each side (stage `restart-R`; parity.restart).
-    The side that goes first alternates."""
+    With `evict` ({rate, cache_blocks}), one more pair per repeat at that rate runs each engine with a KV
+    cache of that many blocks, smaller than the trace's working set, so prefixes are evicted and prefilled
+    again (stage `evict-R`). The side that goes first alternates."""
     variants = [("", flame)] + [(f"-{name}", replace(flame, **changes)) for name, changes in (arms or {}).items()]
     cases, turn = [], 0
     for repeat in range(repeats):
@@ -187,6 +190,18 @@ def sustained(traces: list[Path], rates: list[float], flame: FlameSettings, sche
                                             system="flame", side="candidate")
                         cases += [reference, candidate] if turn % 2 == 0 else [candidate, reference]
                         turn += 1
+        if evict is not None:
+            rate = float(evict.get("rate", rates[0]))
+            for trace in traces:
+                stage = f"evict-{rate:g}"
+                reference = Case(f"sustained-{stage}-{trace.stem}-p{repeat}-vllm", "sustained", "standalone", "sticky",
+                                 trace, flame, stage=stage, pair=repeat, side="reference",
+                                 schedule=replace(schedule, rate=rate, seed=schedule.seed + repeat), stream=True,
+                                 cache_blocks=int(evict["cache_blocks"]))
+                candidate = replace(reference, trial_id=f"sustained-{stage}-{trace.stem}-p{repeat}-flame",
+                                    system="flame", side="candidate")
+                cases += [reference, candidate] if turn % 2 == 0 else [candidate, reference]
+                turn += 1
         if restart is not None:
             rate = float(restart.get("rate", rates[0]))
             fault = Restart.from_dict({k: v for k, v in restart.items() if k != "rate"})
@@ -219,5 +234,5 @@ def for_experiment(name: str, traces: list[Path], settings: dict) -> list[Case]:
     if name == "sustained":
         schedule = Schedule.from_dict({"kind": "poisson", "rate": 1.0} | (settings.get("schedule") or {}))
         return sustained(traces, settings["rates"], flame, schedule, settings.get("repeats", 1), settings.get("arms"),
-                         settings.get("output_tokens", [16]), settings.get("restart"))
+                         settings.get("output_tokens", [16]), settings.get("restart"), settings.get("evict"))
     raise ParityError(f"unknown experiment {name!r}")

@@ -52,9 +52,14 @@ class Runner:
         return self._shared[key]
 
     def args(self, case: Case):
-        """The engine settings of one case: the backend's, with the case's answer length where it sets one."""
+        """The engine settings of one case: the backend's, with the case's answer length and KV cache size
+        where it sets them."""
         args = self.backend.args()
-        return args if case.max_tokens is None else dataclasses.replace(args, max_tokens=case.max_tokens)
+        if case.max_tokens is not None:
+            args = dataclasses.replace(args, max_tokens=case.max_tokens)
+        if case.cache_blocks is not None:
+            args = dataclasses.replace(args, num_gpu_blocks_override=case.cache_blocks)
+        return args
 
     def trial_path(self, case: Case) -> Path:
         return self.trials_dir / f"{case.trial_id}.json"

@@ -118,7 +118,8 @@ class FlamePath(ServingPath):
             return None
         from parity.engine.sim import SimParams
 
-        return SimParams.load(self.sim_params).kv_cache_tokens
+        blocks = self.engine_args.num_gpu_blocks_override
+        return blocks * self.engine_args.block_size if blocks else SimParams.load(self.sim_params).kv_cache_tokens
 
     @contextlib.contextmanager
     def trial(self, trial_id: str, router):

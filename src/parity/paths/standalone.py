@@ -81,6 +81,9 @@ class StandalonePath(ServingPath):
         if self.replicas.kind == "sim":
             from parity.engine.sim import SimParams
 
+            args = self.replicas.args
+            if args.num_gpu_blocks_override:
+                return args.num_gpu_blocks_override * args.block_size
             return SimParams.load(self.replicas.sim_params).kv_cache_tokens
         return self.replicas.kv_cache_tokens()
 

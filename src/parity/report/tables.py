@@ -523,10 +523,12 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
         table.notes.append(not_run("sustained"))
         return table, {"plot": curves}
     objective = latency.Objective.from_dict(experiment.doc["settings"].get("objective"))
-    for case in (c for c in experiment.cases if c["stage"].startswith("rate-")):  # restart pairs: their own table
+    for case in (c for c in experiment.cases if c["stage"].startswith(("rate-", "evict-"))):  # restarts: their own table
         doc = experiment.trials[case["trial_id"]]
         s = latency.summarize(doc, objective) if stats.passed(doc) else None
-        offered, *rest = case["stage"].removeprefix("rate-").split("-")
+        offered, *rest = case["stage"].removeprefix("rate-").removeprefix("evict-").split("-")
+        blocks = (doc["engine"].get("args") or {}).get("num_gpu_blocks_override")
+        cache = f", KV cache {blocks * doc['engine']['args'].get('block_size', 16):,} tokens" if blocks else ""
         arm = "-".join(p for p in rest if not (p.startswith("out") and p[3:].isdigit()))
         tokens = (doc["engine"].get("args") or {}).get("max_tokens", 16)
         label = dict(PATHS).get(case["system"], case["system"])
@@ -535,14 +537,14 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
         elif arm:
             label += f", the {arm} arm's reference"
         if s is None:
-            table.rows.append([case["trace_name"], offered, tokens, label, ours([doc]), *[f.MISSING] * 9])
+            table.rows.append([case["trace_name"] + cache, offered, tokens, label, ours([doc]), *[f.MISSING] * 9])
             continue
-        table.rows.append([case["trace_name"], offered, tokens, label, ours([doc]), f.rate(s["achieved_per_s"], 2),
+        table.rows.append([case["trace_name"] + cache, offered, tokens, label, ours([doc]), f.rate(s["achieved_per_s"], 2),
                            _ms(s["ttft_engine"], "p50", "p99"), _ms(s["ttft_client"], "p50", "p99"),
                            _ms(s["e2e"], "p50", "p99"), _ms(s["itl"], "p99"), f.rate(s["goodput_client_per_s"], 2),
                            f.pct(s["good_share_client"], 0), f.yes_no(s["saturated"]),
                            f"{s['lag']['p99_s'] * 1e3:.2f}" if s["lag"] else f.MISSING])
-        trace = case["trace_name"] + ("" if tokens == 16 else f", {tokens} output tokens")
+        trace = case["trace_name"] + ("" if tokens == 16 else f", {tokens} output tokens") + cache
         curves.setdefault(trace, {}).setdefault(case["system"] + (f"-{arm}" if arm else ""), []).append(
             {"offered": float(offered), "achieved": s["achieved_per_s"], "ttft_p50": s["ttft_client"]["p50"],
              "ttft_p99": s["ttft_client"]["p99"], "e2e_p50": s["e2e"]["p50"], "e2e_p99": s["e2e"]["p99"],
@@ -559,7 +561,8 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
         "task at a time, so the client holds an answer only when its whole batch is done: its client TTFT is its "
         "end-to-end latency, and a batch formed while another runs waits for it. An arm (ours) reruns the pairs "
         "with the Flame side changed: `gathered` holds the next batch while a task runs (inflight 1), so it goes as "
-        "one task when the running one returns. Achieved: the window's requests over the time from the first's "
+        "one task when the running one returns. A row with a KV cache size ran each engine with that small a "
+        "cache (the eviction case: the trace's documents do not all fit, so prefixes are evicted and prefilled again). Achieved: the window's requests over the time from the first's "
         "arrival to the last's answer; saturated: below 90% of the offered rate.")
     for trace in curves:
         for points in curves[trace].values():
