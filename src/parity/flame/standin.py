@@ -22,7 +22,9 @@ Differences from Flame:
 * closing a session fails its pending tasks ("session closed"): flamepy 0.6.0 has no Cancelled;
 * the service runs in the application's `working_directory` or this process's cwd (no
   per-executor directory, no TMPDIR); its logs go to `log_dir/<executor id>.{out,err}`;
-* a service that dies fails its task with a line naming it (pid, session, GPU, how it ended, log);
+* a service that dies fails its task with a line naming it (pid, session, GPU, how it ended, log), and, as
+  in Flame (whose executor stays bound to the dead service), every later task of its session; but a new
+  session then gets an executor, where Flame v0.6.0 gave none in our tests (parity.restart);
 * re-registering an application replaces it, a closed session's id may be reused; nothing persists.
 
 Services are spawned through `parity.procs` (own session, die with this process, watchdog); the
@@ -86,6 +88,7 @@ class _Session:
         self.tasks: dict[str, _Task] = {}
         self.queue: deque[_Task] = deque()
         self.executors: list[_Executor] = []  # bound or binding, not yet unbinding
+        self.service_died: str | None = None  # how its bound service died: Flame v0.6.0 then serves it no more
 
     @property
     def cap(self) -> int:
@@ -343,7 +346,10 @@ class StandInCluster(procs.Supervisor, frontend_pb2_grpc.FrontendServicer):
             with self._cond:
                 task.finish(*done)
                 ex.task = None
-                if ex.proc.poll() is not None:  # the service died: this executor is gone
+                if ex.proc.poll() is not None:  # the service died: as Flame v0.6.0, whose executor stays bound
+                    session.service_died = done[2] or "its service died"  # to the dead service, every task of
+                    while session.queue:  # the session fails from now on and no other executor comes for it
+                        session.queue.popleft().finish(FAILED, message=session.service_died)
                     self._detach(ex)
                     break
                 self._cond.notify_all()
@@ -476,6 +482,9 @@ class StandInCluster(procs.Supervisor, frontend_pb2_grpc.FrontendServicer):
             data = request.task.input if request.task.HasField("input") else None
             task = _Task(str(len(session.tasks) + 1), session.id, data)
             session.tasks[task.id] = task
+            if session.service_died:  # Flame v0.6.0: its executor finds no service for it
+                task.finish(FAILED, message=session.service_died)
+                return task.proto()
             session.queue.append(task)
             self._scale(session)
             self._cond.notify_all()
