@@ -174,47 +174,33 @@ def sustained(traces: list[Path], rates: list[float], flame: FlameSettings, sche
     cache of that many blocks, smaller than the trace's working set, so prefixes are evicted and prefilled
     again (stage `evict-R`). The side that goes first alternates."""
     variants = [("", flame)] + [(f"-{name}", replace(flame, **changes)) for name, changes in (arms or {}).items()]
-    cases, turn = [], 0
+    cases, turn = [], [0]
+
+    def pair(stage: str, trace: Path, settings: FlameSettings, repeat: int, arrivals: Schedule, **fields) -> None:
+        reference = Case(f"sustained-{stage}-{trace.stem}-p{repeat}-vllm", "sustained", "standalone", "sticky", trace,
+                         settings, stage=stage, pair=repeat, side="reference", schedule=arrivals, stream=True, **fields)
+        candidate = replace(reference, trial_id=f"sustained-{stage}-{trace.stem}-p{repeat}-flame", system="flame",
+                            side="candidate")
+        cases.extend([reference, candidate] if turn[0] % 2 == 0 else [candidate, reference])
+        turn[0] += 1
+
     for repeat in range(repeats):
+        at = lambda rate: replace(schedule, rate=float(rate), seed=schedule.seed + repeat)  # noqa: E731
         for tokens in output_tokens:
             for rate in rates:
-                arrivals = replace(schedule, rate=float(rate), seed=schedule.seed + repeat)
                 length = "" if tokens == 16 else f"-out{tokens}"
                 for suffix, settings in variants:
                     for trace in traces:
-                        stage = f"rate-{rate:g}{length}{suffix}"
-                        reference = Case(f"sustained-{stage}-{trace.stem}-p{repeat}-vllm", "sustained", "standalone",
-                                         "sticky", trace, settings, stage=stage, pair=repeat, side="reference",
-                                         schedule=arrivals, stream=True, max_tokens=tokens)
-                        candidate = replace(reference, trial_id=f"sustained-{stage}-{trace.stem}-p{repeat}-flame",
-                                            system="flame", side="candidate")
-                        cases += [reference, candidate] if turn % 2 == 0 else [candidate, reference]
-                        turn += 1
+                        pair(f"rate-{rate:g}{length}{suffix}", trace, settings, repeat, at(rate), max_tokens=tokens)
         if evict is not None:
             rate = float(evict.get("rate", rates[0]))
             for trace in traces:
-                stage = f"evict-{rate:g}"
-                reference = Case(f"sustained-{stage}-{trace.stem}-p{repeat}-vllm", "sustained", "standalone", "sticky",
-                                 trace, flame, stage=stage, pair=repeat, side="reference",
-                                 schedule=replace(schedule, rate=rate, seed=schedule.seed + repeat), stream=True,
-                                 cache_blocks=int(evict["cache_blocks"]))
-                candidate = replace(reference, trial_id=f"sustained-{stage}-{trace.stem}-p{repeat}-flame",
-                                    system="flame", side="candidate")
-                cases += [reference, candidate] if turn % 2 == 0 else [candidate, reference]
-                turn += 1
+                pair(f"evict-{rate:g}", trace, flame, repeat, at(rate), cache_blocks=int(evict["cache_blocks"]))
         if restart is not None:
             rate = float(restart.get("rate", rates[0]))
             fault = Restart.from_dict({k: v for k, v in restart.items() if k != "rate"})
             for trace in traces:
-                stage = f"restart-{rate:g}"
-                reference = Case(f"sustained-{stage}-{trace.stem}-p{repeat}-vllm", "sustained", "standalone", "sticky",
-                                 trace, flame, stage=stage, pair=repeat, side="reference",
-                                 schedule=replace(schedule, rate=rate, seed=schedule.seed + repeat), stream=True,
-                                 restart=fault)
-                candidate = replace(reference, trial_id=f"sustained-{stage}-{trace.stem}-p{repeat}-flame",
-                                    system="flame", side="candidate")
-                cases += [reference, candidate] if turn % 2 == 0 else [candidate, reference]
-                turn += 1
+                pair(f"restart-{rate:g}", trace, flame, repeat, at(rate), restart=fault)
     return cases
 
 
