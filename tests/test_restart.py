@@ -101,3 +101,15 @@ def test_real_flame_gives_a_killed_workers_shard_no_new_executor_and_says_so_in_
                                           r"its worker was killed; the cluster's executors: .*Executor(Unbinding|Bound)"):
         run_experiment("sustained", cases, backend, tmp_path, settings=settings, log=lambda m: None)
     assert read_manifest(tmp_path / "cleanup" / "flame-cluster.json")["clean"]
+
+
+def test_a_new_engine_slower_than_the_timeout_fails_the_restart_record():
+    from parity.restart import Outage
+
+    outage = Outage(Restart(timeout_s=1.0), release_s=100.0, delay_s=0.5)
+    outage.killed_s, outage.pids = 100.5, [1234]
+    outage.answered(102.0)
+    with pytest.raises(ParityError, match=r"answered first 1.5 s after the kill, beyond the restart's timeout_s \(1 s\)"):
+        outage.record(8, 8)
+    outage.answered(101.2)  # an earlier answer: within it
+    assert outage.record(8, 8)["recovery_s"] == pytest.approx(0.7)

@@ -4,11 +4,11 @@ no request lost.
 A `Restart` names which shard's engine is killed (SIGKILL of the process and everything it started) and
 when: `at`, a fraction of the arrival schedule's span after the release. The serving path brings a new
 engine up in its place — standalone: a new replica process, started at once, as a supervisor would;
-Flame: the session's next executor, which Flame starts for the tasks still queued — and sends again each
-request the dead engine had not answered. `Outage` keeps what happened on the host's monotonic clock:
-when the engine was killed, which requests were sent again, and when the new engine answered first
-(the time to recover). A request that still finds no engine fails the trial in one line: none is
-dropped, none is counted twice.
+Flame: a new session for the shard, so a new worker and engine — and sends again each request the dead
+engine had not answered. `Outage` keeps what happened on the host's monotonic clock: when the engine was
+killed, which requests were sent again, and when the new engine answered first (the time to recover).
+A request that still finds no engine, or a new engine slower to answer than `timeout_s`, fails the trial
+in one line: none is dropped, none is counted twice.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from parity import procs
 from parity.errors import ParityError
 from parity.settings import Settings
+
 
 @dataclass(frozen=True)
 class Restart(Settings):
@@ -150,6 +151,9 @@ class Outage:
             raise ParityError(f"the restart fault never fired: {self.error or f'the burst ended before {self.delay_s:.2f} s'}")
         if self.first_answer_s is None:
             raise ParityError(f"shard {self.restart.shard}'s new engine answered no request after the restart")
+        if self.first_answer_s - self.killed_s > self.restart.timeout_s:
+            raise ParityError(f"shard {self.restart.shard}'s new engine answered first {self.first_answer_s - self.killed_s:.1f} s "
+                              f"after the kill, beyond the restart's timeout_s ({self.restart.timeout_s:g} s)")
         after = lambda t: None if t is None else round(t - self.release_s, 6)  # noqa: E731
         return {**self.restart.to_dict(), "scheduled_s": round(self.delay_s, 6), "killed_s": after(self.killed_s),
                 "killed_pids": self.pids,
