@@ -214,21 +214,21 @@ def clear_stale(directory: Path, gpus: list[str], *, timeout_s: float = WAIT_FOR
                 log(f"cleared the stale lock of GPU {gpu}: its holder, pid {record.get('pid')}, is gone")
 
 
+def _records(directory: Path):
+    """(lock path, holder record) of every lock file in `directory` that names a holder."""
+    for path in sorted(directory.glob("*.lock")):
+        if record := read_record(path):
+            yield path, record
+
+
 def dead_holders(directory: Path, endpoint: str, since: float = 0.0) -> list[dict]:
     """Records of workers of the cluster at `endpoint` (started at `since`) that died holding a GPU."""
-    found = []
-    for path in sorted(directory.glob("*.lock")):
-        record = read_record(path)
-        if record and record.get("flame_endpoint") == endpoint and record.get("since", 0) >= since \
-                and not holder_alive(record):
-            found.append(record | {"lock": str(path)})
-    return found
+    return [record | {"lock": str(path)} for path, record in _records(directory)
+            if record.get("flame_endpoint") == endpoint and record.get("since", 0) >= since
+            and not holder_alive(record)]
 
 
 def live_holder(directory: Path, session_id: str) -> dict | None:
     """The record of the live worker of session `session_id` that holds a GPU (the restart fault's target)."""
-    for path in sorted(directory.glob("*.lock")):
-        record = read_record(path)
-        if record and record.get("session_id") == session_id and holder_alive(record):
-            return record
-    return None
+    return next((record for _, record in _records(directory)
+                 if record.get("session_id") == session_id and holder_alive(record)), None)
