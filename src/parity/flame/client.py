@@ -101,7 +101,7 @@ class FlameSessions:
         with the others at the end if Flame refuses."""
         old, batcher = self.sessions[shard], self.batchers[shard]
         batcher.close()
-        try:  # before the new one opens: the stand-in would start a new worker for the old session's queue
+        try:  # before the new one opens, so the old session's queued tasks fail now and it holds nothing
             self.connection.close_session(old.id)
         except Exception:  # noqa: BLE001 - closed again, and reported if it still fails, at the end
             self.retired.append((old, batcher))
