@@ -3,7 +3,8 @@
 - input: each record's input hash equals the trace's hash for that request (what was submitted is
   what the trace holds, also after compression and decompression);
 - coverage: every request of the trace appears exactly once, and nothing else does;
-- output length: every request produced exactly its trial's max_tokens (the study's 16);
+- output length: every request produced exactly its trial's max_tokens (the study's 16), or exactly
+  its own length where the trial drew one per request (parity.lengths);
 - placement: each logical shard ran on one GPU, the GPUs named in the trial, and, where a pinning is
   given (e.g. from the paired standalone trial), the same GPU UUID per shard.
 A trial that fails a check is marked failed with the reasons, and excluded from statistics later; the
@@ -62,14 +63,37 @@ def _coverage(doc: dict, trace: Trace) -> list[str]:
 
 
 def _output_length(doc: dict) -> list[str]:
-    """Exactly the trial's max_tokens (the study's 16) when EOS is ignored, as its engine arguments say."""
+    """Exactly the trial's max_tokens (the study's 16) when EOS is ignored, as its engine arguments say; with
+    lengths per request (parity.lengths), exactly each record's own, and those the ones the trial drew."""
     args = doc["engine"].get("args") or {}
     wanted = args.get("max_tokens", OUTPUT_TOKENS)
     if args.get("ignore_eos", True) is False:
         bad = [r["request_id"] for r in doc["records"] if not 1 <= len(r["output_token_ids"]) <= wanted]
         return [f"{len(bad)} request(s) with no output or more than {wanted} tokens, e.g. {bad[0]}"] if bad else []
+    if "output_lengths" in doc:
+        return _own_lengths(doc)
     bad = [r["request_id"] for r in doc["records"] if len(r["output_token_ids"]) != wanted]
     return [f"{len(bad)} request(s) without exactly {wanted} output tokens, e.g. {bad[0]}"] if bad else []
+
+
+def _own_lengths(doc: dict) -> list[str]:
+    """Each record's length is the one its trial's recorded settings draw, and its output exactly that long."""
+    import dataclasses
+
+    from parity.lengths import OutputLengths, lengths_sha256
+
+    records, block = doc["records"], doc["output_lengths"]
+    if unasked := [r["request_id"] for r in records if "max_tokens" not in r]:
+        return [f"{len(unasked)} request(s) without the output length they asked for, e.g. {unasked[0]}"]
+    reasons = []
+    settings = OutputLengths.from_dict({f.name: block[f.name] for f in dataclasses.fields(OutputLengths)})
+    if lengths_sha256([r["max_tokens"] for r in records]) != lengths_sha256(settings.draw(len(records))):
+        reasons.append("the records' output lengths are not the ones the trial's output_lengths settings draw")
+    bad = [r for r in records if len(r["output_token_ids"]) != r["max_tokens"]]
+    if bad:
+        reasons.append(f"{len(bad)} request(s) without exactly the output length they asked for, e.g. "
+                       f"{bad[0]['request_id']} ({len(bad[0]['output_token_ids'])} tokens, asked {bad[0]['max_tokens']})")
+    return reasons
 
 
 def _placement(doc: dict, pinning: dict[int, str] | None, exclusive: bool) -> list[str]:

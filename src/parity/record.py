@@ -46,7 +46,8 @@ def config_sha256(config: dict) -> str:
 
 
 def request_records(trace: Trace, completions: list[Completion], placements: list[Placement],
-                    input_hashes: list[str] | None = None, arrivals: list[float] | None = None) -> list[dict]:
+                    input_hashes: list[str] | None = None, arrivals: list[float] | None = None,
+                    lengths: list[int] | None = None) -> list[dict]:
     """One record per request, in burst order.
 
     `arrivals`: each request's scheduled arrival (release + its offset), the time every latency is
@@ -55,7 +56,8 @@ def request_records(trace: Trace, completions: list[Completion], placements: lis
 
     `input_hashes` are the hashes of the token IDs the server or worker reports it received, so the
     input check compares what arrived with the trace; without them (an engine called in-process, which
-    receives the trace's own arrays) the submitted prompts are hashed.
+    receives the trace's own arrays) the submitted prompts are hashed. `lengths`: each request's own exact
+    output length (parity.lengths), recorded as its `max_tokens`, what the output-length check holds it to.
     """
     if input_hashes is None:
         input_hashes = [token_sha256(p) for p in trace.prompts]
@@ -71,6 +73,8 @@ def request_records(trace: Trace, completions: list[Completion], placements: lis
         }
         if place.batch_id is not None:
             record["batch_id"] = place.batch_id
+        if lengths is not None:
+            record["max_tokens"] = int(lengths[len(records)])
         if arrivals is not None:
             record["arrival_s"] = arrivals[len(records)]
             if completion.sent_s is not None:

@@ -41,10 +41,12 @@ from parity.trace import check_context, load_trace
 
 def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
         router: RouterSettings = RouterSettings(), schedule: Schedule = Schedule(), warmup_rounds: int = 2,
-        ran_with: dict | None = None, restart=None, log=print) -> dict:
+        ran_with: dict | None = None, restart=None, lengths=None, log=print) -> dict:
     """One trial on `path` (entered); writes its checked manifest to FOLDER/TRIAL_ID.json (a trial's id is
     always its manifest's name) and returns it. `restart` (parity.restart.Restart): the measured burst
-    kills one engine mid-run and the manifest records the outage (`restart`)."""
+    kills one engine mid-run and the manifest records the outage (`restart`). `lengths`
+    (parity.lengths.OutputLengths): each request asks for its own exact output length, in the warmups too,
+    and the manifest records them (`output_lengths`, and each record's `max_tokens`)."""
     out = folder / f"{trial_id}.json"
     if router.placement not in path.placements:
         raise ParityError(f"the {path.name} path places requests by {' or '.join(path.placements)}, "
@@ -55,11 +57,13 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
     started = time.monotonic()
     trace = load_trace(trace_path)
     ids = [r.id for r in trace.requests]
+    wanted = None if lengths is None else lengths.draw(len(ids))
+    own = {} if wanted is None else {"lengths": wanted}  # a path that predates lengths is called as before
     with path.trial(trial_id, router):
         for round_index in range(1, warmup_rounds + 1):
             warm = load_trace(trace_path, f"warmup{round_index}")
             with client_heap_still():
-                burst = path.release(list(warm.prompts), ids, router.make(path.shards), Schedule())  # all at once
+                burst = path.release(list(warm.prompts), ids, router.make(path.shards), Schedule(), **own)  # all at once
             log(f"  warmup {round_index}: {len(ids)} requests in {burst.duration_s:.2f} s")
         if router.placement == "prefix" and path.cache_tokens:  # its map sized from the engine's cache
             router = dataclasses.replace(router, cache_tokens=path.cache_tokens)
@@ -71,7 +75,7 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
             routed.sync()
             since = events.mark()
         with client_heap_still():
-            burst = path.release(list(trace.prompts), ids, routed, schedule, restart)
+            burst = path.release(list(trace.prompts), ids, routed, schedule, restart, **own)
         if hasattr(routed, "observe"):  # the router's expected hits beside the engine's, in its stats
             routed.observe([c.cached_tokens for c in burst.completions])
         kv_events = None
@@ -86,12 +90,14 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
         described = path.describe(burst)
     arrivals = None if schedule.kind == "burst" else [burst.release_s + t for t in schedule.offsets(len(ids))]
     records = request_records(trace, burst.completions, burst.placements, input_hashes=burst.input_hashes,
-                              arrivals=arrivals)
+                              arrivals=arrivals, lengths=wanted)
     config = {"path": path.name, "placement": router.placement, "revision_salt": router.revision,
               "warmup_rounds": warmup_rounds, **described.config}
     extra = {**burst.extra, **described.extra, "router": routed.stats(), "schedule": schedule.describe(len(ids))}
     if kv_events is not None:
         extra["kv_events"] = kv_events
+    if lengths is not None:
+        extra["output_lengths"] = lengths.describe(len(ids))
     doc = trial_manifest(trial_id=trial_id, experiment=experiment, system=path.name, engine=described.engine,
                          trace=trace, config=config, records=records, release_s=burst.release_s, gpus=described.gpus,
                          manifest_path=out, extra=extra | ({"ran_with": ran_with} if ran_with is not None else {}))

@@ -47,9 +47,11 @@ class EngineArgs:
     ignore_eos: bool = True  # the study: exactly max_tokens; False: stop at EOS, at least 1 (MLPerf)
     num_gpu_blocks_override: int | None = None  # ours: a KV cache of this many blocks (the eviction case); None: as memory allows
 
-    def sampling(self) -> dict:
-        """Greedy sampling from these settings; the defaults give the study's SAMPLING."""
-        return {"max_tokens": self.max_tokens, "min_tokens": self.max_tokens if self.ignore_eos else 1,
+    def sampling(self, tokens: int | None = None) -> dict:
+        """Greedy sampling from these settings; the defaults give the study's SAMPLING. `tokens`: one
+        request's own length (parity.lengths), in place of max_tokens."""
+        tokens = self.max_tokens if tokens is None else tokens
+        return {"max_tokens": tokens, "min_tokens": tokens if self.ignore_eos else 1,
                 "ignore_eos": self.ignore_eos, "temperature": 0.0}
 
     def to_dict(self) -> dict:
@@ -109,8 +111,9 @@ class Engine(abc.ABC):
     simulated: bool = False
 
     @abc.abstractmethod
-    def generate(self, prompts: Sequence[Sequence[int]]) -> list[Completion]:
-        """Run the prompts as one admission; block until all are complete."""
+    def generate(self, prompts: Sequence[Sequence[int]], lengths: Sequence[int] | None = None) -> list[Completion]:
+        """Run the prompts as one admission; block until all are complete. `lengths`: each prompt's exact
+        output length (parity.lengths), at most max_tokens; None: max_tokens each."""
 
     @abc.abstractmethod
     def describe(self) -> dict:

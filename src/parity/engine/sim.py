@@ -127,6 +127,7 @@ class _Request:
     cached_tokens: int = -1  # set at first admission, as vLLM's num_cached_tokens
     token_s: list[float] = field(default_factory=list)  # when each output token was sampled
     on_token: object = None  # called (position, time) as each output token is sampled, when streaming
+    max_tokens: int = OUTPUT_TOKENS  # its exact output length (no EOS in the model)
 
     @property
     def length(self) -> int:
@@ -147,7 +148,7 @@ class SimScheduler:
         self.work_totals = {"steps": 0, "prefill_tokens": 0, "decode_seqs": 0, "attention_pairs": 0.0}
 
     def add(self, request: _Request) -> None:
-        if request.prompt.size + self.args.max_tokens > self.args.max_model_len:
+        if request.prompt.size + request.max_tokens > self.args.max_model_len:
             raise ParityError(f"prompt of {request.prompt.size} tokens exceeds max_model_len {self.args.max_model_len}")
         self.waiting.append(request)
 
@@ -251,7 +252,7 @@ class SimScheduler:
                 req.token_s.append(end)
                 if req.on_token is not None:
                     req.on_token(len(req.outputs) - 1, end)
-            if len(req.outputs) == self.args.max_tokens:  # no EOS in the model: always max_tokens
+            if len(req.outputs) == req.max_tokens:  # no EOS in the model: always its length
                 finished.append(req)
         for req in finished:
             self.running.remove(req)
@@ -332,20 +333,26 @@ class SimEngine(Engine):
 
     # -- admission --------------------------------------------------------------------------------
 
-    def _new_request(self, prompt, arrival_s: float) -> _Request:
+    def _new_request(self, prompt, arrival_s: float, max_tokens: int | None = None) -> _Request:
         arr = np.asarray(prompt, dtype="<u4")
         if arr.size == 0:
             raise ParityError("empty prompt")
-        return _Request(arr, block_hashes(arr, self.args.block_size), arrival_s)
+        length = self.args.max_tokens if max_tokens is None else int(max_tokens)
+        if not 1 <= length <= self.args.max_tokens:
+            raise ParityError(f"an output length of {length} tokens is outside 1..max_tokens ({self.args.max_tokens})")
+        return _Request(arr, block_hashes(arr, self.args.block_size), arrival_s, max_tokens=length)
 
-    def generate(self, prompts: Sequence[Sequence[int]]) -> list[Completion]:
+    def generate(self, prompts: Sequence[Sequence[int]], lengths: Sequence[int] | None = None) -> list[Completion]:
         """Admit the whole batch, run until all are done; outputs in input order."""
+        lengths = [None] * len(prompts) if lengths is None else list(lengths)
+        if len(lengths) != len(prompts):
+            raise ParityError(f"{len(lengths)} output lengths for {len(prompts)} prompts")
         if self._thread is not None:
-            futures = [self.submit(p) for p in prompts]
+            futures = [self.submit(p, max_tokens=n) for p, n in zip(prompts, lengths)]
             return [f.result() for f in futures]
         with self._lock:
             start = self.clock.now()
-            requests = [self._new_request(p, start) for p in prompts]
+            requests = [self._new_request(p, start, n) for p, n in zip(prompts, lengths)]
             cost = self.params.frontend_request_s
             # sync (LLM.generate): every input is processed before the engine sees any;
             # async (AsyncLLM): inputs reach the engine one by one while it is already stepping
@@ -362,15 +369,16 @@ class SimEngine(Engine):
                     done[id(req)] = end
             return [self._completion(req, done[id(req)]) for req in requests]
 
-    def submit(self, prompt: Sequence[int], on_token=None) -> Future:
+    def submit(self, prompt: Sequence[int], on_token=None, max_tokens: int | None = None) -> Future:
         """Admit one prompt now; the future resolves to its Completion (paced background stepping).
         `on_token(position, time)` is called from the engine's thread as each output token is sampled
-        (a streaming server's hook; the token is `output_tokens(prompt, ...)[position]`)."""
+        (a streaming server's hook; the token is `output_tokens(prompt, ...)[position]`); `max_tokens`:
+        its exact output length (default: the engine's)."""
         future: Future = Future()
         with self._lock:
             if self._closed:
                 raise ParityError("engine is closed")
-            req = self._new_request(prompt, self.clock.now())
+            req = self._new_request(prompt, self.clock.now(), max_tokens)
             req.future, req.on_token = future, on_token
             self.scheduler.add(req)
             if self._thread is None:
@@ -422,7 +430,7 @@ class SimEngine(Engine):
                     req.future.set_result(self._completion(req, end))
 
     def _completion(self, req: _Request, end: float) -> Completion:
-        return Completion(output_token_ids=output_tokens(req.prompt, self.params.vocab_size, self.args.max_tokens),
+        return Completion(output_token_ids=output_tokens(req.prompt, self.params.vocab_size, req.max_tokens),
                           prompt_tokens=int(req.prompt.size), cached_tokens=max(req.cached_tokens, 0),
                           submit_s=req.arrival_s, complete_s=end, token_s=list(req.token_s))
 

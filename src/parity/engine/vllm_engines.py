@@ -65,14 +65,18 @@ class VllmSyncEngine(_VllmBase):
         self._llm = LLM(**self.kwargs, **compat.kv_events_kwargs(kv_events))
         self._params = SamplingParams(**compat.sampling_kwargs(sampling=self.sampling))
 
-    def generate(self, prompts: Sequence[Sequence[int]]) -> list[Completion]:
+    def generate(self, prompts: Sequence[Sequence[int]], lengths: Sequence[int] | None = None) -> list[Completion]:
+        from vllm import SamplingParams
         from vllm.inputs import TokensPrompt
 
         inputs = [TokensPrompt(prompt_token_ids=[int(t) for t in p]) for p in prompts]
+        samplings = [self.sampling] * len(prompts) if lengths is None else [self.args.sampling(n) for n in lengths]
+        params = self._params if lengths is None else [SamplingParams(**compat.sampling_kwargs(sampling=s))
+                                                        for s in samplings]
         submit = time.monotonic()
-        outputs = self._llm.generate(inputs, self._params, use_tqdm=False)
+        outputs = self._llm.generate(inputs, params, use_tqdm=False)
         complete = time.monotonic()  # LLM.generate returns the batch together
-        return [compat.to_completion(o, submit, complete, self.sampling) for o in outputs]
+        return [compat.to_completion(o, submit, complete, s) for o, s in zip(outputs, samplings)]
 
     def reset_prefix_cache(self) -> None:
         if not self._llm.reset_prefix_cache():
@@ -106,12 +110,12 @@ class VllmAsyncEngine(_VllmBase):
         self._thread = threading.Thread(target=self._loop.run_forever, name="vllm-async-loop", daemon=True)
         self._thread.start()
         self._engine = self._call(self._start())
-        self._params = self._sampling()
+        self._params = self._sampling(self.sampling)
 
-    def _sampling(self):
+    def _sampling(self, sampling: dict):
         from vllm import SamplingParams
 
-        return SamplingParams(**compat.sampling_kwargs(final_only=not self.token_times, sampling=self.sampling))
+        return SamplingParams(**compat.sampling_kwargs(final_only=not self.token_times, sampling=sampling))
 
     async def _start(self):
         from vllm.engine.arg_utils import AsyncEngineArgs
@@ -123,29 +127,31 @@ class VllmAsyncEngine(_VllmBase):
     def _call(self, coroutine):
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
-    async def _one(self, prompt: Sequence[int]) -> Completion:
+    async def _one(self, prompt: Sequence[int], length: int | None = None) -> Completion:
         from vllm.inputs import TokensPrompt
 
         request_id = f"parity-{next(self._ids)}"
+        sampling = self.sampling if length is None else self.args.sampling(length)
+        params = self._params if length is None else self._sampling(sampling)
         submit = time.monotonic()
         final, times = None, []
         async for output in self._engine.generate(
-                TokensPrompt(prompt_token_ids=[int(t) for t in prompt]), self._params, request_id):
+                TokensPrompt(prompt_token_ids=[int(t) for t in prompt]), params, request_id):
             final = output
             if self.token_times:  # cumulative outputs: the tokens new since the last one arrived now
                 times += [time.monotonic()] * (len(output.outputs[0].token_ids) - len(times))
-        completion = compat.to_completion(final, submit, time.monotonic(), self.sampling)
+        completion = compat.to_completion(final, submit, time.monotonic(), sampling)
         completion.token_s = times or None
         return completion
 
-    async def _all(self, prompts: Sequence[Sequence[int]]) -> list[Completion]:
-        return list(await asyncio.gather(*(self._one(p) for p in prompts)))
+    async def _all(self, prompts: Sequence[Sequence[int]], lengths: Sequence[int | None]) -> list[Completion]:
+        return list(await asyncio.gather(*(self._one(p, n) for p, n in zip(prompts, lengths, strict=True))))
 
-    def generate(self, prompts: Sequence[Sequence[int]]) -> list[Completion]:
-        return self._call(self._all(prompts))
+    def generate(self, prompts: Sequence[Sequence[int]], lengths: Sequence[int] | None = None) -> list[Completion]:
+        return self._call(self._all(prompts, [None] * len(prompts) if lengths is None else lengths))
 
-    def submit(self, prompt: Sequence[int]) -> Future:
-        return asyncio.run_coroutine_threadsafe(self._one(prompt), self._loop)
+    def submit(self, prompt: Sequence[int], max_tokens: int | None = None) -> Future:
+        return asyncio.run_coroutine_threadsafe(self._one(prompt, max_tokens), self._loop)
 
     def reset_prefix_cache(self) -> None:
         if not self._call(self._engine.reset_prefix_cache()):

@@ -15,6 +15,7 @@ from parity.affinity import RouterSettings
 from parity.errors import ParityError
 from parity.flame.admission import ORDERS
 from parity.flame.settings import FlameSettings
+from parity.lengths import OutputLengths
 from parity.restart import Restart
 from parity.schedule import Schedule
 
@@ -36,12 +37,15 @@ class Case:
     max_tokens: int | None = None  # output tokens per request, exact (None: the backend's, the study's 16)
     restart: Restart | None = None  # kill one engine mid-run (parity.restart)
     cache_blocks: int | None = None  # a KV cache of this many blocks per engine (the eviction case)
+    lengths: OutputLengths | None = None  # each request's own exact output length (parity.lengths; max_tokens its high)
 
     @property
     def load(self) -> dict:
-        """How its requests arrive and are timed (and any engine it kills), as a trial's `ran_with` records it."""
-        return {"schedule": self.schedule.to_dict(), "stream": self.stream} | (
-            {"restart": self.restart.to_dict()} if self.restart else {})
+        """How its requests arrive and are timed (any engine it kills, any lengths of their own), as a trial's
+        `ran_with` records it."""
+        return ({"schedule": self.schedule.to_dict(), "stream": self.stream}
+                | ({"restart": self.restart.to_dict()} if self.restart else {})
+                | ({"lengths": self.lengths.to_dict()} if self.lengths else {}))
 
     @property
     def router(self) -> RouterSettings:
@@ -163,7 +167,7 @@ def routing(traces: list[Path], repeats: int, flame: FlameSettings, placements=(
 
 def sustained(traces: list[Path], rates: list[float], flame: FlameSettings, schedule: Schedule,
               repeats: int = 1, arms: dict[str, dict] | None = None, output_tokens: list[int] = (16,),
-              restart: dict | None = None, evict: dict | None = None) -> list[Case]:
+              restart: dict | None = None, evict: dict | None = None, lengths: dict | None = None) -> list[Case]:
     """Ours, the study's named next step: a rate ladder, each rate a pair (sticky standalone vLLM, the
     Flame configuration) under the same seeded arrivals, streamed, fresh engines per case; then, for each
     extra arm (name: Flame setting changes, e.g. `gathered: {inflight: 1}`), the same pair again with the
@@ -172,7 +176,9 @@ def sustained(traces: list[Path], rates: list[float], flame: FlameSettings, sche
     pair per repeat at that rate kills one engine mid-run on each side (stage `restart-R`; parity.restart).
     With `evict` ({rate, cache_blocks}), one more pair per repeat at that rate runs each engine with a KV
     cache of that many blocks, smaller than the trace's working set, so prefixes are evicted and prefilled
-    again (stage `evict-R`). The side that goes first alternates."""
+    again (stage `evict-R`). With `lengths` ({rate, median, sigma, low, high, seed}), one more pair per repeat at
+    that rate asks each request for its own exact output length, drawn seeded (stage `lengths-R`;
+    parity.lengths). The side that goes first alternates."""
     variants = [("", flame)] + [(f"-{name}", replace(flame, **changes)) for name, changes in (arms or {}).items()]
     cases, turn = [], [0]
 
@@ -196,6 +202,11 @@ def sustained(traces: list[Path], rates: list[float], flame: FlameSettings, sche
             rate = float(evict.get("rate", rates[0]))
             for trace in traces:
                 pair(f"evict-{rate:g}", trace, flame, repeat, at(rate), cache_blocks=int(evict["cache_blocks"]))
+        if lengths is not None:
+            rate = float(lengths.get("rate", rates[0]))
+            drawn = OutputLengths.from_dict({k: v for k, v in lengths.items() if k != "rate"})
+            for trace in traces:
+                pair(f"lengths-{rate:g}", trace, flame, repeat, at(rate), lengths=drawn, max_tokens=drawn.high)
         if restart is not None:
             rate = float(restart.get("rate", rates[0]))
             fault = Restart.from_dict({k: v for k, v in restart.items() if k != "rate"})
@@ -220,5 +231,6 @@ def for_experiment(name: str, traces: list[Path], settings: dict) -> list[Case]:
     if name == "sustained":
         schedule = Schedule.from_dict({"kind": "poisson", "rate": 1.0} | (settings.get("schedule") or {}))
         return sustained(traces, settings["rates"], flame, schedule, settings.get("repeats", 1), settings.get("arms"),
-                         settings.get("output_tokens", [16]), settings.get("restart"), settings.get("evict"))
+                         settings.get("output_tokens", [16]), settings.get("restart"), settings.get("evict"),
+                         settings.get("lengths"))
     raise ParityError(f"unknown experiment {name!r}")

@@ -73,7 +73,7 @@ class Runner:
         with paths.get(case.system).for_case(case, self) as serving:
             trial.run(serving, case.trace, self.trials_dir, trial_id=case.trial_id, experiment=case.experiment,
                       router=case.router, schedule=case.schedule, warmup_rounds=self.backend.warmup_rounds,
-                      ran_with=wanted, restart=case.restart, log=self.log)
+                      ran_with=wanted, restart=case.restart, lengths=case.lengths, log=self.log)
         return path
 
     def wanted(self, case: Case) -> dict:

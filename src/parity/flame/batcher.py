@@ -50,13 +50,15 @@ class Batcher:
     """Collects prompts for one session and sends them as batched tasks."""
 
     def __init__(self, send: Callable[[bytes], Future], *, name: str = "session-0", batch_limit: int = 32,
-                 window_s: float = 0.002, budget: int = 2 * 1024 * 1024, compress: bool = False, inflight: int = 0):
+                 window_s: float = 0.002, budget: int = 2 * 1024 * 1024, compress: bool = False, inflight: int = 0,
+                 output_tokens: int = 16):
+        """`output_tokens`: the worker engine's output length, for the room a task keeps for its outputs."""
         if batch_limit < 1 or window_s < 0:
             raise ParityError(f"batch limit must be >= 1 and window >= 0, got {batch_limit} and {window_s}")
         self.send, self.name = send, name
         self.batch_limit, self.window_s, self.budget, self.compress = batch_limit, window_s, budget, compress
-        self.inflight, self._running = inflight, 0
-        self._queue: deque[tuple[str, np.ndarray, float, Future]] = deque()
+        self.inflight, self._running, self.output_tokens = inflight, 0, output_tokens
+        self._queue: deque[tuple[str, np.ndarray, float, int | None, Future]] = deque()
         self._lock = threading.Condition()
         self._closed = False
         self._task_ids = itertools.count()
@@ -65,12 +67,13 @@ class Batcher:
         self._thread = threading.Thread(target=self._loop, name=f"batcher-{name}", daemon=True)
         self._thread.start()
 
-    def submit(self, request_id: str, tokens) -> Future:
+    def submit(self, request_id: str, tokens, max_tokens: int | None = None) -> Future:
+        """Queue one prompt; `max_tokens`: its exact output length (parity.lengths), else the engine's."""
         future: Future = Future()
         with self._lock:
             if self._closed:
                 raise ParityError(f"batcher {self.name} is closed")
-            self._queue.append((request_id, np.asarray(tokens, dtype="<u4"), time.monotonic(), future))
+            self._queue.append((request_id, np.asarray(tokens, dtype="<u4"), time.monotonic(), max_tokens, future))
             self._lock.notify()
         return future
 
@@ -99,9 +102,9 @@ class Batcher:
 
     def _loop(self) -> None:
         while (batch := self._take_batch()) is not None:
-            prompts = [codec.Prompt(rid, tokens) for rid, tokens, _, _ in batch]
+            prompts = [codec.Prompt(rid, tokens, length) for rid, tokens, _, length, _ in batch]
             try:
-                tasks = codec.split(prompts, compress=self.compress, budget=self.budget)
+                tasks = codec.split(prompts, compress=self.compress, budget=self.budget, output_tokens=self.output_tokens)
             except codec.PayloadError as exc:
                 for *_, future in batch:
                     future.set_exception(exc)
@@ -146,7 +149,7 @@ class Batcher:
         except BaseException as exc:
             self._fail(members, batch_id, exc)
             return
-        for (rid, tokens, submitted, future), out in zip(members, outputs):
+        for (rid, tokens, submitted, _, future), out in zip(members, outputs):
             if out.get("request_id") != rid:
                 future.set_exception(ParityError(f"task {batch_id} answered {out.get('request_id')} in place of {rid}"))
                 continue

@@ -56,9 +56,11 @@ class FlameSessions:
     """Open sessions (and so engines) for one case; close them, and every batcher, on exit."""
 
     def __init__(self, cluster, gpus: int, settings: FlameSettings, data: bytes | list[bytes], *, placement: str,
-                 name: str = "parity"):
-        """`data`: the workers' session data (settings.session_data), or one per session."""
+                 name: str = "parity", output_tokens: int = 16):
+        """`data`: the workers' session data (settings.session_data), or one per session; `output_tokens`:
+        the workers' engines' max_tokens (the room each task keeps for its outputs)."""
         self.cluster, self.gpus, self.settings, self.name = cluster, gpus, settings, name
+        self.output_tokens = output_tokens
         self.data, self.placement = data, placement
         self.sessions: list = []
         self.batchers: list[Batcher] = []
@@ -91,7 +93,8 @@ class FlameSessions:
             id=session_id, application=app, common_data=self.data[index] if isinstance(self.data, list) else self.data,
             min_instances=workers, max_instances=workers))
         return session, Batcher(session.run, name=session.id, batch_limit=s.batch_limit, window_s=s.window_s,
-                                budget=s.budget, compress=s.compress, inflight=s.inflight)
+                                budget=s.budget, compress=s.compress, inflight=s.inflight,
+                                output_tokens=self.output_tokens)
 
     def replace(self, shard: int) -> None:
         """A new session (so a new worker and engine) in place of shard `shard`'s, whose worker was killed (the

@@ -3,13 +3,16 @@ and what a worker returns for one (`encode_output`/`decode_output`): both sides 
 
 Every gRPC hop that carries a Flame v0.6.0 task receives at most 4 MiB, and the replies to
 CreateTask, WatchTask and GetTask carry input and output together, so a task's encoded input plus its
-output must stay under the cap. A batch is also held to a decoded payload budget (the study: 2 MiB,
+output must stay under the cap: each task keeps room for its outputs, sized by their lengths (at least
+RESERVED_FOR_OUTPUT, what the study's 16-token outputs and framing were given). A batch is also held to a decoded payload budget (the study: 2 MiB,
 then 4 MiB), checked from the header before anything is decompressed. `split` cuts a batch into
 tasks that respect both, so no prompt is ever truncated or dropped.
 
-Layout (little-endian): magic "PFB1", flags (bit 0: zlib), token width in bytes, decoded size (u32),
-then the body: count (u32); per prompt its id length (u16) and id (UTF-8); per prompt its token
-count (u32); then every prompt's tokens, back to back (one pack, one unpack).
+Layout (little-endian): magic "PFB1", flags (bit 0: zlib; bit 1: lengths), token width in bytes,
+decoded size (u32), then the body: count (u32); per prompt its id length (u16) and id (UTF-8); per
+prompt its token count (u32); with bit 1 (ours, parity.lengths), per prompt its exact output length
+(u32); then every prompt's tokens, back to back (one pack, one unpack). The study's batches never
+set bit 1: a prompt without its own length gets the worker engine's max_tokens.
 Tokens take the narrowest width that holds the batch's largest ID: 2 bytes for a small vocabulary,
 3 for Llama 3's 128,256 (a 128-prompt raw batch of ~8K tokens is then about 3.1 MB, as in the
 study), which also keeps a repeated 8K-token prefix inside zlib's 32 KiB window.
@@ -28,9 +31,12 @@ from parity.errors import ParityError
 
 MAGIC = b"PFB1"
 FLAG_ZLIB = 1
+FLAG_LENGTHS = 2
 HEADER = struct.Struct("<4sBBI")
 FLAME_MESSAGE_CAP = 4 * 1024 * 1024  # tonic and Python gRPC defaults, not configurable in v0.6.0
-RESERVED_FOR_OUTPUT = 256 * 1024  # outputs (16 tokens per prompt) and framing share the cap
+RESERVED_FOR_OUTPUT = 256 * 1024  # the least kept for outputs and framing (the study's: 16 tokens per prompt)
+OUTPUT_BYTES_PER_PROMPT = 512  # an output's JSON beside its tokens: request id, input hash, counts
+OUTPUT_BYTES_PER_TOKEN = 28  # a token ID (up to 6 digits) and its time (up to 20 characters), with separators
 
 
 class PayloadError(ParityError):
@@ -49,6 +55,14 @@ class Task:
 class Prompt:
     request_id: str
     tokens: np.ndarray
+    max_tokens: int | None = None  # its exact output length (parity.lengths); None: the worker engine's
+
+
+def output_reserve(prompts: list[Prompt], default_tokens: int) -> int:
+    """Bytes a task of these prompts keeps under the cap for its output (each prompt's length, else
+    `default_tokens`): never less than RESERVED_FOR_OUTPUT."""
+    tokens = sum(default_tokens if p.max_tokens is None else p.max_tokens for p in prompts)
+    return max(RESERVED_FOR_OUTPUT, 64 * 1024 + OUTPUT_BYTES_PER_PROMPT * len(prompts) + OUTPUT_BYTES_PER_TOKEN * tokens)
 
 
 def token_width(prompts: list[Prompt]) -> int:
@@ -56,9 +70,18 @@ def token_width(prompts: list[Prompt]) -> int:
     return 2 if top < 1 << 16 else 3 if top < 1 << 24 else 4
 
 
+def _lengths(prompts: list[Prompt]) -> bool:
+    """Whether the prompts carry their own output lengths: all of them, or none."""
+    given = sum(p.max_tokens is not None for p in prompts)
+    if given not in (0, len(prompts)):
+        raise PayloadError(f"{given} of {len(prompts)} prompts carry an output length: a batch gives all or none")
+    return bool(given)
+
+
 def decoded_size(prompts: list[Prompt], width: int = 4) -> int:
     """Bytes of the body before compression: what the decoded payload budget limits."""
-    return 4 + sum(2 + len(p.request_id.encode()) + 4 + width * len(p.tokens) for p in prompts)
+    return 4 + sum(2 + len(p.request_id.encode()) + 4 + (4 if p.max_tokens is not None else 0) + width * len(p.tokens)
+                   for p in prompts)
 
 
 _DTYPES = {2: np.dtype("<u2"), 3: np.dtype([("low", "<u2"), ("high", "u1")]), 4: np.dtype("<u4")}
@@ -85,10 +108,15 @@ def encode(prompts: list[Prompt], *, compress: bool) -> bytes:
     width = token_width(prompts)
     ids = b"".join(struct.pack("<H", len(rid)) + rid for rid in (p.request_id.encode() for p in prompts))
     counts = np.array([len(p.tokens) for p in prompts], dtype="<u4")
+    lengths = _lengths(prompts)
+    if lengths and any(p.max_tokens < 1 for p in prompts):
+        raise PayloadError("an output length must be at least 1 token")
+    own = np.array([p.max_tokens for p in prompts], dtype="<u4").tobytes() if lengths else b""
     tokens = np.concatenate([np.asarray(p.tokens, dtype="<u4") for p in prompts]) if prompts else np.zeros(0, "<u4")
-    body = struct.pack("<I", len(prompts)) + ids + counts.tobytes() + _pack(tokens, width)
+    body = struct.pack("<I", len(prompts)) + ids + counts.tobytes() + own + _pack(tokens, width)
     payload = zlib.compress(body, 1) if compress else body
-    return HEADER.pack(MAGIC, FLAG_ZLIB if compress else 0, width, len(body)) + payload
+    flags = (FLAG_ZLIB if compress else 0) | (FLAG_LENGTHS if lengths else 0)
+    return HEADER.pack(MAGIC, flags, width, len(body)) + payload
 
 
 def decode(data: bytes, *, budget: int) -> list[Prompt]:
@@ -122,23 +150,31 @@ def decode(data: bytes, *, budget: int) -> list[Prompt]:
             offset += 2 + id_len
         counts = np.frombuffer(body, dtype="<u4", count=count, offset=offset).astype(np.int64)
         offset += 4 * count
+        lengths = [None] * count
+        if flags & FLAG_LENGTHS:
+            lengths = np.frombuffer(body, dtype="<u4", count=count, offset=offset).astype(int).tolist()
+            offset += 4 * count
         total = int(counts.sum())
         if offset + width * total != len(body):
             raise ValueError("token block does not match the counts")
         tokens = _unpack(body, offset, total, width)
     except (struct.error, ValueError, UnicodeDecodeError) as exc:
         raise PayloadError(f"corrupt batch body: {exc}") from None
+    if any(n is not None and n < 1 for n in lengths):
+        raise PayloadError("corrupt batch body: an output length of 0 tokens")
     ends = np.cumsum(counts)
-    return [Prompt(rid, tokens[end - n:end]) for rid, n, end in zip(ids, counts, ends)]
+    return [Prompt(rid, tokens[end - n:end], length) for rid, n, end, length in zip(ids, counts, ends, lengths)]
 
 
-def split(prompts: list[Prompt], *, compress: bool, budget: int,
-          cap: int = FLAME_MESSAGE_CAP - RESERVED_FOR_OUTPUT) -> list[Task]:
-    """Encode prompts, in order, as tasks within the decoded budget and Flame's cap.
+def split(prompts: list[Prompt], *, compress: bool, budget: int, cap: int = FLAME_MESSAGE_CAP,
+          output_tokens: int = 16) -> list[Task]:
+    """Encode prompts, in order, as tasks within the decoded budget and Flame's cap (`cap`: input and output
+    together; each task keeps `output_reserve` of it, `output_tokens` for a prompt without its own length).
 
     Greedy by decoded size (no encoding needed), then each chunk is encoded once; a chunk whose
     encoding still exceeds the cap (raw batches near 4 MiB) is halved until it fits.
     """
+    _lengths(prompts)
     width = token_width(prompts)  # a chunk's own width is never wider, so its size never exceeds this
     chunks, current, size = [], [], 4
     for prompt in prompts:
@@ -152,17 +188,19 @@ def split(prompts: list[Prompt], *, compress: bool, budget: int,
         size += need
     if current:
         chunks.append(current)
-    return [task for chunk in chunks for task in _fit(chunk, compress, cap)]
+    return [task for chunk in chunks for task in _fit(chunk, compress, cap, output_tokens)]
 
 
-def _fit(chunk: list[Prompt], compress: bool, cap: int) -> list[Task]:
+def _fit(chunk: list[Prompt], compress: bool, cap: int, output_tokens: int) -> list[Task]:
     data = encode(chunk, compress=compress)
-    if len(data) <= cap:
+    room = cap - output_reserve(chunk, output_tokens)
+    if len(data) <= room:
         return [Task(len(chunk), data)]
     if len(chunk) == 1:
-        raise PayloadError(f"prompt {chunk[0].request_id} alone encodes to {len(data)} bytes, over Flame's cap of {cap}")
+        raise PayloadError(f"prompt {chunk[0].request_id} alone encodes to {len(data)} bytes, over the {room} that "
+                           f"Flame's cap of {cap} leaves beside its output")
     middle = len(chunk) // 2
-    return _fit(chunk[:middle], compress, cap) + _fit(chunk[middle:], compress, cap)
+    return _fit(chunk[:middle], compress, cap, output_tokens) + _fit(chunk[middle:], compress, cap, output_tokens)
 
 
 def encode_output(outputs: list[dict], worker: dict, timings: dict) -> bytes:

@@ -151,7 +151,9 @@ class ParityService(flamepy.FlameService):
         decoded = time.perf_counter()
         pauses, collections = self.gc.pause_s, self.gc.collections
         order = admission.admission_order([p.tokens for p in prompts], self.order)
-        admitted = self.engine.generate([prompts[i].tokens for i in order])
+        own = prompts and prompts[0].max_tokens is not None  # lengths of their own (parity.lengths): all or none
+        admitted = self.engine.generate([prompts[i].tokens for i in order],
+                                        [prompts[i].max_tokens for i in order] if own else None)
         inferred = time.perf_counter()
         completions = [None] * len(prompts)
         for position, completion in zip(order, admitted):

@@ -14,7 +14,8 @@ path opens before they start), which the trial's router follows.
 `release` routes every request with the router it is given, sends it at its time in the arrival
 schedule, and returns per request what happened (a `Burst`). Given a `restart` (parity.restart), it
 kills that shard's engine mid-run, brings a new one up, sends it what the dead one had not answered,
-and records the outage in the burst's `extra["restart"]`. The name a path is registered under is
+and records the outage in the burst's `extra["restart"]`. Given `lengths` (parity.lengths), request k
+asks for exactly `lengths[k]` new tokens, EOS ignored. The name a path is registered under is
 the `system` its trial manifests name. Built in: `standalone` (replicas over HTTP), `flame` (Flame
 sessions) and `engine` (the engine alone). A new path subclasses `ServingPath`, is decorated with
 `@register("name")`, and gives `for_case` so the experiment runner can open it for a case.
@@ -106,7 +107,8 @@ class ServingPath:
         """Fresh state for one trial (warmups and the measured burst), closed after it."""
         yield
 
-    def release(self, prompts: list, request_ids: list[str], router, schedule, restart=None) -> Burst:
+    def release(self, prompts: list, request_ids: list[str], router, schedule, restart=None,
+                lengths: list[int] | None = None) -> Burst:
         raise NotImplementedError
 
     def describe(self, burst: Burst) -> Described:

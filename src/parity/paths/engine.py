@@ -32,9 +32,11 @@ class EnginePath(ServingPath):
         self.engine.reset_prefix_cache()  # earlier runs on this engine must not warm this one
         yield
 
-    def release(self, prompts, request_ids, router, schedule, restart=None) -> Burst:
+    def release(self, prompts, request_ids, router, schedule, restart=None, lengths=None) -> Burst:
         if restart is not None:
             raise ParityError("the engine alone has no replica or worker to restart")
+        if lengths is not None:
+            raise ParityError("the engine alone runs the offline limit's fixed output length, not lengths per request")
         if any(schedule.offsets(len(prompts))):
             raise ParityError(f"the engine alone takes a whole burst at once, not a {schedule.kind} schedule")
         shards = [router.route(p) for p in prompts]

@@ -133,7 +133,7 @@ class FlamePath(ServingPath):
             data = [self._data(kv_events=e) for e in self.events.endpoints]
         try:
             with FlameSessions(self.cluster, len(self.gpus), self.settings, data, placement=router.placement,
-                               name=trial_id) as self.sessions:
+                               name=trial_id, output_tokens=self.engine_args.max_tokens) as self.sessions:
                 yield
         finally:
             self.sessions = None
@@ -141,11 +141,12 @@ class FlamePath(ServingPath):
                 self.events.close()
                 self.events = None
 
-    def release(self, prompts, request_ids, router, schedule, restart=None) -> Burst:
+    def release(self, prompts, request_ids, router, schedule, restart=None, lengths=None) -> Burst:
         """Route and submit each prompt at its time; wait for all (a worker's failure is raised); check that
         the cluster lists each prompt's executor under the session it was sent to. `restart` (parity.restart):
         kill that shard's worker mid-run; a new session for the shard (a new worker and engine) gets every
-        request whose task failed with the dead worker, and what arrives for the shard from then on."""
+        request whose task failed with the dead worker, and what arrives for the shard from then on.
+        `lengths`: each request's exact output length (parity.lengths), carried in its task's payload."""
         sessions = self.sessions
         sent_before = {id(b): len(b.batch_sizes) for b in sessions.batchers}
         offsets = schedule.offsets(len(prompts))
@@ -155,7 +156,8 @@ class FlamePath(ServingPath):
 
         def submit(index: int) -> None:
             shard = shards[index]
-            future = sessions.batchers[shard].submit(request_ids[index], prompts[index])
+            future = sessions.batchers[shard].submit(request_ids[index], prompts[index],
+                                                     None if lengths is None else lengths[index])
             if index < len(futures):
                 futures[index] = future
                 sent_to[index] = sessions.sessions[shard].id

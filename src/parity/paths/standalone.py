@@ -104,14 +104,17 @@ class StandalonePath(ServingPath):
                 self._loop.close()
                 self._loop = self._client = None
 
-    def release(self, prompts, request_ids, router, schedule, restart=None) -> Burst:
+    def release(self, prompts, request_ids, router, schedule, restart=None, lengths=None) -> Burst:
         """`restart` (parity.restart.Restart): kill that shard's replica mid-run; a new one is started at
-        once, as a supervisor would, and every request the dead one had not answered is sent to it."""
+        once, as a supervisor would, and every request the dead one had not answered is sent to it.
+        `lengths`: each request's exact output length (parity.lengths), sent as its own max_tokens."""
         offsets = schedule.offsets(len(prompts))
         outage = self._arm(restart, offsets) if restart else None
+        samplings = None if lengths is None else [self.replicas.args.sampling(n) for n in lengths]
         try:
             release, shards, replies = self._loop.run_until_complete(  # the outage's clock starts with the burst
-                self._client.burst(prompts, request_ids, router, offsets, outage.release_s if outage else None))
+                self._client.burst(prompts, request_ids, router, offsets, outage.release_s if outage else None,
+                                   samplings))
         finally:
             if outage:
                 outage.disarm()

@@ -523,14 +523,16 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
         table.notes.append(not_run("sustained"))
         return table, {"plot": curves}
     objective = latency.Objective.from_dict(experiment.doc["settings"].get("objective"))
-    for case in (c for c in experiment.cases if c["stage"].startswith(("rate-", "evict-"))):  # restarts: their own table
+    for case in (c for c in experiment.cases if c["stage"].startswith(("rate-", "evict-", "lengths-"))):  # restarts: own table
         doc = experiment.trials[case["trial_id"]]
         s = latency.summarize(doc, objective) if stats.passed(doc) else None
-        offered, *rest = case["stage"].removeprefix("rate-").removeprefix("evict-").split("-")
+        offered, *rest = case["stage"].removeprefix("rate-").removeprefix("evict-").removeprefix("lengths-").split("-")
         blocks = (doc["engine"].get("args") or {}).get("num_gpu_blocks_override")
         cache = f", KV cache {blocks * doc['engine']['args'].get('block_size', 16):,} tokens" if blocks else ""
         arm = "-".join(p for p in rest if not (p.startswith("out") and p[3:].isdigit()))
         tokens = (doc["engine"].get("args") or {}).get("max_tokens", 16)
+        if own := doc.get("output_lengths"):  # lengths per request (parity.lengths)
+            tokens = f"per request: median {own['median']}, mean {own['mean']:.0f}, {own['min']}-{own['max']}"
         label = dict(PATHS).get(case["system"], case["system"])
         if arm and case["system"] == "flame":
             label += f", arm {arm} ({case['flame']['label']})" if case.get("flame") else f", arm {arm}"
@@ -545,11 +547,13 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
                            f.pct(s["good_share_client"], 0), f.yes_no(s["saturated"]),
                            f"{s['lag']['p99_s'] * 1e3:.2f}" if s["lag"] else f.MISSING])
         trace = case["trace_name"] + ("" if tokens == 16 else f", {tokens} output tokens") + cache
+        if own:
+            trace = case["trace_name"] + f", output lengths per request (median {own['median']})" + cache
         curves.setdefault(trace, {}).setdefault(case["system"] + (f"-{arm}" if arm else ""), []).append(
             {"offered": float(offered), "achieved": s["achieved_per_s"], "ttft_p50": s["ttft_client"]["p50"],
              "ttft_p99": s["ttft_client"]["p99"], "e2e_p50": s["e2e"]["p50"], "e2e_p99": s["e2e"]["p99"],
              "goodput": s["goodput_client_per_s"]})
-    table.rows.sort(key=lambda r: (r[0], r[2], float(r[1]), r[3]))
+    table.rows.sort(key=lambda r: (r[0], str(r[2]).zfill(8), float(r[1]), r[3]))
     table.notes.append(
         f"Ours only, beyond the study: {experiment.doc['settings'].get('repeats', 1)} pair(s) per offered rate, the "
         "two paths under the same seeded arrivals, interleaved, fresh engines per case; every latency from the "
@@ -562,7 +566,9 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
         "end-to-end latency, and a batch formed while another runs waits for it. An arm (ours) reruns the pairs "
         "with the Flame side changed: `gathered` holds the next batch while a task runs (inflight 1), so it goes as "
         "one task when the running one returns. A row with a KV cache size ran each engine with that small a "
-        "cache (the eviction case: the trace's documents do not all fit, so prefixes are evicted and prefilled again). Achieved: the window's requests over the time from the first's "
+        "cache (the eviction case: the trace's documents do not all fit, so prefixes are evicted and prefilled again). A row of output lengths per request asked each request for its "
+        "own exact length (EOS ignored), drawn seeded from a log-normal law, the same lengths on both sides. "
+        "Achieved: the window's requests over the time from the first's "
         "arrival to the last's answer; saturated: below 90% of the offered rate.")
     for trace in curves:
         for points in curves[trace].values():

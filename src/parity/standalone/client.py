@@ -134,15 +134,15 @@ class NativeClient:
                 if response.status != 200:
                     raise ParityError(f"replica {url} is not healthy (HTTP {response.status})")
 
-    async def _post(self, shard: int, body: dict, request_id: str, release: float) -> Reply:
+    async def _post(self, shard: int, body: dict, request_id: str, release: float, sampling: dict) -> Reply:
         task = asyncio.current_task()
         self._inflight.add(task)
         try:
-            return await self._attempts(shard, body, request_id, release)
+            return await self._attempts(shard, body, request_id, release, sampling)
         finally:
             self._inflight.discard(task)
 
-    async def _attempts(self, shard: int, body: dict, request_id: str, release: float) -> Reply:
+    async def _attempts(self, shard: int, body: dict, request_id: str, release: float, sampling: dict) -> Reply:
         """Send until answered: once more at once after a dropped keep-alive connection, and again after
         `on_lost(shard, request_id)` (a path that restarts a killed replica) says its replacement is up."""
         disconnected = 0
@@ -158,7 +158,7 @@ class NativeClient:
                         data, times = await read_stream(response, request_id)
                     else:
                         data = await response.json()
-                reply = parse_reply(data, request_id, release, time.monotonic(), self.sampling)
+                reply = parse_reply(data, request_id, release, time.monotonic(), sampling)
                 reply.token_s, reply.sent_s, reply.url = times, sent, url
                 return reply
             except aiohttp.ServerDisconnectedError:
@@ -178,21 +178,23 @@ class NativeClient:
     async def send(self, shard: int, prompt, request_id: str) -> Reply:
         """One request now, timed from its own submission (for callers that pace requests themselves)."""
         body = request_body(self.model, prompt, self.sampling, self.stream)
-        return await self._post(shard, body, request_id, time.monotonic())
+        return await self._post(shard, body, request_id, time.monotonic(), self.sampling)
 
-    async def burst(self, prompts: list[np.ndarray], request_ids: list[str], router,
-                    offsets: list[float], release: float | None = None) -> tuple[float, list[int], list[Reply]]:
+    async def burst(self, prompts: list[np.ndarray], request_ids: list[str], router, offsets: list[float],
+                    release: float | None = None, samplings: list[dict] | None = None) -> tuple[float, list[int], list[Reply]]:
         """Release the burst (at `release`, default now): route and send each request at its offset after the
-        release (a burst: all now); return (release, shards, replies). Each reply is timed from its scheduled send."""
+        release (a burst: all now); return (release, shards, replies). Each reply is timed from its scheduled send.
+        `samplings`: each request's own (its exact output length, parity.lengths); None: the client's for all."""
         release = time.monotonic() if release is None else release
+        samplings = [self.sampling] * len(prompts) if samplings is None else samplings
         shards, tasks = [], []
-        for prompt, request_id, offset in zip(prompts, request_ids, offsets, strict=True):
+        for prompt, request_id, offset, sampling in zip(prompts, request_ids, offsets, samplings, strict=True):
             if offset > 0:
                 await wait_until_async(release + offset)
             shard = router.route(prompt)
             shards.append(shard)
-            body = request_body(self.model, prompt, self.sampling, self.stream)
-            tasks.append(asyncio.ensure_future(self._post(shard, body, request_id, release + offset)))
+            body = request_body(self.model, prompt, sampling, self.stream)
+            tasks.append(asyncio.ensure_future(self._post(shard, body, request_id, release + offset, sampling)))
             if hasattr(router, "complete"):  # its load released as its answer comes back
                 tasks[-1].add_done_callback(lambda _, index=len(tasks) - 1: router.complete(index))
         try:

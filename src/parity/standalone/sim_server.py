@@ -1,6 +1,7 @@
 """A simulator replica behind the subset of vLLM's OpenAI server that the standalone client uses.
 
-`POST /v1/completions` with a token-ID prompt and the study's sampling returns `choices[0].token_ids`,
+`POST /v1/completions` with a token-ID prompt and an exact length (the study's 16, or any up to the
+replica's max_tokens: min_tokens = max_tokens, EOS ignored) returns `choices[0].token_ids`,
 `choices[0].prompt_token_ids` and `usage.prompt_tokens_details.cached_tokens`, as `vllm serve
 --enable-prompt-tokens-details` does; with `"stream": true`, the same as server-sent events, one
 chunk per token as the engine samples it (`token_ids` in each, `prompt_token_ids` in the first,
@@ -43,16 +44,19 @@ def make_app(engine: SimEngine, model: str) -> web.Application:
         prompt = body.get("prompt")
         if not isinstance(prompt, list) or not prompt or not all(isinstance(t, int) and t >= 0 for t in prompt):
             return _bad("prompt must be a non-empty list of token IDs (one prompt per request)")
-        wanted = engine.args.sampling()
-        asked = {"max_tokens": body.get("max_tokens"), "min_tokens": body.get("min_tokens"),
-                 "ignore_eos": bool(body.get("ignore_eos"))}
+        length = body.get("max_tokens")
+        ceiling = engine.args.max_tokens
+        if not (isinstance(length, int) and 1 <= length <= ceiling) or isinstance(length, bool):
+            return _bad(f"max_tokens must be an integer in 1..{ceiling} (this replica's max_tokens), got {length!r}")
+        wanted = engine.args.sampling(length)
+        asked = {"max_tokens": length, "min_tokens": body.get("min_tokens"), "ignore_eos": bool(body.get("ignore_eos"))}
         if any(asked[key] != wanted[key] for key in asked):
-            return _bad(f"this replica serves one sampling only: max_tokens = {wanted['max_tokens']}, "
-                        f"min_tokens = {wanted['min_tokens']}, ignore_eos = {wanted['ignore_eos']}")
+            return _bad(f"this replica gives exact lengths only (no EOS in the model): min_tokens = max_tokens, "
+                        f"ignore_eos = {wanted['ignore_eos']}")
         if body.get("stream"):
-            return await stream(request, body, prompt)
+            return await stream(request, body, prompt, length)
         try:
-            completion = await asyncio.wrap_future(engine.submit(prompt))
+            completion = await asyncio.wrap_future(engine.submit(prompt, max_tokens=length))
         except ParityError as exc:
             return _bad(str(exc))
         choice = {"index": 0, "text": "", "token_ids": completion.output_token_ids, "finish_reason": "length",
@@ -66,14 +70,15 @@ def make_app(engine: SimEngine, model: str) -> web.Application:
                       "prompt_tokens_details": {"cached_tokens": completion.cached_tokens}},
         })
 
-    async def stream(request: web.Request, body: dict, prompt: list[int]) -> web.StreamResponse:
+    async def stream(request: web.Request, body: dict, prompt: list[int], length: int) -> web.StreamResponse:
         loop, sampled = asyncio.get_running_loop(), asyncio.Queue()
         try:
             future = engine.submit(prompt, on_token=lambda position, _: loop.call_soon_threadsafe(sampled.put_nowait,
-                                                                                                 position))
+                                                                                                 position),
+                                   max_tokens=length)
         except ParityError as exc:
             return _bad(str(exc))
-        tokens = output_tokens(np.asarray(prompt, dtype="<u4"), engine.params.vocab_size, engine.args.max_tokens)
+        tokens = output_tokens(np.asarray(prompt, dtype="<u4"), engine.params.vocab_size, length)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
         name = f"cmpl-sim-{next(ids)}"
