@@ -51,15 +51,18 @@ if [[ $steps == *3* ]]; then
   echo "== 3. beyond the ladder: hot documents, 512-token answers, eviction, output lengths per request"
   benchmarks/host.sh results/host/traces/reuse-64.json results/host/traces/hot-64.json \
     results/host/model/llama31-8b-dummy/config.json > "$out/beyond-inputs.log" 2>&1 || { tail -n 20 "$out/beyond-inputs.log"; exit 1; }
+  source benchmarks/flame-bins.sh  # FLAME_BIN_DIR: host.sh set it in its own process only
   backend='{"cluster":"flame","engine":"vllm","flame_bin_dir":null,"gpus":["auto"],"load_format":"dummy",'
   backend+='"model":"'$PWD'/results/host/model/llama31-8b-dummy","warmup_rounds":2}'
   common='"flame":{"api":"async","batch_limit":256,"budget_mib":4,"compress":true,"gc_freeze":true,"order":"prefix",'
   common+='"window_ms":10},"objective":{"itl_s":0.1,"ttft_s":2.0},"rates":[8],"repeats":1,"schedule":{"kind":"poisson","seed":0}'
   start=$(date +%s)
-  for run in hot more; do
+  for run in ${RUNS:-hot more}; do  # RUNS: a subset, e.g. "more"
     if [ $run = hot ]; then trace=hot-64; settings='{'$common',"output_tokens":[16],"traces":["hot-64"]}'
-    else trace=reuse-64; settings='{'$common',"output_tokens":[512],"traces":["reuse-64"],"evict":{"cache_blocks":4000},'
-      settings+='"lengths":{"median":64,"sigma":0.8,"high":512,"seed":5}}'; fi
+    else trace=reuse-64  # the Flame side with the gathered arm's inflight 1: without it, one task at a time of single
+      # prompts under these arrivals takes 512 decode steps per prompt (the first GPU try ran past 8 minutes)
+      settings='{'${common/'"window_ms":10'/'"window_ms":10,"inflight":1'}',"output_tokens":[512],"traces":["reuse-64"],'
+      settings+='"evict":{"cache_blocks":4000},"lengths":{"median":64,"sigma":0.8,"high":512,"seed":5}}'; fi
     left=$(( limit - ($(date +%s) - start) ))
     (( left > 60 )) || { echo "no time left for $run"; break; }
     PYTHONPATH=$PWD/src${PYTHONPATH:+:$PYTHONPATH} timeout "$left" python3 -m parity experiment run sustained \
