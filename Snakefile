@@ -36,17 +36,24 @@ onstart:
 
 
 rule all:
-    """The report, then every manifest of the run validated (parity validate). The validation has no output
-    on purpose: it runs each time `all` is asked for, so a file changed, added or deleted since the last run
-    is caught even when nothing needs remaking. Every manifest it vouches for is an input: Snakemake does not
-    remake a deleted intermediate when what follows is up to date, but it always makes the inputs of `all`."""
+    """The report, then every manifest of the run validated (parity validate), then the run's evidence bundle
+    (parity bundle: the results and the workflow, an RO-Crate of what ran, in a BagIt bag at RESULTS-bundle),
+    checked once written. Neither has an output on purpose: they run each time `all` is asked for, so a file
+    changed, added or deleted since the last run is caught even when nothing needs remaking, and the bundle
+    holds what is there now. Every manifest it vouches for is an input: Snakemake does not remake a deleted
+    intermediate when what follows is up to date, but it always makes the inputs of `all`."""
     default_target: True
     input:
         vouched=vouched_manifests(),
         report=rules.report.output.manifest,
     params:
         results=lambda wildcards, input: os.path.dirname(os.path.dirname(input.report)),
+        bundle=f"{RESULTS}-bundle",
+        image=config["container"],
     log:
         f"{LOGS}/validate.log",
     shell:
-        "parity validate {params.results:q} > {log:q} 2>&1 || {{ tail -n 20 {log:q} >&2; exit 1; }}"
+        "parity validate {params.results:q} > {log:q} 2>&1 || {{ tail -n 20 {log:q} >&2; exit 1; }}; "
+        "parity bundle {params.results:q} --out {params.bundle:q} --image {params.image:q} > {params.bundle:q}.log 2>&1"
+        " && parity validate --bundle {params.bundle:q} >> {params.bundle:q}.log 2>&1"
+        " || {{ tail -n 20 {params.bundle:q}.log >&2; exit 1; }}"

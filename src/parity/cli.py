@@ -155,18 +155,34 @@ def trace_cmd(corpus, tokenizer_dir, name, documents, questions, prefix_tokens, 
 
 
 @main.command("validate")
-@click.argument("paths", nargs=-1, required=True, type=click.Path(path_type=Path))
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--bundle", "bundles", multiple=True, type=click.Path(path_type=Path),
+              help="Also check an evidence bundle (parity bundle): its bag, file by file, and its RO-Crate.")
 @friendly_errors
-def validate_cmd(paths):
-    """Validate manifests (files, or directories searched for *.json) and the files they link by hash.
+def validate_cmd(paths, bundles):
+    """Validate manifests (files, or directories searched for *.json) and the files they link by hash; and,
+    with --bundle, an evidence bundle: any changed, missing or added file is named.
 
-    Exits 1 and prints FILE: JSON-POINTER: RULE: MESSAGE for each problem.
+    Exits 1 and prints FILE: JSON-POINTER: RULE: MESSAGE for each problem (a bundle's: FILE: WHAT).
     """
     from parity.manifest import validate_paths
 
-    missing = [p for p in paths if not p.exists()]
+    if not paths and not bundles:
+        raise click.UsageError("name manifests or folders to validate, or --bundle BUNDLE")
+    missing = [p for p in (*paths, *bundles) if not p.exists()]
     if missing:
         raise click.ClickException(f"no such file or directory: {missing[0]}")
+    if bundles:
+        from parity import bundle
+
+        problems = [problem for folder in bundles for problem in bundle.check(folder)]
+        for problem in problems:
+            click.echo(problem, err=True)
+        if problems:
+            raise click.ClickException(f"{len(problems)} problem(s) in {len(bundles)} bundle(s)")
+        click.echo(f"{len(bundles)} bundle(s) valid: every file as the bag lists it, the crate as its profiles ask")
+        if not paths:
+            return
     checked, problems = validate_paths(paths)
     for problem in problems:
         click.echo(str(problem), err=True)
@@ -175,6 +191,24 @@ def validate_cmd(paths):
     if checked == 0:
         raise click.ClickException("no manifests found")
     click.echo(f"{checked} manifest(s) valid")
+
+
+@main.command("bundle")
+@click.argument("results", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--out", "out", type=click.Path(path_type=Path), required=True,
+              help="The bundle folder (a BagIt bag); an earlier bundle there is replaced.")
+@click.option("--workdir", type=click.Path(path_type=Path, exists=True, file_okay=False), default=Path("."),
+              show_default=True, help="Where the Snakefile and Snakemake's job records (.snakemake/metadata) are.")
+@click.option("--image", type=click.Path(path_type=Path), default=None, help="The Apptainer image, hashed into the crate.")
+@friendly_errors
+def bundle_cmd(results, out, workdir, image):
+    """One evidence bundle of a run: RESULTS (all but empty logs and lock files) and the workflow, an RO-Crate
+    (Workflow Run Crate) of what ran, in a BagIt bag at OUT; check it with `parity validate --bundle OUT`."""
+    from parity import bundle
+
+    summary = bundle.make(results, out, workdir=workdir, image=image, log=_echo)
+    click.echo(f"wrote {summary['bundle']}: {summary['files']} result files ({summary['bytes'] / 1e6:.1f} MB in all), "
+               f"{summary['jobs']} job(s) in its RO-Crate")
 
 
 @main.group("bench")

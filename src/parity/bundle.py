@@ -1,0 +1,279 @@
+"""The run's evidence bundle: its results and workflow in a BagIt bag, a Workflow Run RO-Crate inside.
+
+`make` copies every file a run keeps (not empty logs, not GPU lock files: `kept`) and the workflow
+that made them (Snakefile, rules, config, profiles, schemas) into a staging folder, describes them in
+an RO-Crate written with `rocrate` (the Workflow Run Crate profile: the Snakefile the main entity, as a
+ComputationalWorkflow; one CreateAction for the run and one per Snakemake job, read from Snakemake's
+own job records in `.snakemake/metadata`: rule, inputs, outputs, command, start, end, status; the
+software and GPUs the trial manifests name), then makes the folder a BagIt bag (`bagit`: SHA-256 and
+SHA-512 of every file). `check` validates a bag: every changed, missing or added file is one problem
+naming it. Nothing here decides whether a result is good; `parity validate` does that for manifests.
+"""
+
+from __future__ import annotations
+
+import base64
+import datetime
+import json
+import shutil
+from pathlib import Path
+
+from parity.errors import ParityError
+
+CRATE = "ro-crate-metadata.json"
+PROFILES = {  # what the crate conforms to, as the Workflow Run Crate profile asks the root to say
+    "https://w3id.org/ro/wfrun/process/0.5": "Process Run Crate",
+    "https://w3id.org/ro/wfrun/workflow/0.5": "Workflow Run Crate",
+    "https://w3id.org/workflowhub/workflow-ro-crate/1.1": "Workflow RO-Crate",
+}
+WORKFLOW_FILES = ("Snakefile", "workflow", "config", "profiles", "schemas")  # the workflow that made the results
+COMPLETED, FAILED = "http://schema.org/CompletedActionStatus", "http://schema.org/FailedActionStatus"
+CHECKSUMS = ("sha256", "sha512")
+
+
+class BundleError(ParityError):
+    """A bundle that cannot be made, or one that fails validation."""
+
+
+def kept(results: Path) -> list[Path]:
+    """The files of a results tree the bundle keeps, relative to it: all but empty logs and GPU lock files."""
+    files = []
+    for path in sorted(results.rglob("*")):
+        if not path.is_file() or path.is_symlink():
+            continue
+        if path.suffix == ".lock" or (path.suffix in (".log", ".out", ".err") and path.stat().st_size == 0):
+            continue
+        files.append(path.relative_to(results))
+    return files
+
+
+def jobs(workdir: Path, results: Path) -> list[dict]:
+    """Snakemake's records of the jobs that wrote into `results` (one per job, its outputs gathered), oldest
+    first: what each CreateAction of the crate says."""
+    folder = workdir / ".snakemake" / "metadata"
+    by_job: dict = {}
+    for record_file in sorted(folder.glob("*")) if folder.is_dir() else []:
+        try:
+            output = base64.urlsafe_b64decode(record_file.name + "=" * (-len(record_file.name) % 4)).decode()
+            record = json.loads(record_file.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError, OSError):
+            continue  # not a job record (Snakemake keeps other files there too)
+        if not isinstance(record, dict) or not (workdir / output).resolve().is_relative_to(results.resolve()):
+            continue
+        job = by_job.setdefault(record.get("job_hash"), {"rule": record.get("rule"), "outputs": [],
+                                                          "inputs": record.get("input") or [],
+                                                          "logs": record.get("log") or [],
+                                                          "command": record.get("shellcmd"),
+                                                          "start": record.get("starttime"), "end": record.get("endtime"),
+                                                          "incomplete": bool(record.get("incomplete"))})
+        job["outputs"].append(output)
+    return sorted(by_job.values(), key=lambda j: (j["start"] or 0, j["rule"] or ""))
+
+
+def _entity(crate, entity_id: str, kind: str, **properties):
+    """A contextual entity of the crate (a profile, a piece of software, a GPU, a rule)."""
+    from rocrate.model.contextentity import ContextEntity
+
+    return crate.add(ContextEntity(crate, entity_id, properties={"@type": kind, **properties}))
+
+
+def _iso(seconds: float | None) -> str | None:
+    if seconds is None:
+        return None
+    return datetime.datetime.fromtimestamp(seconds, datetime.timezone.utc).isoformat(timespec="seconds")
+
+
+def _provenance(results: Path, files: list[Path]) -> tuple[dict, list[dict]]:
+    """Software versions and GPUs as the run's trial manifests record them."""
+    versions: dict[str, set] = {}
+    gpus: dict[str, dict] = {}
+    for rel in files:
+        if rel.suffix != ".json" or "trials" not in rel.parts:
+            continue
+        try:
+            doc = json.loads((results / rel).read_text(encoding="utf-8"))
+        except (ValueError, OSError):
+            continue
+        if doc.get("kind") != "trial":
+            continue
+        for name, version in (doc.get("versions") or {}).items():
+            if version:
+                versions.setdefault(name, set()).add(str(version))
+        engine = doc.get("engine") or {}
+        if engine.get("version") and not engine.get("simulated"):
+            versions.setdefault(engine.get("name", "engine"), set()).add(str(engine["version"]))
+        for flame in (doc.get("flame_binaries") or {}).values() if isinstance(doc.get("flame_binaries"), dict) else []:
+            if isinstance(flame, dict) and flame.get("version"):
+                versions.setdefault("flame", set()).add(flame["version"])
+        for gpu in doc.get("gpus") or []:
+            if gpu.get("uuid"):
+                gpus.setdefault(gpu["uuid"], {k: v for k, v in gpu.items() if isinstance(v, (str, int))})
+    return {name: sorted(v) for name, v in sorted(versions.items())}, [gpus[u] for u in sorted(gpus)]
+
+
+def make(results: Path, bundle: Path, *, workdir: Path = Path("."), image: Path | None = None, log=print) -> dict:
+    """Write the bag BUNDLE (which must not exist yet, or be an earlier bundle) around RESULTS and the workflow;
+    returns a summary (files, bytes, jobs)."""
+    import bagit
+    from rocrate.rocrate import ROCrate
+
+    results, bundle, workdir = Path(results), Path(bundle), Path(workdir)
+    if not results.is_dir():
+        raise BundleError(f"no results folder at {results}")
+    if bundle.resolve().is_relative_to(results.resolve()):
+        raise BundleError(f"the bundle {bundle} must lie outside the results it holds ({results})")
+    if bundle.exists():
+        if not (bundle / "bagit.txt").is_file():
+            raise BundleError(f"{bundle} exists and is not a bundle: not replacing it")
+        shutil.rmtree(bundle)
+    staging = bundle.with_name(bundle.name + ".partial")
+    shutil.rmtree(staging, ignore_errors=True)
+    files = kept(results)
+    log(f"bundle: {len(files)} result files of {results}, the workflow, and {len(jobs(workdir, results))} job records")
+    crate = ROCrate()
+    root = crate.root_dataset
+    root["name"] = f"parity evidence: {results.name}"
+    root["description"] = ("Reproduction of 'Bringing Flame Serving Close to Standalone vLLM': every kept result of one "
+                           "run, the workflow that made it, and what ran (simulated results say so in their manifests).")
+    root["datePublished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
+    root["license"] = "https://spdx.org/licenses/Apache-2.0"
+    workflow = crate.add_workflow(workdir / "Snakefile", "workflow/Snakefile", main=True, lang="snakemake")
+    root["conformsTo"] = [_entity(crate, uri, "CreativeWork", name=name, version=uri.rsplit("/", 1)[1])
+                          for uri, name in PROFILES.items()]  # after add_workflow, which names one of them itself
+    for name in WORKFLOW_FILES[1:]:
+        for path in sorted((workdir / name).rglob("*")) if (workdir / name).is_dir() else []:
+            if path.is_file() and "__pycache__" not in path.parts:
+                crate.add_file(path, f"workflow/{path.relative_to(workdir)}")
+    entities = {}
+    for rel in files:
+        key = (results / rel).resolve()
+        entities[key] = crate.add_file(results / rel, f"results/{rel}", properties={"contentSize": (results / rel).stat().st_size})
+    versions, gpus = _provenance(results, files)
+    software = [_entity(crate, f"#software-{name}", "SoftwareApplication", name=name,
+                        softwareVersion=", ".join(found)) for name, found in versions.items()]
+    if image is not None and Path(image).is_file():
+        from parity.manifest import sha256_file
+
+        software.append(_entity(crate, "#image", "SoftwareApplication", name=f"Apptainer image {Path(image).name}",
+                                identifier=f"sha256:{sha256_file(Path(image))}"))
+    hardware = [_entity(crate, f"#gpu-{g['uuid']}", "Thing", name=g.get("name") or g["uuid"],
+                        identifier=g["uuid"]) for g in gpus]
+    workflow["softwareRequirements"] = software
+    root["mentions"] = software + hardware
+
+    def linked(paths: list[str]) -> list:
+        return [entities[p] for p in ((workdir / x).resolve() for x in paths) if p in entities]
+
+    rules: dict = {}
+    records = jobs(workdir, results)
+    for index, job in enumerate(records):
+        rule = job["rule"] or "unknown"
+        if rule not in rules:
+            rules[rule] = _entity(crate, f"#rule-{rule}", "SoftwareApplication", name=f"rule {rule}",
+                                  description=f"the Snakemake rule {rule} of workflow/Snakefile")
+        crate.add_action(rules[rule], identifier=f"#job-{index}-{rule}", object=linked(job["inputs"]),
+                         result=linked(job["outputs"] + job["logs"]),
+                         properties={"name": f"{rule} job {index}", "description": job["command"] or "",
+                                     "startTime": _iso(job["start"]), "endTime": _iso(job["end"]),
+                                     "actionStatus": FAILED if job["incomplete"] else COMPLETED})
+    starts = [j["start"] for j in records if j["start"]] or [None]
+    ends = [j["end"] for j in records if j["end"]] or [None]
+    crate.add_action(workflow, identifier="#run", object=[e for e in crate.get_entities() if e.id.startswith("workflow/config/")],
+                     result=list(entities.values()),
+                     properties={"name": f"run of workflow/Snakefile into {results}", "startTime": _iso(min(starts) if starts[0] else None),
+                                 "endTime": _iso(max(ends) if ends[0] else None),
+                                 "actionStatus": FAILED if any(j["incomplete"] for j in records) else COMPLETED})
+    crate.write(staging)
+    bagit.make_bag(str(staging), {"Source-Organization": "parity", "External-Description": root["description"]},
+                   checksums=list(CHECKSUMS))
+    staging.rename(bundle)
+    size = sum(p.stat().st_size for p in (bundle / "data").rglob("*") if p.is_file())
+    return {"bundle": str(bundle), "files": len(files), "bytes": size, "jobs": len(records)}
+
+
+def check(bundle: Path) -> list[str]:
+    """Every problem of the bag BUNDLE, one line each naming the file: changed, missing, or not in its manifest."""
+    import bagit
+
+    bundle = Path(bundle)
+    if not (bundle / "bagit.txt").is_file():
+        return [f"{bundle}: not a bundle (no bagit.txt)"]
+    try:
+        bag = bagit.Bag(str(bundle))
+    except bagit.BagError as exc:
+        return [f"{bundle}: {exc}"]
+    details, problems = [], []
+
+    def run(step) -> None:
+        try:
+            step()
+        except bagit.BagValidationError as exc:
+            details.extend(exc.details or [])
+            if not exc.details:
+                problems.append(f"{bundle}: {exc.message}")
+        except (bagit.BagError, OSError) as exc:
+            problems.append(f"{bundle}: {exc}")
+
+    # file by file first: bagit's own validate stops at the payload's total (Payload-Oxum), naming no file
+    run(bag._validate_completeness)
+    run(lambda: bag._validate_entries(1))
+    if not details and not problems:  # then the rest (bagit.txt, the totals, the tag manifests' own lines)
+        run(lambda: bag.validate(processes=1))
+    seen = set()
+    for detail in details:
+        if isinstance(detail, bagit.ChecksumMismatch):
+            line = f"{detail.path}: changed ({detail.algorithm} is {detail.found}, the bag says {detail.expected})"
+        elif isinstance(detail, bagit.FileMissing):
+            line = f"{detail.path}: missing (the bag lists it)"
+        elif isinstance(detail, bagit.UnexpectedFile):
+            line = f"{detail.path}: added (not in the bag's manifest)"
+        else:
+            line = str(detail)
+        if line not in seen:
+            seen.add(line)
+            problems.append(line)
+    if problems:
+        return problems
+    crate = bundle / "data" / CRATE
+    try:
+        doc = json.loads(crate.read_text(encoding="utf-8"))
+    except (OSError, ValueError) as exc:
+        return [f"{crate}: not a readable RO-Crate ({exc})"]
+    return [f"{crate}: {problem}" for problem in crate_problems(doc)]
+
+
+def crate_problems(doc: dict) -> list[str]:
+    """The Workflow Run Crate MUSTs this crate breaks (RO-Crate 1.1, Workflow RO-Crate, Workflow Run Crate)."""
+    graph = {e.get("@id"): e for e in doc.get("@graph", []) if isinstance(e, dict)}
+    problems = []
+    descriptor = graph.get(CRATE)
+    if not descriptor or not str((descriptor.get("conformsTo") or {}).get("@id", "")).startswith("https://w3id.org/ro/crate/1."):
+        return ["the metadata descriptor does not conform to RO-Crate 1.x"]
+    root = graph.get((descriptor.get("about") or {}).get("@id"))
+    if not root or root.get("@type") != "Dataset":
+        return ["the descriptor is not about a Dataset"]
+    for key in ("name", "description", "datePublished", "license"):
+        if not root.get(key):
+            problems.append(f"the root dataset has no {key}")
+    conforms = {c.get("@id") for c in _list(root.get("conformsTo"))}
+    problems += [f"the root does not conform to {uri}" for uri in PROFILES if uri not in conforms]
+    main = graph.get((root.get("mainEntity") or {}).get("@id"))
+    if not main or "ComputationalWorkflow" not in _list(main.get("@type")):
+        problems.append("the main entity is not a ComputationalWorkflow")
+    elif not graph.get((main.get("programmingLanguage") or {}).get("@id")):
+        problems.append("the workflow names no programmingLanguage entity")
+    actions = [e for e in graph.values() if "CreateAction" in _list(e.get("@type"))]
+    if not any((a.get("instrument") or {}).get("@id") == (main or {}).get("@id") for a in actions):
+        problems.append("no CreateAction has the workflow as its instrument")
+    for action in actions:
+        for key in ("instrument", "startTime", "endTime", "actionStatus"):
+            if not action.get(key):
+                problems.append(f"CreateAction {action.get('@id')} has no {key}")
+        for ref in _list(action.get("object")) + _list(action.get("result")):
+            if ref.get("@id") not in graph:
+                problems.append(f"CreateAction {action.get('@id')} names {ref.get('@id')}, which the crate does not describe")
+    return problems
+
+
+def _list(value) -> list:
+    return value if isinstance(value, list) else [] if value is None else [value]
