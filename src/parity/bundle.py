@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import datetime
 import json
+import logging
 import shutil
 from pathlib import Path
 
@@ -198,6 +199,7 @@ def check(bundle: Path) -> list[str]:
     bundle = Path(bundle)
     if not (bundle / "bagit.txt").is_file():
         return [f"{bundle}: not a bundle (no bagit.txt)"]
+    logging.getLogger("bagit").setLevel(logging.CRITICAL)  # each problem is said once, below, not also logged
     try:
         bag = bagit.Bag(str(bundle))
     except bagit.BagError as exc:
@@ -219,9 +221,13 @@ def check(bundle: Path) -> list[str]:
     run(lambda: bag._validate_entries(1))
     if not details and not problems:  # then the rest (bagit.txt, the totals, the tag manifests' own lines)
         run(lambda: bag.validate(processes=1))
-    seen = set()
+    missing = {d.path for d in details if isinstance(d, bagit.FileMissing)}
+    seen, named = set(), set()
     for detail in details:
         if isinstance(detail, bagit.ChecksumMismatch):
+            if detail.path in missing or detail.path in named:
+                continue  # one line per file: its absence, or its first digest that differs
+            named.add(detail.path)
             line = f"{detail.path}: changed ({detail.algorithm} is {detail.found}, the bag says {detail.expected})"
         elif isinstance(detail, bagit.FileMissing):
             line = f"{detail.path}: missing (the bag lists it)"
