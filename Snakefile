@@ -6,10 +6,14 @@
 # Add -n to any of them for a dry run: it works on any machine, without GPUs, Apptainer or sbatch.
 # Each rule calls one `parity` command; the logic lives in src/parity/. Targets per claim:
 #   locality, admission, confirmation, gc, mlperf, report, all; and traces, offline_limit.
+# After a run, `snakemake --workflow-profile PROFILE --report report.html` gives one self-contained page.
 # Engine-only targets where the profile's config has `bench` (host): calibration, order.
 # Every profile names its own config file; config/experiments.yaml (the study's settings) lies under all.
 
 configfile: "config/experiments.yaml"
+
+
+report: "workflow/report/workflow.rst"
 
 
 include: "workflow/rules/common.smk"

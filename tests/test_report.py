@@ -190,6 +190,25 @@ def test_report_puts_study_numbers_beside_ours_and_labels_simulation(results, tm
     assert not problems and checked > 10
 
 
+def test_the_report_is_also_one_self_contained_html_page(results, tmp_path):
+    """report.html: the same tables as HTML tables, every plot inlined (no file beside it is needed), linked
+    by hash from report.json; what Snakemake's --report embeds."""
+    import re
+
+    out = tmp_path / "report"
+    made = write_report([results / "confirmation", results / "locality"], None, REFERENCE, out)
+    page = (out / "report.html").read_text()
+    tables = re.findall(r"^\|---", (out / "report.md").read_text(), flags=re.M)  # one separator row per table
+    assert page.startswith("<!DOCTYPE html>") and page.count("<table>") == len(tables) > 5
+    assert "7.620 [7.600–7.640]" in page and "Evidence: <strong>Simulated</strong>" in page
+    images = re.findall(r'<img[^>]*src="([^"]*)"', page)
+    assert len(images) == 3 and all(src.startswith("data:image/png;base64,") for src in images)
+    assert made["manifest"]["outputs"]["html"]["path"] == "report.html"
+    for png in out.glob("*.png"):
+        png.unlink()
+    assert re.findall(r'<img[^>]*src="([^"]*)"', (out / "report.html").read_text()) == images  # alone, still whole
+
+
 def test_plots_are_reproducible(results, tmp_path):
     hashes = []
     for name in ("a", "b"):

@@ -2,13 +2,16 @@
 
 
 rule report:
-    """Markdown tables shaped like the study's, the study's numbers beside ours, PNG plots."""
+    """Markdown tables shaped like the study's, the study's numbers beside ours, PNG plots; the same as one
+    self-contained HTML page, which `snakemake --report` shows."""
     input:
         experiments=[experiment_manifest(name) for name in EXPERIMENTS],
         mlperf=rules.mlperf.input,
         reference="config/study-reference.yaml",
     output:
         markdown=f"{RESULTS}/report/report.md",
+        html=report(f"{RESULTS}/report/report.html", caption="../report/report.rst", category="Report",
+                    labels={"page": "the study beside ours"}),
         manifest=f"{RESULTS}/report/report.json",
     params:
         results=lambda wildcards, input: os.path.dirname(os.path.dirname(input.experiments[0])),

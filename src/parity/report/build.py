@@ -1,4 +1,5 @@
-"""Assemble the report: OUT/report.md, OUT/*.png and OUT/report.json linking all of it by hash.
+"""Assemble the report: OUT/report.md, OUT/*.png, OUT/report.html (the same, one self-contained page) and
+OUT/report.json linking all of it by hash.
 
 The header says plainly where the numbers come from (simulator + Flame stand-in, real GPUs + Flame
 v0.6.0, or a mix), so no simulated figure is read as a measurement. report.json is written last and
@@ -135,6 +136,9 @@ def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, referenc
                  or "None drawn: no confirmation or locality numbers.\n")
     markdown = "\n".join(parts)
     atomic_write_text(out / "report.md", markdown)
+    from parity.report.html import render
+
+    atomic_write_text(out / "report.html", render(markdown, out))  # the same page, self-contained
 
     atomic_write_bytes(out / "study-reference.yaml", Path(reference_path).read_bytes())  # whole, or not at all
     doc = header("report", simulated=evidence in ("simulated", "mixed")) | {
@@ -144,7 +148,7 @@ def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, referenc
         "experiments": {name: file_ref(e.path, out) for name, e in sorted(experiments.items())},
         "missing_experiments": [name for name in EXPERIMENTS if name not in experiments],
         "mlperf": [file_ref(r.path, out) for r in runs] + [file_ref(p, out) for p, _ in compares],
-        "outputs": {"markdown": file_ref(out / "report.md", out),
+        "outputs": {"markdown": file_ref(out / "report.md", out), "html": file_ref(out / "report.html", out),
                     "plots": {name: file_ref(p, out) for name, p in drawn.items()}},
         "excluded_trials": excluded,
         "headline": final_data["headline"],

@@ -1,0 +1,43 @@
+"""The report as one self-contained HTML page: report.md rendered (`markdown`, with its tables), every
+plot inlined as a data URI, so the page reads the same opened alone, inside Snakemake's `--report`
+(which embeds HTML results as they are), or from an archived bundle. Nothing is computed here.
+"""
+
+from __future__ import annotations
+
+import base64
+import re
+from pathlib import Path
+
+STYLE = """
+body { font-family: system-ui, sans-serif; max-width: 1400px; margin: 1.5em auto; padding: 0 1em; color: #222; }
+table { border-collapse: collapse; margin: 0.8em 0; font-size: 0.86em; }
+th, td { border: 1px solid #bbb; padding: 0.25em 0.5em; text-align: left; vertical-align: top; }
+th { background: #eef1f5; }
+tr:nth-child(even) td { background: #fafafa; }
+img { max-width: 100%; border: 1px solid #ddd; margin: 0.5em 0; }
+h1 { border-bottom: 2px solid #456; } h2 { border-bottom: 1px solid #aab; margin-top: 1.6em; }
+li { margin: 0.2em 0; }
+"""
+
+
+def _inline_images(html: str, folder: Path) -> str:
+    """Each <img src="NAME.png"> of a file beside the report becomes a data URI."""
+
+    def inline(match: re.Match) -> str:
+        path = folder / match.group(2)
+        if not path.is_file():
+            return match.group(0)
+        data = base64.b64encode(path.read_bytes()).decode()
+        return f'{match.group(1)}data:image/png;base64,{data}{match.group(3)}'
+
+    return re.sub(r'(<img[^>]*src=")([^":]+\.png)(")', inline, html)
+
+
+def render(markdown_text: str, folder: Path, title: str = "parity report") -> str:
+    """The page for `markdown_text`, whose images are files in `folder`."""
+    import markdown
+
+    body = markdown.markdown(markdown_text, extensions=["tables"], output_format="html")
+    return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}</title>"
+            f"<style>{STYLE}</style></head><body>\n{_inline_images(body, folder)}\n</body></html>\n")
