@@ -50,6 +50,7 @@ rule all:
     input:
         vouched=vouched_manifests(),
         report=rules.report.output.manifest,
+        page=rules.report.output.html,  # what snakemake --report shows: made also where an older run lacks it
     params:
         results=lambda wildcards, input: os.path.dirname(os.path.dirname(input.report)),
         bundle=f"{RESULTS}-bundle",
