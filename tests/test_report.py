@@ -201,6 +201,7 @@ def test_the_report_is_also_one_self_contained_html_page(results, tmp_path):
     tables = re.findall(r"^\|---", (out / "report.md").read_text(), flags=re.M)  # one separator row per table
     assert page.startswith("<!DOCTYPE html>") and page.count("<table>") == len(tables) > 5
     assert "7.620 [7.600–7.640]" in page and "Evidence: <strong>Simulated</strong>" in page
+    assert '<tr class="study">\n<td>No document reuse</td>\n<td>study (B200, measured)</td>' in page  # shaded apart
     images = re.findall(r'<img[^>]*src="([^"]*)"', page)
     assert len(images) == 3 and all(src.startswith("data:image/png;base64,") for src in images)
     assert made["manifest"]["outputs"]["html"]["path"] == "report.html"

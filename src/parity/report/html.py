@@ -1,5 +1,5 @@
-"""The report as one self-contained HTML page: report.md rendered (`markdown`, with its tables), every
-plot inlined as a data URI, so the page reads the same opened alone, inside Snakemake's `--report`
+"""The report as one self-contained HTML page: report.md rendered (`markdown`, with its tables), the
+study's own rows shaded so they read apart from ours, every plot inlined as a data URI, so the page reads the same opened alone, inside Snakemake's `--report`
 (which embeds HTML results as they are), or from an archived bundle. Nothing is computed here.
 """
 
@@ -18,6 +18,7 @@ tr:nth-child(even) td { background: #fafafa; }
 img { max-width: 100%; border: 1px solid #ddd; margin: 0.5em 0; }
 h1 { border-bottom: 2px solid #456; } h2 { border-bottom: 1px solid #aab; margin-top: 1.6em; }
 li { margin: 0.2em 0; }
+tr.study td { background: #fff6e0; font-style: italic; }
 """
 
 
@@ -34,10 +35,15 @@ def _inline_images(html: str, folder: Path) -> str:
     return re.sub(r'(<img[^>]*src=")([^":]+\.png)(")', inline, html)
 
 
+def _mark_study_rows(html: str) -> str:
+    """Rows that carry the study's published numbers (a cell "study (...)") stand out from ours."""
+    return re.sub(r"<tr>(?=(?:(?!</tr>).)*<td>study \()", '<tr class="study">', html, flags=re.S)
+
+
 def render(markdown_text: str, folder: Path, title: str = "parity report") -> str:
     """The page for `markdown_text`, whose images are files in `folder`."""
     import markdown
 
     body = markdown.markdown(markdown_text, extensions=["tables"], output_format="html")
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}</title>"
-            f"<style>{STYLE}</style></head><body>\n{_inline_images(body, folder)}\n</body></html>\n")
+            f"<style>{STYLE}</style></head><body>\n{_inline_images(_mark_study_rows(body), folder)}\n</body></html>\n")
