@@ -223,6 +223,44 @@ def test_a_request_registered_nowhere_is_cancelled_before_the_pool_closes(reuse_
     assert path.receipt["clean"]
 
 
+def test_a_request_that_starts_while_others_are_cancelled_is_cancelled_too(reuse_trace, tmp_path, caplog):
+    """A request whose first step runs only while the client cancels the others (here: started by one of them
+    as it is cancelled) registers after the client looked; the client looks again until none is left."""
+    import asyncio
+    import gc
+
+    from parity.affinity import RouterSettings
+    from parity.paths.standalone import StandalonePath
+    from parity.trace import load_trace
+
+    trace = load_trace(reuse_trace)
+    path = StandalonePath("sim", ["sim-0"], EngineArgs(), tmp_path / "logs")
+    gc.collect()
+    caplog.clear()
+    late = []
+    with path, path.trial("t", RouterSettings()):
+        client, loop = path._client, path._loop
+
+        async def first():
+            try:
+                await client.send(0, trace.prompts[0], "first")
+            except asyncio.CancelledError:
+                late.append(loop.create_task(client.send(0, trace.prompts[1], "late")))
+                asyncio.tasks._unregister_task(late[0])  # only the client's own list can find it
+                raise
+
+        async def start():
+            task = loop.create_task(first())
+            asyncio.tasks._unregister_task(task)
+            await asyncio.sleep(0.01)
+
+        loop.run_until_complete(start())
+    gc.collect()
+    assert late and late[0].cancelled()
+    assert not [r.getMessage() for r in caplog.records if r.name == "asyncio"]
+    assert path.receipt["clean"]
+
+
 def test_the_kv_cache_a_vllm_replica_reports_is_read_from_its_log(tmp_path):
     import subprocess
 

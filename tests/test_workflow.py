@@ -177,7 +177,7 @@ def _finished_smoke_run(root: Path) -> None:
                                                    "routing", "sustained")]
     files += [f"{r}/mlperf/{a}/mlperf-run.json" for a in ("standalone", "flame-b32", "flame-b64")]
     files += [f"{r}/mlperf/compare-b{b}.json" for b in (32, 64)]
-    files += [f"{r}/report/report.md", f"{r}/report/report.json"]
+    files += [f"{r}/report/report.md", f"{r}/report/report.html", f"{r}/report/report.json"]
     start = time.time() + 1  # newer than every file of the copy, as outputs are after a run
     for offset, name in enumerate(files):
         path = root / name

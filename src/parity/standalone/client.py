@@ -120,11 +120,16 @@ class NativeClient:
         # A signal can land inside the loop's task creation: that request is scheduled but registered
         # nowhere (not in asyncio.all_tasks, not in burst's list). Each request registers itself here as
         # it starts, so every one still running is cancelled before the pool closes under it.
-        await asyncio.sleep(0)
-        running = list(self._inflight)
-        for task in running:
-            task.cancel()
-        await asyncio.gather(*running, return_exceptions=True)
+        # One that takes its first step only while others are being cancelled registers then: so again until,
+        # after a turn of the loop, none is left running.
+        while True:
+            await asyncio.sleep(0)
+            running = [task for task in self._inflight if not task.done()]
+            if not running:
+                break
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
         await self._session.close()
 
     async def prepare(self) -> None:
