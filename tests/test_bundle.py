@@ -153,3 +153,17 @@ def test_a_deletion_and_a_change_together_are_both_named(run):
     problems = bundle.check(out)
     assert any(p.startswith("data/results/report/report.md: missing") for p in problems), problems
     assert any(p.startswith("data/results/locality/trials/t0.json: changed") for p in problems), problems
+
+
+def test_a_folder_bundled_by_hand_without_job_records_still_keeps_the_profile(run, tmp_path):
+    """No .snakemake/metadata (results copied off a GPU host, bundled there by hand): the run's span comes
+    from its files' times, and the crate still has every MUST."""
+    import shutil
+
+    shutil.rmtree(run / ".snakemake")
+    out = tmp_path / "by-hand"
+    bundle.make(run / "results" / "smoke", out, workdir=run, log=lambda m: None)
+    assert bundle.check(out) == []
+    doc = json.loads((out / "data" / bundle.CRATE).read_text())
+    action = next(e for e in doc["@graph"] if e["@id"] == "#run")
+    assert action["startTime"] <= action["endTime"] and not [e for e in doc["@graph"] if e["@id"].startswith("#job-")]

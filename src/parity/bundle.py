@@ -100,12 +100,14 @@ def _provenance(results: Path, files: list[Path]) -> tuple[dict, list[dict]]:
         for name, version in (doc.get("versions") or {}).items():
             if version:
                 versions.setdefault(name, set()).add(str(version))
-        engine = doc.get("engine") or {}
+        engine = doc.get("engine") or {}  # the version the engine reports (a Flame worker's own vLLM)
         if engine.get("version") and not engine.get("simulated"):
-            versions.setdefault(engine.get("name", "engine"), set()).add(str(engine["version"]))
-        for flame in (doc.get("flame_binaries") or {}).values() if isinstance(doc.get("flame_binaries"), dict) else []:
-            if isinstance(flame, dict) and flame.get("version"):
-                versions.setdefault("flame", set()).add(flame["version"])
+            name = "vllm" if str(engine.get("name", "")).startswith("vllm") else engine.get("name", "engine")
+            versions.setdefault(name, set()).add(str(engine["version"]))
+        binaries = doc.get("flame_binaries")
+        for binary in binaries.values() if isinstance(binaries, dict) else []:
+            if isinstance(binary, dict) and binary.get("version"):
+                versions.setdefault("flame", set()).add(binary["version"])
         for gpu in doc.get("gpus") or []:
             if gpu.get("uuid"):
                 gpus.setdefault(gpu["uuid"], {k: v for k, v in gpu.items() if isinstance(v, (str, int))})
@@ -129,8 +131,8 @@ def make(results: Path, bundle: Path, *, workdir: Path = Path("."), image: Path 
         shutil.rmtree(bundle)
     staging = bundle.with_name(bundle.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
-    files = kept(results)
-    log(f"bundle: {len(files)} result files of {results}, the workflow, and {len(jobs(workdir, results))} job records")
+    files, records = kept(results), jobs(workdir, results)
+    log(f"bundle: {len(files)} result files of {results}, the workflow, and {len(records)} job records")
     crate = ROCrate()
     root = crate.root_dataset
     root["name"] = f"parity evidence: {results.name}"
@@ -166,7 +168,6 @@ def make(results: Path, bundle: Path, *, workdir: Path = Path("."), image: Path 
         return [entities[p] for p in ((workdir / x).resolve() for x in paths) if p in entities]
 
     rules: dict = {}
-    records = jobs(workdir, results)
     for index, job in enumerate(records):
         rule = job["rule"] or "unknown"
         if rule not in rules:
@@ -177,12 +178,12 @@ def make(results: Path, bundle: Path, *, workdir: Path = Path("."), image: Path 
                          properties={"name": f"{rule} job {index}", "description": job["command"] or "",
                                      "startTime": _iso(job["start"]), "endTime": _iso(job["end"]),
                                      "actionStatus": FAILED if job["incomplete"] else COMPLETED})
-    starts = [j["start"] for j in records if j["start"]] or [None]
-    ends = [j["end"] for j in records if j["end"]] or [None]
+    # the run's span from Snakemake's job records; without them (a folder bundled by hand), from its files' times
+    times = [t for j in records for t in (j["start"], j["end"]) if t] or [(results / rel).stat().st_mtime for rel in files]
     crate.add_action(workflow, identifier="#run", object=[e for e in crate.get_entities() if e.id.startswith("workflow/config/")],
                      result=list(entities.values()),
-                     properties={"name": f"run of workflow/Snakefile into {results}", "startTime": _iso(min(starts) if starts[0] else None),
-                                 "endTime": _iso(max(ends) if ends[0] else None),
+                     properties={"name": f"run of workflow/Snakefile into {results}",
+                                 "startTime": _iso(min(times, default=None)), "endTime": _iso(max(times, default=None)),
                                  "actionStatus": FAILED if any(j["incomplete"] for j in records) else COMPLETED})
     crate.write(staging)
     bagit.make_bag(str(staging), {"Source-Organization": "parity", "External-Description": root["description"]},
