@@ -114,6 +114,12 @@ def test_confirmation_runs_checks_pairs_and_keeps_finished_trials(tiny_traces, t
     assert candidate["engine"]["version"] == candidate["workers"][0].get("engine_version")  # as the worker says
     checked, problems = validate_paths([tmp_path])
     assert not problems and checked >= 4 + 2 + 1
+    # every cleanup receipt is linked by hash: each standalone case's replicas, and the shared Flame cluster
+    assert sorted(r["path"] for r in doc["cleanup"]) == sorted(
+        [f"cleanup/{c.trial_id}.json" for c in cases if c.system == "standalone"] + ["cleanup/flame-cluster.json"])
+    receipt = tmp_path / "cleanup" / "flame-cluster.json"
+    receipt.write_text(receipt.read_text().replace('"clean": true', '"clean": false'))
+    assert any(p.rule == "sha256-mismatch" and "flame-cluster.json" in p.message for p in validate_paths([out])[1])
 
     # A rerun keeps every finished trial; a corrupted one is run again.
     kept = tmp_path / "trials" / "confirmation-final-no-reuse-p0-vllm.json"

@@ -136,12 +136,15 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
                         "cached_share": cached_share(doc), "simulated": doc["simulated"],
                         "cluster": doc.get("flame_cluster"), "manifest": file_ref(trials[case.trial_id], out_dir)})
     simulated = any(e["simulated"] for e in entries)
+    # the cleanup receipts of its cases (a standalone case's replicas) and of its shared Flame cluster, by hash
+    receipts = [out_dir / "cleanup" / f"{name}.json" for name in [*(c.trial_id for c in cases), "flame-cluster"]]
     doc = header("experiment", simulated=simulated) | {
         "experiment": experiment, "settings": settings,
         "backend": {"engine": backend.engine, "cluster": backend.cluster, "gpus": runner.gpus,
                     "warmup_rounds": backend.warmup_rounds, "load_format": backend.load_format,
                     "sim_params_sha256": trial.sim_params_sha256(backend)},
         "cases": entries, "pairs": pair_refs,
+        "cleanup": [file_ref(p, out_dir) for p in receipts if p.is_file()],
     }
     out = out_dir / "experiment.json"
     write_manifest(out, doc)
