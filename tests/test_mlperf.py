@@ -71,7 +71,8 @@ def test_tiny_offline_run_is_valid_but_not_compliant(smoke, tmp_path, arm):
     assert not label["compliant"] and any("under 600 s" in r for r in label["reasons"])
     assert any("synthetic dataset" in r for r in label["reasons"])
     assert doc["settings"]["effective"]["qsl_rng_seed"] == 1780908523862526354  # v5.1.x seeds, not 6.0's
-    assert doc["dataset"]["sha256"] == load_dataset(smoke[0]).sha256
+    assert doc["dataset"]["file"]["sha256"] == load_dataset(smoke[0]).sha256
+    assert [r["path"] for r in doc["cleanup"]] == [f"cleanup-{'replicas' if arm == 'standalone' else 'flame'}.json"]
     if arm == "flame":
         assert doc["path"]["batch_limit"] == 4 and doc["path"]["cluster"] == "stand-in"
 

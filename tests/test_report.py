@@ -275,6 +275,10 @@ def test_mlperf_runs_fill_the_control_table(tmp_path):
         (mlperf / key / "loadgen").mkdir(parents=True)
         (mlperf / key / "user.conf").write_text("x\n")
         run["settings"]["user_conf"] = file_ref(mlperf / key / "user.conf", mlperf / key)
+        (mlperf / "cnn_eval.json").write_text("[]\n")
+        (mlperf / key / "receipt.txt").write_text("torn down\n")  # stand-ins: the report checks every link
+        run["dataset"]["file"] = file_ref(mlperf / "cnn_eval.json", mlperf / key)
+        run["cleanup"] = [file_ref(mlperf / key / "receipt.txt", mlperf / key)]
         write_manifest(mlperf / key / "mlperf-run.json", run)
     made = write_report([tmp_path / "confirmation"], mlperf, REFERENCE, tmp_path / "r")
     md = made["markdown"]
@@ -293,7 +297,8 @@ def _mlperf_run_doc(arm: str, batch: int | None, rate: float, validity: str) -> 
         "loadgen": {"package": "5.1.1", "reported": "5.1.1"},
         "settings": {"mlperf_conf_sha256": sha, "user_conf": None, "user_conf_values": {}, "effective": {},
                      "target_qps": {"value": 10.0, "source": "option", "probe": None}},
-        "dataset": {"file": "cnn_eval.json", "sha256": sha, "samples": 64, "origin": "synthetic", "synthetic": True},
+        "dataset": {"file": {"path": "../cnn_eval.json", "sha256": sha}, "samples": 64, "origin": "synthetic",
+                    "synthetic": True},
         "engine": {"name": "sim", "simulated": True, "vllm_version": None, "args": {"enable_prefix_caching": False},
                    "sampling": {}},
         "path": {"cluster": "stand-in", "batch_limit": batch} if arm == "flame" else {"replicas": "sim"},
@@ -301,7 +306,7 @@ def _mlperf_run_doc(arm: str, batch: int | None, rate: float, validity: str) -> 
                    "duration_s": 10.0, "sample_count": 64},
         "sut": {"completed": 64, "failed": 0},
         "compliance": {"compliant": False, "reasons": ["simulated engine"]},
-        "logs": {}, "versions": {"parity": "0.1.0", "python": "3.11"},
+        "logs": {}, "cleanup": [{"path": "cleanup-replicas.json", "sha256": sha}], "versions": {"parity": "0.1.0", "python": "3.11"},
     }
 
 

@@ -46,11 +46,13 @@ def _cases(root: Path) -> list[plan.Case]:
 
 @pytest.fixture(scope="module")
 def finished_run(small_inputs, tmp_path_factory) -> Path:
-    """ROOT/{traces, sim.yaml, run}: a finished four-trial experiment, copied by each test before editing."""
-    corpus, tok = small_inputs
+    """ROOT/{inputs, traces, sim.yaml, run}: a finished four-trial experiment, copied by each test before editing
+    (its inputs inside it, as the smoke profile's are, so the copy's links to them still resolve)."""
     root = tmp_path_factory.mktemp("finished")
+    shutil.copy(small_inputs[0], root / "corpus.jsonl")
+    shutil.copytree(small_inputs[1], root / "tok")
     build_trace(TraceSpec("reuse", documents=4, questions_per_document=4, prefix_tokens=400, seed=1),
-                corpus, tok, root / "traces")
+                root / "corpus.jsonl", root / "tok", root / "traces")
     shutil.copy(SIM, root / "sim.yaml")
     run_experiment("locality", _cases(root), _backend(root), root / "run", settings={}, log=lambda m: None)
     return root

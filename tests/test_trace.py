@@ -81,6 +81,28 @@ def test_trace_shape_and_prefix_sharing(inputs, tmp_path):
     assert validate_paths([tmp_path]) == (1, [])
 
 
+def test_a_trace_links_its_corpus_and_tokenizer_by_path_and_hash_and_so_does_a_subset_elsewhere(inputs, tmp_path):
+    """The inputs are named by path (from the manifest's folder) and SHA-256, not by a bare file name, so
+    validating the trace checks them; a subset written to another folder links the same files from there."""
+    import shutil
+
+    from parity.trace import write_subset
+
+    corpus, tokenizer = (shutil.copy(inputs[0], tmp_path / "corpus.jsonl"), shutil.copytree(inputs[1], tmp_path / "tok"))
+    manifest = build_trace(small_spec(), Path(corpus), Path(tokenizer), tmp_path / "run" / "traces")
+    doc = json.loads(manifest.read_text())
+    assert doc["inputs"]["corpus"]["file"]["path"] == "../../corpus.jsonl"
+    assert doc["inputs"]["tokenizer"]["file"]["path"] == "../../tok/tokenizer.json"
+    subset = write_subset(manifest, [0, 2], "reuse-shard0", tmp_path / "run" / "deeper" / "traces")
+    assert json.loads(subset.read_text())["inputs"]["corpus"]["file"]["path"] == "../../../corpus.jsonl"
+    assert validate_paths([tmp_path / "run"]) == (2, [])
+    with open(corpus, "a") as handle:
+        handle.write("\n")  # one byte more in the corpus the trace was built from
+    _checked, problems = validate_paths([tmp_path / "run"])
+    assert {(p.pointer, p.rule) for p in problems} == {("/inputs/corpus/file", "sha256-mismatch")}
+    assert len(problems) == 2  # the trace and its subset each name it
+
+
 def test_same_inputs_and_seed_give_identical_bytes(inputs, tmp_path):
     corpus, tokenizer = inputs
     a = build_trace(small_spec(), corpus, tokenizer, tmp_path / "a")

@@ -22,7 +22,8 @@ from pathlib import Path
 from parity import __version__
 from parity.errors import ParityError, first_problem
 
-SCHEMA_VERSION = 2  # 2: systems named by serving path (standalone, not vllm); `placement` for routing
+SCHEMA_VERSION = 3  # 2: systems named by serving path (standalone, not vllm); `placement` for routing
+# 3: inputs linked by path and hash (a trace's corpus and tokenizer, MLPerf's dataset); the `run` manifest
 SCHEMA_SUFFIX = ".schema.json"
 SCHEMA_ID_BASE = "https://parity.invalid/schemas/"
 REFERENCE_KEYS = (frozenset({"path", "sha256"}), frozenset({"path", "sha256", "bytes"}))
@@ -67,6 +68,12 @@ def file_ref(path: Path | str, relative_to: Path | str) -> dict:
     path = Path(path)
     rel = os.path.relpath(os.path.abspath(path), os.path.abspath(relative_to))
     return {"path": Path(rel).as_posix(), "sha256": sha256_file(path), "bytes": path.stat().st_size}
+
+
+def rebase(ref: dict, old_dir: Path | str, new_dir: Path | str) -> dict:
+    """The same link, written for a manifest in `new_dir` instead of `old_dir` (a copied section)."""
+    target = os.path.join(os.path.abspath(old_dir), ref["path"])
+    return ref | {"path": Path(os.path.relpath(target, os.path.abspath(new_dir))).as_posix()}
 
 
 @lru_cache(maxsize=1)
@@ -310,6 +317,25 @@ def _found_in(folder: Path) -> list[Path]:
     """`*.json` under a folder, sorted, leaving out hidden files and folders (.snakemake, editors' files)."""
     return sorted(p for p in folder.rglob("*.json")
                   if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+
+
+def manifests_in(folder: Path | str) -> list[tuple[Path, dict]]:
+    """Every manifest under a folder, as `validate_paths` finds them, parsed; files that are not JSON skipped."""
+    found = []
+    for file in _found_in(Path(folder)):
+        try:
+            doc = _loads(file.read_text(encoding="utf-8"))
+        except (OSError, ValueError, UnicodeDecodeError):
+            continue
+        if _looks_like_manifest(doc):
+            found.append((file, doc))
+    return found
+
+
+def linked_files(doc, manifest_path: Path | str) -> list[Path]:
+    """The files a manifest links by hash, resolved from its folder (links with unusable paths left out)."""
+    targets = (_resolve(ref, Path(manifest_path))[0] for _, ref in _references(doc))
+    return [Path(os.path.abspath(t)) for t in targets if t is not None]
 
 
 def validate_paths(paths: Iterable[Path | str]) -> tuple[int, list[Problem]]:

@@ -200,7 +200,6 @@ class TraceTokenizer:
         except Exception as exc:  # the tokenizers library raises plain Exceptions on bad files
             raise TraceError(f"cannot load tokenizer {path}: {exc}") from None
         self.path = path
-        self.sha256 = sha256_file(path)
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
         self.special_ids = {i for i, t in self._tok.get_added_tokens_decoder().items() if t.special}
         self.leading_special = self._tok.encode("", add_special_tokens=True).ids
@@ -334,9 +333,9 @@ def build_trace(spec: TraceSpec, corpus: Path, tokenizer_dir: Path, out_dir: Pat
                  "warmup_shifts": list(spec.warmup_shifts), "pack_articles": spec.pack_articles,
                  "head_tokens": spec.head_tokens, **({"zipf": spec.zipf} if spec.zipf else {})},
         "inputs": {
-            "corpus": {"file": corpus.name, "sha256": sha256_file(corpus), "origin": corpus_origin,
+            "corpus": {"file": file_ref(corpus, out_dir), "origin": corpus_origin,
                        "text_field": text_field, "articles": len(texts), "articles_used": articles_used},
-            "tokenizer": {"file": "tokenizer.json", "sha256": tokenizer.sha256, "origin": tokenizer_origin,
+            "tokenizer": {"file": file_ref(tokenizer.path, out_dir), "origin": tokenizer_origin,
                           "vocab_size": tokenizer.vocab_size, "special_token_ids": sorted(tokenizer.special_ids)},
         },
         "format": TOKEN_FILE_FORMAT,
@@ -469,7 +468,7 @@ def write_subset(manifest_path: Path, positions: list[int], name: str, out_dir: 
     Token files and hashes are rewritten for the subset; `parent` links the original by hash, so a
     shard's offline run is checked against exactly the prompts the shard would have received.
     """
-    from parity.manifest import file_ref, read_manifest, write_manifest
+    from parity.manifest import file_ref, read_manifest, rebase, write_manifest
 
     if not positions:
         raise TraceError(f"an empty subset of {manifest_path}")
@@ -486,8 +485,10 @@ def write_subset(manifest_path: Path, positions: list[int], name: str, out_dir: 
         warmups.append({"round": warm["round"], "shift": warm["shift"], "tokens": file_ref(path, out_dir)})
     tokens_ref = file_ref(tokens_path, out_dir)
     requests = [dict(parent["requests"][i], position=new) for new, i in enumerate(positions)]
+    inputs = {key: value | {"file": rebase(value["file"], manifest_path.parent, out_dir)}
+              for key, value in parent["inputs"].items()}  # the corpus and tokenizer, linked from here
     doc = dict(parent) | {
-        "name": name, "tokens": tokens_ref, "trace_sha256": tokens_ref["sha256"], "warmups": warmups,
+        "name": name, "inputs": inputs, "tokens": tokens_ref, "trace_sha256": tokens_ref["sha256"], "warmups": warmups,
         "num_requests": len(requests), "total_tokens": sum(r["tokens"] for r in requests), "requests": requests,
         "parent": {"manifest": file_ref(manifest_path, out_dir), "name": parent["name"], "positions": list(positions)},
     }

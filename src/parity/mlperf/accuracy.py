@@ -135,10 +135,11 @@ def evaluate_run(run_manifest: Path, tokenizer_dir: Path, out: Path, splitter: S
     log = run_manifest.parent / ref["path"]
     if log.is_file() and (actual := sha256_file(log)) != ref["sha256"]:
         raise ParityError(f"{log} changed since the run (SHA-256 {actual}, the run recorded {ref['sha256']})")
-    dataset = load_dataset(run["dataset"]["file"], run["dataset"]["samples"])
-    if dataset.sha256 != run["dataset"]["sha256"]:
+    recorded = run["dataset"]["file"]
+    dataset = load_dataset(run_manifest.parent / recorded["path"], run["dataset"]["samples"])
+    if dataset.sha256 != recorded["sha256"]:
         raise ParityError(f"{dataset.path} changed since the run (SHA-256 {dataset.sha256}, "
-                          f"the run recorded {run['dataset']['sha256']})")
+                          f"the run recorded {recorded['sha256']})")
     by_index = read_accuracy_log(log)
     missing = sorted(set(range(len(dataset.prompts))) - set(by_index))
     if missing:
@@ -168,8 +169,8 @@ def evaluate_run(run_manifest: Path, tokenizer_dir: Path, out: Path, splitter: S
         reasons.append(f"{dropped} output token IDs outside the tokenizer's vocabulary were dropped")
     doc = header("mlperf", simulated=run["simulated"]) | {
         "step": "accuracy", "run": file_ref(run_manifest, out.parent), "arm": run["arm"],
-        "dataset": dataset.describe(),
-        "tokenizer": {"dir": str(tokenizer_dir), "sha256": sha256_file(Path(tokenizer_dir) / "tokenizer.json")},
+        "dataset": dataset.describe(out.parent),
+        "tokenizer": {"file": file_ref(Path(tokenizer_dir) / "tokenizer.json", out.parent)},
         "sentence_splitter": {"name": splitter.name, "reference": splitter.reference},
         "outputs": file_ref(outputs, out.parent), "accuracy_log": file_ref(log, out.parent),
         "scores": scores, "gates": verdicts, "gates_basis": basis,

@@ -41,7 +41,7 @@ def compare(standalone: Path, flame: Path, out: Path) -> dict:
         flags.append("one arm is simulated, the other is not")
     if a["mode"] != b["mode"]:
         flags.append(f"modes differ: {a['mode']} vs {b['mode']}")
-    if a["dataset"]["sha256"] != b["dataset"]["sha256"]:
+    if a["dataset"]["file"]["sha256"] != b["dataset"]["file"]["sha256"]:
         flags.append("datasets differ")
     if a["settings"]["mlperf_conf_sha256"] != b["settings"]["mlperf_conf_sha256"]:
         flags.append("mlperf.conf differs (another LoadGen build)")

@@ -9,6 +9,7 @@ prompt, the smoke tokenizer) and `random` (random token IDs of plausible lengths
 from __future__ import annotations
 
 import json
+import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -37,8 +38,11 @@ class Dataset:
     def synthetic(self) -> bool:
         return self.origin != REAL_ORIGIN
 
-    def describe(self) -> dict:
-        return {"file": str(self.path), "sha256": self.sha256, "samples": len(self.prompts),
+    def describe(self, relative_to: Path) -> dict:
+        """What a manifest in `relative_to` records: the file by path (from there) and SHA-256."""
+        ref = {"path": Path(os.path.relpath(os.path.abspath(self.path), os.path.abspath(relative_to))).as_posix(),
+               "sha256": self.sha256, "bytes": self.path.stat().st_size}
+        return {"file": ref, "samples": len(self.prompts),
                 "origin": self.origin, "synthetic": self.synthetic,
                 "prompt_tokens": int(sum(p.size for p in self.prompts))}
 

@@ -26,6 +26,7 @@ from parity.record import package_versions
 
 ENGINES = ("sim", "vllm", "vllm-sync", "vllm-async")
 MANIFEST = "mlperf-run.json"
+RECEIPTS = ("cleanup-replicas.json", "cleanup-flame.json")  # what each path's teardown left running: nothing
 
 
 @dataclass
@@ -96,7 +97,7 @@ def standalone_path(spec: RunSpec, args: EngineArgs, prompts, stack: contextlib.
     gpus = list(spec.gpus) or ["sim-0"]
     replicas = ReplicaSet(kind, gpus, args, spec.out / "logs", startup_timeout_s=spec.startup_timeout_s,
                           sim_params=spec.sim_params)
-    stack.callback(lambda: replicas.receipt and write_manifest(spec.out / "cleanup-replicas.json", replicas.receipt))
+    stack.callback(lambda: replicas.receipt and write_manifest(spec.out / RECEIPTS[0], replicas.receipt))
     with replicas:
         urls = [r.url for r in replicas.replicas]
         versions = {None} if kind == "sim" else {_vllm_version_of(u) for u in urls}
@@ -128,7 +129,7 @@ def flame_path(spec: RunSpec, args: EngineArgs, prompts, stack: contextlib.ExitS
     gpus = list(spec.gpus) or ["sim-0"]
     settings = FlameSettings(batch_limit=spec.batch_limit, window_ms=spec.window_ms, budget_mib=4, api=api)
     with cluster(spec.cluster, gpus, spec.out, simulated=family == "sim", bin_dir=spec.flame_bin_dir,
-                 receipt_path=spec.out / "cleanup-flame.json") as running:
+                 receipt_path=spec.out / RECEIPTS[1]) as running:
         path = FlamePath(running, gpus, settings, engine=family, engine_args=args,
                          sim_params=str(spec.sim_params) if spec.sim_params else None)
         with path.trial(f"mlperf-{spec.mode}", RouterSettings(spec.placement)):
@@ -184,6 +185,8 @@ def run_arm(spec: RunSpec, log: Callable[[str], None] = print) -> dict:
     loadgen()  # fail before starting anything
     out = spec.out
     out.mkdir(parents=True, exist_ok=True)
+    for name in RECEIPTS:  # an earlier run's receipt must not be linked as this run's
+        (out / name).unlink(missing_ok=True)
     dataset = load_dataset(spec.dataset, spec.samples)
     args = spec.mlperf_args()
     simulated = spec.engine == "sim"
@@ -239,7 +242,7 @@ def run_arm(spec: RunSpec, log: Callable[[str], None] = print) -> dict:
                      "user_conf_values": {k: v for k, v in dataclasses.asdict(user_conf).items() if v is not None},
                      "effective": result["effective"], "target_qps": target,
                      "warmup": {"samples": warmup["samples"], "seconds": round(warmup["seconds"], 3)}},
-        "dataset": dataset.describe(),
+        "dataset": dataset.describe(out),
         "engine": {"name": path_info["engine"], "simulated": simulated, "vllm_version": path_info["vllm_version"],
                    "vllm_version_source": path_info["vllm_version_source"], "args": args.to_dict(),
                    "sampling": args.sampling()},
@@ -256,6 +259,7 @@ def run_arm(spec: RunSpec, log: Callable[[str], None] = print) -> dict:
         "compliance": label,
         "logs": {name: file_ref(log_dir / name, out) for name in (lglogs.SUMMARY, lglogs.DETAIL, lglogs.ACCURACY)
                  if (log_dir / name).is_file()},
+        "cleanup": [file_ref(out / name, out) for name in RECEIPTS if (out / name).is_file()],  # written at teardown
         "versions": package_versions(),
     }
     write_manifest(out / MANIFEST, doc)
