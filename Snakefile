@@ -40,9 +40,10 @@ onstart:
 
 
 rule all:
-    """The report, then every manifest of the run validated (parity validate), then the run's evidence bundle
-    (parity bundle: the results and the workflow, an RO-Crate of what ran, in a BagIt bag at RESULTS-bundle),
-    checked once written. Neither has an output on purpose: they run each time `all` is asked for, so a file
+    """The report, then every manifest of the run validated and the tree sealed (parity seal: RESULTS/run.json
+    links every kept file no other manifest links, and the fetch receipts), then the run's evidence bundle
+    (parity bundle: the results, the inputs they link, the workflow, an RO-Crate of what ran, in a BagIt bag at
+    RESULTS-bundle), checked once written (parity validate --bundle: the bag, the crate, the manifests inside). Neither has an output on purpose: they run each time `all` is asked for, so a file
     changed, added or deleted since the last run is caught even when nothing needs remaking, and the bundle
     holds what is there now. Every manifest it vouches for is an input: Snakemake does not remake a deleted
     intermediate when what follows is up to date, but it always makes the inputs of `all`."""
@@ -51,14 +52,16 @@ rule all:
         vouched=vouched_manifests(),
         report=rules.report.output.manifest,
         page=rules.report.output.html,  # what snakemake --report shows: made also where an older run lacks it
+        receipts=FETCH_RECEIPTS,
     params:
         results=lambda wildcards, input: os.path.dirname(os.path.dirname(input.report)),
+        inputs=lambda wildcards, input: " ".join(f"--input {shlex.quote(r)}" for r in input.receipts),
         bundle=f"{RESULTS}-bundle",
         image=config["container"],
     log:
         f"{LOGS}/validate.log",
     shell:
-        "parity validate {params.results:q} > {log:q} 2>&1 || {{ tail -n 20 {log:q} >&2; exit 1; }}; "
+        "parity seal {params.results:q} {params.inputs} > {log:q} 2>&1 || {{ tail -n 20 {log:q} >&2; exit 1; }}; "
         "parity bundle {params.results:q} --out {params.bundle:q} --image {params.image:q} > {params.bundle:q}.log 2>&1"
         " && parity validate --bundle {params.bundle:q} >> {params.bundle:q}.log 2>&1"
         " || {{ tail -n 20 {params.bundle:q}.log >&2; exit 1; }}"

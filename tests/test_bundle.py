@@ -5,18 +5,21 @@ from __future__ import annotations
 
 import base64
 import json
+import shutil
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from parity import bundle
+from parity import bundle, seal
 from parity.cli import main
+from parity.trace import TraceSpec, build_trace
 
 
 @pytest.fixture
-def run(tmp_path) -> Path:
-    """A small finished run in a work folder: a Snakefile, a results tree, Snakemake's job records."""
+def run(tmp_path, small_inputs) -> Path:
+    """A small sealed run in a work folder: a Snakefile, a results tree whose trace reads inputs from outside it
+    (resources/, as a fetched corpus and tokenizer lie), Snakemake's job records."""
     work = tmp_path / "work"
     results = work / "results" / "smoke"
     (work / "workflow" / "rules").mkdir(parents=True)
@@ -24,8 +27,14 @@ def run(tmp_path) -> Path:
     (work / "workflow" / "rules" / "report.smk").write_text("# rules\n")
     (work / "config").mkdir()
     (work / "config" / "smoke.yaml").write_text("profile: smoke\n")
-    files = {
-        "traces/reuse.json": '{"kind": "trace"}', "traces/reuse.tokens": "\x00\x01\x02",
+    corpus, tok = small_inputs
+    inputs = work / "resources" / "inputs"
+    shutil.copytree(tok, inputs / "tok")
+    shutil.copy(corpus, inputs / "corpus.jsonl")
+    (work / "resources" / "unread.bin").write_text("no manifest links this")
+    build_trace(TraceSpec("reuse", documents=2, questions_per_document=1, prefix_tokens=200, seed=1),
+                inputs / "corpus.jsonl", inputs / "tok", results / "traces")
+    files = {  # a trial's versions and GPUs as the crate reads them (not a manifest: no schema_version)
         "locality/trials/t0.json": json.dumps({"kind": "trial", "versions": {"parity": "0.1.0", "vllm": None},
                                                "engine": {"name": "sim", "simulated": True},
                                                "gpus": [{"uuid": "sim-0", "name": "simulated"}]}),
@@ -42,7 +51,12 @@ def run(tmp_path) -> Path:
         record = {"rule": rule, "input": inputs, "log": [], "shellcmd": f"parity {rule}", "starttime": start,
                   "endtime": start + 5, "incomplete": False, "job_hash": hash(rule)}
         (metadata / base64.urlsafe_b64encode(output.encode()).decode()).write_text(json.dumps(record))
+    summary, problems = seal.seal(results, log=lambda m: None)
+    assert problems == [] and summary["files"] == 4  # the trial stand-in, a log, the report, the plot
     return work
+
+
+RESULT_FILES = 9  # the trace (manifest, measured and two warmup token files), the trial, a log, the report, the plot, run.json
 
 
 def make(run: Path) -> Path:
@@ -54,10 +68,13 @@ def make(run: Path) -> Path:
 def test_a_bundle_holds_every_kept_file_and_validates(run):
     out = make(run)
     assert bundle.check(out) == []
-    data = out / "data"
-    assert (data / "results" / "locality" / "trials" / "t0.json").is_file() and (data / "workflow" / "Snakefile").is_file()
-    assert not (data / "results" / "logs" / "empty.log").exists()  # empty logs and lock files are not kept
+    data = out / "data"  # the work folder's layout, so every relative link of a manifest still resolves
+    assert (data / "results" / "smoke" / "locality" / "trials" / "t0.json").is_file() and (data / "Snakefile").is_file()
+    assert not (data / "results" / "smoke" / "logs" / "empty.log").exists()  # empty logs and lock files are not kept
     assert not list(data.rglob("*.lock"))
+    # the inputs the trace links from outside the results are held; a file nothing links is not
+    assert (data / "resources" / "inputs" / "corpus.jsonl").is_file() and (data / "resources" / "inputs" / "tok" / "tokenizer.json").is_file()
+    assert not (data / "resources" / "unread.bin").exists()
     assert {"manifest-sha256.txt", "manifest-sha512.txt", "tagmanifest-sha256.txt", "bag-info.txt"} <= {p.name for p in out.iterdir()}
 
 
@@ -72,10 +89,10 @@ def test_the_crate_is_a_workflow_run_crate_with_one_action_per_job(run):
     jobs = [a for a in actions if a["@id"].startswith("#job-")]
     assert [a["instrument"]["@id"] for a in jobs] == ["#rule-trace", "#rule-report"]  # oldest first
     report = jobs[1]
-    assert report["object"] == [{"@id": "results/locality/trials/t0.json"}] and report["result"] == [{"@id": "results/report/report.md"}]
+    assert report["object"] == [{"@id": "results/smoke/locality/trials/t0.json"}] and report["result"] == [{"@id": "results/smoke/report/report.md"}]
     assert report["startTime"].startswith("1970-01-01T00:03:20") and report["actionStatus"].endswith("CompletedActionStatus")
     run_action = graph["#run"]
-    assert run_action["instrument"]["@id"] == "workflow/Snakefile" and len(run_action["result"]) == 6
+    assert run_action["instrument"]["@id"] == "Snakefile" and len(run_action["result"]) == RESULT_FILES
     assert graph["#software-parity"]["softwareVersion"] == "0.1.0" and graph["#gpu-sim-0"]["identifier"] == "sim-0"
 
 
@@ -94,13 +111,13 @@ def flip(path: Path) -> None:
 
 
 TAMPER = {  # the issue's tamper cases: (what is done, the file the check must name)
-    "a trial, one byte flipped": (lambda d: flip(d / "results/locality/trials/t0.json"), "data/results/locality/trials/t0.json"),
-    "a trace, one byte flipped": (lambda d: flip(d / "results/traces/reuse.tokens"), "data/results/traces/reuse.tokens"),
-    "a log, one byte flipped": (lambda d: flip(d / "results/logs/experiment_locality.log"), "data/results/logs/experiment_locality.log"),
-    "a plot, one byte flipped": (lambda d: flip(d / "results/report/plots/sustained.png"), "data/results/report/plots/sustained.png"),
+    "a trial, one byte flipped": (lambda d: flip(d / "results/smoke/locality/trials/t0.json"), "data/results/smoke/locality/trials/t0.json"),
+    "a trace, one byte flipped": (lambda d: flip(d / "results/smoke/traces/reuse.tokens"), "data/results/smoke/traces/reuse.tokens"),
+    "a log, one byte flipped": (lambda d: flip(d / "results/smoke/logs/experiment_locality.log"), "data/results/smoke/logs/experiment_locality.log"),
+    "a plot, one byte flipped": (lambda d: flip(d / "results/smoke/report/plots/sustained.png"), "data/results/smoke/report/plots/sustained.png"),
     "the crate, one byte flipped": (lambda d: flip(d / bundle.CRATE), f"data/{bundle.CRATE}"),
-    "a file deleted": (lambda d: (d / "results/report/report.md").unlink(), "data/results/report/report.md"),
-    "a file added": (lambda d: (d / "results/extra.json").write_text("{}"), "data/results/extra.json"),
+    "a file deleted": (lambda d: (d / "results/smoke/report/report.md").unlink(), "data/results/smoke/report/report.md"),
+    "a file added": (lambda d: (d / "results/smoke/extra.json").write_text("{}"), "data/results/smoke/extra.json"),
 }
 
 
@@ -140,7 +157,7 @@ def test_the_cli_writes_a_bundle_and_a_rerun_replaces_it(run):
     for _ in range(2):
         result = runner.invoke(main, ["bundle", str(run / "results" / "smoke"), "--out", str(out), "--workdir", str(run)])
         assert result.exit_code == 0, result.output
-        assert "6 result files" in result.output and "2 job(s)" in result.output
+        assert f"{RESULT_FILES} result files" in result.output and "2 job(s)" in result.output
     ok = runner.invoke(main, ["validate", "--bundle", str(out)])
     assert ok.exit_code == 0 and "1 bundle(s) valid" in ok.output
     assert runner.invoke(main, ["validate"]).exit_code == 2  # nothing named: a usage error
@@ -151,8 +168,8 @@ def test_a_deletion_and_a_change_together_are_both_named(run):
     TAMPER["a file deleted"][0](out / "data")
     TAMPER["a trial, one byte flipped"][0](out / "data")
     problems = bundle.check(out)
-    assert any(p.startswith("data/results/report/report.md: missing") for p in problems), problems
-    assert any(p.startswith("data/results/locality/trials/t0.json: changed") for p in problems), problems
+    assert any(p.startswith("data/results/smoke/report/report.md: missing") for p in problems), problems
+    assert any(p.startswith("data/results/smoke/locality/trials/t0.json: changed") for p in problems), problems
 
 
 def test_a_folder_bundled_by_hand_without_job_records_still_keeps_the_profile(run, tmp_path):
@@ -167,3 +184,24 @@ def test_a_folder_bundled_by_hand_without_job_records_still_keeps_the_profile(ru
     doc = json.loads((out / "data" / bundle.CRATE).read_text())
     action = next(e for e in doc["@graph"] if e["@id"] == "#run")
     assert action["startTime"] <= action["endTime"] and not [e for e in doc["@graph"] if e["@id"].startswith("#job-")]
+
+
+def test_a_change_made_with_the_bag_remade_to_match_is_still_caught_by_the_run_manifest(run):
+    """Someone who edits a log and re-hashes the bag's own manifests gets a valid bag, not a valid bundle:
+    the sealed tree inside is re-certified against its run manifest."""
+    import bagit
+
+    out = make(run)
+    log = out / "data" / "results" / "smoke" / "logs" / "experiment_locality.log"
+    log.write_text("t0: failed\n")
+    bagit.Bag(str(out)).save(manifests=True)
+    assert bagit.Bag(str(out)).is_valid()
+    problems = bundle.check(out)
+    assert len(problems) == 1 and "run.json: /files/" in problems[0] and "sha256-mismatch" in problems[0], problems
+
+
+def test_an_unsealed_tree_is_not_bundled(run, tmp_path):
+    (run / "results" / "smoke" / seal.RUN_MANIFEST).unlink()
+    with pytest.raises(bundle.BundleError, match=r"is not sealed \(no run.json\): run `parity seal "):
+        bundle.make(run / "results" / "smoke", tmp_path / "b", workdir=run, log=lambda m: None)
+    assert not (tmp_path / "b").exists()

@@ -1,13 +1,16 @@
 """The run's evidence bundle: its results and workflow in a BagIt bag, a Workflow Run RO-Crate inside.
 
-`make` copies every file a run keeps (not empty logs, not GPU lock files: `kept`) and the workflow
-that made them (Snakefile, rules, config, profiles, schemas) into a staging folder, describes them in
-an RO-Crate written with `rocrate` (the Workflow Run Crate profile: the Snakefile the main entity, as a
-ComputationalWorkflow; one CreateAction for the run and one per Snakemake job, read from Snakemake's
-own job records in `.snakemake/metadata`: rule, inputs, outputs, command, start, end, status; the
-software and GPUs the trial manifests name), then makes the folder a BagIt bag (`bagit`: SHA-256 and
-SHA-512 of every file). `check` validates a bag: every changed, missing or added file is one problem
-naming it. Nothing here decides whether a result is good; `parity validate` does that for manifests.
+`make` copies a sealed results tree (`parity.seal`: every kept file linked from its run manifest), the
+inputs its manifests link from outside it (a corpus, a tokenizer, fetch receipts; never weights, which
+no manifest links as a file) and the workflow that made them (Snakefile, rules, config, profiles,
+schemas) into a staging folder whose `data/` mirrors the work folder, so every relative link still
+resolves. It describes them in an RO-Crate written with `rocrate` (the Workflow Run Crate profile: the
+Snakefile the main entity, as a ComputationalWorkflow; one CreateAction for the run and one per
+Snakemake job, read from Snakemake's own job records in `.snakemake/metadata`: rule, inputs, outputs,
+command, start, end, status; the software and GPUs the trial manifests name), then makes the folder a
+BagIt bag (`bagit`: SHA-256 and SHA-512 of every file). `check` validates a bag: every changed,
+missing or added file is one problem naming it; then the crate's MUSTs; then the sealed trees inside
+are re-certified as `parity validate` would. Nothing here decides whether a result is good.
 """
 
 from __future__ import annotations
@@ -16,36 +19,31 @@ import base64
 import datetime
 import json
 import logging
+import mimetypes
 import shutil
 from pathlib import Path
 
+from parity import __version__
 from parity.errors import ParityError
+from parity.seal import RUN_MANIFEST, kept, sealed_trees
 
 CRATE = "ro-crate-metadata.json"
+RO_CRATE = "1.1"  # Workflow Run Crate 0.5 builds on RO-Crate 1.1 and Workflow RO-Crate 1.0 (roc-validator checks so)
 PROFILES = {  # what the crate conforms to, as the Workflow Run Crate profile asks the root to say
     "https://w3id.org/ro/wfrun/process/0.5": "Process Run Crate",
     "https://w3id.org/ro/wfrun/workflow/0.5": "Workflow Run Crate",
-    "https://w3id.org/workflowhub/workflow-ro-crate/1.1": "Workflow RO-Crate",
+    "https://w3id.org/workflowhub/workflow-ro-crate/1.0": "Workflow RO-Crate",
 }
 WORKFLOW_FILES = ("Snakefile", "workflow", "config", "profiles", "schemas")  # the workflow that made the results
 COMPLETED, FAILED = "http://schema.org/CompletedActionStatus", "http://schema.org/FailedActionStatus"
 CHECKSUMS = ("sha256", "sha512")
+LICENSE = "https://spdx.org/licenses/Apache-2.0"
+FORMATS = {".jsonl": "application/jsonl", ".log": "text/plain", ".smk": "text/x-python", ".yaml": "application/yaml",
+           ".tokens": "application/octet-stream", ".conf": "text/plain"}  # suffixes `mimetypes` does not know
 
 
 class BundleError(ParityError):
     """A bundle that cannot be made, or one that fails validation."""
-
-
-def kept(results: Path) -> list[Path]:
-    """The files of a results tree the bundle keeps, relative to it: all but empty logs and GPU lock files."""
-    files = []
-    for path in sorted(results.rglob("*")):
-        if not path.is_file() or path.is_symlink():
-            continue
-        if path.suffix == ".lock" or (path.suffix in (".log", ".out", ".err") and path.stat().st_size == 0):
-            continue
-        files.append(path.relative_to(results))
-    return files
 
 
 def jobs(workdir: Path, results: Path) -> list[dict]:
@@ -114,6 +112,40 @@ def _provenance(results: Path, files: list[Path]) -> tuple[dict, list[dict]]:
     return {name: sorted(v) for name, v in sorted(versions.items())}, [gpus[u] for u in sorted(gpus)]
 
 
+def _format(path: Path) -> dict:
+    """The file's media type where one is known (RO-Crate recommends `encodingFormat`)."""
+    kind = mimetypes.guess_type(path.name)[0] or FORMATS.get(path.suffix)
+    return {"encodingFormat": kind} if kind else {}
+
+
+def _base(results: Path, workdir: Path) -> Path:
+    """The folder the bundle's `data/` mirrors: the work folder, or the results' parent if they lie elsewhere."""
+    results = results.resolve()
+    return workdir.resolve() if results.is_relative_to(workdir.resolve()) else results.parent
+
+
+def _place(path: Path, base: Path) -> str:
+    """Where a file lies in the bundle's `data/`: where it lies under `base`, so relative links still resolve."""
+    return path.resolve().relative_to(base).as_posix()
+
+
+def _inputs(results: Path, base: Path) -> list[Path]:
+    """The files the tree's manifests link from outside it (a corpus, a tokenizer, a fetch receipt), which the
+    bundle holds too; one outside `base` cannot be placed, so the bundle is refused, naming it."""
+    from parity.manifest import linked_files, manifests_in
+
+    here, found = results.resolve(), {}
+    for manifest, doc in manifests_in(results):
+        for target in linked_files(doc, manifest):
+            target = target.resolve()
+            if target.is_relative_to(here) or target in found or not target.is_file():
+                continue
+            if not target.is_relative_to(base):
+                raise BundleError(f"{manifest} links {target}, outside {base}: bundle from a work folder that holds it")
+            found[target] = target
+    return sorted(found)
+
+
 def make(results: Path, bundle: Path, *, workdir: Path = Path("."), image: Path | None = None, log=print) -> dict:
     """Write the bag BUNDLE (which must not exist yet, or be an earlier bundle) around RESULTS and the workflow;
     returns a summary (files, bytes, jobs)."""
@@ -125,32 +157,39 @@ def make(results: Path, bundle: Path, *, workdir: Path = Path("."), image: Path 
         raise BundleError(f"no results folder at {results}")
     if bundle.resolve().is_relative_to(results.resolve()):
         raise BundleError(f"the bundle {bundle} must lie outside the results it holds ({results})")
+    if not (results / RUN_MANIFEST).is_file():
+        raise BundleError(f"{results} is not sealed (no {RUN_MANIFEST}): run `parity seal {results}` first")
     if bundle.exists():
         if not (bundle / "bagit.txt").is_file():
             raise BundleError(f"{bundle} exists and is not a bundle: not replacing it")
         shutil.rmtree(bundle)
     staging = bundle.with_name(bundle.name + ".partial")
     shutil.rmtree(staging, ignore_errors=True)
+    base = _base(results, workdir)
     files, records = kept(results), jobs(workdir, results)
-    log(f"bundle: {len(files)} result files of {results}, the workflow, and {len(records)} job records")
-    crate = ROCrate()
+    outside = _inputs(results, base)
+    log(f"bundle: {len(files)} result files of {results}, {len(outside)} input(s) they link from outside it, "
+        f"the workflow, and {len(records)} job records")
+    crate = ROCrate(version=RO_CRATE)
     root = crate.root_dataset
     root["name"] = f"parity evidence: {results.name}"
     root["description"] = ("Reproduction of 'Bringing Flame Serving Close to Standalone vLLM': every kept result of one "
                            "run, the workflow that made it, and what ran (simulated results say so in their manifests).")
     root["datePublished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-    root["license"] = "https://spdx.org/licenses/Apache-2.0"
-    workflow = crate.add_workflow(workdir / "Snakefile", "workflow/Snakefile", main=True, lang="snakemake")
+    root["license"] = _entity(crate, LICENSE, "CreativeWork", name="Apache License 2.0", identifier="Apache-2.0")
+    workflow = crate.add_workflow(workdir / "Snakefile", "Snakefile", main=True, lang="snakemake")
+    workflow["version"] = __version__  # the parity release whose workflow this is
     root["conformsTo"] = [_entity(crate, uri, "CreativeWork", name=name, version=uri.rsplit("/", 1)[1])
                           for uri, name in PROFILES.items()]  # after add_workflow, which names one of them itself
+    entities = {}  # by resolved path: what the job records name
     for name in WORKFLOW_FILES[1:]:
         for path in sorted((workdir / name).rglob("*")) if (workdir / name).is_dir() else []:
             if path.is_file() and "__pycache__" not in path.parts:
-                crate.add_file(path, f"workflow/{path.relative_to(workdir)}")
-    entities = {}
-    for rel in files:
-        key = (results / rel).resolve()
-        entities[key] = crate.add_file(results / rel, f"results/{rel}", properties={"contentSize": (results / rel).stat().st_size})
+                entities[path.resolve()] = crate.add_file(path, _place(path, workdir.resolve()), properties=_format(path))
+    for path in [results / rel for rel in files] + outside:
+        if path.resolve() not in entities:  # an input may be a workflow file (a committed model config)
+            entities[path.resolve()] = crate.add_file(path, _place(path, base),
+                                                      properties={"contentSize": path.stat().st_size} | _format(path))
     versions, gpus = _provenance(results, files)
     software = [_entity(crate, f"#software-{name}", "SoftwareApplication", name=name,
                         softwareVersion=", ".join(found)) for name, found in versions.items()]
@@ -162,35 +201,38 @@ def make(results: Path, bundle: Path, *, workdir: Path = Path("."), image: Path 
     hardware = [_entity(crate, f"#gpu-{g['uuid']}", "Thing", name=g.get("name") or g["uuid"],
                         identifier=g["uuid"]) for g in gpus]
     workflow["softwareRequirements"] = software
-    root["mentions"] = software + hardware
 
     def linked(paths: list[str]) -> list:
         return [entities[p] for p in ((workdir / x).resolve() for x in paths) if p in entities]
 
     rules: dict = {}
+    actions: list = []
     for index, job in enumerate(records):
         rule = job["rule"] or "unknown"
         if rule not in rules:
             rules[rule] = _entity(crate, f"#rule-{rule}", "SoftwareApplication", name=f"rule {rule}",
-                                  description=f"the Snakemake rule {rule} of workflow/Snakefile")
-        crate.add_action(rules[rule], identifier=f"#job-{index}-{rule}", object=linked(job["inputs"]),
+                                  description=f"the Snakemake rule {rule} of the Snakefile", softwareVersion=__version__)
+        actions.append(crate.add_action(rules[rule], identifier=f"#job-{index}-{rule}", object=linked(job["inputs"]),
                          result=linked(job["outputs"] + job["logs"]),
                          properties={"name": f"{rule} job {index}", "description": job["command"] or "",
                                      "startTime": _iso(job["start"]), "endTime": _iso(job["end"]),
-                                     "actionStatus": FAILED if job["incomplete"] else COMPLETED})
+                                     "actionStatus": FAILED if job["incomplete"] else COMPLETED}))
     # the run's span from Snakemake's job records; without them (a folder bundled by hand), from its files' times
     times = [t for j in records for t in (j["start"], j["end"]) if t] or [(results / rel).stat().st_mtime for rel in files]
-    crate.add_action(workflow, identifier="#run", object=[e for e in crate.get_entities() if e.id.startswith("workflow/config/")],
-                     result=list(entities.values()),
-                     properties={"name": f"run of workflow/Snakefile into {results}",
+    actions.append(crate.add_action(workflow, identifier="#run", object=[e for e in crate.get_entities() if e.id.startswith("config/")]
+                     + [entities[p.resolve()] for p in outside if not entities[p.resolve()].id.startswith("config/")],
+                     result=[entities[(results / rel).resolve()] for rel in files],
+                     properties={"name": f"run of the Snakefile into {results}",
+                                 "description": f"the Snakemake run that wrote {results.name}: its config in, its kept files out",
                                  "startTime": _iso(min(times, default=None)), "endTime": _iso(max(times, default=None)),
-                                 "actionStatus": FAILED if any(j["incomplete"] for j in records) else COMPLETED})
+                                 "actionStatus": FAILED if any(j["incomplete"] for j in records) else COMPLETED}))
+    root["mentions"] = software + hardware + actions  # Process Run Crate: the actions, from the root
     crate.write(staging)
     bagit.make_bag(str(staging), {"Source-Organization": "parity", "External-Description": root["description"]},
                    checksums=list(CHECKSUMS))
     staging.rename(bundle)
     size = sum(p.stat().st_size for p in (bundle / "data").rglob("*") if p.is_file())
-    return {"bundle": str(bundle), "files": len(files), "bytes": size, "jobs": len(records)}
+    return {"bundle": str(bundle), "files": len(files), "inputs": len(outside), "bytes": size, "jobs": len(records)}
 
 
 def check(bundle: Path) -> list[str]:
@@ -246,7 +288,22 @@ def check(bundle: Path) -> list[str]:
         doc = json.loads(crate.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         return [f"{crate}: not a readable RO-Crate ({exc})"]
-    return [f"{crate}: {problem}" for problem in crate_problems(doc)]
+    problems = [f"{crate}: {problem}" for problem in crate_problems(doc)]
+    return problems or _evidence_problems(bundle / "data")
+
+
+def _evidence_problems(data: Path) -> list[str]:
+    """The sealed results trees inside the bag, re-certified: their manifests valid, every link's hash right,
+    every kept file linked (`parity validate` on each); one line per problem."""
+    from parity.manifest import validate_paths
+    from parity.seal import unlinked
+
+    trees = sealed_trees(data)
+    if not trees:
+        return [f"{data}: holds no sealed results tree (no run manifest; `parity seal` the results before bundling)"]
+    _checked, problems = validate_paths(trees)
+    problems += [problem for tree in trees for problem in unlinked(tree)]
+    return [str(problem) for problem in problems]
 
 
 def crate_problems(doc: dict) -> list[str]:
@@ -254,8 +311,8 @@ def crate_problems(doc: dict) -> list[str]:
     graph = {e.get("@id"): e for e in doc.get("@graph", []) if isinstance(e, dict)}
     problems = []
     descriptor = graph.get(CRATE)
-    if not descriptor or not str((descriptor.get("conformsTo") or {}).get("@id", "")).startswith("https://w3id.org/ro/crate/1."):
-        return ["the metadata descriptor does not conform to RO-Crate 1.x"]
+    if not descriptor or f"https://w3id.org/ro/crate/{RO_CRATE}" not in {c.get("@id") for c in _list(descriptor.get("conformsTo"))}:
+        return [f"the metadata descriptor does not conform to RO-Crate {RO_CRATE}"]
     root = graph.get((descriptor.get("about") or {}).get("@id"))
     if not root or root.get("@type") != "Dataset":
         return ["the descriptor is not about a Dataset"]

@@ -183,7 +183,10 @@ def validate_cmd(paths, bundles):
         click.echo(f"{len(bundles)} bundle(s) valid: every file as the bag lists it, the crate as its profiles ask")
         if not paths:
             return
+    from parity.seal import unlinked
+
     checked, problems = validate_paths(paths)
+    problems += [problem for path in paths if path.is_dir() for problem in unlinked(path)]
     for problem in problems:
         click.echo(str(problem), err=True)
     if problems:
@@ -191,6 +194,27 @@ def validate_cmd(paths, bundles):
     if checked == 0:
         raise click.ClickException("no manifests found")
     click.echo(f"{checked} manifest(s) valid")
+
+
+@main.command("seal")
+@click.argument("results", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--input", "inputs", multiple=True, type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="A manifest of the run's inputs from outside RESULTS (a fetch receipt); repeatable.")
+@friendly_errors
+def seal_cmd(results, inputs):
+    """Validate every manifest of RESULTS, then write RESULTS/run.json linking every kept file no other manifest
+    links (logs, side files) and the tree's top manifests: after it, `parity validate RESULTS` names any file
+    changed, deleted or added. Exits 1 with each problem (and no run manifest) if the tree does not validate."""
+    from parity.seal import SealError, seal
+
+    summary, problems = seal(results, inputs, log=_echo)
+    for problem in problems:
+        click.echo(str(problem), err=True)
+    if problems:
+        raise SealError(f"not sealed: {len(problems)} problem(s) in the manifests of {results}")
+    click.echo(f"sealed {results}: {summary['manifests']} manifest(s) valid; {summary['run_manifest']} links its "
+               f"{summary['tops']} top manifest(s), {summary['files']} other file(s) and {summary['inputs']} input(s); "
+               f"every one of the {summary['kept']} kept files is linked")
 
 
 @main.command("bundle")

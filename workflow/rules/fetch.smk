@@ -70,12 +70,19 @@ if not INPUTS["generate"]:
     rule fetch_nltk_punkt:
         """NLTK's punkt_tab (read inside its zip) for the MLPerf accuracy check's sentence splitting."""
         output:
-            "resources/nltk_data/tokenizers/punkt_tab.zip",
+            zip="resources/nltk_data/tokenizers/punkt_tab.zip",
+            receipt="resources/nltk_data/tokenizers/fetch-receipt.json",
         params:
             pins=f"{FETCH_PINS}/nltk-punkt-tab.json",
-            dest=lambda wildcards, output: os.path.dirname(output[0]),
+            dest=lambda wildcards, output: os.path.dirname(output.zip),
             record=FETCH_RECORD,
         log:
             f"{LOGS}/fetch_nltk_punkt.log",
         shell:
             "parity fetch url --pins {params.pins:q} --dest {params.dest:q} {params.record} 2> {log:q}"
+
+    # the run's inputs from outside its results, by their receipts: `parity seal` links them from the run manifest
+    FETCH_RECEIPTS = [getattr(rules, name).output.receipt for name in
+                      ("fetch_model", "fetch_corpus_source", "corpus_articles", "fetch_mlperf_dataset", "fetch_nltk_punkt")]
+else:
+    FETCH_RECEIPTS = []  # generated inputs lie in the results and are linked by the manifests that read them

@@ -1,0 +1,124 @@
+"""The run manifest: every file a results tree keeps, linked by path and SHA-256 from one place.
+
+Each step's manifest links what that step made (a trial its records, an experiment its trials and
+cleanup receipts, a trace its corpus and tokenizer). `seal` validates them all, then writes
+`RESULTS/run.json` (kind `run`) linking the rest: every manifest no other manifest links (the tree's
+tops: experiments, MLPerf runs, the report, ...), every kept file no manifest links (logs, LoadGen's
+side files, the tokenizer's config), and the run's inputs from outside the tree (fetch receipts). So
+naming the tree checks every kept file, and a file added to a sealed tree is named (`unlinked`).
+
+`all` seals on every run (the seal vouches for the tree as it is then); a tree that fails validation
+is not sealed, and an earlier seal of it is removed, so nothing vouches for it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from pathlib import Path
+
+from parity.errors import ParityError
+from parity.manifest import (Problem, file_ref, header, linked_files, manifests_in, read_manifest,
+                             validate_paths, write_manifest)
+
+RUN_MANIFEST = "run.json"
+KIND = "run"
+NOT_KEPT = (".lock",)  # GPU lock files: the lock, not evidence
+LOG_SUFFIXES = (".log", ".out", ".err")  # kept unless empty
+
+
+class SealError(ParityError):
+    """A tree that cannot be sealed: its manifests do not validate (each problem is listed before this)."""
+
+
+def kept(results: Path) -> list[Path]:
+    """The files of a results tree a run keeps, relative to it: all but empty logs and GPU lock files."""
+    files = []
+    for path in sorted(Path(results).rglob("*")):
+        if not path.is_file() or path.is_symlink():
+            continue
+        if path.suffix in NOT_KEPT or (path.suffix in LOG_SUFFIXES and path.stat().st_size == 0):
+            continue
+        files.append(path.relative_to(results))
+    return files
+
+
+def _is_run_manifest(path: Path, doc: dict) -> bool:
+    return path.name == RUN_MANIFEST and doc.get("kind") == KIND
+
+
+def _found(results: Path) -> tuple[list[tuple[Path, dict]], Path | None]:
+    """The tree's manifests other than its run manifest, and the run manifest's path if it has one."""
+    manifests, seal = [], None
+    for path, doc in manifests_in(results):
+        if path.parent == results and _is_run_manifest(path, doc):
+            seal = path
+        else:
+            manifests.append((path, doc))
+    return manifests, seal
+
+
+def _linked(manifests: Iterable[tuple[Path, dict]]) -> set[Path]:
+    return {target for path, doc in manifests for target in linked_files(doc, path)}
+
+
+def seal(results: Path, inputs: Iterable[Path] = (), *, log=print) -> tuple[dict | None, list[Problem]]:
+    """Validate the tree (and `inputs`), then write its run manifest; returns (summary, problems).
+
+    With problems, no run manifest is written and an earlier one is removed.
+    """
+    results = Path(results)
+    if not results.is_dir():
+        raise ParityError(f"no results folder at {results}")
+    inputs = [Path(i) for i in inputs]
+    manifests, old = _found(results)
+    log(f"seal: validating {len(manifests)} manifest(s) of {results} and {len(inputs)} input receipt(s)")
+    checked, problems = validate_paths([p for p, _ in manifests] + inputs)
+    if problems:
+        if old is not None:
+            old.unlink()
+        return None, problems
+    linked = _linked(manifests)
+    here = Path(os.path.abspath(results))
+    tops = [p for p, _ in manifests if Path(os.path.abspath(p)) not in linked]
+    paths = {Path(os.path.abspath(p)) for p, _ in manifests}
+    rest = [results / rel for rel in kept(results)
+            if (here / rel) not in linked and (here / rel) not in paths and rel != Path(RUN_MANIFEST)]
+    simulated = any(doc.get("simulated") for _, doc in manifests)
+    doc = header(KIND, simulated=simulated) | {
+        "results": results.name,
+        "manifests": [file_ref(p, results) for p in tops],
+        "files": [file_ref(p, results) for p in rest],
+        "inputs": [file_ref(p, results) for p in inputs],
+    }
+    write_manifest(results / RUN_MANIFEST, doc)
+    summary = {"run_manifest": str(results / RUN_MANIFEST), "manifests": checked, "tops": len(tops),
+               "files": len(rest), "inputs": len(inputs), "kept": len(kept(results))}
+    return summary, []
+
+
+def unlinked(results: Path) -> list[Problem]:
+    """In a sealed tree, every kept file no manifest links (one added after the seal); [] for an unsealed tree."""
+    results = Path(results)
+    manifests, run = _found(results)
+    if run is None:
+        return []
+    linked = _linked(manifests + [(run, read_manifest(run))])
+    here = Path(os.path.abspath(results))
+    return [Problem(str(results / rel), "", "unlinked",
+                    f"kept in the sealed tree {results} but linked by no manifest (added after its run manifest?)")
+            for rel in kept(results) if (here / rel) not in linked and rel != Path(RUN_MANIFEST)]
+
+
+def sealed_trees(folder: Path) -> list[Path]:
+    """The sealed results trees under `folder` (each folder holding a run manifest), shallowest first."""
+    trees = []
+    for path in Path(folder).rglob(RUN_MANIFEST):
+        if any(part.startswith(".") for part in path.relative_to(folder).parts):
+            continue
+        try:
+            if _is_run_manifest(path, read_manifest(path)):
+                trees.append(path.parent)
+        except ParityError:
+            continue  # not a manifest: validating the tree reports it
+    return sorted(trees, key=lambda t: (len(t.parts), str(t)))

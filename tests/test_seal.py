@@ -1,0 +1,107 @@
+"""The run manifest: after `parity seal`, every kept file of a results tree is linked by path and hash, so
+`parity validate` names any file changed, deleted or added; a tree that does not validate is not sealed."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from parity import seal
+from parity.cli import main
+from parity.manifest import header, linked_files, manifests_in, write_manifest
+from parity.trace import TraceSpec, build_trace
+
+
+@pytest.fixture
+def results(tmp_path, small_inputs) -> Path:
+    """A results tree as the smoke profile leaves it: generated inputs, a trace reading them, a cleanup
+    receipt, logs (one empty), a lock file, a side file no step's manifest links."""
+    tree = tmp_path / "results" / "smoke"
+    corpus, tok = small_inputs
+    shutil.copytree(tok, tree / "inputs" / "tokenizer")
+    shutil.copy(corpus, tree / "inputs" / "corpus.jsonl")
+    build_trace(TraceSpec("reuse", documents=2, questions_per_document=1, prefix_tokens=200, seed=1),
+                tree / "inputs" / "corpus.jsonl", tree / "inputs" / "tokenizer", tree / "traces")
+    write_manifest(tree / "locality" / "cleanup" / "t0.json", header("cleanup-receipt", simulated=True) | {
+        "what": "replicas", "processes": [], "ports_released": [], "gpus_released": [], "clean": True, "errors": []})
+    for rel, text in {"logs/trace_reuse.log": "built\n", "logs/empty.log": "", "locality/gpu-locks/g0.lock": "",
+                      "offline-limit/trials/summary.jsonl": '{"trial": "t0"}\n'}.items():
+        (tree / rel).parent.mkdir(parents=True, exist_ok=True)
+        (tree / rel).write_text(text)
+    return tree
+
+
+def sealed(results: Path) -> dict:
+    summary, problems = seal.seal(results, log=lambda m: None)
+    assert problems == [], problems
+    return json.loads((results / seal.RUN_MANIFEST).read_text())
+
+
+def test_after_the_seal_every_kept_file_is_linked_from_some_manifest(results):
+    doc = sealed(results)
+    linked = {t for path, d in manifests_in(results) for t in linked_files(d, path)}
+    kept = {(results / rel).resolve() for rel in seal.kept(results)} - {(results / seal.RUN_MANIFEST).resolve()}
+    assert kept <= linked  # the tokenizer's config, the log, the side file, the receipt: none left out
+    assert not (kept & {(results / "logs" / "empty.log").resolve(), (results / "locality/gpu-locks/g0.lock").resolve()})
+    assert sorted(r["path"] for r in doc["manifests"]) == ["locality/cleanup/t0.json", "traces/reuse.json"]
+    assert "inputs/tokenizer/tokenizer_config.json" in {r["path"] for r in doc["files"]}
+    assert "inputs/corpus.jsonl" not in {r["path"] for r in doc["files"]}  # the trace links it already
+    assert doc["simulated"] is True  # one of its manifests is
+    ok = CliRunner().invoke(main, ["validate", str(results)])
+    assert ok.exit_code == 0 and "manifest(s) valid" in ok.output
+
+
+@pytest.mark.parametrize("change, rule", [
+    (lambda t: (t / "notes.txt").write_text("added later"), "unlinked"),
+    (lambda t: (t / "logs" / "trace_reuse.log").write_text("edited\n"), "sha256-mismatch"),
+    (lambda t: (t / "offline-limit" / "trials" / "summary.jsonl").unlink(), "file-missing"),
+    (lambda t: (t / "inputs" / "tokenizer" / "tokenizer_config.json").write_text("{}"), "sha256-mismatch"),
+])
+def test_a_change_to_a_sealed_tree_is_named(results, change, rule):
+    sealed(results)
+    change(results)
+    result = CliRunner().invoke(main, ["validate", str(results)])
+    assert result.exit_code == 1 and f": {rule}: " in result.output, result.output
+
+
+def test_a_tree_that_does_not_validate_is_not_sealed_and_an_earlier_seal_is_removed(results):
+    sealed(results)
+    (results / "traces" / "reuse.tokens").write_bytes(b"tampered")
+    result = CliRunner().invoke(main, ["seal", str(results)])
+    assert result.exit_code == 1 and "traces/reuse.json: /tokens: sha256-mismatch" in result.output
+    assert result.output.strip().splitlines()[-1].startswith("Error: not sealed: ")
+    assert not (results / seal.RUN_MANIFEST).exists()  # nothing vouches for the tree now
+
+
+def test_sealing_again_links_what_a_rerun_added_and_the_cli_says_what_it_did(results):
+    sealed(results)
+    (results / "logs" / "rerun.log").write_text("again\n")
+    result = CliRunner().invoke(main, ["seal", str(results)])
+    assert result.exit_code == 0 and "sealed" in result.output, result.output
+    assert "logs/rerun.log" in {r["path"] for r in json.loads((results / seal.RUN_MANIFEST).read_text())["files"]}
+    assert CliRunner().invoke(main, ["validate", str(results)]).exit_code == 0
+
+
+def test_fetch_receipts_outside_the_tree_are_linked_as_its_inputs(results, tmp_path):
+    receipt = tmp_path / "resources" / "model" / "fetch-receipt.json"
+    write_manifest(receipt, header("cleanup-receipt", simulated=False) | {  # any valid manifest stands in
+        "what": "stand-in", "processes": [], "ports_released": [], "gpus_released": [], "clean": True, "errors": []})
+    result = CliRunner().invoke(main, ["seal", str(results), "--input", str(receipt)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads((results / seal.RUN_MANIFEST).read_text())
+    assert [r["path"] for r in doc["inputs"]] == ["../../resources/model/fetch-receipt.json"]
+    receipt.write_text(receipt.read_text().replace("stand-in", "stand-by"))
+    assert CliRunner().invoke(main, ["validate", str(results)]).exit_code == 1  # followed from the run manifest
+
+
+def test_bad_seal_input_is_one_line(tmp_path):
+    result = CliRunner().invoke(main, ["seal", str(tmp_path / "nothing")])
+    assert result.exit_code == 2 and "does not exist" in result.output
+    (tmp_path / "empty").mkdir()
+    result = CliRunner().invoke(main, ["seal", str(tmp_path / "empty")])
+    assert result.exit_code == 0 and "0 manifest(s) valid" in result.output  # an empty tree seals as empty
+    assert seal.unlinked(tmp_path / "empty") == []
