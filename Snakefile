@@ -59,9 +59,8 @@ rule all:
         bundle=f"{RESULTS}-bundle",
         image=config["container"],
     log:
-        f"{LOGS}/validate.log",
+        f"{RESULTS}-bundle.log",  # outside the tree it seals: a log still being written cannot be linked by hash
     shell:
-        "parity seal {params.results:q} {params.inputs} > {log:q} 2>&1 || {{ tail -n 20 {log:q} >&2; exit 1; }}; "
-        "parity bundle {params.results:q} --out {params.bundle:q} --image {params.image:q} > {params.bundle:q}.log 2>&1"
-        " && parity validate --bundle {params.bundle:q} >> {params.bundle:q}.log 2>&1"
-        " || {{ tail -n 20 {params.bundle:q}.log >&2; exit 1; }}"
+        "{{ parity seal {params.results:q} {params.inputs}"
+        " && parity bundle {params.results:q} --out {params.bundle:q} --image {params.image:q}"
+        " && parity validate --bundle {params.bundle:q}; }} > {log:q} 2>&1 || {{ tail -n 20 {log:q} >&2; exit 1; }}"

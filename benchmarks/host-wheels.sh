@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Run HERE, on a machine that reaches PyPI, from the repo root: the wheels of snakemake 9.27.1 and of every
 # package it needs that our offline GPU hosts lack (Python 3.12, x86-64; the host's own list is torch's image's,
-# see the device notes), into .whl/ (git-ignored). benchmarks/host.sh installs them there. Not fetched: pulp
-# (16 MB, only the ILP scheduler uses it; profiles/host schedules greedily). connection_pool publishes no
-# wheel, so its wheel is built here (pure Python). The versions are those the CPU workflow is tested with.
+# see the device notes), and of what `parity bundle` and `parity report` add (rocrate, bagit, markdown), into .whl/
+# (git-ignored). benchmarks/host.sh installs them there. Not fetched: pulp
+# (16 MB, only the ILP scheduler uses it; profiles/host schedules greedily). connection_pool and bagit publish no
+# wheel, so theirs are built here (pure Python). The versions are those the CPU workflow is tested with.
 set -euo pipefail
 dest=${1:-.whl}
 mkdir -p "$dest"
@@ -20,7 +21,8 @@ python3 -m pip download -q --no-deps --only-binary=:all: --python-version 3.12 -
   immutables==0.21 jsonschema==4.26.0 jsonschema-specifications==2025.9.1 jupyter-core==5.9.1 nbformat==5.11.1 \
   platformdirs==4.14.9 pydantic==2.14.4 pydantic-core==2.50.5 referencing==0.37.0 rpds-py==2026.9.1 \
   smart-open==7.7.1 smmap==5.0.3 sqlalchemy==2.0.58 sqlmodel==0.0.37 tenacity==9.2.1 throttler==1.2.3 \
-  traitlets==5.16.1 typing-inspection==0.4.5 yte==1.9.4
-python3 -m pip wheel -q --no-deps -w "$dest" connection-pool==0.0.3
+  traitlets==5.16.1 typing-inspection==0.4.5 yte==1.9.4 \
+  rocrate==0.16.0 arcp==0.2.1 markdown==3.11.3 python-dateutil==4.0.0 six==1.17.0
+python3 -m pip wheel -q --no-deps -w "$dest" connection-pool==0.0.3 bagit==1.9.0  # neither publishes a wheel
 # jsonschema, referencing, rpds-py, pydantic and its helpers are the vLLM bundle's versions too: either copy serves.
 echo "$(ls "$dest"/*.whl | wc -l) wheels in $dest: $(du -sh "$dest" | cut -f1) ($(du -sb "$dest" | cut -f1) bytes)"

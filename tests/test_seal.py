@@ -105,3 +105,17 @@ def test_bad_seal_input_is_one_line(tmp_path):
     result = CliRunner().invoke(main, ["seal", str(tmp_path / "empty")])
     assert result.exit_code == 0 and "0 manifest(s) valid" in result.output  # an empty tree seals as empty
     assert seal.unlinked(tmp_path / "empty") == []
+
+
+def test_a_seal_whose_own_output_lies_in_the_tree_is_refused_in_one_line(results):
+    """`parity seal RESULTS > RESULTS/logs/seal.log` would link its log before its last line is written."""
+    import subprocess
+    import sys
+
+    log = results / "logs" / "seal.log"
+    with open(log, "w") as handle:
+        run = subprocess.run([sys.executable, "-m", "parity", "seal", str(results)], stdout=handle, stderr=subprocess.STDOUT)
+    assert run.returncode == 1
+    assert log.read_text().strip().splitlines()[-1] == (
+        f"Error: {log} is this command's own output: write it outside the tree it seals")
+    assert not (results / seal.RUN_MANIFEST).exists()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
+from stat import S_ISREG
 
 from parity.errors import ParityError
 from parity.manifest import (Problem, file_ref, header, linked_files, manifests_in, read_manifest,
@@ -78,6 +79,10 @@ def seal(results: Path, inputs: Iterable[Path] = (), *, log=print) -> tuple[dict
         if old is not None:
             old.unlink()
         return None, problems
+    own = _own_output()
+    mine = [results / rel for rel in kept(results) if _identity(results / rel) in own]
+    if mine:  # linked now, it would change when the command's last line is written, breaking the seal at once
+        raise SealError(f"{mine[0]} is this command's own output: write it outside the tree it seals")
     linked = _linked(manifests)
     here = Path(os.path.abspath(results))
     tops = [p for p, _ in manifests if Path(os.path.abspath(p)) not in linked]
@@ -95,6 +100,24 @@ def seal(results: Path, inputs: Iterable[Path] = (), *, log=print) -> tuple[dict
     summary = {"run_manifest": str(results / RUN_MANIFEST), "manifests": checked, "tops": len(tops),
                "files": len(rest), "inputs": len(inputs), "kept": len(kept(results))}
     return summary, []
+
+
+def _identity(path: Path) -> tuple[int, int]:
+    stat = path.stat()
+    return stat.st_dev, stat.st_ino
+
+
+def _own_output() -> set[tuple[int, int]]:
+    """The files this process's stdout and stderr are redirected to."""
+    found = set()
+    for fd in (1, 2):
+        try:
+            stat = os.fstat(fd)
+        except OSError:
+            continue
+        if S_ISREG(stat.st_mode):
+            found.add((stat.st_dev, stat.st_ino))
+    return found
 
 
 def unlinked(results: Path) -> list[Problem]:
