@@ -29,7 +29,7 @@ LOG_SUFFIXES = (".log", ".out", ".err")  # kept unless empty
 
 
 class SealError(ParityError):
-    """A tree that cannot be sealed: its manifests do not validate (each problem is listed before this)."""
+    """A tree that cannot be sealed: its manifests do not validate, or it holds the command's own output."""
 
 
 def kept(results: Path) -> list[Path]:
@@ -72,6 +72,11 @@ def seal(results: Path, inputs: Iterable[Path] = (), *, log=print) -> tuple[dict
     if not results.is_dir():
         raise ParityError(f"no results folder at {results}")
     inputs = [Path(i) for i in inputs]
+    files = [rel for rel in kept(results) if rel != Path(RUN_MANIFEST)]
+    own = _own_output()
+    mine = [path for path in results.rglob("*") if own and path.is_file() and _identity(path) in own]
+    if mine:  # (empty logs too: not kept now, kept once written) it would change after the seal, breaking it at once
+        raise SealError(f"{mine[0]} is this command's own output: write it outside the tree it seals")
     manifests, old = _found(results)
     log(f"seal: validating {len(manifests)} manifest(s) of {results} and {len(inputs)} input receipt(s)")
     checked, problems = validate_paths([p for p, _ in manifests] + inputs)
@@ -79,18 +84,12 @@ def seal(results: Path, inputs: Iterable[Path] = (), *, log=print) -> tuple[dict
         if old is not None:
             old.unlink()
         return None, problems
-    own = _own_output()
-    mine = [results / rel for rel in kept(results) if _identity(results / rel) in own]
-    if mine:  # linked now, it would change when the command's last line is written, breaking the seal at once
-        raise SealError(f"{mine[0]} is this command's own output: write it outside the tree it seals")
-    linked = _linked(manifests)
     here = Path(os.path.abspath(results))
+    linked = _linked(manifests)
     tops = [p for p, _ in manifests if Path(os.path.abspath(p)) not in linked]
     paths = {Path(os.path.abspath(p)) for p, _ in manifests}
-    rest = [results / rel for rel in kept(results)
-            if (here / rel) not in linked and (here / rel) not in paths and rel != Path(RUN_MANIFEST)]
-    simulated = any(doc.get("simulated") for _, doc in manifests)
-    doc = header(KIND, simulated=simulated) | {
+    rest = [results / rel for rel in files if (here / rel) not in linked and (here / rel) not in paths]
+    doc = header(KIND, simulated=any(doc.get("simulated") for _, doc in manifests)) | {
         "results": results.name,
         "manifests": [file_ref(p, results) for p in tops],
         "files": [file_ref(p, results) for p in rest],
@@ -98,7 +97,7 @@ def seal(results: Path, inputs: Iterable[Path] = (), *, log=print) -> tuple[dict
     }
     write_manifest(results / RUN_MANIFEST, doc)
     summary = {"run_manifest": str(results / RUN_MANIFEST), "manifests": checked, "tops": len(tops),
-               "files": len(rest), "inputs": len(inputs), "kept": len(kept(results))}
+               "files": len(rest), "inputs": len(inputs), "kept": len(files) + 1}
     return summary, []
 
 
