@@ -43,9 +43,9 @@ rule all:
     """The report, then every manifest of the run validated and the tree sealed (parity seal: RESULTS/run.json
     links every kept file no other manifest links, and the fetch receipts), then the run's evidence bundle
     (parity bundle: the results, the inputs they link, the workflow, an RO-Crate of what ran, in a BagIt bag at
-    RESULTS-bundle), checked once written (parity validate --bundle: the bag, the crate, the manifests inside). Neither has an output on purpose: they run each time `all` is asked for, so a file
-    changed, added or deleted since the last run is caught even when nothing needs remaking, and the bundle
-    holds what is there now. Every manifest it vouches for is an input: Snakemake does not remake a deleted
+    RESULTS-bundle), checked once written (parity validate --bundle: the bag, the crate, the manifests inside).
+    Neither has an output on purpose: they run each time `all` is asked for, so a file changed, added or
+    deleted since the last run is caught even when nothing needs remaking, and the bundle holds what is there now. Every manifest it vouches for is an input: Snakemake does not remake a deleted
     intermediate when what follows is up to date, but it always makes the inputs of `all`."""
     default_target: True
     input:

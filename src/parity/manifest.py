@@ -63,11 +63,12 @@ def sha256_file(path: Path | str) -> str:
     return digest.hexdigest()
 
 
-def file_ref(path: Path | str, relative_to: Path | str) -> dict:
-    """A hash link to `path`, relative to `relative_to` (the folder of the manifest that will hold it)."""
+def file_ref(path: Path | str, relative_to: Path | str, *, sha256: str | None = None) -> dict:
+    """A hash link to `path`, relative to `relative_to` (the folder of the manifest that will hold it);
+    `sha256` where the caller has just hashed the file, so a large one is not read twice."""
     path = Path(path)
     rel = os.path.relpath(os.path.abspath(path), os.path.abspath(relative_to))
-    return {"path": Path(rel).as_posix(), "sha256": sha256_file(path), "bytes": path.stat().st_size}
+    return {"path": Path(rel).as_posix(), "sha256": sha256 or sha256_file(path), "bytes": path.stat().st_size}
 
 
 def rebase(ref: dict, old_dir: Path | str, new_dir: Path | str) -> dict:

@@ -9,7 +9,6 @@ prompt, the smoke tokenizer) and `random` (random token IDs of plausible lengths
 from __future__ import annotations
 
 import json
-import os
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from parity.errors import ParityError
-from parity.manifest import atomic_write_text, sha256_file
+from parity.manifest import atomic_write_text, file_ref, sha256_file
 
 PROMPT = ("Summarize the following news article in 128 tokens. Please output the summary only, without any "
           "other text.\n\nArticle:\n{input}\n\nSummary:")  # download_cnndm.py, no chat template
@@ -40,9 +39,7 @@ class Dataset:
 
     def describe(self, relative_to: Path) -> dict:
         """What a manifest in `relative_to` records: the file by path (from there) and SHA-256."""
-        ref = {"path": Path(os.path.relpath(os.path.abspath(self.path), os.path.abspath(relative_to))).as_posix(),
-               "sha256": self.sha256, "bytes": self.path.stat().st_size}
-        return {"file": ref, "samples": len(self.prompts),
+        return {"file": file_ref(self.path, relative_to, sha256=self.sha256), "samples": len(self.prompts),
                 "origin": self.origin, "synthetic": self.synthetic,
                 "prompt_tokens": int(sum(p.size for p in self.prompts))}
 
