@@ -420,14 +420,20 @@ def test_directory_validation_skips_other_json_but_reports_broken_json(tmp_path)
 # ---- the command ---------------------------------------------------------------------------------
 
 def test_cli_validate(tmp_path):
-    pair_tree(tmp_path)
+    """(Kinds whose content is not derived again; a trial's and a pair's are: tests/test_rederive.py.)"""
+    (tmp_path / "trace.bin").write_bytes(b"t")
+    receipt = tmp_path / "cleanup" / "c0.json"
+    write_manifest(receipt, cleanup_receipt_doc())
+    write_manifest(tmp_path / "logs.json", header("run", simulated=True) | {
+        "results": tmp_path.name, "manifests": [file_ref(receipt, tmp_path)],
+        "files": [file_ref(tmp_path / "trace.bin", tmp_path)], "inputs": []})
     ok = CliRunner().invoke(main, ["validate", str(tmp_path)])
-    assert ok.exit_code == 0 and "2 manifest(s) valid" in ok.output
+    assert ok.exit_code == 0 and "2 manifest(s) valid" in ok.output, ok.output
     (tmp_path / "trace.bin").write_bytes(b"changed")
     bad = CliRunner().invoke(main, ["validate", str(tmp_path)])
     assert bad.exit_code == 1
     lines = bad.output.strip().splitlines()
-    assert lines[0].startswith(f"{tmp_path / 'trials' / 't0.json'}: /trace: sha256-mismatch: ")
+    assert lines[0].startswith(f"{tmp_path / 'logs.json'}: /files/0: sha256-mismatch: ")
     assert lines[-1] == "Error: 1 problem(s) in 2 manifest(s)"
     missing = CliRunner().invoke(main, ["validate", str(tmp_path / "nope")])
     assert missing.exit_code == 1 and "Traceback" not in missing.output

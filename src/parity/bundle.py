@@ -295,13 +295,13 @@ def check(bundle: Path) -> list[str]:
 def _evidence_problems(data: Path) -> list[str]:
     """The sealed results trees inside the bag, re-certified: their manifests valid, every link's hash right,
     every kept file linked (`parity validate` on each); one line per problem."""
-    from parity.manifest import validate_paths
+    from parity.rederive import validate
     from parity.seal import unlinked
 
     trees = sealed_trees(data)
     if not trees:
         return [f"{data}: holds no sealed results tree (no run manifest; `parity seal` the results before bundling)"]
-    _checked, problems = validate_paths(trees)
+    _checked, problems = validate(trees)
     problems += [problem for tree in trees for problem in unlinked(tree)]
     return [str(problem) for problem in problems]
 

@@ -182,3 +182,18 @@ def check_file(path: Path, pinning: dict[int, str] | None = None) -> dict:
     doc["verdict"] = check_trial(doc, trace_of(path, doc), pinning)
     write_manifest(path, doc)
     return doc["verdict"]
+
+
+def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
+    """(pointer, why) for each thing a trial states that its records and its trace do not give: its timing,
+    and its verdict held to its recorded pinning (`parity.rederive`: what a re-hash cannot forge)."""
+    found = []
+    if why := timing_mismatch(doc):
+        found.append(("/timing", f"its timing is not what its records give: {why}"))
+    try:
+        trace = trace_of(path, doc)
+    except ParityError as exc:
+        return found + [("/trace", f"its verdict cannot be re-derived: {exc}")]
+    if why := unsupported(doc, trace):
+        found.append(("/verdict", why))
+    return found

@@ -165,7 +165,7 @@ def validate_cmd(paths, bundles):
 
     Exits 1 and prints FILE: JSON-POINTER: RULE: MESSAGE for each problem (a bundle's: FILE: WHAT).
     """
-    from parity.manifest import validate_paths
+    from parity.rederive import validate
 
     if not paths and not bundles:
         raise click.UsageError("name manifests or folders to validate, or --bundle BUNDLE")
@@ -185,7 +185,7 @@ def validate_cmd(paths, bundles):
             return
     from parity.seal import unlinked
 
-    checked, problems = validate_paths(paths)
+    checked, problems = validate(paths)
     problems += [problem for path in paths if path.is_dir() for problem in unlinked(path)]
     for problem in problems:
         click.echo(str(problem), err=True)

@@ -13,7 +13,7 @@ import hashlib
 import json
 import os
 import tempfile
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
 from importlib import resources
@@ -339,14 +339,16 @@ def linked_files(doc, manifest_path: Path | str) -> list[Path]:
     return [Path(os.path.abspath(t)) for t in targets if t is not None]
 
 
-def validate_paths(paths: Iterable[Path | str]) -> tuple[int, list[Problem]]:
+def validate_paths(paths: Iterable[Path | str], *,
+                   derive: Callable[[Path, dict], list[Problem]] | None = None) -> tuple[int, list[Problem]]:
     """Validate manifests and everything they link by hash; returns (manifests checked, problems).
 
     A named file is always validated. In a named folder, every `*.json` that is a JSON object with
     `kind` and `schema_version` is a manifest; other JSON (a tokenizer.json, say) is skipped, but a
     file that is not valid JSON at all is reported. Manifests linked from a checked manifest (`*.json`
     references) are checked too, wherever they live, so naming the top of a tree checks all of it.
-    Each manifest is checked once.
+    Each manifest is checked once. `derive(path, doc)` (`parity.rederive`) is asked, for each manifest
+    that is schema-valid with every link's hash right, what it states that its content does not give.
     """
     queue: list[tuple[Path, bool]] = []  # (file, named explicitly)
     for raw in paths:
@@ -374,8 +376,10 @@ def validate_paths(paths: Iterable[Path | str]) -> tuple[int, list[Problem]]:
         if not explicit and not _looks_like_manifest(doc):
             continue
         checked += 1
-        problems += validate_document(doc, path=file)
-        problems += check_references(doc, file, hashes=hashes)
+        found = validate_document(doc, path=file) + check_references(doc, file, hashes=hashes)
+        if derive is not None and not found:  # only a sound document is worth re-deriving
+            found = derive(file, doc)
+        problems += found
         linked = []
         for _, ref in _references(doc):
             target, _why = _resolve(ref, file)

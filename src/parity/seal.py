@@ -19,8 +19,8 @@ from pathlib import Path
 from stat import S_ISREG
 
 from parity.errors import ParityError
-from parity.manifest import (Problem, file_ref, header, linked_files, manifests_in, read_manifest,
-                             validate_paths, write_manifest)
+from parity.manifest import Problem, file_ref, header, linked_files, manifests_in, read_manifest, write_manifest
+from parity.rederive import validate
 
 RUN_MANIFEST = "run.json"
 KIND = "run"
@@ -79,7 +79,7 @@ def seal(results: Path, inputs: Iterable[Path] = (), *, log=print) -> tuple[dict
         raise SealError(f"{mine[0]} is this command's own output: write it outside the tree it seals")
     manifests, old = _found(results)
     log(f"seal: validating {len(manifests)} manifest(s) of {results} and {len(inputs)} input receipt(s)")
-    checked, problems = validate_paths([p for p, _ in manifests] + inputs)
+    checked, problems = validate([p for p, _ in manifests] + inputs)
     if problems:
         if old is not None:
             old.unlink()

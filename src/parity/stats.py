@@ -13,7 +13,9 @@ from collections import Counter
 from pathlib import Path
 
 from parity import record
-from parity.manifest import file_ref, header, write_manifest
+from parity.checks import pinning_of
+from parity.errors import ParityError
+from parity.manifest import file_ref, header, read_manifest, write_manifest
 
 TARGET = 0.99
 
@@ -85,23 +87,56 @@ def compare(pairs: list[tuple[dict, dict]]) -> dict:
             "every_pair_meets_99": all(x >= TARGET for x in ratios)}
 
 
-def write_pair(path: Path, index: int, reference: tuple[Path, dict], candidate: tuple[Path, dict], *,
-               experiment: str | None = None, stage: str | None = None) -> dict:
-    """A pair manifest linking both trials by hash, with their ratio."""
+def pair_doc(path: Path, index: int, reference: tuple[Path, dict], candidate: tuple[Path, dict], *,
+             experiment: str | None = None, stage: str | None = None) -> dict:
+    """The pair manifest at `path` for two trials: both linked by hash, with their ratio."""
     (ref_path, ref), (cand_path, cand) = reference, candidate
     if ref["trace_name"] != cand["trace_name"]:
-        from parity.errors import ParityError
-
         raise ParityError(f"a pair needs one trace: {ref['trace_name']} vs {cand['trace_name']}")
     ratio = rps(cand) / rps(ref)
-    doc = header("pair", simulated=ref["simulated"] or cand["simulated"]) | {
+    return header("pair", simulated=ref["simulated"] or cand["simulated"]) | {
         "trace_name": ref["trace_name"], "pair_index": index,
         "reference": {"manifest": file_ref(ref_path, path.parent), "system": ref["system"], "requests_per_s": rps(ref)},
         "candidate": {"manifest": file_ref(cand_path, path.parent), "system": cand["system"], "requests_per_s": rps(cand)},
         "ratio": ratio, "meets_99": ratio >= TARGET,
     } | ({"experiment": experiment} if experiment else {}) | ({"stage": stage} if stage else {})
+
+
+def write_pair(path: Path, index: int, reference: tuple[Path, dict], candidate: tuple[Path, dict], *,
+               experiment: str | None = None, stage: str | None = None) -> dict:
+    """Write the pair manifest (`pair_doc`)."""
+    doc = pair_doc(path, index, reference, candidate, experiment=experiment, stage=stage)
     write_manifest(path, doc)
     return doc
+
+
+def pair_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
+    """(pointer, why) for each thing a pair manifest states that its two trials do not give (`parity.rederive`):
+    its rates, ratio and verdict, and the candidate's pinning, which must be the reference's GPUs as it ran."""
+    path = Path(path)
+    sides = {}
+    for side in ("reference", "candidate"):
+        trial = path.parent / doc[side]["manifest"]["path"]
+        try:
+            sides[side] = (trial, read_manifest(trial))
+        except ParityError as exc:
+            return [(f"/{side}/manifest", str(exc))]
+    try:
+        derived = pair_doc(path, doc["pair_index"], sides["reference"], sides["candidate"],
+                           experiment=doc.get("experiment"), stage=doc.get("stage"))
+    except (ParityError, KeyError, TypeError, ZeroDivisionError) as exc:
+        return [("", f"cannot be derived from its trials: {exc!r}")]
+    found = [(f"/{key}", f"states {doc.get(key)!r}, its trials give {derived.get(key)!r}")
+             for key in ("trace_name", "ratio", "meets_99", "simulated") if doc.get(key) != derived.get(key)]
+    found += [(f"/{side}/{key}", f"states {doc[side].get(key)!r}, its trial gives {derived[side][key]!r}")
+              for side in ("reference", "candidate") for key in ("system", "requests_per_s")
+              if doc[side].get(key) != derived[side][key]]
+    (_, reference), (_, candidate) = sides["reference"], sides["candidate"]
+    pinned = candidate.get("verdict", {}).get("pinning")
+    if pinned is not None and pinned != {str(k): v for k, v in pinning_of(reference).items()}:
+        found.append(("/candidate/manifest", f"its candidate was held to pinning {pinned}, its reference ran on "
+                      f"{pinning_of(reference)}"))
+    return found
 
 
 def gc_pause_by_worker(doc: dict) -> dict[str, float]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 from pathlib import Path
 
 from parity import paths, trial
@@ -85,6 +86,51 @@ class Runner:
                               flame_binaries=self._flame_binaries, load=case.load, args=self.args(case))
 
 
+def trial_facts(doc: dict) -> dict:
+    """What an experiment's entry for a case says of its trial, all read from the trial manifest."""
+    return {"trial_id": doc["trial_id"], "system": doc["system"], "trace_name": doc["trace_name"],
+            "status": doc["verdict"]["status"], "requests_per_s": doc["timing"]["requests_per_s"],
+            "cached_share": cached_share(doc), "simulated": doc["simulated"], "cluster": doc.get("flame_cluster")}
+
+
+def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
+    """(pointer, why) for each thing an experiment manifest states that its trials and pairs do not give
+    (`parity.rederive`): each case's facts, and one pair manifest for each pair of cases, linking those two."""
+    path, found = Path(path), []
+    trials, groups = {}, {}
+    for number, case in enumerate(doc["cases"]):
+        trial = os.path.normpath(path.parent / case["manifest"]["path"])
+        try:
+            facts = trial_facts(read_manifest(trial))
+        except (ParityError, KeyError, TypeError) as exc:
+            found.append((f"/cases/{number}/manifest", f"its trial cannot be read: {exc!r}"))
+            continue
+        found += [(f"/cases/{number}/{key}", f"states {case.get(key)!r}, its trial gives {value!r}")
+                  for key, value in facts.items() if case.get(key) != value]
+        trials[trial] = case
+        if case.get("pair") is not None:
+            groups.setdefault((case.get("stage"), case["trace_name"], case["pair"]), set()).add(trial)
+    if doc["simulated"] != any(case.get("simulated") for case in doc["cases"]):
+        found.append(("/simulated", f"states {doc['simulated']}, its cases give the opposite"))
+    listed = []
+    for number, ref in enumerate(doc["pairs"]):
+        pair_path = path.parent / ref["path"]
+        try:
+            pair = read_manifest(pair_path)
+        except ParityError as exc:
+            found.append((f"/pairs/{number}", str(exc)))
+            continue
+        sides = {os.path.normpath(pair_path.parent / pair[s]["manifest"]["path"]) for s in ("reference", "candidate")}
+        key = (pair.get("stage"), pair.get("trace_name"), pair.get("pair_index"))
+        listed.append(key)
+        if groups.get(key) != sides:
+            found.append((f"/pairs/{number}", f"links trials {sorted(map(os.path.basename, sides))}, which are not the "
+                          f"cases of pair {key[2]} of stage {key[0]} on {key[1]}"))
+    if unlisted := sorted(set(groups) - set(listed), key=str):
+        found.append(("/pairs", f"{len(unlisted)} pair(s) of its cases have no pair manifest, e.g. {unlisted[0]}"))
+    return found
+
+
 def _pair_cases(cases: list[Case]) -> dict[tuple, dict[str, Case]]:
     out: dict[tuple, dict[str, Case]] = {}
     for case in cases:
@@ -129,12 +175,9 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
     entries = []
     for case in cases:
         doc = docs[case.trial_id]
-        entries.append({"trial_id": case.trial_id, "system": case.system, "placement": case.placement,
-                        "trace_name": doc["trace_name"], "stage": case.stage, "pair": case.pair,
+        entries.append({"placement": case.placement, "stage": case.stage, "pair": case.pair,
                         "flame": case.flame.to_dict() | {"label": case.flame.label()} if case.system == "flame" else None,
-                        "status": doc["verdict"]["status"], "requests_per_s": doc["timing"]["requests_per_s"],
-                        "cached_share": cached_share(doc), "simulated": doc["simulated"],
-                        "cluster": doc.get("flame_cluster"), "manifest": file_ref(trials[case.trial_id], out_dir)})
+                        "manifest": file_ref(trials[case.trial_id], out_dir)} | trial_facts(doc))
     simulated = any(e["simulated"] for e in entries)
     # the cleanup receipts of its cases (a standalone case's replicas) and of its shared Flame cluster, by hash
     receipts = [out_dir / "cleanup" / f"{name}.json" for name in [*(c.trial_id for c in cases), "flame-cluster"]]

@@ -8,6 +8,7 @@ links every manifest and file it used, so `parity validate OUT` checks the whole
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from parity.errors import ParityError
@@ -81,15 +82,20 @@ def _header(experiments: dict, runs: list, evidence: str | None, clusters: list[
     return "\n".join(lines) + "\n"
 
 
-def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, reference_path: Path, out: Path) -> dict:
-    """Read, tabulate, plot, write; returns the report manifest."""
-    ref = load_reference(reference_path)
-    experiments = load_experiments(experiment_paths)
-    runs, compares = load_mlperf(mlperf_dir)
-    if not experiments and not runs:
-        raise ParityError("nothing to report: no experiment manifest and no MLPerf run was given")
-    out.mkdir(parents=True, exist_ok=True)
+@dataclass
+class Composed:
+    """A report as its inputs give it, before anything is written: the page, the manifest's fields, the plots."""
 
+    markdown: str
+    fields: dict  # report.json's own fields (all but the header and the links to the written files)
+    plots: dict[str, Path]
+    evidence: str | None
+    final_table: str
+
+
+def compose(experiments: dict, runs: list, compares: list, ref: dict, out: Path, plot_dir: Path) -> Composed:
+    """Tabulate and plot (into `plot_dir`); the page's links are written as from `out`. Pure but for the plots,
+    so `rederive` can compose a written report again from the files it cites and compare."""
     docs = [d for e in experiments.values() for d in e.trials.values()] + [r.doc for r in runs]
     evidence = tables.evidence(docs)
     clusters = _clusters(experiments, runs)
@@ -110,11 +116,11 @@ def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, referenc
     routing_evidence = tables.evidence([d for e in [get("routing")] if e for d in e.trials.values()])
     sustained_evidence = tables.evidence([d for e in [get("sustained")] if e for d in e.trials.values()])
     drawn = {name: p for name, p in (
-        ("throughput", plots.throughput(final_data["plot"], conf_evidence, out / "throughput.png")),
-        ("ratios", plots.ratios(final_data["plot"], conf_evidence, out / "ratios.png")),
-        ("cached-share", plots.cached_share(locality_data["plot"], loc_evidence, out / "cached-share.png")),
-        ("routing", plots.routing(routing_data["plot"], routing_evidence, out / "routing.png")),
-        ("sustained", plots.sustained(sustained_data["plot"], sustained_evidence, out / "sustained.png")),
+        ("throughput", plots.throughput(final_data["plot"], conf_evidence, plot_dir / "throughput.png")),
+        ("ratios", plots.ratios(final_data["plot"], conf_evidence, plot_dir / "ratios.png")),
+        ("cached-share", plots.cached_share(locality_data["plot"], loc_evidence, plot_dir / "cached-share.png")),
+        ("routing", plots.routing(routing_data["plot"], routing_evidence, plot_dir / "routing.png")),
+        ("sustained", plots.sustained(sustained_data["plot"], sustained_evidence, plot_dir / "sustained.png")),
     ) if p is not None}
 
     parts = [_header(experiments, runs, evidence, clusters, ref, out),
@@ -134,22 +140,10 @@ def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, referenc
     parts.append("## Plots\n")
     parts.append("".join(f"![{name}]({p.name})\n\n" for name, p in drawn.items())
                  or "None drawn: no confirmation or locality numbers.\n")
-    markdown = "\n".join(parts)
-    atomic_write_text(out / "report.md", markdown)
-    from parity.report.html import render
-
-    atomic_write_text(out / "report.html", render(markdown, out))  # the same page, self-contained
-
-    atomic_write_bytes(out / "study-reference.yaml", Path(reference_path).read_bytes())  # whole, or not at all
-    doc = header("report", simulated=evidence in ("simulated", "mixed")) | {
+    fields = {
         "evidence": evidence or "none",
         "flame_clusters": clusters,
-        "reference": file_ref(out / "study-reference.yaml", out),
-        "experiments": {name: file_ref(e.path, out) for name, e in sorted(experiments.items())},
         "missing_experiments": [name for name in EXPERIMENTS if name not in experiments],
-        "mlperf": [file_ref(r.path, out) for r in runs] + [file_ref(p, out) for p, _ in compares],
-        "outputs": {"markdown": file_ref(out / "report.md", out), "html": file_ref(out / "report.html", out),
-                    "plots": {name: file_ref(p, out) for name, p in drawn.items()}},
         "excluded_trials": excluded,
         "headline": final_data["headline"],
         "batch_histograms": {trace: {str(n): k for n, k in h.items()} for trace, h in histograms.items()},
@@ -157,5 +151,88 @@ def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, referenc
         "admission_stages": admission_data,
         "gc_max_worker_pause_s": gc_data,
     }
+    return Composed("\n".join(parts), fields, drawn, evidence, final.markdown())
+
+
+def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, reference_path: Path, out: Path) -> dict:
+    """Read, tabulate, plot, write; returns the report manifest."""
+    ref = load_reference(reference_path)
+    experiments = load_experiments(experiment_paths)
+    runs, compares = load_mlperf(mlperf_dir)
+    if not experiments and not runs:
+        raise ParityError("nothing to report: no experiment manifest and no MLPerf run was given")
+    out.mkdir(parents=True, exist_ok=True)
+    made = compose(experiments, runs, compares, ref, out, out)
+    atomic_write_text(out / "report.md", made.markdown)
+    from parity.report.html import render
+
+    atomic_write_text(out / "report.html", render(made.markdown, out))  # the same page, self-contained
+
+    atomic_write_bytes(out / "study-reference.yaml", Path(reference_path).read_bytes())  # whole, or not at all
+    fields = made.fields
+    doc = header("report", simulated=made.evidence in ("simulated", "mixed")) | {
+        "evidence": fields["evidence"],
+        "flame_clusters": fields["flame_clusters"],
+        "reference": file_ref(out / "study-reference.yaml", out),
+        "experiments": {name: file_ref(e.path, out) for name, e in sorted(experiments.items())},
+        "missing_experiments": fields["missing_experiments"],
+        "mlperf": [file_ref(r.path, out) for r in runs] + [file_ref(p, out) for p, _ in compares],
+        "outputs": {"markdown": file_ref(out / "report.md", out), "html": file_ref(out / "report.html", out),
+                    "plots": {name: file_ref(p, out) for name, p in made.plots.items()}},
+    } | {key: fields[key] for key in REDERIVED}
     write_manifest(out / "report.json", doc)
-    return {"manifest": doc, "markdown": markdown, "final_table": final.markdown(), "evidence": evidence}
+    return {"manifest": doc, "markdown": made.markdown, "final_table": made.final_table, "evidence": made.evidence}
+
+
+REDERIVED = ("excluded_trials", "headline", "batch_histograms", "locality_gains", "admission_stages",
+             "gc_max_worker_pause_s")  # report.json's numbers beyond its header fields
+
+
+def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
+    """(pointer, why) for each part of a written report that its cited manifests do not give now: composed
+    again from the experiments, MLPerf runs and study reference it links (by hash, checked before this), the
+    page, every table cell on it, the HTML, which plots there are and report.json's numbers must come out the
+    same. A plot's pixels are not compared: they depend on matplotlib and its fonts, not on the evidence."""
+    import json
+    import tempfile
+
+    from parity.report.html import render
+    from parity.report.inputs import load_experiment, mlperf_from_files
+
+    out = Path(path).parent
+    try:
+        ref = load_reference(out / doc["reference"]["path"])
+        experiments = {name: load_experiment(out / r["path"]) for name, r in doc["experiments"].items()}
+        runs, compares = mlperf_from_files([out / r["path"] for r in doc["mlperf"]])
+        if wrong := [name for name, e in experiments.items() if e.name != name]:
+            return [(f"/experiments/{wrong[0]}", f"links the {experiments[wrong[0]].name} experiment as {wrong[0]}")]
+        with tempfile.TemporaryDirectory(prefix="parity-report-") as plot_dir:
+            made = compose(experiments, runs, compares, ref, out, Path(plot_dir))
+    except ParityError as exc:
+        return [("", f"cannot be composed again from what it links: {exc}")]
+    found = []
+    outputs = doc["outputs"]
+    if (out / outputs["markdown"]["path"]).read_text(encoding="utf-8") != made.markdown:
+        found.append(("/outputs/markdown", f"{outputs['markdown']['path']} is not the page its linked manifests give"
+                      f"{_first_difference((out / outputs['markdown']['path']).read_text(encoding='utf-8'), made.markdown)}"))
+    elif (out / outputs["html"]["path"]).read_text(encoding="utf-8") != render(made.markdown, out):
+        found.append(("/outputs/html", f"{outputs['html']['path']} is not report.md rendered"))
+    if sorted(outputs["plots"]) != sorted(made.plots):
+        found.append(("/outputs/plots", f"links plots {sorted(outputs['plots'])}, its manifests draw {sorted(made.plots)}"))
+    for key in ("evidence", "flame_clusters", "missing_experiments", *REDERIVED):
+        if json.loads(json.dumps(made.fields[key])) != doc.get(key):
+            found.append((f"/{key}", f"states {_short(doc.get(key))}, its linked manifests give {_short(made.fields[key])}"))
+    return found
+
+
+def _first_difference(stated: str, derived: str) -> str:
+    """Where a page first differs from the one derived: the line as stated and as derived."""
+    for number, (a, b) in enumerate(zip(stated.splitlines(), derived.splitlines()), start=1):
+        if a != b:
+            return f" (line {number}: {_short(a)} here, {_short(b)} derived)"
+    return " (one is longer)"
+
+
+def _short(value, limit: int = 120) -> str:
+    text = value if isinstance(value, str) else repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -127,14 +127,21 @@ def load_mlperf(folder: Path | None) -> tuple[list[MlperfRun], list[tuple[Path, 
     """Performance runs and compare manifests under `folder`; ([], []) if it is absent or holds none."""
     if folder is None or not Path(folder).is_dir():
         return [], []
-    runs, compares = [], []
+    found = []
     for path in sorted(Path(folder).rglob("*.json")):
         try:
             doc = read_manifest(path)
         except ParityError:  # other JSON (a tokenizer, a dataset) is not evidence of the control
             continue
-        if doc.get("kind") != "mlperf":
-            continue
+        if doc.get("kind") == "mlperf":
+            found.append(path)
+    return mlperf_from_files(found, folder)
+
+
+def mlperf_from_files(paths: list[Path], folder: Path | None = None) -> tuple[list[MlperfRun], list[tuple[Path, dict]]]:
+    """The performance runs and compare manifests among `paths` (MLPerf manifests; others are refused)."""
+    runs, compares = [], []
+    for path in paths:
         doc = _checked(path, "mlperf")
         if doc["step"] == "run" and doc["mode"] == "performance":
             runs.append(MlperfRun(path, doc))
@@ -142,5 +149,5 @@ def load_mlperf(folder: Path | None) -> tuple[list[MlperfRun], list[tuple[Path, 
             compares.append((path, doc))
     keys = [r.key for r in runs]
     if len(set(keys)) != len(keys):
-        raise ParityError(f"{folder}: more than one MLPerf performance run of one configuration: {sorted(keys)}")
+        raise ParityError(f"{folder or 'the MLPerf manifests given'}: more than one MLPerf performance run of one configuration: {sorted(keys)}")
     return runs, compares

@@ -1,0 +1,49 @@
+"""What a re-hash cannot forge: every manifest's stated facts derived again from what it cites.
+
+A hash chain proves only that nothing changed since someone last hashed it. A forger who edits a trial
+and re-writes the SHA-256 and sizes up the chain (trial → experiment → report → run) passes every hash
+check. So validation also derives, from the content, each thing a manifest states and names a
+disagreement (rule `disagrees`): a trial's timing from its records and its verdict from its records and
+trace (`checks`); a pair's rates, ratio and pinning from its two trials (`stats`); an experiment's
+cases and pairs from its trials (`experiments.runner`); a report's page, tables and numbers, composed
+again from the manifests it links (`report.build`); a trace as the engines would take it (`trace`). A
+forgery must then be consistent with the trace and with itself on every line. What remains (a forger
+who re-runs all of it on invented records) only a signature by a key the reviewer trusts can exclude:
+`parity.signature`.
+
+Each room keeps its own derivation beside the code that writes the manifest; this module only routes by
+kind, so `manifest.validate_paths` (below every room) stays ignorant of what a kind means.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+from parity.manifest import Problem, validate_paths
+
+RULE = "disagrees"
+
+
+def _derivers() -> dict:
+    """kind → function(path, doc) giving (pointer, why) pairs; imported on first use (the report pulls in plots)."""
+    from parity import checks, stats, trace
+    from parity.experiments import runner
+    from parity.report import build
+
+    return {"trial": checks.derived_problems, "pair": stats.pair_problems, "experiment": runner.derived_problems,
+            "report": build.derived_problems,
+            "trace": lambda path, doc: [("", why) for why in trace.engine_problems(path, doc)]}
+
+
+def problems(path: Path, doc: dict) -> list[Problem]:
+    """What the manifest at `path` states that its content and the files it cites do not give."""
+    derive = _derivers().get(doc.get("kind"))
+    if derive is None:
+        return []
+    return [Problem(str(path), pointer, RULE, why) for pointer, why in derive(Path(path), doc)]
+
+
+def validate(paths: Iterable[Path | str]) -> tuple[int, list[Problem]]:
+    """`manifest.validate_paths` (schemas, hash links), each sound manifest's statements derived again."""
+    return validate_paths(paths, derive=problems)
