@@ -368,3 +368,114 @@ def test_a_zipf_trace_is_seeded_skewed_toward_hot_documents_and_the_studys_manif
     assert "zipf" not in json.loads(uniform.read_text())["spec"]
     with pytest.raises(TraceError, match="zipf must be 0"):
         TraceSpec("bad", documents=2, questions_per_document=2, zipf=-1).check()
+
+
+# ---- engine_problems: what `parity validate` reports of a trace every engine refuses -------------
+
+def _engine_problems(path: Path) -> list[str]:
+    from parity.trace import engine_problems
+
+    return engine_problems(path, json.loads(path.read_text()))
+
+
+def test_a_good_trace_has_no_engine_problems(inputs, tmp_path):
+    corpus, tokenizer = inputs
+    path = build_trace(small_spec(), corpus, tokenizer, tmp_path)
+    assert _engine_problems(path) == []
+    assert "context_tokens" not in json.loads(path.read_text())  # the study's manifests keep their bytes
+
+
+@pytest.mark.parametrize("token", [200000, 0xFFFFFFFF])
+def test_engine_problems_name_a_token_outside_the_vocabulary(inputs, tmp_path, token):
+    corpus, tokenizer = inputs
+    path = build_trace(small_spec(), corpus, tokenizer, tmp_path)
+    trace = load_trace(path)
+    prompts = [p.copy() for p in trace.prompts]
+    prompts[3][-1] = token
+    _rewrite(path, prompts)
+    problems = _engine_problems(path)
+    assert len(problems) == 1 and f"request {trace.requests[3].id} holds token ID {token}, outside" in problems[0]
+
+
+def test_engine_problems_name_a_warmup_token_outside_the_vocabulary(inputs, tmp_path):
+    from parity.manifest import file_ref
+
+    corpus, tokenizer = inputs
+    path = build_trace(small_spec(), corpus, tokenizer, tmp_path)
+    prompts = [p.copy() for p in load_trace(path, "warmup2").prompts]
+    prompts[0][0] = 0xFFFFFFFF
+    warm = tmp_path / "reuse.warmup2.tokens"
+    warm.write_bytes(encode_token_file(prompts))
+    _rewrite(path, change=lambda d: d["warmups"][1].update(tokens=file_ref(warm, tmp_path)))
+    problems = _engine_problems(path)
+    assert len(problems) == 1 and problems[0].startswith(f"trace file {warm}: ") and "4294967295" in problems[0]
+
+
+def test_engine_problems_name_a_repeated_request_id(inputs, tmp_path):
+    corpus, tokenizer = inputs
+    path = build_trace(small_spec(), corpus, tokenizer, tmp_path)
+    first = load_trace(path).requests[0].id
+    _rewrite(path, change=lambda d: d["requests"][5].update(id=first))
+    assert _engine_problems(path) == [f"trace {path}: request id {first} is listed more than once"]
+
+
+def test_engine_problems_name_a_request_that_does_not_match_its_hash(inputs, tmp_path):
+    corpus, tokenizer = inputs
+    path = build_trace(small_spec(), corpus, tokenizer, tmp_path)
+    rid = load_trace(path).requests[2].id
+    _rewrite(path, change=lambda d: d["requests"][2].update(sha256="0" * 64))
+    assert _engine_problems(path) == [f"request {rid} in {tmp_path / 'reuse.tokens'} does not match its SHA-256 "
+                                      f"in {path}"]
+
+
+def test_engine_problems_name_a_prompt_longer_than_the_studys_context(inputs, tmp_path):
+    corpus, tokenizer = inputs
+    path = build_trace(small_spec(), corpus, tokenizer, tmp_path)
+    trace = load_trace(path)
+    prompts = [p.copy() for p in trace.prompts]
+    prompts[1] = np.resize(prompts[1], 40000)
+    _rewrite(path, prompts)  # its warmup variants, left as they were, no longer match: reasons of their own
+    assert _engine_problems(path)[-1] == (
+        f"trace {path}: request {trace.requests[1].id} has 40000 prompt tokens; with 16 new tokens it does not fit "
+        f"the study's max_model_len 32768")
+
+
+def test_engine_problems_hold_a_trace_to_the_context_it_records(inputs, tmp_path):
+    corpus, tokenizer = inputs
+    path = build_trace(small_spec(), corpus, tokenizer, tmp_path, context_tokens=700)
+    assert json.loads(path.read_text())["context_tokens"] == 700 and _engine_problems(path) == []
+    _rewrite(path, change=lambda d: d.update(context_tokens=500))
+    (problem,) = _engine_problems(path)
+    assert problem.endswith("new tokens it does not fit its recorded context_tokens 500")
+
+
+def test_engine_problems_never_raise_on_bad_content(inputs, tmp_path):
+    from parity.trace import engine_problems
+
+    corpus, tokenizer = inputs
+    path = build_trace(small_spec(), corpus, tokenizer, tmp_path)
+    doc = json.loads(path.read_text())
+    (problem,) = engine_problems(path, doc | {"requests": "none"})
+    assert problem.startswith("not a valid trace manifest: ")
+    (tmp_path / "reuse.warmup1.tokens").unlink()
+    assert engine_problems(path, doc) == [f"trace file missing: {tmp_path / 'reuse.warmup1.tokens'} (named by {path})"]
+    assert engine_problems(path, []) == [f"{path}: not a JSON object"]
+
+
+# ---- the study's context, at build time ----------------------------------------------------------
+
+def test_a_trace_no_engine_of_the_studys_context_can_take_is_refused_before_anything_is_written(inputs, tmp_path):
+    corpus, tokenizer = inputs
+    big = smoke_inputs.write_corpus(tmp_path / "big.jsonl", articles=600, seed=3)
+    result = CliRunner().invoke(main, [
+        "trace", "--corpus", str(big), "--tokenizer", str(tokenizer), "--name", "long", "--documents", "1",
+        "--questions", "1", "--prefix-tokens", "40000", "--out", str(tmp_path / "out")])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    (line,) = result.output.strip().splitlines()
+    assert line.startswith("Error: trace long: request long-d0000-q0 has 400") and line.endswith(
+        "prompt tokens; with 16 new tokens it does not fit the study's max_model_len 32768")
+    assert not (tmp_path / "out").exists()
+    with pytest.raises(TraceError, match="does not fit its recorded context_tokens 500$"):
+        build_trace(small_spec(), corpus, tokenizer, tmp_path / "small", context_tokens=500)
+    assert not (tmp_path / "small").exists()
+

@@ -135,11 +135,14 @@ def smoke_inputs_cmd(out_dir: Path, articles: int, seed: int, vocab_size: int):
               help="Recorded in the manifest: synthetic-news, cnn_dailymail, ...")
 @click.option("--tokenizer-origin", default="other", show_default=True,
               help="Recorded in the manifest: smoke-bpe, llama-3.1-8b-instruct, ...")
+@click.option("--context-tokens", type=click.IntRange(min=1), default=None,
+              help="Build for an engine context (max_model_len) of this many tokens, recorded in the manifest "
+                   "[default: the study's max_model_len, not recorded].")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
               help="Directory for NAME.json, NAME.tokens and NAME.warmupK.tokens.")
 @friendly_errors
 def trace_cmd(corpus, tokenizer_dir, name, documents, questions, prefix_tokens, seed, head_tokens, zipf, warmup_shifts,
-              pack_articles, text_field, corpus_origin, tokenizer_origin, out_dir):
+              pack_articles, text_field, corpus_origin, tokenizer_origin, context_tokens, out_dir):
     """Build one burst (token IDs, shuffled) and its warmup variants, with a trace manifest."""
     from parity.trace import TraceSpec, build_trace, load_trace
 
@@ -147,7 +150,8 @@ def trace_cmd(corpus, tokenizer_dir, name, documents, questions, prefix_tokens, 
                      prefix_tokens=prefix_tokens, seed=seed, warmup_shifts=tuple(warmup_shifts),
                      pack_articles=pack_articles, head_tokens=head_tokens, zipf=zipf)
     manifest = build_trace(spec, corpus, tokenizer_dir, out_dir, text_field=text_field,
-                           corpus_origin=corpus_origin, tokenizer_origin=tokenizer_origin)
+                           corpus_origin=corpus_origin, tokenizer_origin=tokenizer_origin,
+                           context_tokens=context_tokens)
     trace = load_trace(manifest)
     tokens = sum(r.tokens for r in trace.requests)
     click.echo(f"{manifest}: {len(trace.requests)} requests, {tokens} tokens, "

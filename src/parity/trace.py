@@ -4,7 +4,8 @@ A trace is a binary token file plus a manifest. The manifest is written last, so
 once it is complete; it lists every request with its SHA-256 (of its token IDs as little-endian
 uint32) and names the warmup variants, whose token IDs are shifted within the vocabulary so the
 measured prefixes are unseen during warmup while lengths and prefix relationships are kept.
-Nothing here knows about engines or routing.
+Nothing here knows about engines or routing, but what every engine refuses: a token ID outside the
+vocabulary, and a prompt longer than the study's context.
 """
 
 from __future__ import annotations
@@ -109,6 +110,15 @@ class Trace:
 def token_sha256(tokens) -> str:
     """SHA-256 of token IDs as little-endian uint32: the identity every check compares."""
     return hashlib.sha256(np.asarray(tokens, dtype="<u4").tobytes()).hexdigest()
+
+
+def out_of_vocab(tokens, vocab_size: int) -> int | None:
+    """A token ID outside 0..vocab_size-1 (the largest, as vLLM names it), or None: what engines refuse."""
+    ids = np.asarray(tokens)
+    if ids.size == 0:
+        return None
+    low, high = int(ids.min()), int(ids.max())
+    return high if high >= vocab_size else low if low < 0 else None
 
 
 def encode_token_file(prompts: list[np.ndarray]) -> bytes:
@@ -292,9 +302,15 @@ def burst_order(spec: TraceSpec, request_ids: list[str]) -> list[str]:
 
 def build_trace(spec: TraceSpec, corpus: Path, tokenizer_dir: Path, out_dir: Path, *,
                 text_field: str = "article", corpus_origin: str = "other",
-                tokenizer_origin: str = "other") -> Path:
-    """Build the measured burst and its warmup variants; write token files, then the manifest."""
+                tokenizer_origin: str = "other", context_tokens: int | None = None) -> Path:
+    """Build the measured burst and its warmup variants; write token files, then the manifest.
+
+    A burst whose prompts do not fit the study's context is refused before anything is written;
+    `context_tokens` names a larger (or smaller) engine context, recorded in the manifest, to build for.
+    """
     spec.check()
+    if context_tokens is not None and context_tokens < 1:
+        raise TraceError(f"context tokens must be >= 1, got {context_tokens}")
     tokenizer = TraceTokenizer(tokenizer_dir)
     texts = load_articles(corpus, text_field)
     separator = tokenizer.encode([ARTICLE_SEPARATOR], "the article separator")[0]
@@ -315,6 +331,11 @@ def build_trace(spec: TraceSpec, corpus: Path, tokenizer_dir: Path, out_dir: Pat
     shift = TokenShift(tokenizer.vocab_size, tokenizer.special_ids)
     variants = [[shift.apply(p, s) for p in prompts] for s in spec.warmup_shifts]
     _check_unseen(prompts, variants, spec.warmup_shifts, shift.period)
+    requests = [{"id": rid, "position": pos, "document": prompts_by_id[rid][0], "question": prompts_by_id[rid][1],
+                 "tokens": int(prompt.size), "sha256": token_sha256(prompt)}
+                for pos, (rid, prompt) in enumerate(zip(order, prompts))]
+    context = {} if context_tokens is None else {"context_tokens": context_tokens}
+    _check_fits([TraceRequest(**r) for r in requests], *trace_context(context), f"trace {spec.name}")
 
     out_dir.mkdir(parents=True, exist_ok=True)
     tokens_path = out_dir / f"{spec.name}.tokens"
@@ -344,11 +365,8 @@ def build_trace(spec: TraceSpec, corpus: Path, tokenizer_dir: Path, out_dir: Pat
         "num_requests": len(prompts),
         "total_tokens": int(sum(p.size for p in prompts)),
         "warmups": warmups,
-        "requests": [
-            {"id": rid, "position": pos, "document": prompts_by_id[rid][0], "question": prompts_by_id[rid][1],
-             "tokens": int(prompt.size), "sha256": token_sha256(prompt)}
-            for pos, (rid, prompt) in enumerate(zip(order, prompts))
-        ],
+        **context,
+        "requests": requests,
     }
     manifest_path = out_dir / f"{spec.name}.json"
     write_manifest(manifest_path, doc)
@@ -390,6 +408,53 @@ def load_trace(manifest_path: Path, variant: str = "measured") -> Trace:
     if manifest_sha256 not in _CHECKED_MANIFESTS:  # a trace is loaded per round of every trial: check it once
         _check_manifest(manifest, manifest_path)
         _CHECKED_MANIFESTS.add(manifest_sha256)
+    return _load_variant(manifest, manifest_path, variant, manifest_sha256)
+
+
+def engine_problems(manifest_path: Path, doc: dict) -> list[str]:
+    """Why an engine would refuse this trace, one line each; [] when none (`parity validate` reports them).
+
+    The checks `load_trace` makes before a run (valid manifest, request ids listed once, every variant's
+    token file matching it, token IDs inside the recorded vocabulary, measured requests matching their
+    SHA-256), and `check_context`'s: every prompt, with the study's new tokens, fits the context. The
+    context is the one the manifest records (`context_tokens`, `parity trace --context-tokens`), else the
+    study's engines' max_model_len (EngineArgs' default; no config of the study changes it). Not the
+    model's max_position_embeddings (131,072 for Llama 3.1): a 40,000-token prompt fits that, yet every
+    engine of the study, at 32,768, refuses it. Bad content gives reasons, never an exception.
+    """
+    if not isinstance(doc, dict):
+        return [f"{manifest_path}: not a JSON object"]
+    try:
+        _check_manifest(doc, manifest_path)
+        manifest_sha256 = sha256_file(manifest_path)
+    except (TraceError, OSError) as exc:
+        return [str(exc)]
+    problems = []
+    for variant in ["measured", *(f"warmup{w['round']}" for w in doc["warmups"])]:
+        try:
+            _load_variant(doc, manifest_path, variant, manifest_sha256)
+        except (TraceError, OSError) as exc:
+            problems.append(str(exc))
+    try:
+        requests = tuple(TraceRequest(**r) for r in doc["requests"])
+        _check_fits(requests, *trace_context(doc), f"trace {manifest_path}")
+    except TraceError as exc:
+        problems.append(str(exc))
+    return problems
+
+
+def trace_context(doc: dict) -> tuple[int, int, str]:
+    """(context tokens, new tokens, its name) a trace's prompts must fit: the one it records, else the study's."""
+    from parity.engine import EngineArgs
+
+    study = EngineArgs()
+    if "context_tokens" in doc:
+        return doc["context_tokens"], study.max_tokens, "its recorded context_tokens"
+    return study.max_model_len, study.max_tokens, "the study's max_model_len"
+
+
+def _load_variant(manifest: dict, manifest_path: Path, variant: str, manifest_sha256: str) -> Trace:
+    """One variant of a checked manifest: its token file, by hash, then every prompt's token IDs."""
     if variant == "measured":
         ref = manifest["tokens"]
     else:
@@ -413,8 +478,9 @@ def load_trace(manifest_path: Path, variant: str = "measured") -> Trace:
         raise TraceError(f"trace file {path} does not hold the requests its manifest lists")
     vocab = manifest["inputs"]["tokenizer"]["vocab_size"]
     for prompt, request in zip(prompts, requests):
-        if int(prompt.max()) >= vocab:
-            raise TraceError(f"trace file {path}: request {request.id} holds token ID {int(prompt.max())}, outside "
+        outside = out_of_vocab(prompt, vocab)
+        if outside is not None:
+            raise TraceError(f"trace file {path}: request {request.id} holds token ID {outside}, outside "
                              f"the vocabulary of {vocab} that {manifest_path} records")
     if variant == "measured":
         for prompt, request in zip(prompts, requests):
@@ -454,9 +520,13 @@ def _check_manifest(manifest: dict, manifest_path: Path) -> None:
 
 def check_context(trace: Trace, context_tokens: int, new_tokens: int, context_name: str) -> None:
     """Every prompt with the new tokens it asks for fits a context of `context_tokens` (the engine's, named)."""
-    longest = max(trace.requests, key=lambda r: r.tokens)
+    _check_fits(trace.requests, context_tokens, new_tokens, context_name, f"trace {trace.manifest_path}")
+
+
+def _check_fits(requests, context_tokens: int, new_tokens: int, context_name: str, where: str) -> None:
+    longest = max(requests, key=lambda r: r.tokens)
     if longest.tokens + new_tokens > context_tokens:
-        raise TraceError(f"trace {trace.manifest_path}: request {longest.id} has {longest.tokens} prompt tokens; with "
+        raise TraceError(f"{where}: request {longest.id} has {longest.tokens} prompt tokens; with "
                          f"{new_tokens} new tokens it does not fit {context_name} {context_tokens}")
 
 

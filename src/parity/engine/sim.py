@@ -34,6 +34,7 @@ from parity import __version__
 from parity.engine import OUTPUT_TOKENS, Completion, Engine, EngineArgs, checked_fields
 from parity.engine.sim_cache import PrefixCache, block_hashes
 from parity.errors import ParityError
+from parity.trace import out_of_vocab
 
 DEFAULT_PARAMS = Path(__file__).resolve().parents[3] / "config" / "sim" / "h200-llama31-8b.yaml"
 
@@ -334,6 +335,11 @@ class SimEngine(Engine):
     # -- admission --------------------------------------------------------------------------------
 
     def _new_request(self, prompt, arrival_s: float, max_tokens: int | None = None) -> _Request:
+        """A request, or ParityError for a prompt vLLM refuses: empty, a token ID outside the vocabulary
+        (as load_trace refuses one outside the trace's), or an output length beyond max_tokens."""
+        outside = out_of_vocab(prompt, self.params.vocab_size)
+        if outside is not None:
+            raise ParityError(f"Token id {outside} is out of vocabulary (vocab_size {self.params.vocab_size})")
         arr = np.asarray(prompt, dtype="<u4")
         if arr.size == 0:
             raise ParityError("empty prompt")

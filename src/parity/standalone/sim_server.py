@@ -5,8 +5,9 @@ replica's max_tokens: min_tokens = max_tokens, EOS ignored) returns `choices[0].
 `choices[0].prompt_token_ids` and `usage.prompt_tokens_details.cached_tokens`, as `vllm serve
 --enable-prompt-tokens-details` does; with `"stream": true`, the same as server-sent events, one
 chunk per token as the engine samples it (`token_ids` in each, `prompt_token_ids` in the first,
-usage last when `stream_options.include_usage`), as vLLM 0.26-0.28 streams;
-`GET /health` answers 200 once ready. The engine runs on the
+usage last when `stream_options.include_usage`), as vLLM 0.26-0.28 streams. A request the engine
+refuses (a token ID outside the vocabulary, a prompt beyond max_model_len) is answered 400 with vLLM's
+error body, never a completion. `GET /health` answers 200 once ready. The engine runs on the
 paced clock, so requests arriving over HTTP are batched continuously as in a real replica.
 `GET /parity/identity` reports the simulated GPU UUID, as a real replica's GPU is read from NVML.
 """
@@ -30,7 +31,9 @@ ENGINE_ARGS_VARIABLE = "PARITY_ENGINE_ARGS"  # how ReplicaSet hands its EngineAr
 
 
 def _bad(message: str) -> web.Response:
-    return web.json_response({"error": {"message": message, "type": "BadRequestError", "code": 400}}, status=400)
+    """HTTP 400 with the body vLLM's OpenAI server gives a request it refuses (its ErrorResponse)."""
+    return web.json_response({"error": {"message": message, "type": "BadRequestError", "param": None, "code": 400}},
+                             status=400)
 
 
 def make_app(engine: SimEngine, model: str) -> web.Application:
