@@ -197,7 +197,9 @@ def test_a_change_made_with_the_bag_remade_to_match_is_still_caught_by_the_run_m
     bagit.Bag(str(out)).save(manifests=True)
     assert bagit.Bag(str(out)).is_valid()
     problems = bundle.check(out)
-    assert len(problems) == 1 and "run.json: /files/" in problems[0] and "sha256-mismatch" in problems[0], problems
+    assert len(problems) == 2, problems  # the crate still states the log's old size and hash; the seal its hash
+    assert "the crate says results/smoke/logs/experiment_locality.log has 11 bytes and SHA-256" in problems[0]
+    assert "run.json: /files/" in problems[1] and "sha256-mismatch" in problems[1], problems
 
 
 def test_an_unsealed_tree_is_not_bundled(run, tmp_path):

@@ -23,9 +23,11 @@ import mimetypes
 import shutil
 from pathlib import Path
 
-from parity import __version__
+from parity import __version__, signature
 from parity.errors import ParityError
+from parity.manifest import sha256_file
 from parity.seal import RUN_MANIFEST, kept, sealed_trees
+from parity.signature import SIGNATURE
 
 CRATE = "ro-crate-metadata.json"
 RO_CRATE = "1.1"  # Workflow Run Crate 0.5 builds on RO-Crate 1.1 and Workflow RO-Crate 1.0 (roc-validator checks so)
@@ -159,6 +161,11 @@ def make(results: Path, bundle: Path, *, workdir: Path = Path("."), image: Path 
         raise BundleError(f"the bundle {bundle} must lie outside the results it holds ({results})")
     if not (results / RUN_MANIFEST).is_file():
         raise BundleError(f"{results} is not sealed (no {RUN_MANIFEST}): run `parity seal {results}` first")
+    if image is not None and not Path(image).is_file():
+        raise BundleError(f"no Apptainer image at {image}: name the .sif the run used, or leave --image out")
+    if stale := _evidence_problems(results):  # bag only what `validate` vouches for now
+        raise BundleError(f"{results} no longer validates ({len(stale)} problem(s), first: {stale[0]}): "
+                          f"run `parity seal {results}` again, or find what changed")
     if bundle.exists():
         if not (bundle / "bagit.txt").is_file():
             raise BundleError(f"{bundle} exists and is not a bundle: not replacing it")
@@ -181,21 +188,21 @@ def make(results: Path, bundle: Path, *, workdir: Path = Path("."), image: Path 
     workflow["version"] = __version__  # the parity release whose workflow this is
     root["conformsTo"] = [_entity(crate, uri, "CreativeWork", name=name, version=uri.rsplit("/", 1)[1])
                           for uri, name in PROFILES.items()]  # after add_workflow, which names one of them itself
-    entities = {}  # by resolved path: what the job records name
+    entities = {(workdir / "Snakefile").resolve(): workflow}  # by resolved path: what the job records name
     for name in WORKFLOW_FILES[1:]:
         for path in sorted((workdir / name).rglob("*")) if (workdir / name).is_dir() else []:
             if path.is_file() and "__pycache__" not in path.parts:
                 entities[path.resolve()] = crate.add_file(path, _place(path, workdir.resolve()), properties=_format(path))
-    for path in [results / rel for rel in files] + outside:
+    signed = [results / SIGNATURE] if (results / SIGNATURE).is_file() else []  # not kept (nothing links it), but held
+    for path in [results / rel for rel in files] + signed + outside:
         if path.resolve() not in entities:  # an input may be a workflow file (a committed model config)
-            entities[path.resolve()] = crate.add_file(path, _place(path, base),
-                                                      properties={"contentSize": path.stat().st_size} | _format(path))
+            entities[path.resolve()] = crate.add_file(path, _place(path, base), properties=_format(path))
+    for path, entity in entities.items():  # what the crate says of each file, which `check` holds to the bag
+        entity["contentSize"], entity["sha256"] = path.stat().st_size, sha256_file(path)
     versions, gpus = _provenance(results, files)
     software = [_entity(crate, f"#software-{name}", "SoftwareApplication", name=name,
                         softwareVersion=", ".join(found)) for name, found in versions.items()]
-    if image is not None and Path(image).is_file():
-        from parity.manifest import sha256_file
-
+    if image is not None:
         software.append(_entity(crate, "#image", "SoftwareApplication", name=f"Apptainer image {Path(image).name}",
                                 identifier=f"sha256:{sha256_file(Path(image))}"))
     hardware = [_entity(crate, f"#gpu-{g['uuid']}", "Thing", name=g.get("name") or g["uuid"],
@@ -235,13 +242,16 @@ def make(results: Path, bundle: Path, *, workdir: Path = Path("."), image: Path 
     return {"bundle": str(bundle), "files": len(files), "inputs": len(outside), "bytes": size, "jobs": len(records)}
 
 
-def check(bundle: Path) -> list[str]:
-    """Every problem of the bag BUNDLE, one line each naming the file: changed, missing, or not in its manifest."""
+def check(bundle: Path, key=None) -> list[str]:
+    """Every problem of the bag BUNDLE, one line each naming the file: changed, missing, or not in its manifest;
+    with a `key` (`parity.signature.public_key`), each sealed tree's run.json must be signed by it."""
     import bagit
 
     bundle = Path(bundle)
     if not (bundle / "bagit.txt").is_file():
         return [f"{bundle}: not a bundle (no bagit.txt)"]
+    if not (bundle / "bag-info.txt").is_file():  # parity writes one; a bag re-made without it is not parity's
+        return [f"{bundle}: not a parity bundle (no bag-info.txt)"]
     logging.getLogger("bagit").setLevel(logging.CRITICAL)  # each problem is said once, below, not also logged
     try:
         bag = bagit.Bag(str(bundle))
@@ -288,22 +298,39 @@ def check(bundle: Path) -> list[str]:
         doc = json.loads(crate.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         return [f"{crate}: not a readable RO-Crate ({exc})"]
-    problems = [f"{crate}: {problem}" for problem in crate_problems(doc)]
-    return problems or _evidence_problems(bundle / "data")
+    problems = [f"{crate}: {problem}" for problem in crate_problems(doc) + _crate_against_bag(doc, bag)]
+    return problems + _evidence_problems(bundle / "data", key)
 
 
-def _evidence_problems(data: Path) -> list[str]:
-    """The sealed results trees inside the bag, re-certified: their manifests valid, every link's hash right,
-    every kept file linked (`parity validate` on each); one line per problem."""
-    from parity.rederive import validate
-    from parity.seal import unlinked
+def _crate_against_bag(doc: dict, bag) -> list[str]:
+    """Each file the crate describes has the size and SHA-256 the bag holds it with (the bag checked the file)."""
+    problems = []
+    for entity in doc.get("@graph", []):
+        if not isinstance(entity, dict) or "File" not in _list(entity.get("@type")):
+            continue
+        entry = bag.entries.get(f"data/{entity.get('@id')}")
+        if entry is None:
+            problems.append(f"the crate describes {entity.get('@id')}, which the bag does not hold")
+            continue
+        size = (Path(bag.path) / "data" / entity["@id"]).stat().st_size
+        if entity.get("contentSize") != size or entity.get("sha256") != entry.get("sha256"):
+            problems.append(f"the crate says {entity['@id']} has {entity.get('contentSize')} bytes and SHA-256 "
+                            f"{entity.get('sha256')}, the bag holds {size} bytes with {entry.get('sha256')}")
+    return problems
+
+
+def _evidence_problems(data: Path, key=None) -> list[str]:
+    """The sealed results trees under `data` (a bag's, or one results tree), re-certified: their manifests
+    valid, every link's hash right and inside the tree, what they state derived again, every kept file
+    linked (`parity validate` on each); one line per problem."""
+    from parity.seal import certify
 
     trees = sealed_trees(data)
     if not trees:
         return [f"{data}: holds no sealed results tree (no run manifest; `parity seal` the results before bundling)"]
-    _checked, problems = validate(trees)
-    problems += [problem for tree in trees for problem in unlinked(tree)]
-    return [str(problem) for problem in problems]
+    _checked, problems = certify(trees)
+    signed = [] if key is None else [line for tree in trees for line in signature.problems(tree, key)]
+    return [str(problem) for problem in problems] + signed
 
 
 def crate_problems(doc: dict) -> list[str]:

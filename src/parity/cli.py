@@ -6,6 +6,7 @@ import errno
 import functools
 import json
 import os
+import sys
 from pathlib import Path
 
 import click
@@ -162,24 +163,30 @@ def trace_cmd(corpus, tokenizer_dir, name, documents, questions, prefix_tokens, 
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @click.option("--bundle", "bundles", multiple=True, type=click.Path(path_type=Path),
               help="Also check an evidence bundle (parity bundle): its bag, file by file, and its RO-Crate.")
+@click.option("--public-key", "public_key", default=None, metavar="KEY",
+              help="A minisign public key (a .pub file or its base64 line) every sealed tree named, or in a "
+                   "bundle, must be signed by (parity sign).")
 @friendly_errors
-def validate_cmd(paths, bundles):
-    """Validate manifests (files, or directories searched for *.json) and the files they link by hash; and,
-    with --bundle, an evidence bundle: any changed, missing or added file is named.
+def validate_cmd(paths, bundles, public_key):
+    """Validate manifests (files, or directories searched for *.json) and the files they link by hash, each
+    manifest's numbers derived again from what it cites; and, with --bundle, an evidence bundle: any changed,
+    missing or added file is named.
 
     Exits 1 and prints FILE: JSON-POINTER: RULE: MESSAGE for each problem (a bundle's: FILE: WHAT).
     """
-    from parity.rederive import validate
+    from parity import signature
+    from parity.seal import certify
 
     if not paths and not bundles:
         raise click.UsageError("name manifests or folders to validate, or --bundle BUNDLE")
     missing = [p for p in (*paths, *bundles) if not p.exists()]
     if missing:
         raise click.ClickException(f"no such file or directory: {missing[0]}")
+    key = signature.public_key(public_key) if public_key else None
     if bundles:
         from parity import bundle
 
-        problems = [problem for folder in bundles for problem in bundle.check(folder)]
+        problems = [problem for folder in bundles for problem in bundle.check(folder, key)]
         for problem in problems:
             click.echo(problem, err=True)
         if problems:
@@ -187,17 +194,19 @@ def validate_cmd(paths, bundles):
         click.echo(f"{len(bundles)} bundle(s) valid: every file as the bag lists it, the crate as its profiles ask")
         if not paths:
             return
-    from parity.seal import unlinked
-
-    checked, problems = validate(paths)
-    problems += [problem for path in paths if path.is_dir() for problem in unlinked(path)]
+    checked, problems = certify(paths)
+    sealed = [path for path in paths if (path / "run.json").is_file()]
+    problems += [line for path in sealed for line in signature.problems(path, key)] if key else []
     for problem in problems:
         click.echo(str(problem), err=True)
     if problems:
         raise click.ClickException(f"{len(problems)} problem(s) in {checked} manifest(s)")
     if checked == 0:
         raise click.ClickException("no manifests found")
-    click.echo(f"{checked} manifest(s) valid")
+    for path in sealed if key is None else []:
+        if key_id := signature.signed_by(path):
+            click.echo(f"{path}/run.json carries a signature by key {key_id}, not checked: give --public-key")
+    click.echo(f"{checked} manifest(s) valid" + (f", {len(sealed)} tree(s) signed by the key given" if key else ""))
 
 
 @main.command("seal")
@@ -221,13 +230,39 @@ def seal_cmd(results, inputs):
                f"every one of the {summary['kept']} kept files is linked")
 
 
+@main.command("sign")
+@click.argument("results", type=click.Path(path_type=Path, exists=True, file_okay=False))
+@click.option("--key", "secret_key", required=True, type=click.Path(path_type=Path, exists=True, dir_okay=False),
+              help="A minisign secret key (minisign -G); an encrypted one's password from PARITY_SIGNING_PASSWORD "
+                   "or asked for.")
+@friendly_errors
+def sign_cmd(results, secret_key):
+    """Sign RESULTS/run.json (minisign's format: RESULTS/run.json.minisig) after validating the tree, so a
+    reviewer holding the public key knows who vouched for it: `parity validate RESULTS --public-key KEY.pub`,
+    or `minisign -V -p KEY.pub -m RESULTS/run.json`."""
+    from parity import signature
+    from parity.seal import certify
+
+    _checked, problems = certify([results])
+    if problems:
+        raise click.ClickException(f"not signed: {results} does not validate ({len(problems)} problem(s), "
+                                   f"first: {problems[0]})")
+    password = os.environ.get("PARITY_SIGNING_PASSWORD")
+    if password is None and sys.stdin.isatty():
+        password = click.prompt("password of the secret key (empty if none)", hide_input=True, default="",
+                                show_default=False) or None
+    out = signature.sign(results, secret_key, password)
+    click.echo(f"signed {results}/run.json: {out}")
+
+
 @main.command("bundle")
 @click.argument("results", type=click.Path(path_type=Path, exists=True, file_okay=False))
 @click.option("--out", "out", type=click.Path(path_type=Path), required=True,
               help="The bundle folder (a BagIt bag); an earlier bundle there is replaced.")
 @click.option("--workdir", type=click.Path(path_type=Path, exists=True, file_okay=False), default=Path("."),
               show_default=True, help="Where the Snakefile and Snakemake's job records (.snakemake/metadata) are.")
-@click.option("--image", type=click.Path(path_type=Path), default=None, help="The Apptainer image, hashed into the crate.")
+@click.option("--image", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="The Apptainer image, hashed into the crate.")
 @friendly_errors
 def bundle_cmd(results, out, workdir, image):
     """One evidence bundle of a run: RESULTS (all but empty logs and lock files) and the workflow, an RO-Crate

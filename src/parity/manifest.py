@@ -260,18 +260,46 @@ def _references(doc) -> Iterable[tuple[str, dict]]:
             stack += reversed([(f"{pointer}/{i}", v) for i, v in enumerate(node)])
 
 
-def _resolve(ref: dict, manifest_path: Path) -> tuple[Path | None, str | None]:
-    """The referenced file, or why the reference's path is unusable."""
+def _resolve(ref: dict, manifest_path: Path, root: Path | None = None) -> tuple[Path | None, str | None]:
+    """The referenced file, or why the reference's path is unusable. With a `root` (the evidence tree), the
+    path is resolved as written, following no symbolic link, and must stay inside the root and pass through
+    no link: evidence names its files, and a link could make a checked file stand for one outside the tree."""
     rel = ref["path"]
     if not isinstance(rel, str) or not rel:
         return None, f"path must be a non-empty string, got {rel!r}"
     if rel.startswith("/") or "\\" in rel or (len(rel) > 1 and rel[1] == ":"):
         return None, f"path {rel!r} must be relative, with forward slashes"
-    return manifest_path.parent / rel, None
+    target = manifest_path.parent / rel
+    if root is None:
+        return target, None
+    root = Path(os.path.abspath(root))
+    plain = Path(os.path.normpath(os.path.abspath(target)))
+    if not plain.is_relative_to(root):
+        return None, f"path {rel!r} leaves the evidence tree {root}"
+    for step in [plain, *plain.parents]:
+        if step == root:
+            break
+        if step.is_symlink():
+            return None, f"path {rel!r} passes through the symbolic link {step}: evidence links name files, not links"
+    return plain, None
 
 
-def check_references(doc, manifest_path: Path | str, *, hashes: dict | None = None) -> list[Problem]:
-    """Every file reference exists and has the recorded SHA-256 (and size, when recorded).
+def evidence_root(path: Path | str) -> Path:
+    """The folder a named path's links may not leave: the work folder it lies in (the nearest folder holding
+    a Snakefile: a run's `resources/` are evidence too, and a bundle's `data/` holds its Snakefile), else the
+    named folder itself (a named file's own folder)."""
+    here = Path(os.path.abspath(path))
+    start = here if here.is_dir() else here.parent
+    for folder in [start, *start.parents]:
+        if (folder / "Snakefile").is_file():
+            return folder
+    return start
+
+
+def check_references(doc, manifest_path: Path | str, *, hashes: dict | None = None,
+                     root: Path | None = None) -> list[Problem]:
+    """Every file reference exists and has the recorded SHA-256 (and size, when recorded); with a `root`,
+    each lies inside it and passes through no symbolic link (`_resolve`).
 
     `hashes` caches digests by (path, size, mtime) across manifests, so a file linked from many
     manifests is read once.
@@ -281,7 +309,7 @@ def check_references(doc, manifest_path: Path | str, *, hashes: dict | None = No
     hashes = {} if hashes is None else hashes
     problems = []
     for pointer, ref in _references(doc):
-        target, why = _resolve(ref, manifest_path)
+        target, why = _resolve(ref, manifest_path, root)
         if target is None:
             problems.append(Problem(file, pointer, "bad-path", why))
             continue
@@ -339,8 +367,8 @@ def linked_files(doc, manifest_path: Path | str) -> list[Path]:
     return [Path(os.path.abspath(t)) for t in targets if t is not None]
 
 
-def validate_paths(paths: Iterable[Path | str], *,
-                   derive: Callable[[Path, dict], list[Problem]] | None = None) -> tuple[int, list[Problem]]:
+def validate_paths(paths: Iterable[Path | str], *, derive: Callable[[Path, dict], list[Problem]] | None = None,
+                   contained: bool = False, root: Path | None = None) -> tuple[int, list[Problem]]:
     """Validate manifests and everything they link by hash; returns (manifests checked, problems).
 
     A named file is always validated. In a named folder, every `*.json` that is a JSON object with
@@ -349,17 +377,20 @@ def validate_paths(paths: Iterable[Path | str], *,
     references) are checked too, wherever they live, so naming the top of a tree checks all of it.
     Each manifest is checked once. `derive(path, doc)` (`parity.rederive`) is asked, for each manifest
     that is schema-valid with every link's hash right, what it states that its content does not give.
+    `contained`: every link stays inside the named path's evidence tree (`evidence_root`, or `root` for all),
+    through no symbolic link.
     """
-    queue: list[tuple[Path, bool]] = []  # (file, named explicitly)
+    queue: list[tuple[Path, bool, Path | None]] = []  # (file, named explicitly, the evidence tree it may not leave)
     for raw in paths:
-        root = Path(raw)
-        queue += [(f, False) for f in _found_in(root)] if root.is_dir() else [(root, True)]
+        named = Path(raw)
+        tree = (root or evidence_root(named)) if contained else None
+        queue += [(f, False, tree) for f in _found_in(named)] if named.is_dir() else [(named, True, tree)]
 
     seen: set[str] = set()
     hashes: dict = {}
     checked, problems = 0, []
     while queue:
-        file, explicit = queue.pop(0)
+        file, explicit, tree = queue.pop(0)
         key = os.path.abspath(file)
         if key in seen:
             continue
@@ -376,14 +407,14 @@ def validate_paths(paths: Iterable[Path | str], *,
         if not explicit and not _looks_like_manifest(doc):
             continue
         checked += 1
-        found = validate_document(doc, path=file) + check_references(doc, file, hashes=hashes)
+        found = validate_document(doc, path=file) + check_references(doc, file, hashes=hashes, root=tree)
         if derive is not None and not found:  # only a sound document is worth re-deriving
             found = derive(file, doc)
         problems += found
         linked = []
         for _, ref in _references(doc):
-            target, _why = _resolve(ref, file)
+            target, _why = _resolve(ref, file, tree)
             if target is not None and target.suffix == ".json" and target.is_file():
-                linked.append((target, False))
+                linked.append((target, False, tree))
         queue = linked + queue  # depth-first: a manifest's links are reported right after it
     return checked, problems

@@ -44,6 +44,8 @@ def problems(path: Path, doc: dict) -> list[Problem]:
     return [Problem(str(path), pointer, RULE, why) for pointer, why in derive(Path(path), doc)]
 
 
-def validate(paths: Iterable[Path | str]) -> tuple[int, list[Problem]]:
-    """`manifest.validate_paths` (schemas, hash links), each sound manifest's statements derived again."""
-    return validate_paths(paths, derive=problems)
+def validate(paths: Iterable[Path | str], root: Path | None = None) -> tuple[int, list[Problem]]:
+    """`manifest.validate_paths` (schemas, hash links inside the evidence tree: `root`, or each named path's
+    own), each sound manifest's statements derived again: what `parity validate`, `seal` and
+    `validate --bundle` check."""
+    return validate_paths(paths, derive=problems, contained=True, root=root)

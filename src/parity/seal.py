@@ -19,8 +19,9 @@ from pathlib import Path
 from stat import S_ISREG
 
 from parity.errors import ParityError
-from parity.manifest import Problem, file_ref, header, linked_files, manifests_in, read_manifest, write_manifest
+from parity.manifest import Problem, evidence_root, file_ref, header, linked_files, manifests_in, read_manifest, write_manifest
 from parity.rederive import validate
+from parity.signature import SIGNATURE
 
 RUN_MANIFEST = "run.json"
 KIND = "run"
@@ -33,15 +34,23 @@ class SealError(ParityError):
 
 
 def kept(results: Path) -> list[Path]:
-    """The files of a results tree a run keeps, relative to it: all but empty logs and GPU lock files."""
+    """The files of a results tree a run keeps, relative to it: all but empty logs, GPU lock files and the
+    signature over run.json (`parity.signature`: it vouches for the run manifest, so nothing can link it)."""
     files = []
     for path in sorted(Path(results).rglob("*")):
-        if not path.is_file() or path.is_symlink():
+        if not path.is_file() or path.is_symlink() or path == Path(results) / SIGNATURE:
             continue
         if path.suffix in NOT_KEPT or (path.suffix in LOG_SUFFIXES and path.stat().st_size == 0):
             continue
         files.append(path.relative_to(results))
     return files
+
+
+def symlinks(results: Path) -> list[Problem]:
+    """Every symbolic link in a results tree, named: evidence is files, and a link could stand for anything."""
+    return [Problem(str(path), "", "symlink", f"a symbolic link to {os.readlink(path)!r} in the results tree "
+                    f"{results}: evidence is plain files (copy the file in, or remove the link)")
+            for path in sorted(Path(results).rglob("*")) if path.is_symlink()]
 
 
 def _is_run_manifest(path: Path, doc: dict) -> bool:
@@ -79,11 +88,14 @@ def seal(results: Path, inputs: Iterable[Path] = (), *, log=print) -> tuple[dict
         raise SealError(f"{mine[0]} is this command's own output: write it outside the tree it seals")
     manifests, old = _found(results)
     log(f"seal: validating {len(manifests)} manifest(s) of {results} and {len(inputs)} input receipt(s)")
-    checked, problems = validate([p for p, _ in manifests] + inputs)
+    checked, problems = validate([p for p, _ in manifests] + inputs, root=evidence_root(results))
+    problems += symlinks(results)
+    (results / SIGNATURE).unlink(missing_ok=True)  # it signed the earlier run.json: sign the new one again
     if problems:
         if old is not None:
             old.unlink()
         return None, problems
+    before = _linked([(old, read_manifest(old))]) if old is not None else set()
     here = Path(os.path.abspath(results))
     linked = _linked(manifests)
     tops = [p for p, _ in manifests if Path(os.path.abspath(p)) not in linked]
@@ -96,8 +108,13 @@ def seal(results: Path, inputs: Iterable[Path] = (), *, log=print) -> tuple[dict
         "inputs": [file_ref(p, results) for p in inputs],
     }
     write_manifest(results / RUN_MANIFEST, doc)
+    adopted = sorted((p for p in rest if Path(os.path.abspath(p)) not in before), key=str)
+    if old is not None and adopted:  # a re-seal vouches for these now: say which, so a stray file is seen
+        log(f"seal: {len(adopted)} file(s) linked by no manifest, and not by the earlier seal, are linked now: "
+            + ", ".join(str(p.relative_to(results)) for p in adopted))
     summary = {"run_manifest": str(results / RUN_MANIFEST), "manifests": checked, "tops": len(tops),
-               "files": len(rest), "inputs": len(inputs), "kept": len(files) + 1}
+               "files": len(rest), "inputs": len(inputs), "kept": len(files) + 1,
+               "adopted": [str(p.relative_to(results)) for p in adopted]}
     return summary, []
 
 
@@ -129,7 +146,7 @@ def unlinked(results: Path) -> list[Problem]:
     here = Path(os.path.abspath(results))
     return [Problem(str(results / rel), "", "unlinked",
                     f"kept in the sealed tree {results} but linked by no manifest (added after its run manifest?)")
-            for rel in kept(results) if (here / rel) not in linked and rel != Path(RUN_MANIFEST)]
+            for rel in kept(results) if (here / rel) not in linked and rel != Path(RUN_MANIFEST)] + symlinks(results)
 
 
 def sealed_trees(folder: Path) -> list[Path]:
@@ -144,3 +161,11 @@ def sealed_trees(folder: Path) -> list[Path]:
         except ParityError:
             continue  # not a manifest: validating the tree reports it
     return sorted(trees, key=lambda t: (len(t.parts), str(t)))
+
+
+def certify(paths: Iterable[Path]) -> tuple[int, list[Problem]]:
+    """What `parity validate` checks of named manifests and trees (`rederive.validate`) and, in each sealed
+    tree, that every kept file is linked and none is a symbolic link; returns (manifests checked, problems)."""
+    paths = [Path(p) for p in paths]
+    checked, problems = validate(paths)
+    return checked, problems + [problem for path in paths if path.is_dir() for problem in unlinked(path)]

@@ -1,0 +1,232 @@
+"""Evidence that a re-hash cannot forge: trial content forged and every hash up the chain re-written to
+match (tests/forge.py, as a forger would) is still named by `parity validate`, with the file and the
+reason in one line, because each manifest's numbers are derived again from what it cites."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+from click.testing import CliRunner
+
+from forge import edit, rehash  # tests/ is on sys.path
+from parity import seal
+from parity.cli import main
+from parity.manifest import file_ref, sha256_file
+from parity.record import timing
+from parity.trace import TraceSpec, build_trace
+
+REFERENCE = Path(__file__).resolve().parents[1] / "config" / "study-reference.yaml"
+
+
+@pytest.fixture(scope="session")
+def pristine(small_inputs, sim_backend, tmp_path_factory) -> Path:
+    """A sealed results tree made by parity's own code on the simulator: one confirmation pair on a trace
+    built from inputs inside the tree, its report, its run manifest."""
+    from parity.experiments import plan
+    from parity.experiments.runner import run_experiment
+    from parity.flame.settings import FlameSettings
+    from parity.report import write_report
+
+    tree = tmp_path_factory.mktemp("rederive") / "results"
+    corpus, tok = small_inputs
+    shutil.copytree(tok, tree / "inputs" / "tokenizer")
+    shutil.copy(corpus, tree / "inputs" / "corpus.jsonl")
+    trace = build_trace(TraceSpec("reuse", documents=3, questions_per_document=2, prefix_tokens=300, seed=1),
+                        tree / "inputs" / "corpus.jsonl", tree / "inputs" / "tokenizer", tree / "traces")
+    final = FlameSettings(batch_limit=128, window_ms=10, budget_mib=4, api="async", compress=True, gc_freeze=True)
+    run_experiment("confirmation", plan.confirmation([trace], 1, final), sim_backend, tree / "confirmation",
+                   settings={"pairs": 1}, log=lambda m: None)
+    write_report([tree / "confirmation"], None, REFERENCE, tree / "report")
+    summary, problems = seal.seal(tree, log=lambda m: None)
+    assert problems == [], problems
+    return tree
+
+
+@pytest.fixture
+def tree(pristine, tmp_path) -> Path:
+    copy = tmp_path / "results"
+    shutil.copytree(pristine, copy, symlinks=True)
+    return copy
+
+
+def validate(tree: Path):
+    return CliRunner().invoke(main, ["validate", str(tree)])
+
+
+def flame_trial(tree: Path) -> Path:
+    return tree / "confirmation" / "trials" / "confirmation-final-reuse-p0-flame.json"
+
+
+def test_the_tree_parity_made_validates(tree):
+    result = validate(tree)
+    assert result.exit_code == 0 and "manifest(s) valid" in result.output, result.output
+
+
+def _cut_outputs(tree):
+    def cut(doc):
+        for record in doc["records"][:5]:
+            record["output_token_ids"] = record["output_token_ids"][:3]
+    edit(flame_trial(tree), cut)
+
+
+def _input_hash(tree):
+    edit(flame_trial(tree), lambda doc: doc["records"][0].update(input_sha256="0" * 64))
+
+
+def _faster(tree):
+    """Every completion 10% sooner, the trial's timing re-computed from the records: self-consistent."""
+    def faster(doc):
+        release = doc["timing"]["release_s"]
+        for record in doc["records"]:
+            for key in ("complete_s", "first_token_s"):
+                if key in record:
+                    record[key] = release + (record[key] - release) * 0.9
+        doc["timing"] = timing(doc["records"], release)
+    edit(flame_trial(tree), faster)
+
+
+def _pair_ratio(tree):
+    pair = next((tree / "confirmation" / "pairs").glob("*.json"))
+    edit(pair, lambda doc: doc.update(ratio=1.05, meets_99=True))
+
+
+def _report_cell(tree):
+    page = tree / "report" / "report.md"
+    text = page.read_text()
+    row = next(line for line in text.splitlines() if line.startswith("| Prefix reuse | ours"))
+    page.write_text(text.replace(row, row.replace("|", "| 1.01x", 3).replace("| 1.01x", "|", 2), 1))
+
+
+def _report_headline(tree):
+    edit(tree / "report" / "report.json", lambda doc: doc["headline"]["reuse"].update(pairs=5))
+
+
+FORGERIES = {  # name: (forgery, the file named, the reason's pointer and words)
+    "outputs cut to 3 tokens": (_cut_outputs, "trials/confirmation-final-reuse-p0-flame.json",
+                                "/verdict: disagrees: its verdict says passed, its records say failed (output_length"),
+    "a record's input hash changed": (_input_hash, "trials/confirmation-final-reuse-p0-flame.json",
+                                      "/verdict: disagrees: its verdict says passed, its records say failed (input"),
+    "a timing changed, the records adjusted to match": (_faster, "pairs/final-reuse-p0.json",
+                                                        "/candidate/requests_per_s: disagrees: states "),
+    "a pair's ratio changed": (_pair_ratio, "pairs/final-reuse-p0.json", "/ratio: disagrees: states 1.05"),
+    "a table cell of the report changed": (_report_cell, "report/report.json",
+                                           "/outputs/markdown: disagrees: report.md is not the page"),
+    "a number of report.json changed": (_report_headline, "report/report.json", "/headline: disagrees: states"),
+}
+
+
+@pytest.mark.parametrize("name", FORGERIES)
+def test_a_forgery_rehashed_up_the_chain_is_named_in_one_line(tree, name):
+    forge_it, file, reason = FORGERIES[name]
+    forge_it(tree)
+    assert rehash(tree) >= 1  # the forger re-wrote the hashes up to run.json
+    result = validate(tree)
+    assert result.exit_code == 1, result.output
+    lines = [line for line in result.output.splitlines() if f"{file}: " in line and reason in line]
+    assert lines, result.output
+    assert "Traceback" not in result.output
+
+
+def test_the_timing_forgery_is_also_named_in_the_experiment(tree):
+    _faster(tree)
+    rehash(tree)
+    output = validate(tree).output
+    assert "confirmation/experiment.json: /cases/" in output and "/requests_per_s: disagrees" in output, output
+
+
+def test_a_link_that_leaves_the_evidence_tree_is_refused_even_with_its_hash(tree):
+    outside = tree.parent / "hostname"
+    outside.write_text("a file outside the tree\n")
+    edit(flame_trial(tree), lambda doc: doc.update(trace=file_ref(outside, flame_trial(tree).parent)))
+    rehash(tree)
+    output = validate(tree).output
+    assert "/trace: bad-path: path '../../../hostname' leaves the evidence tree" in output, output
+
+
+def test_a_symbolic_link_in_a_sealed_tree_is_named(tree):
+    os.symlink("/etc/hostname", tree / "logs.txt")
+    result = validate(tree)
+    assert result.exit_code == 1 and f"{tree / 'logs.txt'}: : symlink: a symbolic link to '/etc/hostname'" in result.output
+
+
+def test_a_link_through_a_symbolic_link_is_refused(tree):
+    real = tree / "inputs" / "corpus.jsonl"
+    moved = tree.parent / "corpus.jsonl"
+    shutil.move(real, moved)
+    os.symlink(moved, real)
+    output = validate(tree).output
+    assert "passes through the symbolic link" in output and "inputs/corpus.jsonl" in output, output
+
+
+def test_a_reseal_says_which_stray_files_it_adopted(tree):
+    (tree / "confirmation" / "notes.txt").write_text("planted")
+    result = CliRunner().invoke(main, ["seal", str(tree)])
+    assert result.exit_code == 0, result.output
+    assert "seal: 1 file(s) linked by no manifest, and not by the earlier seal, are linked now: " \
+           "confirmation/notes.txt" in result.output
+
+
+def test_sealing_refuses_a_tree_that_holds_a_symbolic_link(tree):
+    os.symlink("/etc/hostname", tree / "logs.txt")
+    result = CliRunner().invoke(main, ["seal", str(tree)])
+    assert result.exit_code == 1 and "symlink" in result.output and not (tree / "run.json").exists()
+
+
+# ---- signatures --------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def keys(tmp_path_factory):
+    minisign = pytest.importorskip("minisign")
+    pair = minisign.KeyPair.generate()
+    folder = tmp_path_factory.mktemp("keys")
+    (folder / "parity.key").write_bytes(bytes(pair.secret_key))
+    (folder / "parity.pub").write_bytes(bytes(pair.public_key))
+    other = minisign.KeyPair.generate()
+    (folder / "other.pub").write_bytes(bytes(other.public_key))
+    return folder
+
+
+def sign(tree: Path, keys: Path):
+    return CliRunner().invoke(main, ["sign", str(tree), "--key", str(keys / "parity.key")], env={"PARITY_SIGNING_PASSWORD": None})
+
+
+def test_a_signed_tree_verifies_with_its_key_and_not_with_another(tree, keys):
+    assert sign(tree, keys).exit_code == 0
+    ok = CliRunner().invoke(main, ["validate", str(tree), "--public-key", str(keys / "parity.pub")])
+    assert ok.exit_code == 0 and "1 tree(s) signed by the key given" in ok.output, ok.output
+    other = CliRunner().invoke(main, ["validate", str(tree), "--public-key", str(keys / "other.pub")])
+    assert other.exit_code == 1 and "run.json.minisig: does not verify" in other.output, other.output
+    plain = CliRunner().invoke(main, ["validate", str(tree)])
+    assert plain.exit_code == 0 and "carries a signature by key" in plain.output and "not checked" in plain.output
+
+
+def test_a_forgery_made_consistent_everywhere_still_fails_the_signature(tree, keys):
+    sign(tree, keys)
+    (tree / "logs.txt").write_text("not in the signed run\n")
+    CliRunner().invoke(main, ["seal", str(tree)])  # a forger's re-seal: consistent, but the old signature goes
+    result = CliRunner().invoke(main, ["validate", str(tree), "--public-key", str(keys / "parity.pub")])
+    assert result.exit_code == 1 and "run.json: not signed" in result.output, result.output
+
+
+def test_an_unsealed_or_invalid_tree_is_not_signed(tree, keys):
+    _pair_ratio(tree)
+    rehash(tree)
+    result = sign(tree, keys)
+    assert result.exit_code == 1 and "not signed: " in result.output and "does not validate" in result.output
+    assert not (tree / "run.json.minisig").exists()
+
+
+@pytest.mark.skipif(shutil.which("minisign") is None, reason="the minisign tool is not installed")
+def test_the_minisign_tool_verifies_the_signature(tree, keys):
+    import subprocess
+
+    sign(tree, keys)
+    done = subprocess.run(["minisign", "-V", "-p", str(keys / "parity.pub"), "-m", str(tree / "run.json")],
+                          capture_output=True, text=True)
+    assert done.returncode == 0 and "Signature and comment signature verified" in done.stdout, done.stdout + done.stderr
+    assert f"sha256 {sha256_file(tree / 'run.json')}" in done.stdout
+    assert json.loads((tree / "run.json").read_text())["kind"] == "run"
