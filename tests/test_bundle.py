@@ -207,3 +207,43 @@ def test_an_unsealed_tree_is_not_bundled(run, tmp_path):
     with pytest.raises(bundle.BundleError, match=r"is not sealed \(no run.json\): run `parity seal "):
         bundle.make(run / "results" / "smoke", tmp_path / "b", workdir=run, log=lambda m: None)
     assert not (tmp_path / "b").exists()
+
+
+def test_a_sealed_tree_that_no_longer_validates_is_not_bundled(run):
+    (run / "results" / "smoke" / "logs" / "experiment_locality.log").write_text("t0: failed\n")
+    with pytest.raises(bundle.BundleError, match=r"no longer validates \(1 problem\(s\), first: .*sha256-mismatch"):
+        make(run)
+    assert not (run.parent / "bundle").exists()
+
+
+def test_a_mistyped_image_is_refused_not_left_out_of_the_crate(run):
+    result = CliRunner().invoke(main, ["bundle", str(run / "results" / "smoke"), "--out", str(run.parent / "b"),
+                                       "--workdir", str(run), "--image", str(run / "parity.sfi")])
+    assert result.exit_code == 2 and "parity.sfi' does not exist" in result.output
+    with pytest.raises(bundle.BundleError, match="no Apptainer image at"):
+        bundle.make(run / "results" / "smoke", run.parent / "b", workdir=run, image=run / "parity.sfi")
+
+
+def test_a_bag_without_bag_info_is_not_a_parity_bundle(run):
+    import bagit
+
+    out = make(run)
+    (out / "bag-info.txt").unlink()  # BagIt allows a bag without it: dropped from the tag manifests, a valid bag
+    for tags in out.glob("tagmanifest-*.txt"):
+        tags.write_text("".join(l for l in tags.read_text().splitlines(True) if "bag-info.txt" not in l))
+    assert bagit.Bag(str(out)).is_valid()
+    assert bundle.check(out) == [f"{out}: not a parity bundle (no bag-info.txt)"]
+
+
+def test_the_crate_states_each_files_size_and_hash_as_the_bag_holds_it(run):
+    out = make(run)
+    doc = json.loads((out / "data" / bundle.CRATE).read_text())
+    files = [e for e in doc["@graph"] if "File" in bundle._list(e.get("@type"))]
+    assert files and all(e["contentSize"] >= 0 and len(e["sha256"]) == 64 for e in files)
+    entity = next(e for e in files if e["@id"].endswith("report/report.md"))
+    entity["contentSize"] += 1
+    (out / "data" / bundle.CRATE).write_text(json.dumps(doc))
+    import bagit
+
+    bagit.Bag(str(out)).save(manifests=True)
+    assert any("the crate says results/smoke/report/report.md has" in p for p in bundle.check(out))
