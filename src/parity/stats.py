@@ -48,6 +48,13 @@ def cached_share(doc: dict) -> float:
     return record.cached_share(doc["records"])
 
 
+def trial_facts(doc: dict) -> dict:
+    """What an experiment's entry for a case says of its trial, all read from the trial manifest."""
+    return {"trial_id": doc["trial_id"], "system": doc["system"], "trace_name": doc["trace_name"],
+            "status": doc["verdict"]["status"], "requests_per_s": doc["timing"]["requests_per_s"],
+            "cached_share": cached_share(doc), "simulated": doc["simulated"], "cluster": doc.get("flame_cluster")}
+
+
 def batch_histogram(doc: dict) -> dict[int, int]:
     """How many tasks carried how many prompts (Flame trials)."""
     return dict(sorted(Counter(doc.get("batch_sizes", [])).items()))

@@ -29,9 +29,25 @@ from parity.errors import ParityError
 from parity.experiments.backend import Backend
 from parity.manifest import file_ref, header, read_manifest, write_manifest
 from parity.procs import ended, last_line, spawn
-from parity.stats import cached_share
+from parity.stats import trial_facts
 from parity.trace import load_trace, write_subset
 
+
+
+OFFLINE_LIMIT = "offline-limit"
+
+
+def limit(name: str, shards: list[dict], side_by_side) -> dict:
+    """One trace's offline limit from its shards' trial manifests, in shard order: the requests over the
+    slowest shard's duration, 0 where a shard failed its checks."""
+    rows = [{"shard": shard, "requests": len(doc["records"]), "duration_s": doc["timing"]["duration_s"],
+             "requests_per_s": doc["timing"]["requests_per_s"], "gpu_uuid": doc["gpus"][0]["uuid"],
+             "status": doc["verdict"]["status"]} for shard, doc in enumerate(shards)]
+    total = sum(r["requests"] for r in rows)
+    ceiling = total / max(r["duration_s"] for r in rows) if rows else 0.0
+    passed = bool(rows) and all(r["status"] == "passed" for r in rows)
+    return {"trace_name": name, "requests": total, "shards": rows, "side_by_side": side_by_side,
+            "requests_per_s": ceiling if passed else 0.0, "passed": passed}
 
 def engine_kind(backend: Backend) -> str:
     """The engine a shard runs on: the simulator in virtual time, or LLM.generate with every prompt at once."""
@@ -98,28 +114,19 @@ def run(traces: list[Path], backend: Backend, out_dir: Path, *, settings: dict, 
         log(f"{name}: shards of {', '.join(str(len(p)) for p in positions)} requests, one process per GPU"
             + ("" if len(shard_traces) <= len(gpus) else f", in waves on {len(gpus)} GPU(s)"))
         side_by_side = _run_shards(backend, shard_traces, gpus, trials_dir, logs, recorded, log)
-        shard_rows = []
+        docs = []
         for shard, shard_trace in enumerate(shard_traces):
             path = _trial_path(backend, shard_trace, trials_dir)
-            verdict = check_file(path)
-            doc = read_manifest(path)
-            row = {"shard": shard, "requests": len(doc["records"]), "duration_s": doc["timing"]["duration_s"],
-                   "requests_per_s": doc["timing"]["requests_per_s"], "gpu_uuid": doc["gpus"][0]["uuid"],
-                   "status": verdict["status"]}
-            shard_rows.append(row)
-            cases.append({"trial_id": doc["trial_id"], "system": "engine", "placement": "sticky", "trace_name": name,
-                          "stage": f"shard{shard}", "pair": None, "flame": None, "status": verdict["status"],
-                          "requests_per_s": row["requests_per_s"], "cached_share": cached_share(doc),
-                          "simulated": doc["simulated"], "cluster": None, "manifest": file_ref(path, out_dir)})
-        total = sum(r["requests"] for r in shard_rows)
-        ceiling = total / max(r["duration_s"] for r in shard_rows)
-        passed = all(r["status"] == "passed" for r in shard_rows)
-        limits.append({"trace_name": name, "requests": total, "shards": shard_rows, "side_by_side": side_by_side,
-                       "requests_per_s": ceiling if passed else 0.0, "passed": passed})
-        log(f"{name}: offline limit {ceiling:.3f} req/s ({'simulated' if backend.simulated else 'measured'})"
-            + ("" if passed else " — a shard failed its checks; excluded"))
+            check_file(path)
+            docs.append(read_manifest(path))
+            cases.append({"placement": "sticky", "stage": f"shard{shard}", "pair": None, "flame": None,
+                          "manifest": file_ref(path, out_dir)} | trial_facts(docs[-1]) | {"trace_name": name})
+        limits.append(limit(name, docs, side_by_side))
+        log(f"{name}: offline limit {limits[-1]['requests_per_s']:.3f} req/s "
+            f"({'simulated' if backend.simulated else 'measured'})"
+            + ("" if limits[-1]["passed"] else " — a shard failed its checks; excluded"))
     doc = header("experiment", simulated=backend.simulated) | {
-        "experiment": "offline-limit", "settings": settings,
+        "experiment": OFFLINE_LIMIT, "settings": settings,
         "backend": {"engine": backend.engine, "cluster": backend.cluster, "gpus": gpus,
                     "warmup_rounds": backend.warmup_rounds, "load_format": backend.load_format,
                     "sim_params_sha256": trial.sim_params_sha256(backend)},

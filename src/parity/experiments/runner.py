@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import os
 from pathlib import Path
 
 from parity import paths, trial
@@ -19,7 +18,7 @@ from parity.errors import ParityError
 from parity.experiments.backend import Backend
 from parity.experiments.plan import Case
 from parity.manifest import file_ref, header, read_manifest, write_manifest
-from parity.stats import cached_share, write_pair
+from parity.stats import trial_facts, write_pair
 
 
 class Runner:
@@ -84,51 +83,6 @@ class Runner:
             self._flame_binaries = trial.flame_binaries_sha256(self.backend)  # hashed once per experiment
         return trial.ran_with(self.backend, self.gpus, case.trace, placement=case.placement, flame=flame,
                               flame_binaries=self._flame_binaries, load=case.load, args=self.args(case))
-
-
-def trial_facts(doc: dict) -> dict:
-    """What an experiment's entry for a case says of its trial, all read from the trial manifest."""
-    return {"trial_id": doc["trial_id"], "system": doc["system"], "trace_name": doc["trace_name"],
-            "status": doc["verdict"]["status"], "requests_per_s": doc["timing"]["requests_per_s"],
-            "cached_share": cached_share(doc), "simulated": doc["simulated"], "cluster": doc.get("flame_cluster")}
-
-
-def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
-    """(pointer, why) for each thing an experiment manifest states that its trials and pairs do not give
-    (`parity.rederive`): each case's facts, and one pair manifest for each pair of cases, linking those two."""
-    path, found = Path(path), []
-    trials, groups = {}, {}
-    for number, case in enumerate(doc["cases"]):
-        trial = os.path.normpath(path.parent / case["manifest"]["path"])
-        try:
-            facts = trial_facts(read_manifest(trial))
-        except (ParityError, KeyError, TypeError) as exc:
-            found.append((f"/cases/{number}/manifest", f"its trial cannot be read: {exc!r}"))
-            continue
-        found += [(f"/cases/{number}/{key}", f"states {case.get(key)!r}, its trial gives {value!r}")
-                  for key, value in facts.items() if case.get(key) != value]
-        trials[trial] = case
-        if case.get("pair") is not None:
-            groups.setdefault((case.get("stage"), case["trace_name"], case["pair"]), set()).add(trial)
-    if doc["simulated"] != any(case.get("simulated") for case in doc["cases"]):
-        found.append(("/simulated", f"states {doc['simulated']}, its cases give the opposite"))
-    listed = []
-    for number, ref in enumerate(doc["pairs"]):
-        pair_path = path.parent / ref["path"]
-        try:
-            pair = read_manifest(pair_path)
-        except ParityError as exc:
-            found.append((f"/pairs/{number}", str(exc)))
-            continue
-        sides = {os.path.normpath(pair_path.parent / pair[s]["manifest"]["path"]) for s in ("reference", "candidate")}
-        key = (pair.get("stage"), pair.get("trace_name"), pair.get("pair_index"))
-        listed.append(key)
-        if groups.get(key) != sides:
-            found.append((f"/pairs/{number}", f"links trials {sorted(map(os.path.basename, sides))}, which are not the "
-                          f"cases of pair {key[2]} of stage {key[0]} on {key[1]}"))
-    if unlisted := sorted(set(groups) - set(listed), key=str):
-        found.append(("/pairs", f"{len(unlisted)} pair(s) of its cases have no pair manifest, e.g. {unlisted[0]}"))
-    return found
 
 
 def _pair_cases(cases: list[Case]) -> dict[tuple, dict[str, Case]]:
