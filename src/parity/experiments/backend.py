@@ -16,6 +16,7 @@ from pathlib import Path
 
 from parity.engine import EngineArgs
 from parity.errors import ParityError
+from parity.gpus import check as check_gpus
 from parity.workflow_config import check_backend
 
 CLUSTERS = ("standin", "flame")  # the CPU stand-in of Flame's session manager, or real Flame v0.6.0
@@ -81,8 +82,10 @@ class Backend:
     def gpu_uuids(self, needed: int = 1, what: str = "this run") -> list[str]:
         """The GPU UUIDs to pin shards to. `auto`: the node's GPUs from nvidia-smi, in index order, at most two
         (the study's node); a run that pairs two GPUs says so (`needed=2`) and is refused on a one-GPU node,
-        where the offline limit's shards and the MLPerf arms still run. GPUs named in the config are taken as named."""
+        where the offline limit's shards and the MLPerf arms still run. GPUs named in the config are taken as named,
+        once each, and only those this machine (or the simulator) has (`parity.gpus`)."""
         if list(self.gpus) != ["auto"]:
+            check_gpus(list(self.gpus), simulated=self.simulated)
             return list(self.gpus)
         try:
             out = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"], check=True,
