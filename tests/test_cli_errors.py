@@ -266,3 +266,21 @@ def test_a_gpu_this_machine_lacks_is_refused_before_any_warmup(small_reuse_trace
     assert line == "Error: GPU GPU-fake is not on this machine (nvidia-smi lists GPU-1111, MIG-2222)"
     assert not out.exists()
 
+
+def test_bench_out_is_checked_before_the_benchmark_runs(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    for command in (["bench", "routing", "--quick", "--family", "shards"], ["bench", "schedule", "--requests", 2]):
+        assert one_line_only(invoke(*command, "--out", tmp_path)) == f"Error: {tmp_path}: is a folder, not a file"
+        assert one_line_only(invoke(*command, "--out", afile / "r.json")) == \
+            f"Error: {afile}: a part of this path is a file, not a folder"
+    assert afile.read_text() == "not a folder"
+
+
+def test_a_missing_backend_file_is_named_as_missing_not_as_bad_json(small_reuse_trace, tmp_path):
+    missing = tmp_path / "backend.yaml"
+    for command in (["experiment", "run", "gc"], ["engine", "run"]):
+        line = one_line_only(invoke(*command, "--trace", small_reuse_trace, "--backend", missing,
+                                    "--out", tmp_path / "out"))
+        assert line == f"Error: backend: {missing}: no such file (give a JSON or YAML file, or a JSON object)"
+    assert not (tmp_path / "out").exists()

@@ -55,9 +55,12 @@ class Backend:
         import yaml
 
         path = Path(text)
+        as_file = not text.lstrip().startswith("{") and path.exists()
         try:
-            values = yaml.safe_load(path.read_text()) if not text.lstrip().startswith("{") and path.exists() else json.loads(text)
+            values = yaml.safe_load(path.read_text()) if as_file else json.loads(text)
         except (ValueError, yaml.YAMLError) as exc:
+            if not as_file and not text.lstrip().startswith(("{", "[")):  # a file's name, not JSON text
+                raise ParityError(f"backend: {text}: no such file (give a JSON or YAML file, or a JSON object)") from None
             raise ParityError(f"backend: neither JSON nor a readable YAML file ({exc})") from None
         if not isinstance(values, (dict, type(None))):
             raise ParityError(f"backend: expected a mapping, got {type(values).__name__}")
