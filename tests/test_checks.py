@@ -114,3 +114,15 @@ def test_a_verdict_is_what_its_records_give_and_names_its_pinning(trial):
     assert unsupported(left, trace).startswith("its verdict says passed, its records say failed (coverage: ")
     assert timing_mismatch(doc) is None
     assert "its 64 records give" in timing_mismatch(doc | {"timing": doc["timing"] | {"requests_per_s": 1.0}})
+
+
+def test_two_exclusive_shards_on_one_gpu_fail_placement_but_a_global_session_shares_one_queue(trial):
+    _, doc, trace = trial
+    shared = copy.deepcopy(doc)
+    gpu = doc["records"][0]["gpu_uuid"]
+    for record in shared["records"][::2]:  # half of the requests as a second shard, on the same GPU
+        record["shard"] = 1
+    verdict = check_trial(shared, trace)
+    assert verdict["status"] == "failed" and verdict["reasons"] == [f"placement: shards 0, 1 ran on the same GPU {gpu}"]
+    shared["config"]["placement"] = "global"  # Flame's global session: its workers take from one queue
+    assert check_trial(shared, trace)["status"] == "passed"

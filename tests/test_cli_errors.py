@@ -222,3 +222,65 @@ def test_order_json_is_written_whole(small_reuse_trace, tmp_path):
     rows = json.loads((out / "order.json").read_text())
     assert [r["shard"] for r in rows[0]["shards"]] == [0]
     assert not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+# ---- bad input refused at the door: before any engine starts, anything runs or is written -----------------
+
+def one_line_only(result) -> str:
+    """The `Error: ...` line of a command refused before it said anything else (no progress line first)."""
+    line = one_error_line(result)
+    assert result.output.strip().splitlines() == [line], result.output
+    return line
+
+
+def test_two_shards_on_one_gpu_are_refused_before_any_engine_starts(small_reuse_trace, tmp_path):
+    out = tmp_path / "out"
+    for command in (["standalone", "run"], ["flame", "run"]):
+        line = one_line_only(invoke(*command, "--gpu", "sim-1", "--gpu", "sim-1", "--trace", small_reuse_trace,
+                                    "--out", out))
+        assert line == "Error: GPU sim-1 is given to 2 shards (sim-1, sim-1); each shard needs a GPU of its own"
+    backend = json.dumps({"engine": "sim", "gpus": ["sim-0", "sim-0"]})
+    line = one_line_only(invoke("experiment", "run", "confirmation", "--trace", small_reuse_trace, "--backend", backend,
+                                "--settings", '{"pairs": 1}', "--out", out))
+    assert line == "Error: GPU sim-0 is given to 2 shards (sim-0, sim-0); each shard needs a GPU of its own"
+    assert not out.exists()
+
+
+def test_a_gpu_this_machine_lacks_is_refused_before_any_warmup(small_reuse_trace, tmp_path, monkeypatch):
+    from parity import gpus
+
+    out = tmp_path / "out"
+    line = one_line_only(invoke("standalone", "run", "--gpu", "sim-0", "--gpu", "GPU-fake", "--trace", small_reuse_trace,
+                                "--out", out))
+    assert line == "Error: GPU GPU-fake is not a simulated GPU: the simulator's are named sim-0, sim-1, ..."
+    bin_dir = tmp_path / "bin"  # an nvidia-smi that lists one GPU and one MIG device, as `nvidia-smi -L` does
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'GPU 0: NVIDIA H200 (UUID: GPU-1111)'\n"
+                                        "echo '  MIG 1g.18gb     Device  0: (UUID: MIG-2222)'\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    assert gpus.on_this_machine() == ["GPU-1111", "MIG-2222"]
+    gpus.check(["GPU-1111", "MIG-2222"], simulated=False)  # the machine's own: taken
+    line = one_line_only(invoke("standalone", "run", "--replicas", "vllm", "--gpu", "GPU-fake",
+                                "--trace", small_reuse_trace, "--out", out))
+    assert line == "Error: GPU GPU-fake is not on this machine (nvidia-smi lists GPU-1111, MIG-2222)"
+    assert not out.exists()
+
+
+def test_bench_out_is_checked_before_the_benchmark_runs(tmp_path):
+    afile = tmp_path / "afile"
+    afile.write_text("not a folder")
+    for command in (["bench", "routing", "--quick", "--family", "shards"], ["bench", "schedule", "--requests", 2]):
+        assert one_line_only(invoke(*command, "--out", tmp_path)) == f"Error: {tmp_path}: is a folder, not a file"
+        assert one_line_only(invoke(*command, "--out", afile / "r.json")) == \
+            f"Error: {afile}: a part of this path is a file, not a folder"
+    assert afile.read_text() == "not a folder"
+
+
+def test_a_missing_backend_file_is_named_as_missing_not_as_bad_json(small_reuse_trace, tmp_path):
+    missing = tmp_path / "backend.yaml"
+    for command in (["experiment", "run", "gc"], ["engine", "run"]):
+        line = one_line_only(invoke(*command, "--trace", small_reuse_trace, "--backend", missing,
+                                    "--out", tmp_path / "out"))
+        assert line == f"Error: backend: {missing}: no such file (give a JSON or YAML file, or a JSON object)"
+    assert not (tmp_path / "out").exists()

@@ -263,11 +263,13 @@ def test_a_request_that_starts_while_others_are_cancelled_is_cancelled_too(reuse
     assert path.receipt["clean"]
 
 
-def test_the_kv_cache_a_vllm_replica_reports_is_read_from_its_log(tmp_path):
+def test_the_kv_cache_a_vllm_replica_reports_is_read_from_its_log(tmp_path, monkeypatch):
     import subprocess
 
+    from parity import gpus
     from parity.standalone.replicas import Replica
 
+    monkeypatch.setattr(gpus, "on_this_machine", lambda: ["GPU-a"])  # the GPU the replica set is given is here
     replica_set = ReplicaSet("vllm", ["GPU-a"], EngineArgs(), tmp_path)
     log = tmp_path / "replica-0.log"
     replica_set.replicas = [Replica(0, "GPU-a", 1, log, subprocess.Popen(["true"]))]

@@ -98,9 +98,11 @@ def test_both_paths_record_every_latency_on_one_clock_from_the_scheduled_arrival
 
     schedule = Schedule(kind="poisson", rate=1.0, seed=7)
     cases = plan.sustained([small_reuse_trace], [40.0], plan.FlameSettings(batch_limit=64, window_ms=5), schedule)
-    before = time.monotonic()
-    run_experiment("sustained", cases, sim_backend, tmp_path, settings={"rates": [40.0]}, log=lambda m: None)
+    before, lines = time.monotonic(), []
+    run_experiment("sustained", cases, sim_backend, tmp_path, settings={"rates": [40.0]}, log=lines.append)
     after = time.monotonic()
+    assert lines[0] == ("sustained: 2 cases; their arrival schedules take about 3.2 s in all (requests / rate, "
+                        "case by case; engine starts and warmups come on top)")  # 64 requests at 40/s, each side
     docs = {c.system: read_manifest(tmp_path / "trials" / f"{c.trial_id}.json") for c in cases}
     assert docs["standalone"]["schedule"] == docs["flame"]["schedule"]  # the same arrivals, by hash
     assert docs["flame"]["schedule"]["kind"] == "poisson" and docs["flame"]["schedule"]["rate"] == 40.0
@@ -274,3 +276,37 @@ def test_the_eviction_case_runs_both_paths_on_a_cache_smaller_than_the_working_s
     for system in ("standalone", "flame"):
         share = {bool(c.cache_blocks): cached_share(docs[c.trial_id]["records"]) for c in cases if c.system == system}
         assert share[True] < share[False], system
+
+
+def test_a_rung_too_long_too_fast_or_on_a_trace_not_given_is_refused_before_anything_runs(tiny_reuse_trace, tmp_path):
+    from click.testing import CliRunner
+
+    from parity.cli import main
+
+    out = tmp_path / "out"
+    for settings, says in [
+        ({"rates": [0.001]}, "sustained-rate-0.001-reuse-p0-vllm: 6 requests at 0.001 requests/s take about 1.7 h, "
+                             "longer than the 1 h a rung may take; raise the rate"),
+        ({"rates": [1e9]}, "sustained-rate-1e+09-reuse-p0-vllm: 1e+09 requests/s is more than a sender can hold "
+                           "(at most 1000: faster, the gaps between sends are shorter than its own 1 ms lag)"),
+        ({"rates": [4], "traces": ["reuse", "nonexistent"]},
+         "sustained: the settings name trace 'nonexistent', which is not among the traces given (reuse)"),
+    ]:
+        result = CliRunner().invoke(main, ["experiment", "run", "sustained", "--trace", str(tiny_reuse_trace),
+                                           "--backend", '{"engine": "sim"}', "--settings", json.dumps(settings),
+                                           "--out", str(out)])
+        assert result.exit_code == 1 and result.output.strip().splitlines() == [f"Error: {says}"], result.output
+    assert not out.exists()
+
+
+def test_paced_rungs_are_bounded_and_added_up_bursts_count_nothing(tiny_reuse_trace):
+    from parity.experiments import plan
+
+    edge = plan.for_experiment("sustained", [tiny_reuse_trace], {"rates": [6 / plan.MAX_RUNG_S, plan.MAX_RATE_PER_S]})
+    assert plan.paced_span_s(edge, {tiny_reuse_trace: 6}) == pytest.approx(2 * (plan.MAX_RUNG_S + 6 / plan.MAX_RATE_PER_S))
+    for rates in ([5 / plan.MAX_RUNG_S], [plan.MAX_RATE_PER_S * 1.01]):  # just beyond either bound
+        with pytest.raises(ParityError):
+            plan.paced_span_s(plan.for_experiment("sustained", [tiny_reuse_trace], {"rates": rates}),
+                              {tiny_reuse_trace: 6})
+    assert plan.paced_span_s(plan.for_experiment("locality", [tiny_reuse_trace], {"repeats": 1}),
+                             {tiny_reuse_trace: 6}) == 0.0

@@ -5,8 +5,9 @@
 - coverage: every request of the trace appears exactly once, and nothing else does;
 - output length: every request produced exactly its trial's max_tokens (the study's 16), or exactly
   its own length where the trial drew one per request (parity.lengths);
-- placement: each logical shard ran on one GPU, the GPUs named in the trial, and, where a pinning is
-  given (e.g. from the paired standalone trial), the same GPU UUID per shard.
+- placement: each logical shard ran on one GPU, no two on the same one (except in Flame's `global`
+  session, whose workers share one queue), the GPUs named in the trial, and, where a pinning is given
+  (e.g. from the paired standalone trial), the same GPU UUID per shard.
 A trial that fails a check is marked failed with the reasons, and excluded from statistics later; the
 checks only ever write the verdict, never a record.
 
@@ -97,15 +98,24 @@ def _own_lengths(doc: dict) -> list[str]:
 
 
 def _placement(doc: dict, pinning: dict[int, str] | None, exclusive: bool) -> list[str]:
+    """Exclusive shards (all placements but Flame's `global` session) each ran on one GPU of their own."""
     reasons = []
     named = {g["uuid"] for g in doc["gpus"]}
-    for shard, gpus in sorted(shard_gpus(doc["records"]).items()):
+    by_shard = shard_gpus(doc["records"])
+    for shard, gpus in sorted(by_shard.items()):
         if exclusive and len(gpus) != 1:
             reasons.append(f"shard {shard} ran on {len(gpus)} GPUs: {sorted(gpus)}")
         if gpus - named:
             reasons.append(f"shard {shard} ran on GPUs the trial does not name: {sorted(gpus - named)}")
         if pinning is not None and shard in pinning and gpus != {pinning[shard]}:
             reasons.append(f"shard {shard} ran on {sorted(gpus)}, pinned to {pinning[shard]}")
+    if exclusive:
+        shards_on: dict[str, list[int]] = {}
+        for shard, gpus in sorted(by_shard.items()):
+            for gpu in gpus:
+                shards_on.setdefault(gpu, []).append(shard)
+        reasons += [f"shards {', '.join(map(str, shards))} ran on the same GPU {gpu}"
+                    for gpu, shards in sorted(shards_on.items()) if len(shards) > 1]
     return reasons
 
 

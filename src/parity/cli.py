@@ -49,6 +49,18 @@ def environment_error(exc: OSError) -> str | None:
     return reason if where is None else f"{os.fsdecode(where)}: {reason}"
 
 
+def writable_file(path: Path) -> None:
+    """A file a command writes only at its end, checked at its start, so a long run is not refused after it
+    ran: not a folder, and no file where a folder of its path belongs (missing folders are made later)."""
+    if path.is_dir():
+        raise ParityError(f"{path}: {ENVIRONMENT_ERRORS[errno.EISDIR]}")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ParityError(f"{folder}: {ENVIRONMENT_ERRORS[errno.ENOTDIR]}")
+
+
 def friendly_errors(command):
     """Turn a ParityError, or an OSError of the environment, into a one-line `Error: ...`, exit 1.
 
@@ -317,6 +329,8 @@ def bench_routing(only, quick, sim_params, out):
     from parity.engine.sim import SimParams
     from parity.manifest import atomic_write_text
 
+    if out:
+        writable_file(out)
     result = routing.run(SimParams.load(sim_params), quick=quick, only=set(only) or None, log=_echo)
     click.echo(f"{'family':<12} {'case':<22} {'req/s: alternating':>18} {'sticky':>8} {'prefix':>8} {'hindsight':>9}"
                f"  prefix vs: hindsight alternating sticky   split docs  expected/realized hits  (simulated)")
@@ -348,6 +362,8 @@ def bench_schedule(rate, requests, kind, burstiness, seed, out):
     from parity.bench import schedule
     from parity.manifest import atomic_write_text
 
+    if out:
+        writable_file(out)
     if rate is None:
         rate = 10 * max(_study_experiments()["sustained"]["rates"])
     result = schedule.run(rate, requests, kind, burstiness, seed)

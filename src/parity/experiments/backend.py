@@ -16,6 +16,7 @@ from pathlib import Path
 
 from parity.engine import EngineArgs
 from parity.errors import ParityError
+from parity.gpus import check as check_gpus
 from parity.workflow_config import check_backend
 
 CLUSTERS = ("standin", "flame")  # the CPU stand-in of Flame's session manager, or real Flame v0.6.0
@@ -54,9 +55,12 @@ class Backend:
         import yaml
 
         path = Path(text)
+        as_file = not text.lstrip().startswith("{") and path.exists()
         try:
-            values = yaml.safe_load(path.read_text()) if not text.lstrip().startswith("{") and path.exists() else json.loads(text)
+            values = yaml.safe_load(path.read_text()) if as_file else json.loads(text)
         except (ValueError, yaml.YAMLError) as exc:
+            if not as_file and not text.lstrip().startswith(("{", "[")):  # a file's name, not JSON text
+                raise ParityError(f"backend: {text}: no such file (give a JSON or YAML file, or a JSON object)") from None
             raise ParityError(f"backend: neither JSON nor a readable YAML file ({exc})") from None
         if not isinstance(values, (dict, type(None))):
             raise ParityError(f"backend: expected a mapping, got {type(values).__name__}")
@@ -81,8 +85,10 @@ class Backend:
     def gpu_uuids(self, needed: int = 1, what: str = "this run") -> list[str]:
         """The GPU UUIDs to pin shards to. `auto`: the node's GPUs from nvidia-smi, in index order, at most two
         (the study's node); a run that pairs two GPUs says so (`needed=2`) and is refused on a one-GPU node,
-        where the offline limit's shards and the MLPerf arms still run. GPUs named in the config are taken as named."""
+        where the offline limit's shards and the MLPerf arms still run. GPUs named in the config are taken as named,
+        once each, and only those this machine (or the simulator) has (`parity.gpus`)."""
         if list(self.gpus) != ["auto"]:
+            check_gpus(list(self.gpus), simulated=self.simulated)
             return list(self.gpus)
         try:
             out = subprocess.run(["nvidia-smi", "--query-gpu=uuid", "--format=csv,noheader"], check=True,

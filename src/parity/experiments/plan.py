@@ -53,6 +53,17 @@ class Case:
         return RouterSettings(self.placement)
 
 
+# The longest a paced case's arrivals may take (its requests / rate). The study's ladder takes minutes
+# per rung (hundreds of requests at 4 to 24 per second); a rung beyond an hour is a rate mistyped (0.001
+# for 1), which would otherwise hold two engines for hours without a word.
+MAX_RUNG_S = 3600.0
+# The fastest a paced case may offer requests. At 1,000 per second the mean gap between two sends is
+# 1 ms, the lag the load generator itself is allowed (its p99 target: parity.schedule.lag, parity bench
+# schedule); faster, its own delays are as long as the gaps, so what it offers could not be told from a
+# burst, and a rung recorded at that rate would not be one.
+MAX_RATE_PER_S = 1000.0
+
+
 LOCALITY_CONFIGS = (("standalone", "alternating"), ("flame", "global"), ("standalone", "sticky"), ("flame", "sticky"))
 
 
@@ -215,8 +226,43 @@ def sustained(traces: list[Path], rates: list[float], flame: FlameSettings, sche
     return cases
 
 
+def paced_span_s(cases: list[Case], requests: dict[Path, int]) -> float:
+    """How long the paced cases' arrivals take in all (each one's requests / rate; `requests`: per trace);
+    ParityError, in one line, for a case faster than MAX_RATE_PER_S or longer than MAX_RUNG_S."""
+    total = 0.0
+    for case in cases:
+        if case.schedule.kind not in ("poisson", "gamma"):
+            continue
+        rate, count = case.schedule.rate, requests[case.trace]
+        if rate > MAX_RATE_PER_S:
+            raise ParityError(f"{case.trial_id}: {rate:g} requests/s is more than a sender can hold (at most "
+                              f"{MAX_RATE_PER_S:g}: faster, the gaps between sends are shorter than its own 1 ms lag)")
+        if count / rate > MAX_RUNG_S:
+            raise ParityError(f"{case.trial_id}: {count} requests at {rate:g} requests/s take about {about(count / rate)}, "
+                              f"longer than the {about(MAX_RUNG_S)} a rung may take; raise the rate")
+        total += count / rate
+    return total
+
+
+def about(seconds: float) -> str:
+    """A duration as a person reads it: 0.5 s, 40 s, 12 min, 1 h, 2.2 h."""
+    if seconds < 60:
+        return f"{round(seconds, 1):g} s"
+    return f"{seconds / 60:.0f} min" if seconds < 3600 else f"{round(seconds / 3600, 1):g} h"
+
+
+def named_traces(name: str, traces: list[Path], settings: dict) -> None:
+    """The traces an experiment's settings name (`traces`: routing, sustained) are among those it is given
+    (by file stem): the settings are recorded as what ran."""
+    given = [t.stem for t in traces]
+    if unknown := [n for n in settings.get("traces") or [] if n not in given]:
+        raise ParityError(f"{name}: the settings name trace {unknown[0]!r}, which is not among the traces given "
+                          f"({', '.join(given)})")
+
+
 def for_experiment(name: str, traces: list[Path], settings: dict) -> list[Case]:
     """The cases of experiment `name` from its settings (the workflow config's experiments.NAME)."""
+    named_traces(name, traces, settings)
     flame = FlameSettings.from_dict(settings.get("flame"))
     if name == "locality":
         return locality(traces, settings.get("repeats", 3), flame)

@@ -16,9 +16,10 @@ from parity import paths, trial
 from parity.checks import check_file, pinning_of
 from parity.errors import ParityError
 from parity.experiments.backend import Backend
-from parity.experiments.plan import Case
+from parity.experiments.plan import Case, about, paced_span_s
 from parity.manifest import file_ref, header, read_manifest, write_manifest
 from parity.stats import trial_facts, write_pair
+from parity.trace import load_trace
 
 
 class Runner:
@@ -104,6 +105,10 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
     for trace, tokens in sorted({(c.trace, c.max_tokens or 0) for c in cases}):  # before anything is written
         args = backend.args()
         trial.fits_engine(trace, dataclasses.replace(args, max_tokens=tokens) if tokens else args)
+    paced = paced_span_s(cases, {t: len(load_trace(t).requests) for t in {c.trace for c in cases}})
+    if paced:
+        log(f"{experiment}: {len(cases)} cases; their arrival schedules take about {about(paced)} in all "
+            "(requests / rate, case by case; engine starts and warmups come on top)")
     trials = {}
     with Runner(experiment, backend, out_dir, log) as runner:
         for number, case in enumerate(cases, start=1):

@@ -50,11 +50,14 @@ def cluster(kind: str, gpus: list[str], out_dir: Path, *, simulated: bool, bin_d
             receipt_path: Path | None = None, log=None):
     """A running cluster (`kind`: standin or flame) with one application per GPU; torn down on exit.
 
-    Locks on the GPUs left by a run that died are cleared first; a GPU a live run holds is an error.
+    Locks on the GPUs left by a run that died are cleared first; a GPU a live run holds is an error. Before
+    that, a GPU named twice or one this machine lacks is refused (`parity.gpus`): one worker per GPU.
     """
     from parity import gpu_lock
     from parity.flame.service import worker_environment
+    from parity.gpus import check as check_gpus
 
+    check_gpus(list(gpus), simulated=simulated)
     with environment(worker_environment(out_dir, simulated)):  # the workers inherit it
         gpu_lock.clear_stale(gpu_lock.lock_dir(), gpus, log=log)
         if kind == "standin":

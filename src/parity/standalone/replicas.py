@@ -25,6 +25,7 @@ from parity import procs
 from parity.engine import EngineArgs
 from parity.engine import vllm_compat as compat
 from parity.errors import ParityError
+from parity.gpus import check as check_gpus
 
 KINDS = ("sim", "vllm")
 STOP_TIMEOUT_S = 60.0  # vLLM's graceful shutdown frees the GPU before it exits
@@ -115,6 +116,7 @@ class ReplicaSet(procs.Supervisor):
         self.kv_events, self.serve_flags = kv_events, tuple(serve_flags)
         if not gpus:
             raise ParityError("no GPUs given for the replicas")
+        check_gpus(list(gpus), simulated=kind == "sim")  # one replica per GPU, each one this machine has
         self.kind, self.gpus, self.args = kind, gpus, args
         self.log_dir, self.startup_timeout_s, self.sim_params = log_dir, startup_timeout_s, sim_params
         self.replicas: list[Replica] = []
