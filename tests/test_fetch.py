@@ -397,6 +397,67 @@ def test_gated_repo_refusing_the_token_is_a_clear_error(tmp_path, fake_hub, monk
     assert leftovers(dest) == []
 
 
+@pytest.fixture
+def hub_answers(monkeypatch):
+    """The real hf_hub_download against a Hub that answers what the test says (no network): `answer(request)`
+    returns an httpx2 response or raises the client's own error. Its retries do not sleep."""
+    import httpx2
+    import huggingface_hub
+    from huggingface_hub.utils import _http
+
+    hub_side = {}
+    huggingface_hub.set_client_factory(
+        lambda: httpx2.Client(transport=httpx2.MockTransport(lambda request: hub_side["answer"](request))))
+    monkeypatch.setattr(_http.time, "sleep", lambda seconds: None)
+    monkeypatch.setattr(hub, "get_token", lambda: TOKEN)
+    yield lambda answer: hub_side.update(answer=answer)
+    huggingface_hub.set_client_factory(_http.default_client_factory)
+
+
+def status(code: int, **headers):
+    import httpx2
+
+    return lambda request: httpx2.Response(code, headers=headers, request=request)
+
+
+def unreachable(request):
+    import httpx2
+
+    raise httpx2.ConnectError("[Errno -3] Temporary failure in name resolution", request=request)
+
+
+@pytest.mark.parametrize("answer, said", [
+    (status(403), r"refused access to meta-llama/\S+ \(HTTP 403\): no access to the \(gated\?\) model with this token; "
+                  r"accept its licence on https://huggingface.co/meta-llama/Llama-3.1-8B-Instruct with your account, "
+                  r"then set HF_TOKEN \(or run `hf auth login`\)"),
+    (status(403, **{"X-Error-Code": "GatedRepo"}), r"is gated and this token has no access to it: accept its licence"),
+    (status(401), r"not found, or private or gated and this token cannot see it: check the repo's name; accept its "),
+    (status(404), r"has no such repo, revision or file: meta-llama/\S+ \(HTTP 404"),
+    (status(404, **{"X-Error-Code": "EntryNotFound"}), r"has no file \S+ \(check the pins file\)"),
+    (status(500), r"the Hugging Face Hub failed \(HTTP 500\) on meta-llama/\S+, a fault on its side: retry later"),
+    (status(503), r"the Hugging Face Hub failed \(HTTP 503\)"),
+    (unreachable, r"cannot reach the Hugging Face Hub to download \S+ \(offline\?\): ConnectError"),
+], ids=["403", "403-gated", "401", "404", "404-file", "500", "503", "no-answer"])
+def test_hub_errors_say_what_the_hub_said_and_never_the_token(tmp_path, hub_answers, answer, said):
+    hub_answers(answer)
+    dest = tmp_path / "model"
+    with pytest.raises(FetchError, match=said) as info:
+        run_fetch(hub_pins(tmp_path), dest)
+    message = str(info.value)
+    assert "\n" not in message and TOKEN not in message and leftovers(dest) == []
+    assert ("offline" in message) == (answer is unreachable)  # only no answer at all is "offline"
+
+
+@pytest.mark.parametrize("answer, said", [(status(502), r"failed \(HTTP 502\) on \S+@main, a fault on its side"),
+                                          (unreachable, r"cannot reach the Hugging Face Hub .*\(offline\?\)")],
+                         ids=["502", "no-answer"])
+def test_pinning_the_revision_says_what_the_hub_said(tmp_path, hub_answers, answer, said):
+    hub_answers(answer)  # HfApi's errors come unwrapped, not as hf_hub_download's "not in the local cache"
+    pins = hub_pins(tmp_path, revision=None, digests={name: None for name in FILES})
+    with pytest.raises(FetchError, match=said):
+        run_fetch(pins, tmp_path / "model", record_pins=True)
+
+
 @pytest.mark.parametrize("failure", [KeyboardInterrupt(), OSError(errno.ENOSPC, "No space left on device")])
 def test_hub_interruption_or_full_disk_leaves_nothing(tmp_path, fake_hub, failure):
     fake_hub.fail_after_write = failure
@@ -511,7 +572,7 @@ def test_convert_writes_sorted_json_lines(tmp_path):
 
 def test_hub_errors_hide_the_original_exception_that_may_quote_the_token():
     with pytest.raises(FetchError) as info:
-        with hub._hub_errors("o/r", COMMIT, "config.json", TOKEN):
+        with hub._hub_errors("o/r", "model", COMMIT, "config.json", TOKEN):
             raise RuntimeError(f"header Authorization: Bearer {TOKEN}")
     assert TOKEN not in str(info.value) and "<token>" in str(info.value)
     assert info.value.__suppress_context__ and info.value.__cause__ is None

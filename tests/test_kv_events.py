@@ -85,9 +85,21 @@ def test_a_subscriber_reads_each_shards_stream_and_says_when_one_is_silent():
         context.term()
 
 
-def test_a_batch_that_is_not_vllms_is_refused_in_one_line():
+BOMB = b"\x92\xcb" + bytes(8) + b"\x91" * 1_000_000 + b"\xc0"  # [ts, [[[[...a million arrays deep...]]]]]
+
+
+def test_a_batch_that_is_not_vllms_is_refused_in_one_line(monkeypatch):
     with pytest.raises(ParityError, match="not vLLM's EventBatch"):
         kv_events.decode(b"\x00garbage")
+    with pytest.raises(ParityError, match="recursion bomb"):
+        kv_events.decode(BOMB)
+    monkeypatch.setattr(kv_events, "MAX_PAYLOAD", 10)
+    with pytest.raises(ParityError, match="refused unread"):
+        kv_events.decode(batch(stored([1], None, range(16))))
+    with pytest.raises(ParityError, match="token IDs that are not"):
+        kv_events.EngineBlocks(1).stored([1], None, ["a"] * 16, 16)
+    with pytest.raises(ParityError, match="block hashes that are not"):
+        kv_events.EngineBlocks(1).removed(5)
     with pytest.raises(ParityError, match="blocks of 16"):
         kv_events.EngineBlocks(1).stored([1], None, list(range(32)), 32)
     assert '"endpoint": "tcp://127.0.0.1:5557"' in kv_events.config_json("tcp://127.0.0.1:5557")
@@ -206,3 +218,118 @@ def test_both_paths_engines_publish_from_their_own_processes_to_the_trials_route
         assert doc["verdict"]["status"] == "passed" and all(e["BlockStored"] > 0 for e in kv["events"]), case.system
         assert kv["engine_held_blocks"] == kv["router_held_blocks"] and kv["gaps"] == [0, 0]
         assert doc["router"]["expected_vs_realized"] == 1
+
+
+def until(done, what: str, limit_s: float = 30.0) -> None:
+    """Poll `done` until it holds (a generous deadline: CI's cores are loaded), else fail naming `what`."""
+    deadline = time.monotonic() + limit_s
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.02)
+
+
+class _Feed:
+    """A subscriber and one PUB socket per shard, joined (a SUB socket misses what precedes its join)."""
+
+    def __init__(self, shards: int, join: bytes):
+        self.sub = kv_events.Subscriber(shards, salt=7)
+        self.context = zmq.Context()
+        self.pubs = []
+        for k, endpoint in enumerate(self.sub.endpoints):
+            pub = self.context.socket(zmq.PUB)
+            pub.connect(endpoint)
+            self.pubs.append(pub)
+            until(lambda: self.sub.received[k] or self.send(k, join), f"shard {k}'s subscription")
+
+    def send(self, shard: int, payload: bytes, frames=None) -> None:
+        self.pubs[shard].send_multipart(frames or [b"kv", bytes(8), payload])
+
+    def close(self):
+        self.sub.close()
+        for pub in self.pubs:
+            pub.close(0)
+        self.context.term()
+
+
+def test_a_malformed_message_of_any_kind_is_counted_and_the_subscriber_goes_on():
+    tokens = np.random.default_rng(3).integers(0, 128_000, 512, dtype=np.uint32)
+    hashes, _ = engine_blocks_of(tokens)
+    feed = _Feed(1, join=batch(kv_events.removed_event([1])))  # evicts nothing: only joins
+    sub = feed.sub
+    try:
+        malformed = [batch(["BlockStored", "not a list", None, list(range(16)), 16]),  # wrong field types
+                     batch(["BlockStored", [1], None, ["x"] * 16, 16]), batch(["BlockRemoved", 5]),
+                     batch(stored([[1]], None, range(16)), stored(hashes, None, tokens)),  # a bad event beside a good one
+                     b"\x00garbage", BOMB]  # not msgpack; nested a million deep
+        for payload in malformed:
+            feed.send(0, payload)
+        feed.send(0, b"", frames=[b"kv", b"two frames"])
+        feed.send(0, batch(["BlockAllocated", [1]], ["BlockAllocated", [2]]))  # a tag the router does not know
+        feed.send(0, batch(kv_events.removed_event(hashes)))  # a good event after all of it
+        changes = []
+        until(lambda: changes.append(sub.changes.get(timeout=30)) or changes[-1][1:] == ("removed", block_chain(tokens, 7)),
+              "the good event after the malformed ones")
+        assert (0, "stored", block_chain(tokens, 7)) in changes  # the good event beside a bad one counted too
+        assert sub.error_counts == [7] and sub.unknown == [{"BlockAllocated": 2}] and sub.counts[0]["BlockStored"] == 1
+        assert "BlockAllocated" not in sub.counts[0]  # an unknown tag is not an event
+        assert sub.errors[0] == "shard 0: a BlockStored event whose fields are not vLLM's (KV event: block hashes " \
+                                "that are not a list of integers or bytes: not a list)"
+        assert sub._thread.is_alive() and len(sub.errors) == 3  # the first few named, the rest counted
+        stats = sub.stats()
+        assert stats["error_count"] == [7] and stats["unknown_events"] == [{"BlockAllocated": 2}]
+        sub.check()  # good events arrived: what could not be read is recorded, not fatal
+        assert sub.unreadable().startswith("7 malformed KV event message(s) or event(s), first: shard 0: a BlockStored")
+    finally:
+        feed.close()
+
+
+def test_a_shard_that_sent_only_garbage_or_unknown_events_fails_the_events_check():
+    feed = _Feed(2, join=b"\x00garbage")
+    try:
+        feed.send(1, batch(["BlockAllocated", [1]]))
+        until(lambda: feed.sub.unknown[1], "shard 1's unknown event")
+        assert feed.sub.counts == [{}, {}]
+        with pytest.raises(ParityError, match=r"^no readable KV cache events arrived from shard\(s\) 0, 1, only \d+ "
+                                              r"malformed .* event\(s\) of a tag the router does not know "
+                                              r"\(BlockAllocated\): its publisher is not sending vLLM's events$"):
+            feed.sub.check()
+    finally:
+        feed.close()
+
+
+def test_a_trial_records_what_it_could_not_read_and_fails_when_that_was_all(small_reuse_trace, tmp_path, monkeypatch):
+    from parity import trial
+    from parity.affinity import RouterSettings
+
+    real = kv_events.Publisher.send
+
+    def garbage_first(self, events):  # one unreadable batch, in sequence, before the engine's first
+        if events and self.sequence == 0:
+            self.socket.send_multipart([b"kv", self.sequence.to_bytes(8, "big"), b"\xc1"])
+            self.sequence += 1
+        real(self, events)
+
+    monkeypatch.setattr(kv_events.Publisher, "send", garbage_first)
+    logs, followed = [], _Followed(publish=True)
+    try:
+        doc = trial.run(followed.path, small_reuse_trace, tmp_path, trial_id="t", experiment="routing",
+                        router=RouterSettings("prefix"), warmup_rounds=1, log=logs.append)
+    finally:
+        followed.close()
+    kv = doc["kv_events"]  # written, so schema-valid
+    assert kv["error_count"] == [1] and kv["errors"][0].startswith("shard 0: a KV event batch that is not vLLM's")
+    assert kv["gaps"] == [0] and kv["engine_held_blocks"] == kv["router_held_blocks"]
+    assert doc["verdict"]["status"] == "passed" and any(m.startswith("  KV events: 1 malformed") for m in logs)
+
+    def only_garbage(self, events):
+        self.socket.send_multipart([b"kv", bytes(8), b"\xc1"])
+
+    monkeypatch.setattr(kv_events.Publisher, "send", only_garbage)
+    followed = _Followed(publish=True)
+    try:
+        with pytest.raises(ParityError, match=r"no readable KV cache events arrived from shard\(s\) 0, only \d+ malformed"):
+            trial.run(followed.path, small_reuse_trace, tmp_path, trial_id="u", experiment="routing",
+                      router=RouterSettings("prefix"), warmup_rounds=0, log=lambda m: None)
+    finally:
+        followed.close()
+    assert not (tmp_path / "u.json").exists()

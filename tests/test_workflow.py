@@ -204,6 +204,24 @@ def test_a_deleted_experiment_is_run_again_and_revalidated(checkout):
     assert jobs_of(run) == {"experiment": 1, "report": 1, "all": 1}, run.stdout[-2000:]
 
 
+def test_a_lock_left_by_a_killed_run_names_its_remedy_first(checkout):
+    """`kill -9` of Snakemake leaves its lock (.snakemake/locks: the files it was making, one a line); the rerun's
+    refusal begins with the remedy, Snakemake's own message after it."""
+    locks = checkout / ".snakemake" / "locks"
+    locks.mkdir(parents=True)
+    (locks / "0.output.lock").write_text("results/smoke/traces/reuse.json\n")
+    run = snakemake(checkout, "--touch", "--workflow-profile", "smoke", "all")  # --touch: were it not refused, nothing runs
+    error = run.stderr[run.stderr.index("Building DAG of jobs...\n"):].splitlines()[1:]
+    assert run.returncode != 0 and "`snakemake --unlock`" in error[0], run.stderr[-2000:]
+    assert error[1:3] == ["LockException:", "Error: Directory cannot be locked. Please make sure that no other "
+                          "Snakemake process is trying to create the same files in the following directory:"]
+    dry = snakemake(checkout, "-n", "--workflow-profile", "smoke", "all")  # goes on, and says so the same way
+    said = (dry.stdout + dry.stderr).splitlines()
+    at = said.index("Error: Directory cannot be locked. Another Snakemake instance is running.")
+    assert dry.returncode == 0 and "`snakemake --unlock`" in said[at - 1]
+    assert snakemake(checkout, "--unlock", "--workflow-profile", "smoke").returncode == 0 and not locks.exists()
+
+
 def _option(command: list[str], name: str) -> str:
     return command[command.index(name) + 1]
 

@@ -15,7 +15,11 @@ tokens at a time, so the router's map follows what the engine holds: stored, evi
 `Subscriber` reads one stream per shard on a thread and queues what it derives; the router applies
 the queue at its next decision (`PrefixRouter.follow`), so the map is only ever changed from the
 routing thread. A subscriber that expected events and received none says so (`check`): a publisher
-that is configured but sends nothing is a known upstream failure. `Publisher` is an engine's side, as
+that is configured but sends nothing is a known upstream failure. A message that cannot be read (not
+msgpack, wrong field types, nested past the decoder's depth, oversized) is counted and its first few
+named (`stats`), never the end of the thread; an event of a tag the router does not know is counted
+apart, not as an event, so a shard that sent only such things fails `check` as well, in its own words,
+instead of passing or being blamed on a silent publisher. `Publisher` is an engine's side, as
 vLLM's: the simulator publishes the same events through it, so the CPU chain exercises the same feed.
 """
 
@@ -44,13 +48,21 @@ def config_json(endpoint: str) -> str:
 
 FIELDS = {"BlockStored": ("block_hashes", "parent_block_hash", "token_ids", "block_size"),
           "BlockRemoved": ("block_hashes",), "AllBlocksCleared": ()}
+MAX_PAYLOAD = 64 << 20  # bytes: a step's batch is kilobytes (a 128k-token prefill, under 1 MiB); more is refused unread
+_KEPT_ERRORS, _KEPT_TAGS, _CHARS = 3, 8, 300  # what a stream of garbage can make the subscriber hold: bounded
 
 
 def decode(payload: bytes) -> list[tuple[str, list]]:
     """(tag, fields) of each event in one EventBatch payload, the fields in `FIELDS` order. An event is a
-    tagged array (`[tag, field, ...]`) or, where a version encodes it so, a map with a `type` key."""
+    tagged array (`[tag, field, ...]`) or, where a version encodes it so, a map with a `type` key.
+
+    Depth: msgspec counts its nesting against the interpreter's recursion limit and stops a recursion bomb
+    at the first level past it (a million levels deep: refused in under a millisecond, nothing below read);
+    a scan of our own before it would cost a Python step per token ID of every batch. Size: checked first."""
     import msgspec
 
+    if len(payload) > MAX_PAYLOAD:
+        raise ParityError(f"a KV event batch of {len(payload):,} bytes, over the {MAX_PAYLOAD:,} read: refused unread")
     try:
         batch = msgspec.msgpack.decode(payload)
         events = batch["events"] if isinstance(batch, dict) else batch[1]
@@ -62,6 +74,9 @@ def decode(payload: bytes) -> list[tuple[str, list]]:
             else:
                 out.append((str(event[0]), list(event[1:])))
         return out
+    except RecursionError:
+        raise ParityError(f"a KV event batch nested deeper than the decoder follows (a recursion bomb, "
+                          f"not vLLM's EventBatch): {payload[:40]!r}") from None
     except (msgspec.DecodeError, IndexError, KeyError, TypeError) as exc:
         sample = repr(payload[:120])
         raise ParityError(f"a KV event batch that is not vLLM's EventBatch ({type(exc).__name__}: {exc}): {sample}") from None
@@ -74,6 +89,12 @@ def stored_event(hashes: list, parent, token_ids: list[int]) -> list:
 
 def removed_event(hashes: list) -> list:
     return ["BlockRemoved", list(hashes), "GPU"]
+
+
+def _check_hashes(hashes) -> None:
+    """Engine block hashes as vLLM sends them: a list of integers or (newer versions) bytes; one step per block."""
+    if not isinstance(hashes, list) or not all(type(h) in (int, bytes) for h in hashes):
+        raise ParityError(f"KV event: block hashes that are not a list of integers or bytes: {str(hashes)[:80]}")
 
 
 class Publisher:
@@ -128,6 +149,11 @@ class EngineBlocks:
 
     def stored(self, hashes: list, parent, token_ids: list[int], block_size: int) -> list[int]:
         """The router blocks these engine blocks complete."""
+        _check_hashes(hashes)
+        _check_hashes([] if parent is None else [parent])
+        ids = np.asarray(token_ids)
+        if ids.ndim != 1 or ids.size and (ids.dtype.kind not in "iu" or ids.min() < 0 or ids.max() >= 2**32):
+            raise ParityError(f"KV event: token IDs that are not a list of 32-bit unsigned integers ({ids.dtype})")
         if block_size != ENGINE_BLOCK_TOKENS or len(token_ids) != block_size * len(hashes):
             raise ParityError(f"KV event: {len(hashes)} blocks of {block_size} tokens with {len(token_ids)} token IDs; "
                               f"the router reads blocks of {ENGINE_BLOCK_TOKENS}")
@@ -138,7 +164,7 @@ class EngineBlocks:
         else:
             self.orphans += len(hashes)
             return []
-        words = np.asarray(token_ids, dtype=np.uint32).view(np.uint64).reshape(len(hashes), ENGINE_BLOCK_TOKENS // 2)
+        words = ids.astype(np.uint32).view(np.uint64).reshape(len(hashes), ENGINE_BLOCK_TOKENS // 2)
         half, per = ENGINE_BLOCK_TOKENS // 2, self.per_router_block
         offsets = (depth + 1 + np.arange(len(hashes))) % per  # each engine block's place in its router block
         rows = self.words.reshape(per, half)[offsets]
@@ -158,6 +184,7 @@ class EngineBlocks:
 
     def removed(self, hashes: list) -> list[int]:
         """The router blocks these evicted engine blocks had completed."""
+        _check_hashes(hashes)
         out = []
         for engine_hash in hashes:
             state = self._state.pop(engine_hash, None)
@@ -192,10 +219,13 @@ class Subscriber:
             self.endpoints.append(f"tcp://127.0.0.1:{port}")
         self.blocks = [EngineBlocks(salt, block_tokens) for _ in range(shards)]
         self.changes: queue.SimpleQueue = queue.SimpleQueue()  # (shard, "stored" | "removed" | "cleared", hashes)
-        self.counts = [Counter() for _ in range(shards)]
+        self.counts = [Counter() for _ in range(shards)]  # events of the tags in FIELDS, applied
+        self.unknown = [Counter() for _ in range(shards)]  # events of any other tag: ignored, not events
+        self.error_counts = [0] * shards  # messages or events that could not be read
+        self.received = [0] * shards  # messages, whatever they held (for `settle`)
         self.gaps = [0] * shards
         self._last_seq: list[int | None] = [None] * shards
-        self.errors: list[str] = []
+        self.errors: list[str] = []  # the first few, named
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="kv-events", daemon=True)
         self._thread.start()
@@ -217,37 +247,58 @@ class Subscriber:
             for sock, _ in poller.poll(100):
                 shard = self.sockets.index(sock)
                 try:
-                    self._take(shard, sock.recv_multipart(zmq.NOBLOCK))
+                    frames = sock.recv_multipart(zmq.NOBLOCK)
                 except zmq.Again:
                     continue
-                except ParityError as exc:
-                    self.errors.append(f"shard {shard}: {exc}")
+                try:
+                    self._take(shard, frames)
+                except Exception as exc:  # whatever a malformed message raises: counted, and the thread goes on
+                    self._error(shard, exc)
+
+    def _error(self, shard: int, exc: Exception, tag: str | None = None) -> None:
+        self.error_counts[shard] += 1
+        if len(self.errors) < _KEPT_ERRORS:
+            what = str(exc) if isinstance(exc, ParityError) else f"{type(exc).__name__}: {exc}"
+            where = f"shard {shard}: " + (f"a {tag} event whose fields are not vLLM's ({what})" if tag else what)
+            self.errors.append(where[:_CHARS])
 
     def _take(self, shard: int, frames: list[bytes]) -> None:
+        self.received[shard] += 1
         if len(frames) != 3:
             raise ParityError(f"a KV event message of {len(frames)} frames, not topic, sequence, payload")
         seq = int.from_bytes(frames[1], "big")
         if self._last_seq[shard] is not None and seq != self._last_seq[shard] + 1:
             self.gaps[shard] += 1
         self._last_seq[shard] = seq
-        blocks = self.blocks[shard]
         for tag, fields in decode(frames[2]):
-            self.counts[shard][tag] += 1
-            if tag == "BlockStored":
-                self.changes.put((shard, "stored", blocks.stored(fields[0], fields[1], fields[2], fields[3])))
-            elif tag == "BlockRemoved":
-                self.changes.put((shard, "removed", blocks.removed(fields[0])))
-            elif tag == "AllBlocksCleared":
-                blocks.cleared()
-                self.changes.put((shard, "cleared", []))
+            if tag not in FIELDS:
+                unknown, name = self.unknown[shard], tag[:40]
+                unknown[name if name in unknown or len(unknown) < _KEPT_TAGS else "(other tags)"] += 1
+                continue
+            try:
+                self._apply(shard, tag, fields)
+            except Exception as exc:  # one event's wrong fields: the batch's other events still count
+                self._error(shard, exc, tag)
+            else:
+                self.counts[shard][tag] += 1
+
+    def _apply(self, shard: int, tag: str, fields: list) -> None:
+        blocks = self.blocks[shard]
+        if tag == "BlockStored":
+            self.changes.put((shard, "stored", blocks.stored(fields[0], fields[1], fields[2], fields[3])))
+        elif tag == "BlockRemoved":
+            self.changes.put((shard, "removed", blocks.removed(fields[0])))
+        else:
+            blocks.cleared()
+            self.changes.put((shard, "cleared", []))
 
     def settle(self, quiet_s: float = 0.5, limit_s: float = 10.0) -> None:
-        """Wait until no event has arrived for `quiet_s` (what the engines published after the last
+        """Wait until no message has arrived for `quiet_s` (what the engines published after the last
         request is in the queue), at most `limit_s`."""
         deadline = time.monotonic() + limit_s
         seen = -1
         while time.monotonic() < deadline:
-            now = sum(sum(c.values()) for c in self.counts)
+            now = sum(self.received)
             if now == seen:
                 return
             seen = now
@@ -257,14 +308,27 @@ class Subscriber:
         """Router blocks each shard's engine reported holding (stored and not since removed)."""
         return [b.router_blocks() for b in self.blocks]
 
+    def unreadable(self) -> str:
+        """What could not be followed, in one line ("" when nothing): malformed messages, the first named,
+        and events of tags the router does not know."""
+        errors, unknown = sum(self.error_counts), sum((c for c in self.unknown), Counter())
+        parts = [f"{errors} malformed KV event message(s) or event(s), first: {self.errors[0]}"] if errors else []
+        if unknown:
+            parts.append(f"{sum(unknown.values())} event(s) of a tag the router does not know "
+                         f"({', '.join(sorted(unknown))})")
+        return "; ".join(parts)
+
     def check(self) -> None:
-        """ParityError if any shard's publisher sent nothing (or a message could not be read)."""
-        silent = [str(k) for k, c in enumerate(self.counts) if not c]
-        if silent:
-            raise ParityError(f"no KV cache events arrived from shard(s) {', '.join(silent)}: the engine was started "
-                              "with events on, so its publisher sent nothing (a known upstream failure)")
-        if self.errors:
-            raise ParityError(self.errors[0])
+        """ParityError if any shard sent no event the router could follow: nothing at all (its publisher sent
+        nothing), or only what could not be read."""
+        none = [k for k, c in enumerate(self.counts) if not c]
+        garbage = [str(k) for k in none if self.error_counts[k] or self.unknown[k]]
+        if garbage:
+            raise ParityError(f"no readable KV cache events arrived from shard(s) {', '.join(garbage)}, only "
+                              f"{self.unreadable()}: its publisher is not sending vLLM's events")
+        if none:
+            raise ParityError(f"no KV cache events arrived from shard(s) {', '.join(map(str, none))}: the engine was "
+                              "started with events on, so its publisher sent nothing (a known upstream failure)")
 
     def mark(self) -> list[Counter]:
         """The counts so far, for `stats(since=...)`."""
@@ -272,10 +336,12 @@ class Subscriber:
 
     def stats(self, since: list[Counter] | None = None) -> dict:
         """Events per shard (since `mark`'s counts, when given), sequence gaps, the router blocks each engine
-        reports holding, blocks whose parent was never announced, and the first errors."""
+        reports holding, blocks whose parent was never announced; since the subscriber started, what could not
+        be read per shard and the first of it named, and the events of unknown tags per shard."""
         counts = self.counts if since is None else [c - s for c, s in zip(self.counts, since)]
         return {"events": [dict(c) for c in counts], "gaps": self.gaps, "engine_held_blocks": self.held(),
-                "orphan_blocks": [b.orphans for b in self.blocks], "errors": self.errors[:3]}
+                "orphan_blocks": [b.orphans for b in self.blocks], "errors": list(self.errors),
+                "error_count": list(self.error_counts), "unknown_events": [dict(c) for c in self.unknown]}
 
     def close(self) -> None:
         self._stop.set()

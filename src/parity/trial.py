@@ -7,7 +7,8 @@ the measured burst under the arrival schedule, and writes the trial manifest onc
 ran on and with (`ran_with`), the router's statistics, the schedule, and the verdict of the four
 checks. Where the path's engines publish KV cache events, the measured burst's router follows them
 and the manifest records them (`kv_events`: counts per shard, the blocks each engine reported holding
-beside the router's map); a path whose engines were to publish and sent nothing fails the trial.
+beside the router's map, and what could not be read); a path whose engines were to publish and sent
+nothing the router could follow fails the trial.
 Only a pinned candidate is checked again later, against its paired reference's pinning.
 
 A rerun after an interruption redoes only what is missing: a trial on disk is kept only when
@@ -81,7 +82,9 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
         kv_events = None
         if events is not None:
             events.settle()
-            events.check()  # expected events and none came: the trial fails, in one line
+            events.check()  # expected events and none came (or only what could not be read): the trial fails
+            if unreadable := events.unreadable():  # followed, but not all of it: said here, and in the manifest
+                log(f"  KV events: {unreadable}")
             routed.sync()
             kv_events = events.stats(since) | {"router_held_blocks": routed.stats()["held_blocks"]}
         if getattr(routed, "overflowed", False):

@@ -3,6 +3,7 @@
 # over config/experiments.yaml, and the merged result is validated here: a missing, misspelt or mistyped key
 # stops the run with its name before any job starts, and no profile falls back to another's values.
 import json
+import logging
 import shlex
 import shutil
 
@@ -15,6 +16,26 @@ if "profile" not in config:
         "`--workflow-profile smoke` for the CPU run) or pass --configfile config/<profile>.yaml"
     )
 validate(config, schema="../../schemas/config.schema.yaml", set_default=False)
+
+UNLOCK_HINT = ("this folder is locked: if no other Snakemake runs here (one killed by SIGKILL or a power loss leaves "
+               "its lock) and no job of a killed one still runs (`ps`), run `snakemake --unlock` (same profile), then "
+               "this command again; Snakemake's own message:")
+
+
+class UnlockHint(logging.Filter):
+    """Snakemake's refusal of a locked folder names its remedy (--unlock) only on its fourth line, after
+    "Another Snakemake instance is running" in a dry run: put the remedy first; its own message follows whole.
+    Where a later Snakemake words it otherwise, its own message is shown as it is."""
+
+    def filter(self, record):
+        if isinstance(record.msg, str) and "Directory cannot be locked" in record.msg and UNLOCK_HINT not in record.msg:
+            record.msg = f"{UNLOCK_HINT}\n{record.msg}"
+        return True
+
+
+_snakemake_log = logging.getLogger("snakemake.logging")
+if not any(type(f).__name__ == "UnlockHint" for f in _snakemake_log.filters):  # once, however often this is read
+    _snakemake_log.addFilter(UnlockHint())
 
 RESULTS = config["results"]
 TRACES = f"{RESULTS}/traces"
