@@ -220,9 +220,20 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
     if sorted(outputs["plots"]) != sorted(made.plots):
         found.append(("/outputs/plots", f"links plots {sorted(outputs['plots'])}, its manifests draw {sorted(made.plots)}"))
     for key in ("evidence", "flame_clusters", "missing_experiments", *REDERIVED):
-        if json.loads(json.dumps(made.fields[key])) != doc.get(key):
-            found.append((f"/{key}", f"states {_short(doc.get(key))}, its linked manifests give {_short(made.fields[key])}"))
+        derived = json.loads(json.dumps(made.fields[key]))  # as JSON holds it (string keys)
+        if derived != doc.get(key):
+            pointer, stated, given = _leaf(f"/{key}", doc.get(key), derived)
+            found.append((pointer, f"states {_short(stated)}, its linked manifests give {_short(given)}"))
     return found
+
+
+def _leaf(pointer: str, stated, derived) -> tuple[str, object, object]:
+    """The first place two JSON values differ, so the line names the number, not the whole table."""
+    if isinstance(stated, dict) and isinstance(derived, dict):
+        for key in sorted(set(stated) | set(derived)):
+            if stated.get(key) != derived.get(key):
+                return _leaf(f"{pointer}/{key}", stated.get(key), derived.get(key))
+    return pointer, stated, derived
 
 
 def _first_difference(stated: str, derived: str) -> str:
