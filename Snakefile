@@ -57,10 +57,10 @@ rule all:
         results=lambda wildcards, input: os.path.dirname(os.path.dirname(input.report)),
         inputs=lambda wildcards, input: " ".join(f"--input {shlex.quote(r)}" for r in input.receipts),
         bundle=f"{RESULTS}-bundle",
-        image=config["container"],
+        image=image_option(),
     log:
         f"{RESULTS}-bundle.log",  # outside the tree it seals: a log still being written cannot be linked by hash
     shell:
         "{{ parity seal {params.results:q} {params.inputs}"
-        " && parity bundle {params.results:q} --out {params.bundle:q} --image {params.image:q}"
+        " && parity bundle {params.results:q} --out {params.bundle:q} {params.image}"
         " && parity validate --bundle {params.bundle:q}; }} > {log:q} 2>&1 || {{ tail -n 20 {log:q} >&2; exit 1; }}"

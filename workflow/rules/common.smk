@@ -155,6 +155,16 @@ def mlperf_options():
     return " ".join(options)
 
 
+def image_option():
+    """`--image PATH` for parity bundle where this run's jobs ran in the Apptainer image (its hash goes into the
+    crate); nothing where the profile runs on the host (smoke, host), whose bundle names no image."""
+    settings = workflow.deployment_settings
+    methods = settings.deployment_method if settings else set()
+    if any(m.name == "APPTAINER" for m in methods):
+        return f"--image {q(config['container'])}"
+    return ""
+
+
 def image_check():
     """Why this profile's jobs cannot run in the image (None if they can, or the profile runs on the host).
 
