@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -146,11 +145,12 @@ def test_sigterm_becomes_an_orderly_exit_and_waits_for_a_shielded_teardown(shiel
 def test_a_second_sigterm_exits_at_once():
     env = {**os.environ, "PYTHONPATH": SRC}
     proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(ORDERLY), "shielded"], env=env,
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
         proc.send_signal(signal.SIGTERM)
-        time.sleep(0.5)
+        # the first one handled before the second is sent: two pending SIGTERMs would be delivered as one
+        assert proc.stderr.readline().startswith("parity: SIGTERM: stopping")
         proc.send_signal(signal.SIGTERM)
         out, _ = proc.communicate(timeout=30)
     finally:
