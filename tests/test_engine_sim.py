@@ -181,12 +181,15 @@ def test_virtual_clock_takes_no_wall_time_and_paced_sleeps_the_model():
     virtual = SimEngine().generate(prompts)
     assert time.monotonic() - start < 1.0 < max(c.complete_s for c in virtual)
     fast = dataclasses.replace(PARAMS, fixed_s=0.01, prefill_token_s=0.0, attention_pair_s=0.0)
+    model = SimEngine(params=fast).generate(prompts[:2])  # the virtual clock: the model's time alone
+    modelled = max(c.complete_s for c in model) - min(c.submit_s for c in model)
+    assert modelled == pytest.approx(16 * 0.01, rel=0.05)  # 1 prefill step + 15 decode steps
     engine = SimEngine(params=fast, clock="paced")
     start = time.monotonic()
     paced = engine.generate(prompts[:2])
-    modelled = max(c.complete_s for c in paced) - min(c.submit_s for c in paced)
-    assert modelled == pytest.approx(16 * 0.01, rel=0.3)  # 1 prefill step + 15 decode steps
-    assert time.monotonic() - start >= modelled * 0.95
+    spent = max(c.complete_s for c in paced) - min(c.submit_s for c in paced)
+    assert spent >= modelled * 0.99  # at least the model; a loaded machine's late wake-ups only add to it
+    assert time.monotonic() - start >= spent * 0.95
 
 
 def test_submit_admits_requests_as_they_arrive():
@@ -194,7 +197,9 @@ def test_submit_admits_requests_as_they_arrive():
     engine = SimEngine(params=fast, clock="paced", mode="async")
     try:
         first = engine.submit(doc(1, 100))
-        time.sleep(0.01)
+        deadline = time.monotonic() + 5
+        while not engine.scheduler.steps and time.monotonic() < deadline:  # its first step done, not a guessed sleep
+            time.sleep(0.001)
         second = engine.submit(doc(2, 100))
         a, b = first.result(timeout=5), second.result(timeout=5)
         assert a.submit_s < b.submit_s and a.complete_s < b.complete_s

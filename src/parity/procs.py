@@ -15,11 +15,13 @@ starts children that hold ports and GPUs and each must leave the machine clean h
 * `Termination` turns SIGTERM and SIGHUP into `Terminated` (a SystemExit, status 128 + signal)
   while a cluster or replica set is up, so their context managers tear down and the callers write
   the cleanup receipts; teardown itself runs `shielded`, so a signal then waits for it to finish,
-  and a second signal exits at once.
+  and a second signal exits at once. An event loop in the main thread runs through `run`: a signal
+  (Ctrl-C too) then cancels its task, and is raised once the loop is back, never inside the loop.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import select
@@ -420,7 +422,8 @@ class Termination:
 
     Once one has arrived the handler stays until the process ends; in a `shielded` block (teardown)
     the raise waits for the block's end. A second signal exits at once, for a teardown that hangs:
-    the death signals and the watchdog then stop what is left.
+    the death signals and the watchdog then stop what is left. While `run` runs an event loop, a
+    signal (Ctrl-C's too) cancels its task instead and is raised once the loop is back.
     """
 
     SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -429,6 +432,7 @@ class Termination:
         self.depth, self.shield, self.saved = 0, 0, {}
         self.received: str | None = None
         self.pending: int | None = None
+        self.task: asyncio.Task | None = None  # what `run` runs now
 
     def _handler(self, signum, frame):
         if self.received is not None:
@@ -438,10 +442,20 @@ class Termination:
         self.received = signal.Signals(signum).name
         with contextlib.suppress(OSError):
             os.write(2, f"parity: {self.received}: stopping the processes this run started\n".encode())
-        if self.shield:
-            self.pending = signum
-        else:
-            raise Terminated(signum)
+        self._stop(signum)
+
+    def _interrupt(self, signum, frame):
+        """Ctrl-C while `run` runs a loop: as SIGTERM; a second one raises at once, as asyncio.run's."""
+        if self.pending is not None:
+            raise KeyboardInterrupt
+        self._stop(signum)
+
+    def _stop(self, signum):
+        if self.task is not None:  # a loop runs: its task cancelled between two of its callbacks, raised by `run`
+            self.task.get_loop().call_soon_threadsafe(self.task.cancel)
+        elif not self.shield:
+            _raise(signum)
+        self.pending = signum
 
     def enter(self) -> None:
         if threading.current_thread() is not threading.main_thread():
@@ -468,7 +482,33 @@ class Termination:
             self.shield -= 1
             if not self.shield and self.pending is not None:
                 signum, self.pending = self.pending, None
-                raise Terminated(signum)
+                _raise(signum)
+
+    def run(self, loop: asyncio.AbstractEventLoop, coroutine):
+        """`loop.run_until_complete(coroutine)`, in the main thread with the signals' exception raised here.
+
+        A signal handler runs inside whatever the main thread runs at that moment: in a loop, that is
+        aiohttp, a task being created, or a gc callback, which swallows what the handler raises (a CI run
+        lost its signal so). So while the loop runs, a signal only cancels the coroutine's task, as
+        asyncio.run does for Ctrl-C: it unwinds through its own awaits (a burst cancels its requests
+        there), and the signal's exception is raised here once the loop is back.
+        """
+        if threading.current_thread() is not threading.main_thread():
+            return loop.run_until_complete(coroutine)
+        task = loop.create_task(coroutine)
+        outer, self.task = self.task, task
+        sigint = signal.getsignal(signal.SIGINT)
+        if sigint is signal.default_int_handler:  # as asyncio.run: a handler of the caller's own is left alone
+            signal.signal(signal.SIGINT, self._interrupt)
+        try:
+            return loop.run_until_complete(task)
+        finally:
+            self.task = outer
+            if sigint is signal.default_int_handler:
+                signal.signal(signal.SIGINT, sigint)
+            if not self.shield and self.pending is not None:
+                signum, self.pending = self.pending, None
+                _raise(signum)
 
     def ended_by(self, exc: BaseException | None) -> str:
         """For the receipt: the signal that ended the run, 'error', or 'normal'."""
@@ -479,6 +519,11 @@ class Termination:
         if self.received:
             return self.received
         return "normal" if exc is None else "error"
+
+
+def _raise(signum: int):
+    """The exception a signal leaves by: Ctrl-C's KeyboardInterrupt, else Terminated."""
+    raise KeyboardInterrupt if signum == signal.SIGINT else Terminated(signum)
 
 
 termination = Termination()

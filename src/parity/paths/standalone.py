@@ -11,6 +11,7 @@ import asyncio
 import contextlib
 from pathlib import Path
 
+from parity import procs
 from parity.engine import Completion, EngineArgs
 from parity.errors import ParityError
 from parity.standalone.client import NativeClient
@@ -94,12 +95,13 @@ class StandalonePath(ServingPath):
         self._client = NativeClient([r.url for r in self.replicas.replicas], self.replicas.args.model,
                                     sampling=self.replicas.args.sampling(), stream=self.stream)
         try:
-            self._loop.run_until_complete(self._client.__aenter__())
+            procs.termination.run(self._loop, self._client.__aenter__())
             yield
         finally:
             try:
-                cancel_all(self._loop)
-                self._loop.run_until_complete(self._client.__aexit__(None, None, None))
+                with procs.termination.shielded():  # a signal now waits for the pool to close
+                    cancel_all(self._loop)
+                    self._loop.run_until_complete(self._client.__aexit__(None, None, None))
             finally:
                 self._loop.close()
                 self._loop = self._client = None
@@ -112,7 +114,7 @@ class StandalonePath(ServingPath):
         outage = self._arm(restart, offsets) if restart else None
         samplings = None if lengths is None else [self.replicas.args.sampling(n) for n in lengths]
         try:
-            release, shards, replies = self._loop.run_until_complete(  # the outage's clock starts with the burst
+            release, shards, replies = procs.termination.run(self._loop,  # the outage's clock starts with the burst
                 self._client.burst(prompts, request_ids, router, offsets, outage.release_s if outage else None,
                                    samplings))
         finally:
@@ -177,10 +179,12 @@ class StandalonePath(ServingPath):
 
 
 def cancel_all(loop: asyncio.AbstractEventLoop) -> None:
-    """Cancel what a signal handler's exception (SIGTERM's) left running on the loop, as asyncio.run would,
-    so no request runs on into the closed pool. A task the signal landed in holds that exception and raises
-    it again as it finishes (asyncio re-raises SystemExit): the run is stopping already, so it is not
-    raised a second time, and every task's outcome is read so none is logged as never retrieved."""
+    """Cancel what the loop still runs, as asyncio.run would, so no request runs on into the closed pool.
+    A signal mid-burst cancels the burst's task (`procs.termination.run`); this is for what else leaves
+    tasks behind, such as an exception raised inside the loop by a signal handler other than parity's.
+    A task that exception landed in raises it again as it finishes (asyncio re-raises SystemExit): the run
+    is stopping already, so it is not raised a second time, and every task's outcome is read so none is
+    logged as never retrieved."""
     while pending := asyncio.all_tasks(loop):
         for task in pending:
             task.cancel()
