@@ -187,17 +187,21 @@ def test_a_prefix_trial_follows_the_engines_events_and_records_them(small_reuse_
 
 
 def test_engines_that_were_to_publish_and_sent_nothing_fail_the_trial(small_reuse_trace, tmp_path):
+    _refused(_Followed(publish=False), small_reuse_trace, tmp_path, "t", r"no KV cache events arrived from shard\(s\) 0")
+
+
+def _refused(followed, trace, folder, trial_id: str, message: str) -> None:
+    """The trial stops with `message` and leaves no partial trial manifest."""
     from parity import trial
     from parity.affinity import RouterSettings
 
-    followed = _Followed(publish=False)
     try:
-        with pytest.raises(ParityError, match=r"no KV cache events arrived from shard\(s\) 0"):
-            trial.run(followed.path, small_reuse_trace, tmp_path, trial_id="t", experiment="routing",
+        with pytest.raises(ParityError, match=message):
+            trial.run(followed.path, trace, folder, trial_id=trial_id, experiment="routing",
                       router=RouterSettings("prefix"), warmup_rounds=0, log=lambda m: None)
     finally:
         followed.close()
-    assert not (tmp_path / "t.json").exists()  # no partial trial written
+    assert not (folder / f"{trial_id}.json").exists()  # no partial trial written
 
 
 def test_both_paths_engines_publish_from_their_own_processes_to_the_trials_router(small_reuse_trace, sim_backend,
@@ -325,11 +329,5 @@ def test_a_trial_records_what_it_could_not_read_and_fails_when_that_was_all(smal
         self.socket.send_multipart([b"kv", bytes(8), b"\xc1"])
 
     monkeypatch.setattr(kv_events.Publisher, "send", only_garbage)
-    followed = _Followed(publish=True)
-    try:
-        with pytest.raises(ParityError, match=r"no readable KV cache events arrived from shard\(s\) 0, only \d+ malformed"):
-            trial.run(followed.path, small_reuse_trace, tmp_path, trial_id="u", experiment="routing",
-                      router=RouterSettings("prefix"), warmup_rounds=0, log=lambda m: None)
-    finally:
-        followed.close()
-    assert not (tmp_path / "u.json").exists()
+    _refused(_Followed(publish=True), small_reuse_trace, tmp_path, "u",
+             r"no readable KV cache events arrived from shard\(s\) 0, only \d+ malformed")

@@ -262,7 +262,7 @@ def _rewrite(manifest_path: Path, prompts=None, change=None) -> None:
 
 
 @pytest.mark.parametrize("token", [200000, 0xFFFFFFFF])
-def test_a_token_id_outside_the_vocabulary_is_refused(inputs, tmp_path, token):
+def test_a_token_id_outside_the_vocabulary_is_refused_and_named_by_validation(inputs, tmp_path, token):
     corpus, tokenizer = inputs
     path = build_trace(small_spec(), corpus, tokenizer, tmp_path)
     trace = load_trace(path)
@@ -274,6 +274,8 @@ def test_a_token_id_outside_the_vocabulary_is_refused(inputs, tmp_path, token):
     vocab = json.loads(path.read_text())["inputs"]["tokenizer"]["vocab_size"]
     assert str(raised.value) == (f"trace file {tmp_path / 'reuse.tokens'}: request {trace.requests[3].id} holds token "
                                  f"ID {token}, outside the vocabulary of {vocab} that {path} records")
+    problems = _engine_problems(path)
+    assert len(problems) == 1 and f"request {trace.requests[3].id} holds token ID {token}, outside" in problems[0]
 
 
 def test_a_repeated_request_id_is_refused(inputs, tmp_path):
@@ -383,18 +385,6 @@ def test_a_good_trace_has_no_engine_problems(inputs, tmp_path):
     path = build_trace(small_spec(), corpus, tokenizer, tmp_path)
     assert _engine_problems(path) == []
     assert "context_tokens" not in json.loads(path.read_text())  # the study's manifests keep their bytes
-
-
-@pytest.mark.parametrize("token", [200000, 0xFFFFFFFF])
-def test_engine_problems_name_a_token_outside_the_vocabulary(inputs, tmp_path, token):
-    corpus, tokenizer = inputs
-    path = build_trace(small_spec(), corpus, tokenizer, tmp_path)
-    trace = load_trace(path)
-    prompts = [p.copy() for p in trace.prompts]
-    prompts[3][-1] = token
-    _rewrite(path, prompts)
-    problems = _engine_problems(path)
-    assert len(problems) == 1 and f"request {trace.requests[3].id} holds token ID {token}, outside" in problems[0]
 
 
 def test_engine_problems_name_a_warmup_token_outside_the_vocabulary(inputs, tmp_path):
