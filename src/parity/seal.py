@@ -19,7 +19,8 @@ from pathlib import Path
 from stat import S_ISREG
 
 from parity.errors import ParityError
-from parity.manifest import Problem, evidence_root, file_ref, header, linked_files, manifests_in, read_manifest, write_manifest
+from parity.manifest import (Problem, evidence_root, file_ref, header, linked_files, manifests_in, read_manifest,
+                             write_manifest)
 from parity.rederive import validate
 from parity.signature import SIGNATURE
 
@@ -113,8 +114,7 @@ def seal(results: Path, inputs: Iterable[Path] = (), *, log=print) -> tuple[dict
         log(f"seal: {len(adopted)} file(s) linked by no manifest, and not by the earlier seal, are linked now: "
             + ", ".join(str(p.relative_to(results)) for p in adopted))
     summary = {"run_manifest": str(results / RUN_MANIFEST), "manifests": checked, "tops": len(tops),
-               "files": len(rest), "inputs": len(inputs), "kept": len(files) + 1,
-               "adopted": [str(p.relative_to(results)) for p in adopted]}
+               "files": len(rest), "inputs": len(inputs), "kept": len(files) + 1}
     return summary, []
 
 

@@ -17,7 +17,7 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
     """(pointer, why) for each thing an experiment manifest states that its trials and pairs do not give
     (`parity.rederive`): each case's facts, and one pair manifest for each pair of cases, linking those two."""
     path, found = Path(path), []
-    trials, groups, shards = {}, {}, {}
+    groups, shards = {}, {}
     for number, case in enumerate(doc["cases"]):
         trial = os.path.normpath(path.parent / case["manifest"]["path"])
         try:
@@ -31,7 +31,6 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
             shards.setdefault(facts["trace_name"], []).append(trial_doc)
         found += [(f"/cases/{number}/{key}", f"states {case.get(key)!r}, its trial gives {value!r}")
                   for key, value in facts.items() if case.get(key) != value]
-        trials[trial] = case
         if case.get("pair") is not None:
             groups.setdefault((case.get("stage"), case["trace_name"], case["pair"]), set()).add(trial)
     if doc["simulated"] != any(case.get("simulated") for case in doc["cases"]):
