@@ -41,3 +41,15 @@ def sim_backend():
 
     params = Path(__file__).resolve().parents[1] / "config/sim/h200-llama31-8b.yaml"
     return Backend.from_dict({"engine": "sim", "sim_params": str(params), "warmup_rounds": 0})
+
+
+@pytest.fixture
+def python_sigint():
+    """Ctrl-C as Python sets it up at start (KeyboardInterrupt), whatever the test run inherited: a shell
+    starting `make test` in the background (`&`, as a CI runner or a second suite beside the first may)
+    leaves SIGINT ignored, and Python then keeps it ignored, so a test of Ctrl-C would see nothing."""
+    import signal
+
+    before = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    signal.signal(signal.SIGINT, before)

@@ -172,7 +172,7 @@ def test_a_busy_port_is_one_line_naming_its_holder():
 
 
 @pytest.mark.parametrize("name", ["SIGTERM", "SIGINT"])
-def test_a_signal_while_a_loop_runs_cancels_its_task_and_is_raised_once_the_loop_is_back(name):
+def test_a_signal_while_a_loop_runs_cancels_its_task_and_is_raised_once_the_loop_is_back(name, python_sigint):
     """Its handler runs wherever the main thread is, here inside a gc callback, which swallows what a
     handler raises (a CI run lost its signal so): while `run` runs a loop, the handler only cancels the
     task, which unwinds through its own awaits, and `run` raises the signal's exception."""

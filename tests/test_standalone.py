@@ -143,7 +143,8 @@ def test_a_replica_port_taken_between_pick_and_bind_is_one_line(tmp_path, monkey
 @pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning", "error::RuntimeWarning")
 @pytest.mark.parametrize("name, lands", [("SIGTERM", "on a timer"), ("SIGINT", "on a timer"),
                                          ("SIGTERM", "inside a gc callback"), ("SIGINT", "inside a request")])
-def test_a_signal_mid_burst_cancels_the_requests_in_flight(reuse_trace, tmp_path, caplog, monkeypatch, name, lands):
+def test_a_signal_mid_burst_cancels_the_requests_in_flight(reuse_trace, tmp_path, caplog, monkeypatch, name, lands,
+                                                           python_sigint):
     """A real SIGTERM (a scheduler's kill) or SIGINT (a reviewer's Ctrl-C) mid-burst, wherever the main thread
     is when its handler runs (here also inside a gc callback, which swallows what a handler raises: a CI run
     lost its signal so), cancels the burst's task: its requests are cancelled at their awaits, the signal's
