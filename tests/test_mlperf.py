@@ -160,3 +160,18 @@ def test_random_dataset_is_labelled_and_shaped(tmp_path):
     assert all(p[0] == 128000 for p in data.prompts) and 100 <= min(lengths) and max(lengths) <= 2000
     assert len({tuple(p[1:29]) for p in data.prompts}) == 1  # one shared instruction
     assert np.max(np.concatenate(data.prompts)) < 128256
+
+
+def test_a_run_manifest_states_only_what_its_loadgen_logs_give(smoke, tmp_path):
+    """parity validate derives an MLPerf run's result from its LoadGen logs (linked by hash): a rate edited and
+    re-hashed is named (parity.rederive)."""
+    from parity.rederive import problems
+
+    run(smoke, tmp_path / "standalone", "standalone", *TINY)
+    path = tmp_path / "standalone" / "mlperf-run.json"
+    doc = read_manifest(path)
+    assert problems(path, doc) == []
+    doc["result"]["samples_per_second"] *= 1.1
+    found = problems(path, doc)
+    assert len(found) == 1 and found[0].pointer == "/result/samples_per_second" and found[0].rule == "disagrees"
+    assert "its LoadGen logs give" in found[0].message

@@ -5,11 +5,12 @@ and re-writes the SHA-256 and sizes up the chain (trial → experiment → repor
 check. So validation also derives, from the content, each thing a manifest states and names a
 disagreement (rule `disagrees`): a trial's timing from its records and its verdict from its records and
 trace (`checks`); a pair's rates, ratio and pinning from its two trials (`stats`); an experiment's
-cases, pairs and offline limits from its trials (`experiments.derive`); a report's page, tables and
-numbers, composed again from the manifests it links (`report.build`); a trace as the engines would take
-it (`trace`). A forgery must then be consistent with the trace and with itself on every line. What
-remains (a forger who re-runs all of it on invented records) only a signature by a key the reviewer
-trusts can exclude: `parity.signature`.
+cases, pairs and offline limits from its trials (`experiments.derive`); an MLPerf run's result from
+its LoadGen logs (`mlperf.logs`); a report's page, tables and numbers, composed again from the
+manifests it links (`report.build`); a trace as the engines would take it (`trace`). A forgery must
+then be consistent with the trace and with itself on every line. What remains (a forger who re-runs
+all of it on invented records) only a signature by a key the reviewer trusts can exclude:
+`parity.signature`.
 
 Each room keeps its own derivation beside the code that writes the manifest; this module only routes by
 kind, so `manifest.validate_paths` (below every room) stays ignorant of what a kind means.
@@ -29,10 +30,11 @@ def _derivers() -> dict:
     """kind → function(path, doc) giving (pointer, why) pairs; imported on first use (the report pulls in plots)."""
     from parity import checks, stats, trace
     from parity.experiments import derive
+    from parity.mlperf import logs
     from parity.report import build
 
     return {"trial": checks.derived_problems, "pair": stats.pair_problems, "experiment": derive.derived_problems,
-            "report": build.derived_problems,
+            "report": build.derived_problems, "mlperf": logs.derived_problems,
             "trace": lambda path, doc: [("", why) for why in trace.engine_problems(path, doc)]}
 
 

@@ -88,3 +88,33 @@ def read_logs(log_dir: Path) -> dict:
         "sample_count": per_query * queries if per_query else None,
         "effective": {key[len("effective_"):]: value for key, value in v.items() if key.startswith("effective_")},
     }
+
+
+def result_fields(result: dict, mode: str) -> dict:
+    """An MLPerf run manifest's `result`, from `read_logs` of its LoadGen logs (a performance run's validity)."""
+    return {"validity": result["validity"] if mode == "performance" else None,
+            "min_duration_met": result["summary"]["min_duration_met"],
+            "min_queries_met": result["summary"]["min_queries_met"],
+            "early_stopping_met": result["summary"]["early_stopping_met"],
+            "recommendations": result["summary"]["recommendations"],
+            "samples_per_second": result["samples_per_second"], "tokens_per_second": result["tokens_per_second"],
+            "duration_s": result["duration_s"], "sample_count": result["sample_count"],
+            "loadgen_errors": result["detail_errors"], "loadgen_warnings": result["detail_warnings"]}
+
+
+def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
+    """(pointer, why) for each number an MLPerf run manifest states that its LoadGen logs (linked by hash) do not
+    give (`parity.rederive`); other MLPerf steps state nothing of their own to derive here."""
+    if doc.get("step") != "run" or SUMMARY not in doc.get("logs", {}) or DETAIL not in doc.get("logs", {}):
+        return []
+    folder = Path(path).parent
+    summary, detail = (folder / doc["logs"][SUMMARY]["path"], folder / doc["logs"][DETAIL]["path"])
+    if summary.parent != detail.parent:
+        return [("/logs", "its LoadGen summary and detail lie in two folders: not one run's logs")]
+    try:
+        derived = result_fields(read_logs(summary.parent), doc["mode"])
+    except (ParityError, OSError, KeyError, ValueError) as exc:
+        return [("/logs", f"its LoadGen logs cannot be read again: {exc}")]
+    derived = json.loads(json.dumps(derived))  # as a manifest holds it
+    return [(f"/result/{key}", f"states {doc['result'].get(key)!r}, its LoadGen logs give {value!r}")
+            for key, value in derived.items() if doc["result"].get(key) != value]
