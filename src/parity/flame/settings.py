@@ -34,7 +34,8 @@ class FlameSettings(Settings):
     inflight: int = 0  # ours: tasks a session has running at most, the next batch gathering meanwhile (0: no
     # limit, the study's: each batch is sent when its window closes, and queues behind the running one)
     mode: str = "burst"  # ours beside the study's: burst (one task = one batch's outputs, the study's) or harvest
-    # (parity.flame.harvest: one task outstanding per session, admitting what arrived, returning engine events)
+    # (parity.flame.harvest: one task outstanding per session, admitting what arrived, returning engine events;
+    # a task goes as the last one returns, so window_ms does not apply)
     hold_ms: float = 5.0  # harvest: how long a task waits at most for an engine event before it returns empty
 
     def __post_init__(self):  # when the plan is made, not when a worker binds after earlier cases ran
