@@ -127,7 +127,7 @@ class VllmAsyncEngine(_VllmBase):
     def _call(self, coroutine):
         return asyncio.run_coroutine_threadsafe(coroutine, self._loop).result()
 
-    async def _one(self, prompt: Sequence[int], length: int | None = None) -> Completion:
+    async def _one(self, prompt: Sequence[int], length: int | None = None, on_token=None) -> Completion:
         from vllm.inputs import TokensPrompt
 
         request_id = f"parity-{next(self._ids)}"
@@ -139,7 +139,10 @@ class VllmAsyncEngine(_VllmBase):
                 TokensPrompt(prompt_token_ids=[int(t) for t in prompt]), params, request_id):
             final = output
             if self.token_times:  # cumulative outputs: the tokens new since the last one arrived now
-                times += [time.monotonic()] * (len(output.outputs[0].token_ids) - len(times))
+                now, known = time.monotonic(), len(times)
+                times += [now] * (len(output.outputs[0].token_ids) - known)
+                for position in range(known, len(times)) if on_token is not None else ():
+                    on_token(position, now)
         completion = compat.to_completion(final, submit, time.monotonic(), sampling)
         completion.token_s = times or None
         return completion
@@ -150,8 +153,10 @@ class VllmAsyncEngine(_VllmBase):
     def generate(self, prompts: Sequence[Sequence[int]], lengths: Sequence[int] | None = None) -> list[Completion]:
         return self._call(self._all(prompts, [None] * len(prompts) if lengths is None else lengths))
 
-    def submit(self, prompt: Sequence[int], max_tokens: int | None = None) -> Future:
-        return asyncio.run_coroutine_threadsafe(self._one(prompt, max_tokens), self._loop)
+    def submit(self, prompt: Sequence[int], on_token=None, max_tokens: int | None = None) -> Future:
+        """Admit one prompt now, as SimEngine.submit: `on_token(position, time)` as each output token arrives
+        (only with `token_times`, when the engine streams its outputs; from the engine's event loop)."""
+        return asyncio.run_coroutine_threadsafe(self._one(prompt, max_tokens, on_token), self._loop)
 
     def reset_prefix_cache(self) -> None:
         if not self._call(self._engine.reset_prefix_cache()):

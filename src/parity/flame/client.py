@@ -17,6 +17,7 @@ import flamepy
 
 from parity.errors import ParityError
 from parity.flame.batcher import Batcher
+from parity.flame.harvester import Harvester
 from parity.flame.service import FAILURE_DIR_ENV
 from parity.flame.settings import FlameSettings
 
@@ -63,7 +64,7 @@ class FlameSessions:
         self.output_tokens = output_tokens
         self.data, self.placement = data, placement
         self.sessions: list = []
-        self.batchers: list[Batcher] = []
+        self.batchers: list[Batcher | Harvester] = []  # per session: a batcher, or a harvester in harvest mode
         self.retired: list[tuple] = []  # (session, batcher) replaced after a restart fault
 
     def __enter__(self) -> "FlameSessions":
@@ -92,6 +93,9 @@ class FlameSessions:
         session = self.connection.create_session(flamepy.SessionAttributes(
             id=session_id, application=app, common_data=self.data[index] if isinstance(self.data, list) else self.data,
             min_instances=workers, max_instances=workers))
+        if s.mode == "harvest":  # ours: one task outstanding, admitting and harvesting (parity.flame.harvester)
+            return session, Harvester(session.run, name=session.id, batch_limit=s.batch_limit, budget=s.budget,
+                                      compress=s.compress, output_tokens=self.output_tokens)
         return session, Batcher(session.run, name=session.id, batch_limit=s.batch_limit, window_s=s.window_s,
                                 budget=s.budget, compress=s.compress, inflight=s.inflight,
                                 output_tokens=self.output_tokens)
@@ -113,7 +117,7 @@ class FlameSessions:
         self.sessions[shard], self.batchers[shard] = self._open(shard, f"{self.name}-{shard}-r{len(self.retired)}")
 
     @property
-    def all_batchers(self) -> list[Batcher]:
+    def all_batchers(self) -> list[Batcher | Harvester]:
         """Every batcher of these sessions, a replaced one's too."""
         return [b for _, b in self.retired] + self.batchers
 

@@ -203,9 +203,11 @@ def _fit(chunk: list[Prompt], compress: bool, cap: int, output_tokens: int) -> l
     return _fit(chunk[:middle], compress, cap, output_tokens) + _fit(chunk[middle:], compress, cap, output_tokens)
 
 
-def encode_output(outputs: list[dict], worker: dict, timings: dict) -> bytes:
-    """What the service returns for a task: outputs in input order, the worker's identity, timings."""
-    return json.dumps({"outputs": outputs, "worker": worker, "timings": timings}, separators=(",", ":")).encode()
+def encode_output(outputs: list[dict], worker: dict, timings: dict, events: list[dict] | None = None) -> bytes:
+    """What the service returns for a task: outputs in input order, the worker's identity, timings; in harvest
+    mode (parity.flame.harvest) the outputs are the completions the task harvested, and `events` its token events."""
+    doc = {"outputs": outputs, "worker": worker, "timings": timings} | ({} if events is None else {"events": events})
+    return json.dumps(doc, separators=(",", ":")).encode()
 
 
 def decode_output(data: bytes) -> dict:

@@ -5,7 +5,8 @@ session's common data and, optionally, freezes the long-lived startup heap (`gc.
 `gc.get_freeze_count()` once: the study excluded a probe that queried it per batch, since it walks
 the permanent heap. On each task it decodes a batch (raw or zlib), admits it to the engine in the
 configured order (`admission`), and returns the outputs in input order with the worker's identity
-(executor id, pid, GPU UUID), per-batch timings and the GC pauses that fell inside inference. On
+(executor id, pid, GPU UUID), per-batch timings and the GC pauses that fell inside inference; in the
+harvest mode (ours, `parity.flame.harvest`) it admits the task's prompts and returns the engine's events. On
 session leave it unfreezes the heap and tears the engine down.
 
 GPU lease (`parity.gpu_lock`): Flame counts GPUs but never assigns them. A worker takes the first
@@ -95,6 +96,7 @@ class ParityService(flamepy.FlameService):
         self.identity: dict = {}
         self.gc = None
         self._lease = None
+        self.harvest = None  # the harvest mode's requests and events (parity.flame.harvest), else None
 
     def on_session_enter(self, context):
         try:
@@ -131,8 +133,13 @@ class ParityService(flamepy.FlameService):
 
             sim_options = {"params": SimParams.load(config.get("sim_params")), "clock": "paced",
                            "gpu_uuid": uuid, "mode": sim_mode}
-        self.engine = make_engine(kind, args, kv_events=config.get("kv_events"), token_times=bool(config.get("token_times")),
-                                  **sim_options)
+        harvest = flame.mode == "harvest"  # its events are the engine's streamed tokens
+        self.engine = make_engine(kind, args, kv_events=config.get("kv_events"),
+                                  token_times=bool(config.get("token_times")) or harvest, **sim_options)
+        if harvest:
+            from parity.flame.harvest import Harvest
+
+            self.harvest = Harvest(self.engine, hold_s=flame.hold_s, order=flame.order)
         described = self.engine.describe()
         self.identity = {"executor_id": executor_id, "pid": os.getpid(),
                          "host": socket.gethostname(), "gpu_uuid": described["gpu_uuid"],
@@ -150,6 +157,11 @@ class ParityService(flamepy.FlameService):
         prompts = codec.decode(context.input or b"", budget=self.budget)
         decoded = time.perf_counter()
         pauses, collections = self.gc.pause_s, self.gc.collections
+        if self.harvest is not None:
+            events, completions, timings = self.harvest.task(prompts)
+            timings |= {"decode_s": decoded - started, "input_bytes": len(context.input or b""),
+                        "gc_pause_s": self.gc.pause_s - pauses, "gc_collections": self.gc.collections - collections}
+            return codec.encode_output(completions, self.identity, timings, events)
         order = admission.admission_order([p.tokens for p in prompts], self.order)
         own = prompts and prompts[0].max_tokens is not None  # lengths of their own (parity.lengths): all or none
         admitted = self.engine.generate([prompts[i].tokens for i in order],
@@ -178,6 +190,7 @@ class ParityService(flamepy.FlameService):
         if self.engine is not None:
             self.engine.close()
             self.engine = None
+        self.harvest = None
         if self._lease is not None:
             self._lease.release()  # the GPU is free for the next session's worker
             self._lease = None

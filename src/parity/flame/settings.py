@@ -15,6 +15,7 @@ from parity.flame.admission import check as check_order
 from parity.settings import Settings
 
 APIS = ("sync", "async")
+MODES = ("burst", "harvest")  # parity.flame.harvest says what the second one is
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,10 @@ class FlameSettings(Settings):
     order: str = "arrival"  # admission order of a batch in the engine: arrival | prefix
     inflight: int = 0  # ours: tasks a session has running at most, the next batch gathering meanwhile (0: no
     # limit, the study's: each batch is sent when its window closes, and queues behind the running one)
+    mode: str = "burst"  # ours beside the study's: burst (one task = one batch's outputs, the study's) or harvest
+    # (parity.flame.harvest: one task outstanding per session, admitting what arrived, returning engine events;
+    # a task goes as the last one returns, so window_ms does not apply)
+    hold_ms: float = 5.0  # harvest: how long a task waits at most for an engine event before it returns empty
 
     def __post_init__(self):  # when the plan is made, not when a worker binds after earlier cases ran
         check_order(self.order)
@@ -39,9 +44,32 @@ class FlameSettings(Settings):
             raise ParityError(f"Flame setting api {self.api!r}: use one of {', '.join(APIS)}")
         if self.inflight < 0:
             raise ParityError(f"Flame setting inflight must be 0 (no limit) or more, got {self.inflight}")
+        self._check_mode()
         if self.batch_limit < 1 or self.window_ms < 0 or self.budget_mib <= 0:
             raise ParityError(f"Flame settings: batch_limit must be >= 1, window_ms >= 0 and budget_mib > 0, "
                               f"got {self.batch_limit}, {self.window_ms} and {self.budget_mib}")
+
+    def _check_mode(self) -> None:
+        """Harvest admits each prompt into a running engine (AsyncLLM's API) and keeps exactly one task per
+        session outstanding, so it refuses the sync API and an inflight limit; a hold without harvest would
+        be silently ignored, so it is refused too."""
+        if self.mode not in MODES:
+            raise ParityError(f"Flame setting mode {self.mode!r}: use one of {', '.join(MODES)}")
+        if self.mode == "burst":
+            if self.hold_ms != FlameSettings.hold_ms:
+                raise ParityError(f"Flame setting hold_ms ({self.hold_ms:g}) applies only with mode harvest")
+            return
+        if self.api != "async":
+            raise ParityError("Flame setting mode harvest needs api async: it admits prompts into a running engine")
+        if self.inflight:
+            raise ParityError(f"Flame setting mode harvest keeps one task per session outstanding: "
+                              f"leave inflight unset, got {self.inflight}")
+        if self.hold_ms < 0:
+            raise ParityError(f"Flame setting hold_ms must be 0 or more, got {self.hold_ms:g}")
+
+    @property
+    def hold_s(self) -> float:
+        return self.hold_ms / 1000
 
     @property
     def window_s(self) -> float:
@@ -53,16 +81,20 @@ class FlameSettings(Settings):
         return int(self.budget_mib * 1024 * 1024)
 
     def to_dict(self) -> dict:
-        """As `from_dict` takes it; `inflight` only when set, so the study's configurations record what they did."""
+        """As `from_dict` takes it; `inflight`, `mode` and `hold_ms` only when set, so the study's configurations
+        record what they did."""
         values = super().to_dict()
         if not self.inflight:
             del values["inflight"]
+        if self.mode == "burst":
+            del values["mode"], values["hold_ms"]
         return values
 
     def label(self) -> str:
         return (f"b{self.batch_limit}-w{self.window_ms:g}ms-{self.api}-{'zlib' if self.compress else 'raw'}"
                 + ("-freeze" if self.gc_freeze else "") + ("" if self.order == "arrival" else f"-{self.order}")
-                + (f"-inflight{self.inflight}" if self.inflight else ""))
+                + (f"-inflight{self.inflight}" if self.inflight else "")
+                + (f"-harvest-h{self.hold_ms:g}ms" if self.mode == "harvest" else ""))
 
 
 def session_data(settings: FlameSettings, engine: str, engine_args: dict, sim_params: str | None,

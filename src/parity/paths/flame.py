@@ -89,8 +89,9 @@ class FlamePath(ServingPath):
     def __init__(self, running_cluster, gpus: list[str], settings: FlameSettings, *, engine: str,
                  engine_args: EngineArgs, sim_params: str | None = None, stream: bool = False):
         """`engine`: the family the workers build (sim or vllm), through `settings.api`; `stream`: the workers'
-        engines time every output token (flamepy 0.6.0 returns a task's outputs together, so the client
-        still receives each answer with its batch)."""
+        engines time every output token (flamepy 0.6.0 returns a task's outputs together, so in the study's burst
+        mode the client still receives each answer with its batch; in the harvest mode, ours, each token comes
+        back with the task that harvested it: parity.flame.harvester)."""
         self.cluster, self.gpus, self.settings = running_cluster, gpus, settings
         self.engine, self.engine_args, self.sim_params, self.stream = engine, engine_args, sim_params, stream
         self.data = self._data()
@@ -152,6 +153,7 @@ class FlamePath(ServingPath):
         `lengths`: each request's exact output length (parity.lengths), carried in its task's payload."""
         sessions = self.sessions
         sent_before = {id(b): len(b.batch_sizes) for b in sessions.batchers}
+        tasks_before = {id(b): len(getattr(b, "tasks", ())) for b in sessions.batchers}
         offsets = schedule.offsets(len(prompts))
         outage, bound_before = (self._arm(restart, offsets), sessions.executors()) if restart else (None, [])
         release = outage.release_s if outage else time.monotonic()
@@ -203,7 +205,10 @@ class FlamePath(ServingPath):
         verify_placement(results, sent_to, executors)
         workers = {r.worker.get("executor_id"): r.worker for r in results}
         batches = {r.batch_id: {"batch_id": r.batch_id, "executor_id": r.worker.get("executor_id"), **r.task_timings}
-                   for r in results}
+                   for r in results if r.batch_id is not None}  # none in harvest mode: a request spans tasks
+        if self.settings.mode == "harvest":
+            extra["harvest"] = harvest_summary([t for b in sessions.all_batchers
+                                                for t in b.tasks[tasks_before.get(id(b), 0):]])
         return Burst(
             release,
             [Completion(r.output_token_ids, r.prompt_tokens, r.cached_tokens, r.submit_s, r.complete_s,
@@ -277,3 +282,15 @@ class FlamePath(ServingPath):
         return Described(engine, [{"uuid": g} for g in sorted({w["gpu_uuid"] for w in workers})], config,
                          {"flame_cluster": ran_on["cluster"], "flame_binaries": ran_on["binaries"],
                           "network": ran_on["network"]})
+
+
+def harvest_summary(tasks: list[dict]) -> dict:
+    """What a harvest-mode burst's tasks did (parity.flame.harvest), compact: a task per engine event or hold
+    is thousands per trial. `admit_s`/`wait_s`: the service admitting a task's prompts, then waiting for an event;
+    `round_trip_s`: the client sending a task to holding its result."""
+    from parity.latency import percentiles
+
+    return {"tasks": len(tasks), "empty_tasks": sum(1 for t in tasks if not t.get("prompts")),
+            "events": sum(t.get("events", 0) for t in tasks),
+            "completions": sum(t.get("completions", 0) for t in tasks),
+            **{key: percentiles(t[key] for t in tasks if key in t) for key in ("admit_s", "wait_s", "round_trip_s")}}

@@ -1,0 +1,169 @@
+"""The harvest mode's client side: one session, exactly one task outstanding while it has work.
+
+The counterpart of `parity.flame.harvest` (ours, FlameSettings `mode: harvest`), with the batcher's face
+(`submit` a prompt, get a future of its `Result`; `close`), so `FlameSessions` and the Flame path use either.
+While prompts are queued or requests are open on the session, one task is always outstanding; it carries
+the prompts that arrived since the last one (up to `batch_limit`, and within the payload budget and Flame's
+cap), possibly none. A task's result carries token events and completions:
+
+- each token event adds its tokens to its request, stamped with the moment the client held the task's
+  result: a request's `token_s` are the client's receipt times, so its client TTFT is its first token's
+  arrival, as a streaming HTTP client sees it (the request spans many tasks, so it has no `batch_id`);
+- a completion resolves its request, from the worker named in that task's result;
+- a failed task fails every request open on the session, loudly (its events would come to nobody:
+  dropped), and what is still queued goes with the next task.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from collections import deque
+from concurrent.futures import Future
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+from parity.errors import ParityError
+from parity.flame import codec
+from parity.flame.batcher import Result
+
+
+@dataclass
+class _Open:
+    tokens: np.ndarray
+    submitted: float
+    future: Future
+    token_s: list[float] = field(default_factory=list)  # when the client received each output token
+
+
+class Harvester:
+    """Keeps one harvest task outstanding on one session while prompts are queued or requests open."""
+
+    def __init__(self, send: Callable[[bytes], Future], *, name: str = "session-0", batch_limit: int = 32,
+                 budget: int = 2 * 1024 * 1024, compress: bool = False, output_tokens: int = 16):
+        """`send`: a task input in, a future of its output out (flamepy's `session.run`)."""
+        self.send, self.name, self.batch_limit = send, name, batch_limit
+        self.budget, self.compress, self.output_tokens = budget, compress, output_tokens
+        self._queue: deque[tuple[str, np.ndarray, float, int | None, Future]] = deque()
+        self._open: dict[str, _Open] = {}
+        self._lock = threading.Condition()
+        self._closed = False
+        self._task_ids = itertools.count()
+        self.batch_sizes: list[int] = []  # new prompts per task that carried any
+        self.task_bytes: list[int] = []
+        self.tasks: list[dict] = []  # per task: its id, executor, the service's timings, the round trip
+        self._thread = threading.Thread(target=self._loop, name=f"harvester-{name}", daemon=True)
+        self._thread.start()
+
+    def submit(self, request_id: str, tokens, max_tokens: int | None = None) -> Future:
+        """Queue one prompt for the next task; `max_tokens`: its exact output length, else the engine's."""
+        future: Future = Future()
+        with self._lock:
+            if self._closed:
+                raise ParityError(f"harvester {self.name} is closed")
+            self._queue.append((request_id, np.asarray(tokens, dtype="<u4"), time.monotonic(), max_tokens, future))
+            self._lock.notify()
+        return future
+
+    def _next(self) -> list | None:
+        """The prompts of the next task (possibly none), once there is work; None once closed."""
+        with self._lock:
+            while not self._queue and not self._open and not self._closed:
+                self._lock.wait()
+            if self._closed:
+                return None
+            return [self._queue.popleft() for _ in range(min(self.batch_limit, len(self._queue)))]
+
+    def _loop(self) -> None:
+        while (taken := self._next()) is not None:
+            task_id = f"{self.name}/h{next(self._task_ids)}"
+            try:
+                data, count = self._encode(taken)
+            except codec.PayloadError as exc:  # a prompt no task can carry: it alone fails
+                for *_, future in taken:
+                    future.set_exception(exc)
+                continue
+            with self._lock:  # what the budget left out goes first next time
+                self._queue.extendleft(reversed(taken[count:]))
+                self._open.update({rid: _Open(tokens, submitted, future)
+                                   for rid, tokens, submitted, _, future in taken[:count]})
+            if count:
+                self.batch_sizes.append(count)
+            self.task_bytes.append(len(data))
+            sent = time.monotonic()
+            try:
+                doc = codec.decode_output(self.send(data).result())
+            except BaseException as exc:  # noqa: BLE001 - the transport or the task failed: loudly, to all
+                self._fail_open(task_id, exc)
+                continue
+            self._take(doc, task_id, sent, time.monotonic())
+        self._fail_open(None, ParityError(f"harvester {self.name} closed with the request unanswered"))
+
+    def _encode(self, taken: list) -> tuple[bytes, int]:
+        """The task input and how many of `taken` (the first ones) it carries."""
+        if not taken:
+            return codec.encode([], compress=self.compress), 0
+        prompts = [codec.Prompt(rid, tokens, length) for rid, tokens, _, length, _ in taken]
+        first = codec.split(prompts, compress=self.compress, budget=self.budget, output_tokens=self.output_tokens)[0]
+        return first.data, first.count
+
+    def _take(self, doc: dict, task_id: str, sent: float, received: float) -> None:
+        """Apply one task's events, then its completions; a result that breaks the order fails the session's
+        open requests (it cannot be trusted for any of them)."""
+        self.tasks.append({"task_id": task_id, "executor_id": doc["worker"].get("executor_id"),
+                           "round_trip_s": received - sent, **doc.get("timings", {})})
+        finished: list[tuple[_Open, Result]] = []
+        try:
+            with self._lock:
+                self._apply(doc, task_id, received, finished)
+        except ParityError as exc:
+            self._fail_open(task_id, exc, [entry for entry, _ in finished])
+            return
+        for entry, result in finished:
+            entry.future.set_result(result)
+
+    def _apply(self, doc: dict, task_id: str, received: float, finished: list) -> None:
+        """Lock held. Check and apply the events, then the completions (into `finished`, with their results)."""
+        for event in doc.get("events", []):
+            entry = self._open.get(event["request_id"])
+            if entry is None:
+                continue  # a request this session already failed
+            if event["from"] != len(entry.token_s):
+                raise ParityError(f"it sent tokens of {event['request_id']} from {event['from']}, the client "
+                                  f"holds {len(entry.token_s)}: events out of order")
+            entry.token_s += [received] * len(event["token_s"])
+        for out in doc["outputs"]:
+            rid = out["request_id"]
+            entry = self._open.pop(rid, None)
+            if entry is None:
+                continue
+            finished.append((entry, Result(rid, out["output_token_ids"], int(out["prompt_tokens"]),
+                                           int(out["cached_tokens"]), entry.submitted, received, None,
+                                           doc["worker"], {}, out.get("input_sha256"), entry.token_s)))
+            if len(entry.token_s) != len(out["output_token_ids"]):
+                raise ParityError(f"it completed {rid} with {len(out['output_token_ids'])} tokens after "
+                                  f"{len(entry.token_s)} token events")
+
+    def _fail_open(self, task_id: str | None, exc: BaseException, also: list[_Open] = ()) -> None:
+        """Fail every request open on the session (and `also`) with one line naming the task; on close
+        (`task_id` None), the queued ones too."""
+        with self._lock:
+            failing, self._open = [*self._open.values(), *also], {}
+            if task_id is None:
+                failing += [_Open(tokens, submitted, future) for _, tokens, submitted, _, future in self._queue]
+                self._queue.clear()
+        if task_id is not None:
+            exc = ParityError(f"harvest task {task_id} failed: {' '.join(str(exc).split())}")
+        for entry in failing:
+            if not entry.future.done():
+                entry.future.set_exception(exc)
+
+    def close(self) -> None:
+        """Stop after the task outstanding (at most one hold away); requests still open fail, by name."""
+        with self._lock:
+            self._closed = True
+            self._lock.notify_all()
+        self._thread.join(timeout=10)
