@@ -63,7 +63,10 @@ def test_a_spawned_child_leads_its_own_session_and_carries_the_run():
     proc = procs.spawn(["sleep", "60"], stdout=subprocess.DEVNULL)
     try:
         assert os.getsid(proc.pid) == proc.pid and os.getpgid(proc.pid) == proc.pid
-        wait_until(lambda: procs.environ(proc.pid).get(procs.TREE_ENV), 10, "the child's exec")
+        # the launcher that arms the death signal carries the mark too: wait for its exec of the command itself,
+        # since /proc/<pid>/environ reads empty while an exec is under way (a loaded CI run saw {} so)
+        wait_until(lambda: procs.proc_table().get(proc.pid, (0, 0, ""))[2] == "sleep"
+                   and procs.environ(proc.pid).get(procs.TREE_ENV), 10, "the child's exec")
         assert procs.mark() in procs.environ(proc.pid)[procs.TREE_ENV].split()
         assert proc.pid in procs.marked(procs.mark())
     finally:
@@ -223,3 +226,20 @@ def test_receipt_says_how_the_step_ended():
     assert doc["processes"] == [{"pid": 5, "name": "a", "exit_code": None, "signal": "SIGKILL"},
                                 {"pid": 6, "name": "b", "exit_code": 3, "signal": None}]
     assert validate_document(doc | {"ended_by": "lunch"}) != []
+
+
+def test_a_port_is_released_when_nothing_listens_on_it_though_a_connection_uses_its_number():
+    """A receipt asks whether a server of ours still listens; another process's connection may take the number
+    as its local port once we let it go (two suites on one machine did), which `port_free`'s bind refuses."""
+    import socket
+
+    with socket.socket() as server:
+        server.bind(("127.0.0.1", 0))
+        server.listen()
+        port = server.getsockname()[1]
+        assert not procs.released(port)
+        with socket.socket() as client:  # a connection whose local port is the number we are about to let go
+            client.bind(("127.0.0.1", 0))
+            client.connect(("127.0.0.1", port))
+            local = client.getsockname()[1]
+            assert procs.released(local) and not procs.port_free(local)

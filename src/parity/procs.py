@@ -61,6 +61,13 @@ def port_free(port: int, host: str = "127.0.0.1") -> bool:
             return False
 
 
+def released(port: int) -> bool:
+    """Nothing listens on `port` any more: what a cleanup receipt asks of a server it stopped. Not `port_free`,
+    which a bind answers: another process's connection may take the same number as its own local port once
+    we let it go (two suites on one machine did so), and that is no server of ours left behind."""
+    return not listeners(port)
+
+
 def free_port_pair(host: str = "0.0.0.0", attempts: int = 50) -> int:
     """A free port p with p + 1 also free (Flame's frontend and backend)."""
     for _ in range(attempts):

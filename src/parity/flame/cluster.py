@@ -406,7 +406,7 @@ class FlameCluster(procs.Supervisor):
             if procs.alive(entry["pid"], leftovers[entry["pid"]][0]):
                 errors.append(f"service {entry['name']} (pid {entry['pid']}) survived SIGKILL")
         ports = [self.port, self.port + 1] if self.port else []
-        released = [port for port in ports if procs.port_free(port, "0.0.0.0")]
+        released = [port for port in ports if procs.released(port)]
         errors.extend(f"port {port} is still in use after shutdown" for port in ports if port not in released)
         if self._own_socket_dir and self.socket_dir is not None:
             shutil.rmtree(self.socket_dir, ignore_errors=True)

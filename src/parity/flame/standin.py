@@ -250,7 +250,7 @@ class StandInCluster(procs.Supervisor, frontend_pb2_grpc.FrontendServicer):
         for ex in self._all_executors:
             if ex.proc is not None and ex.proc.poll() is None:
                 errors.append(f"service {ex.id} (pid {ex.proc.pid}) is still running")
-        released = [self.port] if self.port and procs.port_free(self.port, self.host) else []
+        released = [self.port] if self.port and procs.released(self.port) else []
         if self.port and not released:
             errors.append(f"port {self.port} is still in use after shutdown")
         gpus = {env.value for ex in self._all_executors for env in ex.session.app_spec.environments

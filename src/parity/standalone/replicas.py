@@ -221,7 +221,7 @@ class ReplicaSet(procs.Supervisor):
             if left:
                 processes.extend(left)
                 errors.append(f"replica {replica.index} left processes {[e['pid'] for e in left]}; stopped them")
-            if procs.port_free(replica.port):
+            if procs.released(replica.port):
                 released.append(replica.port)
             else:
                 errors.append(f"port {replica.port} still in use after teardown")
