@@ -46,8 +46,32 @@ class Result:
     token_s: list[float] | None = None  # when the worker's engine produced each output token (the host's clock)
 
 
-class Batcher:
+class PromptQueue:
+    """The prompts queued for one session's tasks, as its sender (a Batcher, or a Harvester) takes them."""
+
+    what = "queue"  # the sender's kind, in messages
+
+    def __init__(self, name: str):
+        self.name = name
+        self._queue: deque[tuple[str, np.ndarray, float, int | None, Future]] = deque()
+        self._lock = threading.Condition()
+        self._closed = False
+
+    def submit(self, request_id: str, tokens, max_tokens: int | None = None) -> Future:
+        """Queue one prompt; `max_tokens`: its exact output length (parity.lengths), else the engine's."""
+        future: Future = Future()
+        with self._lock:
+            if self._closed:
+                raise ParityError(f"{self.what} {self.name} is closed")
+            self._queue.append((request_id, np.asarray(tokens, dtype="<u4"), time.monotonic(), max_tokens, future))
+            self._lock.notify()
+        return future
+
+
+class Batcher(PromptQueue):
     """Collects prompts for one session and sends them as batched tasks."""
+
+    what = "batcher"
 
     def __init__(self, send: Callable[[bytes], Future], *, name: str = "session-0", batch_limit: int = 32,
                  window_s: float = 0.002, budget: int = 2 * 1024 * 1024, compress: bool = False, inflight: int = 0,
@@ -55,27 +79,15 @@ class Batcher:
         """`output_tokens`: the worker engine's output length, for the room a task keeps for its outputs."""
         if batch_limit < 1 or window_s < 0:
             raise ParityError(f"batch limit must be >= 1 and window >= 0, got {batch_limit} and {window_s}")
-        self.send, self.name = send, name
+        super().__init__(name)
+        self.send = send
         self.batch_limit, self.window_s, self.budget, self.compress = batch_limit, window_s, budget, compress
         self.inflight, self._running, self.output_tokens = inflight, 0, output_tokens
-        self._queue: deque[tuple[str, np.ndarray, float, int | None, Future]] = deque()
-        self._lock = threading.Condition()
-        self._closed = False
         self._task_ids = itertools.count()
         self.batch_sizes: list[int] = []  # prompts per task sent, for the batch-size histogram
         self.task_bytes: list[int] = []
         self._thread = threading.Thread(target=self._loop, name=f"batcher-{name}", daemon=True)
         self._thread.start()
-
-    def submit(self, request_id: str, tokens, max_tokens: int | None = None) -> Future:
-        """Queue one prompt; `max_tokens`: its exact output length (parity.lengths), else the engine's."""
-        future: Future = Future()
-        with self._lock:
-            if self._closed:
-                raise ParityError(f"batcher {self.name} is closed")
-            self._queue.append((request_id, np.asarray(tokens, dtype="<u4"), time.monotonic(), max_tokens, future))
-            self._lock.notify()
-        return future
 
     def _take_batch(self) -> list | None:
         with self._lock:

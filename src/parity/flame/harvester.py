@@ -19,7 +19,6 @@ from __future__ import annotations
 import itertools
 import threading
 import time
-from collections import deque
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from typing import Callable
@@ -28,7 +27,7 @@ import numpy as np
 
 from parity.errors import ParityError
 from parity.flame import codec
-from parity.flame.batcher import Result
+from parity.flame.batcher import PromptQueue, Result
 
 
 @dataclass
@@ -39,34 +38,24 @@ class _Open:
     token_s: list[float] = field(default_factory=list)  # when the client received each output token
 
 
-class Harvester:
+class Harvester(PromptQueue):
     """Keeps one harvest task outstanding on one session while prompts are queued or requests open."""
+
+    what = "harvester"
 
     def __init__(self, send: Callable[[bytes], Future], *, name: str = "session-0", batch_limit: int = 32,
                  budget: int = 2 * 1024 * 1024, compress: bool = False, output_tokens: int = 16):
         """`send`: a task input in, a future of its output out (flamepy's `session.run`)."""
-        self.send, self.name, self.batch_limit = send, name, batch_limit
+        super().__init__(name)
+        self.send, self.batch_limit = send, batch_limit
         self.budget, self.compress, self.output_tokens = budget, compress, output_tokens
-        self._queue: deque[tuple[str, np.ndarray, float, int | None, Future]] = deque()
         self._open: dict[str, _Open] = {}
-        self._lock = threading.Condition()
-        self._closed = False
         self._task_ids = itertools.count()
         self.batch_sizes: list[int] = []  # new prompts per task that carried any
         self.task_bytes: list[int] = []
         self.tasks: list[dict] = []  # per task: its id, executor, the service's timings, the round trip
         self._thread = threading.Thread(target=self._loop, name=f"harvester-{name}", daemon=True)
         self._thread.start()
-
-    def submit(self, request_id: str, tokens, max_tokens: int | None = None) -> Future:
-        """Queue one prompt for the next task; `max_tokens`: its exact output length, else the engine's."""
-        future: Future = Future()
-        with self._lock:
-            if self._closed:
-                raise ParityError(f"harvester {self.name} is closed")
-            self._queue.append((request_id, np.asarray(tokens, dtype="<u4"), time.monotonic(), max_tokens, future))
-            self._lock.notify()
-        return future
 
     def _next(self) -> list | None:
         """The prompts of the next task (possibly none), once there is work; None once closed."""
