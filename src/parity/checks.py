@@ -125,6 +125,8 @@ def check_trial(doc: dict, trace: Trace, pinning: dict[int, str] | None = None) 
     exclusive = doc.get("config", {}).get("placement") != "global"  # a global session shares one queue
     found = {"input": _input(doc, trace), "coverage": _coverage(doc, trace),
              "output_length": _output_length(doc), "placement": _placement(doc, pinning, exclusive)}
+    if "jit" in doc:  # ours: a trial whose engines watched their kernel compilations (parity.jit)
+        found["warm"] = _warm(doc)
     checks = {name: ({"passed": False, "detail": "; ".join(r)} if r else {"passed": True})
               for name, r in found.items()}
     reasons = [f"{name}: {reason}" for name, rs in found.items() for reason in rs]
@@ -132,6 +134,15 @@ def check_trial(doc: dict, trace: Trace, pinning: dict[int, str] | None = None) 
     if pinning is not None:
         verdict["pinning"] = {str(shard): gpu for shard, gpu in sorted(pinning.items())}
     return verdict
+
+
+def _warm(doc: dict) -> list[str]:
+    """No kernel compiled inside the timed window: one that did cost the rung what warm engines would not."""
+    measured = doc["jit"].get("measured") or []
+    if not measured:
+        return []
+    return [f"{len(measured)} kernel compilations inside the timed window ({', '.join(sorted(set(measured)))}): "
+            "the warm-ups did not cover what the measured phase ran"]
 
 
 def timing_mismatch(doc: dict) -> str | None:

@@ -40,6 +40,11 @@ QUESTIONS = (
     "What reasons are given for the change?",
     "Summarise the article in one sentence.",
 )
+# Ours, for rungs long enough for a steady state (`blocks`): block k of a trace is its first block's documents and
+# questions with every ordinary token ID shifted by k x BLOCK_SHIFT, as the warmups are shifted. Each block so has
+# the first one's shape exactly (lengths, shared prefixes, order) and prefixes new to every cache: a stream of
+# document sets, each asked for a while, in place of a corpus many times larger.
+BLOCK_SHIFT = 3001
 QUESTION_TEMPLATE = "\n\nQuestion: {question}\nAnswer:"
 ARTICLE_SEPARATOR = "\n\n"
 
@@ -61,6 +66,7 @@ class TraceSpec:
     pack_articles: bool = True
     head_tokens: int = 0  # a head shared by every document (a system prompt), within prefix_tokens
     zipf: float = 0.0  # hot documents: each request's document drawn from a Zipf law of this exponent (0: uniform)
+    blocks: int = 1  # ours: the trace is this many blocks of the shape above, one after another (BLOCK_SHIFT)
 
     def check(self) -> None:
         if not self.name or not self.name.replace("-", "").replace("_", "").isalnum():
@@ -76,6 +82,8 @@ class TraceSpec:
                              f"document two cache blocks of its own), got {self.head_tokens}")
         if not (self.zipf == 0 or 0 < self.zipf <= 4):
             raise TraceError(f"zipf must be 0 (every document asked alike) or an exponent in (0, 4], got {self.zipf}")
+        if self.blocks < 1:
+            raise TraceError(f"blocks must be >= 1, got {self.blocks}")
         if len(set(self.warmup_shifts)) != len(self.warmup_shifts) or any(s <= 0 for s in self.warmup_shifts):
             raise TraceError(f"warmup shifts must be distinct positive integers, got {list(self.warmup_shifts)}")
 
@@ -329,11 +337,18 @@ def build_trace(spec: TraceSpec, corpus: Path, tokenizer_dir: Path, out_dir: Pat
     prompts = [prompts_by_id[rid][2] for rid in order]
 
     shift = TokenShift(tokenizer.vocab_size, tokenizer.special_ids)
+    asked_as = [(rid, *prompts_by_id[rid][:2]) for rid in order]
+    if spec.blocks > 1:  # BLOCK_SHIFT: the first block again, shifted, as many times as asked
+        first = list(zip(asked_as, prompts))
+        for block in range(1, spec.blocks):
+            asked_as += [(f"{rid}-b{block}", d + block * spec.documents, q) for (rid, d, q), _ in first]
+            prompts += [shift.apply(p, block * BLOCK_SHIFT) for _, p in first]
     variants = [[shift.apply(p, s) for p in prompts] for s in spec.warmup_shifts]
-    _check_unseen(prompts, variants, spec.warmup_shifts, shift.period)
-    requests = [{"id": rid, "position": pos, "document": prompts_by_id[rid][0], "question": prompts_by_id[rid][1],
+    _check_unseen(prompts, variants, spec.warmup_shifts, shift.period, len(order) if spec.blocks > 1 else None)
+    order = [rid for rid, _, _ in asked_as]
+    requests = [{"id": rid, "position": pos, "document": d, "question": q,
                  "tokens": int(prompt.size), "sha256": token_sha256(prompt)}
-                for pos, (rid, prompt) in enumerate(zip(order, prompts))]
+                for pos, ((rid, d, q), prompt) in enumerate(zip(asked_as, prompts))]
     context = {} if context_tokens is None else {"context_tokens": context_tokens}
     _check_fits([TraceRequest(**r) for r in requests], *trace_context(context), f"trace {spec.name}")
 
@@ -352,7 +367,8 @@ def build_trace(spec: TraceSpec, corpus: Path, tokenizer_dir: Path, out_dir: Pat
         "spec": {"documents": spec.documents, "questions_per_document": spec.questions_per_document,
                  "prefix_tokens": spec.prefix_tokens, "seed": spec.seed,
                  "warmup_shifts": list(spec.warmup_shifts), "pack_articles": spec.pack_articles,
-                 "head_tokens": spec.head_tokens, **({"zipf": spec.zipf} if spec.zipf else {})},
+                 "head_tokens": spec.head_tokens, **({"zipf": spec.zipf} if spec.zipf else {}),
+                 **({"blocks": spec.blocks, "block_shift": BLOCK_SHIFT} if spec.blocks > 1 else {})},
         "inputs": {
             "corpus": {"file": file_ref(corpus, out_dir), "origin": corpus_origin,
                        "text_field": text_field, "articles": len(texts), "articles_used": articles_used},
@@ -373,9 +389,17 @@ def build_trace(spec: TraceSpec, corpus: Path, tokenizer_dir: Path, out_dir: Pat
     return manifest_path
 
 
-def _check_unseen(prompts, variants, shifts, period) -> None:
-    """Every warmup prompt's first cache block differs from every measured and other-round one."""
-    seen = {bytes(p[:VLLM_BLOCK_TOKENS].tobytes()): "the measured burst" for p in prompts}
+def _check_unseen(prompts, variants, shifts, period, block_size: int | None = None) -> None:
+    """Every warmup prompt's first cache block differs from every measured and other-round one; with blocks of
+    `block_size` measured prompts (BLOCK_SHIFT), every block's from every other block's."""
+    seen = {}
+    for index, p in enumerate(prompts):
+        label = "the measured burst" if not block_size else f"block {index // block_size} of the measured burst"
+        key = bytes(p[:VLLM_BLOCK_TOKENS].tobytes())
+        if seen.get(key, label) != label:
+            raise TraceError(f"{label} reproduces a first cache block of {seen[key]}; BLOCK_SHIFT meets the "
+                             f"vocabulary's period ({period} ordinary token IDs): fewer blocks")
+        seen[key] = label
     for s, variant in zip(shifts, variants):
         if s % period == 0:
             raise TraceError(f"warmup shift {s} is a multiple of the {period} ordinary token IDs: no shift at all")

@@ -30,6 +30,7 @@ import os
 import time
 from pathlib import Path
 
+from parity import jit
 from parity.affinity import RouterSettings
 from parity.checks import check_trial, read_trial, trace_of, unsupported
 from parity.engine import EngineArgs
@@ -42,12 +43,17 @@ from parity.trace import check_context, load_trace
 
 def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
         router: RouterSettings = RouterSettings(), schedule: Schedule = Schedule(), warmup_rounds: int = 2,
-        ran_with: dict | None = None, restart=None, lengths=None, log=print) -> dict:
+        ran_with: dict | None = None, restart=None, lengths=None, warmup_requests: int | None = None,
+        log=print) -> dict:
     """One trial on `path` (entered); writes its checked manifest to FOLDER/TRIAL_ID.json (a trial's id is
     always its manifest's name) and returns it. `restart` (parity.restart.Restart): the measured burst
     kills one engine mid-run and the manifest records the outage (`restart`). `lengths`
     (parity.lengths.OutputLengths): each request asks for its own exact output length, in the warmups too,
-    and the manifest records them (`output_lengths`, and each record's `max_tokens`)."""
+    and the manifest records them (`output_lengths`, and each record's `max_tokens`). `warmup_requests`
+    (ours): each warm-up round is the first that many requests of its variant under the measured arrival
+    schedule, warming what the measured phase uses (its batch shapes), not the study's whole burst at once.
+    Where the path's engines are vLLM, the manifest records the kernels its JIT monitor saw compiled in the
+    warm-ups and inside the timed window (`jit`, parity.jit); one inside the window fails the trial."""
     out = folder / f"{trial_id}.json"
     if router.placement not in path.placements:
         raise ParityError(f"the {path.name} path places requests by {' or '.join(path.placements)}, "
@@ -60,12 +66,18 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
     ids = [r.id for r in trace.requests]
     wanted = None if lengths is None else lengths.draw(len(ids))
     own = {} if wanted is None else {"lengths": wanted}  # a path that predates lengths is called as before
+    warm_count = len(ids) if warmup_requests is None else min(warmup_requests, len(ids))
+    warm_own = {} if wanted is None else {"lengths": wanted[:warm_count]}
+    warm_schedule = Schedule() if warmup_requests is None else schedule  # the study's: all at once
+    since = time.time()  # the wall clock: the engines stamp their JIT records with it (parity.jit)
     with path.trial(trial_id, router):
         for round_index in range(1, warmup_rounds + 1):
             warm = load_trace(trace_path, f"warmup{round_index}")
             with client_heap_still():
-                burst = path.release(list(warm.prompts), ids, router.make(path.shards), Schedule(), **own)  # all at once
-            log(f"  warmup {round_index}: {len(ids)} requests in {burst.duration_s:.2f} s")
+                burst = path.release(list(warm.prompts[:warm_count]), ids[:warm_count], router.make(path.shards),
+                                     warm_schedule, **warm_own)
+            log(f"  warmup {round_index}: {warm_count} requests in {burst.duration_s:.2f} s"
+                + (f" (paced, {schedule.kind} {schedule.rate:g}/s)" if warmup_requests is not None else ""))
         if router.placement == "prefix" and path.cache_tokens:  # its map sized from the engine's cache
             router = dataclasses.replace(router, cache_tokens=path.cache_tokens)
         routed = router.make(path.shards)
@@ -75,8 +87,14 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
             routed.follow(events.changes)
             routed.sync()
             since = events.mark()
+        jit_logs = path.jit_logs()
+        window_start = time.time()
         with client_heap_still():
             burst = path.release(list(trace.prompts), ids, routed, schedule, restart, **own)
+        compiled = jit.window(jit_logs, since, window_start, time.time()) if jit_logs else None
+        if compiled and compiled["measured"]:
+            log(f"  {len(compiled['measured'])} kernel compilations inside the timed window: "
+                f"{', '.join(sorted(set(compiled['measured'])))}")
         if hasattr(routed, "observe"):  # the router's expected hits beside the engine's, in its stats
             routed.observe([c.cached_tokens for c in burst.completions])
         kv_events = None
@@ -99,6 +117,8 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
     extra = {**burst.extra, **described.extra, "router": routed.stats(), "schedule": schedule.describe(len(ids))}
     if kv_events is not None:
         extra["kv_events"] = kv_events
+    if compiled is not None:
+        extra["jit"] = compiled
     if lengths is not None:
         extra["output_lengths"] = lengths.describe(len(ids))
     doc = trial_manifest(trial_id=trial_id, experiment=experiment, system=path.name, engine=described.engine,

@@ -51,6 +51,7 @@ def engine_kwargs(args: EngineArgs, version: str) -> dict[str, Any]:
         "prefix_caching_hash_algo": args.prefix_caching_hash_algo,
         "skip_tokenizer_init": True,
         "attention_config": {"backend": args.attention_backend},
+        "jit_monitor_verbose": True,  # every kernel compiled after vLLM's own warm-up is logged (parity.jit)
     }
     if args.revision and args.load_format != "dummy":
         kwargs["revision"] = args.revision
@@ -94,6 +95,7 @@ def serve_arguments(args: EngineArgs, port: int) -> list[str]:
         "--prefix-caching-hash-algo", args.prefix_caching_hash_algo,
         "--attention-config", json.dumps({"backend": args.attention_backend}),
         "--skip-tokenizer-init", "--enable-prompt-tokens-details", "--disable-uvicorn-access-log",
+        "--jit-monitor-verbose",  # every kernel compiled after vLLM's own warm-up is logged (parity.jit)
     ]
     if args.enforce_eager:
         flags.append("--enforce-eager")

@@ -38,14 +38,18 @@ class Case:
     restart: Restart | None = None  # kill one engine mid-run (parity.restart)
     cache_blocks: int | None = None  # a KV cache of this many blocks per engine (the eviction case)
     lengths: OutputLengths | None = None  # each request's own exact output length (parity.lengths; max_tokens its high)
+    start: str | None = None  # ours: the engine start it shares with the other cases of that name (None: its own)
+    warmup_requests: int | None = None  # ours: warm-ups of this many requests, paced as measured (None: whole bursts)
 
     @property
     def load(self) -> dict:
-        """How its requests arrive and are timed (any engine it kills, any lengths of their own), as a trial's
-        `ran_with` records it."""
+        """How its requests arrive and are timed (any engine it kills, any lengths of their own; a shared engine
+        start, paced warm-ups), as a trial's `ran_with` records it."""
         return ({"schedule": self.schedule.to_dict(), "stream": self.stream}
                 | ({"restart": self.restart.to_dict()} if self.restart else {})
-                | ({"lengths": self.lengths.to_dict()} if self.lengths else {}))
+                | ({"lengths": self.lengths.to_dict()} if self.lengths else {})
+                | ({"start": self.start} if self.start else {})
+                | ({"warmup_requests": self.warmup_requests} if self.warmup_requests is not None else {}))
 
     @property
     def router(self) -> RouterSettings:
@@ -176,9 +180,10 @@ def routing(traces: list[Path], repeats: int, flame: FlameSettings, placements=(
                        traces, repeats, flame)
 
 
-def sustained(traces: list[Path], rates: list[float], flame: FlameSettings, schedule: Schedule,
+def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], flame: FlameSettings, schedule: Schedule,
               repeats: int = 1, arms: dict[str, dict] | None = None, output_tokens: list[int] = (16,),
-              restart: dict | None = None, evict: dict | None = None, lengths: dict | None = None) -> list[Case]:
+              restart: dict | None = None, evict: dict | None = None, lengths: dict | None = None,
+              shared_start: bool = False, warmup_requests: int | None = None) -> list[Case]:
     """Ours, the study's named next step: a rate ladder, each rate a pair (sticky standalone vLLM, the
     Flame configuration) under the same seeded arrivals, streamed, fresh engines per case; then, for each
     extra arm (name: Flame setting changes, e.g. `gathered: {inflight: 1}`), the same pair again with the
@@ -189,41 +194,75 @@ def sustained(traces: list[Path], rates: list[float], flame: FlameSettings, sche
     cache of that many blocks, smaller than the trace's working set, so prefixes are evicted and prefilled
     again (stage `evict-R`). With `lengths` ({rate, median, sigma, low, high, seed}), one more pair per repeat at
     that rate asks each request for its own exact output length, drawn seeded (stage `lengths-R`;
-    parity.lengths). The side that goes first alternates."""
-    variants = [("", flame)] + [(f"-{name}", replace(flame, **changes)) for name, changes in (arms or {}).items()]
-    cases, turn = [], [0]
+    parity.lengths). The side that goes first alternates. `rates` may name each trace's own (trace stem: rates).
 
-    def pair(stage: str, trace: Path, settings: FlameSettings, repeat: int, arrivals: Schedule, **fields) -> None:
+    Ours, to fit long rungs in device time: with `shared_start`, the ladder's rungs of one path and configuration
+    (one answer length, one repeat) run on one engine start, each rung cold (prefix caches reset) after its own
+    warm-ups; the rungs of a start run together, its standalone and Flame blocks side by side, the side that goes
+    first alternating with the repeat, and the arms before the study's configuration (measured in its own
+    experiments), so a session that runs out of device time has the new arms. `warmup_requests`: each warm-up
+    round is that many requests paced as the rung is (parity.trial). The extra pairs start fresh engines."""
+    variants = [("", flame)] + [(f"-{name}", replace(flame, **changes)) for name, changes in (arms or {}).items()]
+    if shared_start:
+        variants = variants[1:] + variants[:1]
+    per_trace = rates if isinstance(rates, dict) else {trace.stem: rates for trace in traces}
+    cases, turn, blocks, stage_arm = [], [0], {}, ["", 0]  # blocks: start -> its place (by_start)
+    ladder = list(dict.fromkeys(r for trace in traces for r in per_trace.get(trace.stem, [])))
+
+    def pair(stage: str, trace: Path, settings: FlameSettings, repeat: int, arrivals: Schedule, start: str | None = None,
+             **fields) -> None:
         reference = Case(f"sustained-{stage}-{trace.stem}-p{repeat}-vllm", "sustained", "standalone", "sticky", trace,
-                         settings, stage=stage, pair=repeat, side="reference", schedule=arrivals, stream=True, **fields)
+                         settings, stage=stage, pair=repeat, side="reference", schedule=arrivals, stream=True,
+                         warmup_requests=warmup_requests, **fields)
         candidate = replace(reference, trial_id=f"sustained-{stage}-{trace.stem}-p{repeat}-flame", system="flame",
                             side="candidate")
+        if start is not None:  # blocks (by_start): an arm's repeats together; whose block goes first alternates
+            reference = replace(reference, start=f"sustained-start{start}-vllm")
+            candidate = replace(candidate, start=f"sustained-start{start}-flame")
+            arm = [s for s, _ in variants].index(stage_arm[0])
+            blocks.setdefault(reference.start, (arm, repeat, stage_arm[1], repeat % 2))
+            blocks.setdefault(candidate.start, (arm, repeat, stage_arm[1], 1 - repeat % 2))
+            turn[0] = repeat
         cases.extend([reference, candidate] if turn[0] % 2 == 0 else [candidate, reference])
         turn[0] += 1
 
     for repeat in range(repeats):
         at = lambda rate: replace(schedule, rate=float(rate), seed=schedule.seed + repeat)  # noqa: E731
         for tokens in output_tokens:
-            for rate in rates:
-                length = "" if tokens == 16 else f"-out{tokens}"
+            length = "" if tokens == 16 else f"-out{tokens}"
+            for rate in ladder:
                 for suffix, settings in variants:
+                    stage_arm[:] = [suffix, output_tokens.index(tokens)]
                     for trace in traces:
-                        pair(f"rate-{rate:g}{length}{suffix}", trace, settings, repeat, at(rate), max_tokens=tokens)
+                        if rate in per_trace.get(trace.stem, []):
+                            pair(f"rate-{rate:g}{length}{suffix}", trace, settings, repeat, at(rate), max_tokens=tokens,
+                                 start=f"{suffix}{length}-p{repeat}" if shared_start else None)
         if evict is not None:
-            rate = float(evict.get("rate", rates[0]))
+            rate = float(evict.get("rate", ladder[0]))
             for trace in traces:
                 pair(f"evict-{rate:g}", trace, flame, repeat, at(rate), cache_blocks=int(evict["cache_blocks"]))
         if lengths is not None:
-            rate = float(lengths.get("rate", rates[0]))
+            rate = float(lengths.get("rate", ladder[0]))
             drawn = OutputLengths.from_dict({k: v for k, v in lengths.items() if k != "rate"})
             for trace in traces:
                 pair(f"lengths-{rate:g}", trace, flame, repeat, at(rate), lengths=drawn, max_tokens=drawn.high)
         if restart is not None:
-            rate = float(restart.get("rate", rates[0]))
+            rate = float(restart.get("rate", ladder[0]))
             fault = Restart.from_dict({k: v for k, v in restart.items() if k != "rate"})
             for trace in traces:
                 pair(f"restart-{rate:g}", trace, flame, repeat, at(rate), restart=fault)
-    return cases
+    return by_start(cases, blocks) if shared_start else cases
+
+
+def by_start(cases: list[Case], place: dict[str, tuple]) -> list[Case]:
+    """The cases in blocks, one per shared start, ordered by `place` (start -> a sort key); each block's cases
+    in their order; fresh cases after every block, in theirs. A start is opened once, so its cases run together."""
+    blocks: dict[str, list[Case]] = {}
+    for case in cases:
+        if case.start is not None:
+            blocks.setdefault(case.start, []).append(case)
+    ordered = sorted(blocks, key=lambda start: place[start])
+    return [case for start in ordered for case in blocks[start]] + [c for c in cases if c.start is None]
 
 
 def paced_span_s(cases: list[Case], requests: dict[Path, int]) -> float:
@@ -275,8 +314,10 @@ def for_experiment(name: str, traces: list[Path], settings: dict) -> list[Case]:
     if name == "routing":
         return routing(traces, settings.get("repeats", 3), flame, tuple(settings.get("placements", ("sticky", "prefix"))))
     if name == "sustained":
+        if isinstance(settings["rates"], dict) and (unknown := set(settings["rates"]) - {t.stem for t in traces}):
+            raise ParityError(f"sustained: rates name trace {sorted(unknown)[0]!r}, which is not among the traces given")
         schedule = Schedule.from_dict({"kind": "poisson", "rate": 1.0} | (settings.get("schedule") or {}))
         return sustained(traces, settings["rates"], flame, schedule, settings.get("repeats", 1), settings.get("arms"),
                          settings.get("output_tokens", [16]), settings.get("restart"), settings.get("evict"),
-                         settings.get("lengths"))
+                         settings.get("lengths"), settings.get("shared_start", False), settings.get("warmup_requests"))
     raise ParityError(f"unknown experiment {name!r}")

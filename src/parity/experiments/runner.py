@@ -3,7 +3,9 @@
 Each case runs on the serving path its system names (`parity.paths`), through the one trial lifecycle
 (`parity.trial`), which also decides whether a trial already on disk is kept. Each case starts fresh
 engines: a new replica set for standalone vLLM, new sessions (so new worker processes and engines) for
-Flame; the Flame cluster itself is started once per experiment (`Runner.shared`).
+Flame; the Flame cluster itself is started once per experiment (`Runner.shared`). The exception, ours:
+consecutive cases naming one shared start (`Case.start`, a sustained ladder's rungs on one path) run on
+one start of their path, opened by the first of them that runs and closed before anything else starts.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ class Runner:
         self._stack = contextlib.ExitStack()
         self._shared: dict = {}
         self._flame_binaries = None
+        self._start: tuple[str, contextlib.ExitStack, object] | None = None  # (name, its stack, its open path)
 
     def __enter__(self) -> "Runner":
         for sub in ("trials", "cleanup", "logs", "pairs"):
@@ -43,7 +46,26 @@ class Runner:
         return self
 
     def __exit__(self, *exc) -> None:
-        self._stack.__exit__(*exc)
+        try:
+            self._close_start(*exc)
+        finally:
+            self._stack.__exit__(*exc)
+
+    def _close_start(self, *exc) -> None:
+        if self._start is not None:
+            _, stack, _ = self._start
+            self._start = None
+            stack.__exit__(*(exc or (None, None, None)))
+
+    def started(self, case: Case):
+        """The open path of `case.start`: the one already open, or (the previous one closed) a new one."""
+        if self._start is None or self._start[0] != case.start:
+            self._close_start()
+            stack = contextlib.ExitStack()
+            serving = stack.enter_context(paths.get(case.system).for_case(case, self))
+            self._start = (case.start, stack, serving)
+            self.log(f"  started {case.start} (its cases share this engine start)")
+        return self._start[2]
 
     def shared(self, key: str, make):
         """The resource `make()` opens (a context manager), opened once, on first use, for every later
@@ -71,10 +93,15 @@ class Runner:
         wanted = self.wanted(case)
         if trial.keep(path, case.trial_id, wanted, self.recorded, self.log):
             return path
+        options = dict(trial_id=case.trial_id, experiment=case.experiment, router=case.router, schedule=case.schedule,
+                       warmup_rounds=self.backend.warmup_rounds, ran_with=wanted, restart=case.restart,
+                       lengths=case.lengths, warmup_requests=case.warmup_requests, log=self.log)
+        if case.start is not None:
+            trial.run(self.started(case), case.trace, self.trials_dir, **options)
+            return path
+        self._close_start()
         with paths.get(case.system).for_case(case, self) as serving:
-            trial.run(serving, case.trace, self.trials_dir, trial_id=case.trial_id, experiment=case.experiment,
-                      router=case.router, schedule=case.schedule, warmup_rounds=self.backend.warmup_rounds,
-                      ran_with=wanted, restart=case.restart, lengths=case.lengths, log=self.log)
+            trial.run(serving, case.trace, self.trials_dir, **options)
         return path
 
     def wanted(self, case: Case) -> dict:
@@ -139,7 +166,8 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
                         "manifest": file_ref(trials[case.trial_id], out_dir)} | trial_facts(doc))
     simulated = any(e["simulated"] for e in entries)
     # the cleanup receipts of its cases (a standalone case's replicas) and of its shared Flame cluster, by hash
-    receipts = [out_dir / "cleanup" / f"{name}.json" for name in [*(c.trial_id for c in cases), "flame-cluster"]]
+    starts = list(dict.fromkeys(c.start for c in cases if c.start is not None))
+    receipts = [out_dir / "cleanup" / f"{name}.json" for name in [*(c.trial_id for c in cases), *starts, "flame-cluster"]]
     doc = header("experiment", simulated=simulated) | {
         "experiment": experiment, "settings": settings,
         "backend": {"engine": backend.engine, "cluster": backend.cluster, "gpus": runner.gpus,

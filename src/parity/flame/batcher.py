@@ -107,6 +107,11 @@ class Batcher(PromptQueue):
             self._running += 1
             return batch
 
+    def idle(self) -> bool:
+        """No prompt queued and no task running."""
+        with self._lock:
+            return not self._queue and not self._running
+
     def _done(self) -> None:
         with self._lock:
             self._running -= 1

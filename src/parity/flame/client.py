@@ -16,6 +16,7 @@ from pathlib import Path
 import flamepy
 
 from parity.errors import ParityError
+from parity.flame import codec
 from parity.flame.batcher import Batcher
 from parity.flame.harvester import Harvester
 from parity.flame.service import FAILURE_DIR_ENV
@@ -135,6 +136,16 @@ class FlameSessions:
         self.connection.close()
         if errors and exc[0] is None:
             raise ParityError(f"could not close Flame sessions: {'; '.join(errors)}")
+
+    def reset_prefix_caches(self, timeout_s: float = 600) -> None:
+        """Every session's engine starts the next trial cold (a control task, parity.flame.codec), as a fresh
+        engine would: between the rungs of a shared start. Only while no request is queued or running."""
+        busy = [b.name for b in self.batchers if not b.idle()]
+        if busy:
+            raise ParityError(f"cannot reset the prefix caches while sessions {', '.join(busy)} have requests")
+        data = codec.encode_control("reset_prefix_cache")
+        for future in [session.run(data) for session in self.sessions]:
+            codec.decode_output(future.result(timeout=timeout_s))
 
     @property
     def shards(self) -> int:

@@ -119,6 +119,28 @@ def encode(prompts: list[Prompt], *, compress: bool) -> bytes:
     return HEADER.pack(MAGIC, flags, width, len(body)) + payload
 
 
+# A control task (ours): not a batch but one named operation on the session's engine, between trials of a
+# shared start (`reset_prefix_cache`: the next rung starts cold, as a fresh engine would).
+CONTROL_MAGIC = b"PFC1"
+CONTROLS = ("reset_prefix_cache",)
+
+
+def encode_control(op: str) -> bytes:
+    if op not in CONTROLS:
+        raise PayloadError(f"unknown control operation {op!r}: use one of {', '.join(CONTROLS)}")
+    return CONTROL_MAGIC + op.encode()
+
+
+def control_of(data: bytes) -> str | None:
+    """The operation a control task names; None for a batch; PayloadError for an unknown one."""
+    if not data.startswith(CONTROL_MAGIC):
+        return None
+    op = bytes(data[len(CONTROL_MAGIC):]).decode(errors="replace")
+    if op not in CONTROLS:
+        raise PayloadError(f"unknown control operation {op[:40]!r}: use one of {', '.join(CONTROLS)}")
+    return op
+
+
 def decode(data: bytes, *, budget: int) -> list[Prompt]:
     """Prompts from a task input; over-budget or corrupt input is refused before it is expanded."""
     if len(data) < HEADER.size:

@@ -68,6 +68,11 @@ class Harvest:
                    "events": len(events), "completions": len(done), "open": still}
         return events, done, timings
 
+    def running(self) -> int:
+        """How many admitted requests have not been returned complete."""
+        with self._cond:
+            return len(self._open)
+
     def _ready(self) -> bool:
         return bool(self._done) or self._error is not None or any(self._tokens.values())
 

@@ -57,6 +57,11 @@ class Harvester(PromptQueue):
         self._thread = threading.Thread(target=self._loop, name=f"harvester-{name}", daemon=True)
         self._thread.start()
 
+    def idle(self) -> bool:
+        """No prompt queued and no request open (so no task outstanding)."""
+        with self._lock:
+            return not self._queue and not self._open
+
     def _next(self) -> list | None:
         """The prompts of the next task (possibly none), once there is work; None once closed."""
         with self._lock:

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import flamepy
 
-from parity import gpu_lock
+from parity import gpu_lock, jit
 from parity.engine import EngineArgs, engine_kind, make_engine
 from parity.errors import ParityError
 from parity.flame import admission, codec
@@ -50,7 +50,8 @@ def short_temp_dir(limit: int = 40) -> None:
 def worker_environment(out_dir: Path, simulated: bool) -> dict[str, str]:
     """What the Flame workers of a run writing to `out_dir` inherit: where to report a failed bind, and
     whose GPU locks (the run's for simulated GPUs; for real ones this user's, as the node's GPUs are shared)."""
-    env = {FAILURE_DIR_ENV: str((Path(out_dir) / "logs" / "worker-failures").resolve())}
+    env = {FAILURE_DIR_ENV: str((Path(out_dir) / "logs" / "worker-failures").resolve()),
+           jit.DIR_ENV: str((Path(out_dir) / "logs" / "jit").resolve())}
     if simulated:
         env[gpu_lock.LOCK_DIR_ENV] = str(gpu_lock.run_dir(out_dir))
     return env
@@ -133,6 +134,8 @@ class ParityService(flamepy.FlameService):
 
             sim_options = {"params": SimParams.load(config.get("sim_params")), "clock": "paced",
                            "gpu_uuid": uuid, "mode": sim_mode}
+        if kind != "sim" and os.environ.get(jit.DIR_ENV):  # before vLLM is imported: its engine core inherits it
+            os.environ.update(jit.environment(Path(os.environ[jit.DIR_ENV]) / f"{context.session_id}.jit"))
         harvest = flame.mode == "harvest"  # its events are the engine's streamed tokens
         self.engine = make_engine(kind, args, kv_events=config.get("kv_events"),
                                   token_times=bool(config.get("token_times")) or harvest, **sim_options)
@@ -154,6 +157,8 @@ class ParityService(flamepy.FlameService):
 
     def on_task_invoke(self, context):
         started = time.perf_counter()
+        if (op := codec.control_of(context.input or b"")) is not None:
+            return self._control(op)
         prompts = codec.decode(context.input or b"", budget=self.budget)
         decoded = time.perf_counter()
         pauses, collections = self.gc.pause_s, self.gc.collections
@@ -180,6 +185,13 @@ class ParityService(flamepy.FlameService):
                    "gc_collections": self.gc.collections - collections, "gc_frozen": self.frozen,
                    "gc_freeze_count": self.freeze_count, "order": self.order}
         return codec.encode_output(outputs, self.identity, timings)
+
+    def _control(self, op: str) -> bytes:
+        """A control task (parity.flame.codec.CONTROLS), refused while a harvest session has requests running."""
+        if self.harvest is not None and self.harvest.running():
+            raise ParityError(f"{op}: {self.harvest.running()} requests are still running on this session")
+        self.engine.reset_prefix_cache()
+        return codec.encode_output([], self.identity, {"op": op})
 
     def on_session_leave(self):
         if self.frozen:

@@ -107,6 +107,11 @@ class ServingPath:
         """Fresh state for one trial (warmups and the measured burst), closed after it."""
         yield
 
+    def jit_logs(self) -> list[Path]:
+        """Where the path's vLLM engines log each kernel they compile after their own warm-up (parity.jit);
+        none for engines that compile nothing (the simulator)."""
+        return []
+
     def release(self, prompts: list, request_ids: list[str], router, schedule, restart=None,
                 lengths: list[int] | None = None) -> Burst:
         raise NotImplementedError

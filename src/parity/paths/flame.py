@@ -15,6 +15,7 @@ import time
 from concurrent.futures import wait
 from pathlib import Path
 
+from parity import jit
 from parity.engine import Completion, EngineArgs, engine_kind
 from parity.errors import ParityError
 from parity.flame.client import FlameSessions, register_applications, verify_placement
@@ -26,7 +27,8 @@ from parity.trace import token_sha256
 
 # What a Flame worker must inherit to find the same Python packages and engine settings as this process.
 PASSED_ENV = ("PYTHONPATH", "LD_LIBRARY_PATH", "PATH", "VLLM_USE_FLASHINFER_SAMPLER", "VLLM_NO_USAGE_STATS",
-              "HF_HUB_OFFLINE", "TRITON_CACHE_DIR", "VLLM_CACHE_ROOT", "PARITY_GPU_LOCK_DIR", "PARITY_FAILURE_DIR")
+              "HF_HUB_OFFLINE", "TRITON_CACHE_DIR", "VLLM_CACHE_ROOT", "PARITY_GPU_LOCK_DIR", "PARITY_FAILURE_DIR",
+              "PARITY_JIT_DIR")
 RELEASE_TIMEOUT_S = 3600
 
 
@@ -87,13 +89,17 @@ class FlamePath(ServingPath):
     placements = ("global", "sticky", "prefix")
 
     def __init__(self, running_cluster, gpus: list[str], settings: FlameSettings, *, engine: str,
-                 engine_args: EngineArgs, sim_params: str | None = None, stream: bool = False):
+                 engine_args: EngineArgs, sim_params: str | None = None, stream: bool = False,
+                 shared_start: str | None = None):
         """`engine`: the family the workers build (sim or vllm), through `settings.api`; `stream`: the workers'
         engines time every output token (flamepy 0.6.0 returns a task's outputs together, so in the study's burst
         mode the client still receives each answer with its batch; in the harvest mode, ours, each token comes
-        back with the task that harvested it: parity.flame.harvester)."""
+        back with the task that harvested it: parity.flame.harvester). `shared_start` (ours): the sessions, so
+        workers and engines, are opened by the first trial under that name and kept for every later one, each
+        of which starts with their prefix caches reset (a ladder's rungs on one engine start)."""
         self.cluster, self.gpus, self.settings = running_cluster, gpus, settings
         self.engine, self.engine_args, self.sim_params, self.stream = engine, engine_args, sim_params, stream
+        self.shared_start = shared_start
         self.data = self._data()
         self.sessions: FlameSessions | None = None
 
@@ -109,7 +115,7 @@ class FlamePath(ServingPath):
             b.cluster, runner.gpus, runner.out_dir, simulated=b.simulated, bin_dir=b.flame_bin_dir,
             receipt_path=runner.out_dir / "cleanup" / "flame-cluster.json", log=runner.log))
         return cls(shared, runner.gpus, case.flame, engine=b.engine, engine_args=runner.args(case), sim_params=b.sim_params,
-                   stream=case.stream)
+                   stream=case.stream, shared_start=case.start)
 
     @property
     def shards(self) -> int:
@@ -129,6 +135,9 @@ class FlamePath(ServingPath):
     def trial(self, trial_id: str, router):
         """New sessions (so new workers and engines); under the prefix router each session's engine publishes
         its KV cache events to a subscriber of this trial's (its endpoint in that session's data)."""
+        if self.shared_start is not None:
+            yield from self._kept(router)
+            return
         data = self.data
         if router.placement == "prefix":
             from parity.kv_events import Subscriber
@@ -144,6 +153,32 @@ class FlamePath(ServingPath):
             if self.events is not None:
                 self.events.close()
                 self.events = None
+
+    def _kept(self, router):
+        """A trial on the shared start's sessions: opened by its first trial, reset (cold caches) for later ones."""
+        if router.placement == "prefix":
+            raise ParityError("a shared engine start runs with the sticky router (the prefix router follows each "
+                              "trial's KV cache events from fresh engines)")
+        if self.sessions is None:
+            self.sessions = FlameSessions(self.cluster, len(self.gpus), self.settings, self.data,
+                                          placement=router.placement, name=self.shared_start,
+                                          output_tokens=self.engine_args.max_tokens).__enter__()
+        else:
+            self.sessions.reset_prefix_caches()
+        yield
+
+    def close(self, *exc) -> None:
+        """A shared start's sessions close with it (a fresh-start path's close with each trial)."""
+        if self.shared_start is not None and self.sessions is not None:
+            sessions, self.sessions = self.sessions, None
+            sessions.__exit__(*exc)
+
+    def jit_logs(self) -> list[Path]:
+        """Each session's worker engine's file of JIT compilations (parity.jit), for vLLM workers."""
+        folder = os.environ.get(jit.DIR_ENV)  # set while the cluster runs (parity.flame.service.worker_environment)
+        if self.engine == "sim" or not folder or self.sessions is None:
+            return []
+        return [Path(folder) / f"{s.id}.jit" for s in [s for s, _ in self.sessions.retired if s] + self.sessions.sessions]
 
     def release(self, prompts, request_ids, router, schedule, restart=None, lengths=None) -> Burst:
         """Route and submit each prompt at its time; wait for all (a worker's failure is raised); check that

@@ -37,11 +37,13 @@ class StandalonePath(ServingPath):
 
     @classmethod
     def for_case(cls, case, runner) -> "StandalonePath":
-        """Fresh replicas for each case: the replicas are its engines."""
-        b = runner.backend
-        return cls("sim" if b.simulated else "vllm", runner.gpus, runner.args(case), runner.out_dir / "logs" / case.trial_id,
+        """Fresh replicas for each case: the replicas are its engines. A case of a shared start (`case.start`) is
+        opened once for all of that start's cases (parity.experiments.runner); each trial resets the prefix
+        caches, so its rung starts cold."""
+        b, name = runner.backend, case.start or case.trial_id
+        return cls("sim" if b.simulated else "vllm", runner.gpus, runner.args(case), runner.out_dir / "logs" / name,
                    startup_timeout_s=b.startup_timeout_s, sim_params=Path(b.sim_params) if b.sim_params else None,
-                   receipt_path=runner.out_dir / "cleanup" / f"{case.trial_id}.json",
+                   receipt_path=runner.out_dir / "cleanup" / f"{name}.json",
                    events_revision=case.router.revision if case.placement == "prefix" else None, stream=case.stream)
 
     def __enter__(self) -> "StandalonePath":
@@ -56,6 +58,9 @@ class StandalonePath(ServingPath):
             self._close_events()
             raise
         return self
+
+    def jit_logs(self) -> list[Path]:
+        return self.replicas.jit_logs()
 
     def close(self, *exc) -> None:
         try:

@@ -21,7 +21,7 @@ from pathlib import Path
 
 import httpx
 
-from parity import procs
+from parity import jit, procs
 from parity.engine import EngineArgs
 from parity.engine import vllm_compat as compat
 from parity.errors import ParityError
@@ -123,6 +123,10 @@ class ReplicaSet(procs.Supervisor):
         self.retired: list[Replica] = []  # replicas replaced after a restart fault
         self.receipt: dict | None = None
 
+    def jit_logs(self) -> list[Path]:
+        """Each `vllm serve` replica's file of JIT compilations (parity.jit); none for the simulator."""
+        return [r.log_path.with_suffix(".jit") for r in self.retired + self.replicas] if self.kind == "vllm" else []
+
     def kv_cache_tokens(self) -> int | None:
         """The smallest KV cache any `vllm serve` replica reports in its log ("GPU KV cache size: N tokens")."""
         import re
@@ -157,8 +161,11 @@ class ReplicaSet(procs.Supervisor):
         elif endpoint:
             command += ["--kv-events", endpoint]
         log_path = self.log_dir / f"{log_name or f'replica-{index}'}.log"
+        env = _environment(self.kind, gpu, self.args)
+        if self.kind == "vllm":  # its JIT monitor's records, each compilation after its warm-up (parity.jit)
+            env |= jit.environment(log_path.with_suffix(".jit"))
         with log_path.open("wb") as log:
-            process = procs.spawn(command, stdout=log, env=_environment(self.kind, gpu, self.args))
+            process = procs.spawn(command, stdout=log, env=env)
         return Replica(index, gpu, port, log_path, process, events_endpoint=endpoint)
 
     def replace(self, index: int) -> Replica:

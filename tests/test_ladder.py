@@ -1,0 +1,174 @@
+"""Ours (issue 28): rungs long enough for a steady state. Traces of many blocks, a ladder's rungs on one
+engine start per path (each rung cold), warm-ups paced as the rung is, and vLLM's JIT monitor read so a
+kernel compiled inside a timed window fails the trial."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from parity import jit
+from parity.errors import ParityError
+
+
+@pytest.fixture(scope="module")
+def block_trace(small_inputs, tmp_path_factory):
+    """3 blocks of 3 documents x 2 questions, 300-token prefixes."""
+    from parity.trace import TraceSpec, build_trace
+
+    corpus, tok = small_inputs
+    spec = TraceSpec("blocks", documents=3, questions_per_document=2, prefix_tokens=300, seed=1, blocks=3)
+    return build_trace(spec, corpus, tok, tmp_path_factory.mktemp("block-traces"))
+
+
+def test_a_trace_of_blocks_repeats_its_first_block_shape_with_prefixes_of_its_own(block_trace, small_inputs, tmp_path):
+    from parity.trace import BLOCK_SHIFT, TraceSpec, build_trace, load_trace
+
+    trace, doc = load_trace(block_trace), json.loads(block_trace.read_text())
+    assert doc["spec"]["blocks"] == 3 and doc["spec"]["block_shift"] == BLOCK_SHIFT and len(trace.requests) == 18
+    first, third = trace.requests[:6], trace.requests[12:]
+    assert [r.id + "-b2" for r in first] == [r.id for r in third]  # the same order, block after block
+    assert [r.tokens for r in first] == [r.tokens for r in third] and {r.document for r in third} == {6, 7, 8}
+    heads = [bytes(p[:16].tobytes()) for p in trace.prompts]
+    assert not set(heads[:6]) & set(heads[6:12]) and not set(heads[6:12]) & set(heads[12:])  # new prefixes
+    assert heads[:6].count(heads[0]) == 2  # a document's questions still share its prefix inside a block
+    one = build_trace(TraceSpec("blocks", documents=3, questions_per_document=2, prefix_tokens=300, seed=1),
+                      *small_inputs, tmp_path)
+    assert "blocks" not in json.loads(one.read_text())["spec"]  # one block: the trace as it always was
+    assert [r.sha256 for r in load_trace(one).requests] == [r.sha256 for r in first]
+    with pytest.raises(ParityError, match="blocks must be >= 1"):
+        TraceSpec("x", documents=1, questions_per_document=1, blocks=0).check()
+
+
+def test_a_shared_start_ladder_runs_each_path_in_blocks_arms_first_repeats_together(tiny_reuse_trace):
+    from parity.experiments import plan
+
+    settings = {"rates": {"reuse": [2, 4]}, "repeats": 2, "shared_start": True, "warmup_requests": 4,
+                "arms": {"harvest": {"mode": "harvest", "api": "async"}}}
+    cases = plan.for_experiment("sustained", [tiny_reuse_trace], settings)
+    starts = list(dict.fromkeys(c.start for c in cases))
+    assert starts == ["sustained-start-harvest-p0-vllm", "sustained-start-harvest-p0-flame",
+                      "sustained-start-harvest-p1-flame", "sustained-start-harvest-p1-vllm",
+                      "sustained-start-p0-vllm", "sustained-start-p0-flame",
+                      "sustained-start-p1-flame", "sustained-start-p1-vllm"]
+    assert [c.stage for c in cases[:2]] == ["rate-2-harvest", "rate-4-harvest"]  # a block is its rungs in order
+    assert {c.warmup_requests for c in cases} == {4}
+    assert cases[0].load["start"] == "sustained-start-harvest-p0-vllm" and cases[0].load["warmup_requests"] == 4
+    study = plan.for_experiment("sustained", [tiny_reuse_trace], {"rates": [2]})
+    assert all(c.start is None and "start" not in c.load and "warmup_requests" not in c.load for c in study)
+    with pytest.raises(ParityError, match="rates name trace 'hot'"):
+        plan.for_experiment("sustained", [tiny_reuse_trace], {"rates": {"hot": [2]}})
+
+
+def test_rungs_of_a_shared_start_run_on_one_start_each_cold_after_paced_warmups(tiny_reuse_trace, tmp_path):
+    """Both paths, the Flame side in harvest mode: one replica set and one set of Flame sessions for the two rungs,
+    each rung's first request of a document uncached (the caches were reset), paced warm-ups logged."""
+    from pathlib import Path as P
+
+    from parity.experiments import plan
+    from parity.experiments.backend import Backend
+    from parity.experiments.runner import run_experiment
+    from parity.manifest import read_manifest
+
+    params = P(__file__).resolve().parents[1] / "config/sim/h200-llama31-8b.yaml"
+    backend = Backend.from_dict({"engine": "sim", "sim_params": str(params), "warmup_rounds": 1})
+    settings = {"rates": [20, 40], "shared_start": True, "warmup_requests": 3, "flame": {"mode": "harvest", "api": "async"}}
+    cases = plan.for_experiment("sustained", [tiny_reuse_trace], settings)
+    lines: list[str] = []
+    run_experiment("sustained", cases, backend, tmp_path, settings=settings, log=lines.append)
+    assert sum("started sustained-start-p0-vllm" in line for line in lines) == 1
+    assert sum("started sustained-start-p0-flame" in line for line in lines) == 1
+    assert sum("(paced, poisson" in line for line in lines) == 4  # one warm-up round per trial, paced
+    receipts = sorted(p.name for p in (tmp_path / "cleanup").glob("*.json"))
+    assert "sustained-start-p0-vllm.json" in receipts and not any("rate-" in r for r in receipts)
+    experiment = read_manifest(tmp_path / "experiment.json")
+    assert any("sustained-start-p0-vllm.json" in c["path"] for c in experiment["cleanup"])
+    for case in cases:
+        doc = read_manifest(tmp_path / "trials" / f"{case.trial_id}.json")
+        assert doc["verdict"]["status"] == "passed", (case.trial_id, doc["verdict"]["reasons"])
+        assert doc["ran_with"]["load"]["start"] == case.start and "jit" not in doc  # the simulator compiles nothing
+        seen, cold = set(), []
+        for record in sorted(doc["records"], key=lambda r: r["submit_s"]):
+            document = record["request_id"].rsplit("-q", 1)[0]
+            if document not in seen:
+                cold.append(record["cached_tokens"])
+                seen.add(document)
+        assert cold[0] == 0, case.trial_id  # the rung starts cold although its engine served the rung before
+
+
+def test_a_harvest_session_refuses_a_cache_reset_while_requests_run():
+    from concurrent.futures import Future
+
+    from parity.flame import codec
+    from parity.flame.harvest import Harvest
+
+    class Slow:
+        def submit(self, tokens, on_token=None, max_tokens=None):
+            return Future()  # never completes
+
+        def reset_prefix_cache(self):
+            raise AssertionError("must not be reached")
+
+    harvest = Harvest(Slow(), hold_s=0.0)
+    harvest.task([codec.Prompt("r1", __import__("numpy").arange(4, dtype="<u4"))])
+    assert harvest.running() == 1
+    assert codec.control_of(codec.encode_control("reset_prefix_cache")) == "reset_prefix_cache"
+    assert codec.control_of(codec.encode([], compress=False)) is None
+    with pytest.raises(ParityError, match="unknown control operation 'format'"):
+        codec.control_of(codec.CONTROL_MAGIC + b"format")
+
+
+def test_vllm_jit_monitor_records_are_routed_to_a_file_and_split_at_the_timed_window(tmp_path):
+    """The logging config vLLM loads (VLLM_LOGGING_CONFIG_PATH) in a process of its own: the monitor's records
+    land in the file with the wall clock; the trial counts those inside its window."""
+    log = tmp_path / "replica-0.jit"
+    env = jit.environment(log)
+    script = ("import json, logging.config, os, time, sys\n"
+              "logging.config.dictConfig(json.load(open(os.environ['VLLM_LOGGING_CONFIG_PATH'])))\n"
+              "m = logging.getLogger('vllm.utils.jit_monitor')\n"
+              "m.warning('Triton kernel JIT compilation during inference: reduce_segments (constexprs={}). This causes a latency spike; consider extending warmup')\n"
+              "print('SPLIT=' + repr(time.time()), flush=True); time.sleep(0.05)\n"
+              "m.warning('Triton kernel JIT compilation during inference: kernel_unified_attention (key=1). This causes')\n"
+              "logging.getLogger('vllm.engine').info('not a compilation')\n")
+    out = subprocess.run([sys.executable, "-c", script], env={**__import__("os").environ, **env}, capture_output=True,
+                         text=True, check=True).stdout
+    split = float(out.split("SPLIT=", 1)[1].split()[0])
+    assert "kernel_unified_attention" in out  # vLLM's own output still goes to stdout
+    events = jit.read(log)
+    assert len(events) == 2 and all(isinstance(at, float) for at, _ in events)
+    got = jit.window([log], 0.0, split + 0.01, time.time())
+    assert got == {"monitored": True, "warmup": 1,
+                   "measured": ["Triton kernel JIT compilation during inference: kernel_unified_attention"]}
+    assert jit.window([tmp_path / "none.jit"], 0, 0, 1) == {"monitored": True, "warmup": 0, "measured": []}
+
+
+def test_a_kernel_compiled_inside_the_timed_window_fails_the_trial_and_the_check_is_rederived(tiny_reuse_trace,
+                                                                                             sim_backend, tmp_path):
+    from parity import rederive
+    from parity.checks import check_trial, trace_of
+    from parity.experiments import plan
+    from parity.experiments.runner import Runner
+    from parity.manifest import read_manifest, write_manifest
+
+    case = next(c for c in plan.for_experiment("sustained", [tiny_reuse_trace], {"rates": [20]}) if c.system == "standalone")
+    with Runner("sustained", sim_backend, tmp_path, log=lambda m: None) as runner:
+        path = runner.run(case)
+    doc = read_manifest(path)
+    assert "warm" not in doc["verdict"]["checks"]  # a trial without the record is judged as it always was
+    doc["jit"] = {"monitored": True, "warmup": 3, "measured": []}
+    assert check_trial(doc, trace_of(path, doc))["checks"]["warm"] == {"passed": True}
+    doc["jit"]["measured"] = ["Triton kernel JIT compilation during inference: reduce_segments"]
+    verdict = check_trial(doc, trace_of(path, doc))
+    assert verdict["status"] == "failed" and "warm: 1 kernel compilations inside the timed window (Triton kernel JIT " \
+        "compilation during inference: reduce_segments)" in verdict["reasons"][0]
+    doc["verdict"] = verdict
+    write_manifest(path, doc)
+    assert rederive.validate([path], root=tmp_path.parent)[1] == []  # what its records give
+    doc["verdict"] = {"status": "passed", "reasons": [], "checks": {k: {"passed": True} for k in verdict["checks"]}}
+    write_manifest(path, doc)
+    assert any("verdict" in str(p) for p in rederive.validate([path], root=tmp_path.parent)[1])
