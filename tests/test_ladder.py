@@ -8,8 +8,6 @@ import json
 import subprocess
 import sys
 import time
-from pathlib import Path
-
 import pytest
 
 from parity import jit
