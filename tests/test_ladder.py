@@ -50,13 +50,13 @@ def test_a_shared_start_ladder_runs_each_path_in_blocks_arms_first_repeats_toget
                 "arms": {"harvest": {"mode": "harvest", "api": "async"}}}
     cases = plan.for_experiment("sustained", [tiny_reuse_trace], settings)
     starts = list(dict.fromkeys(c.start for c in cases))
-    assert starts == ["sustained-start-harvest-p0-vllm", "sustained-start-harvest-p0-flame",
-                      "sustained-start-harvest-p1-flame", "sustained-start-harvest-p1-vllm",
-                      "sustained-start-p0-vllm", "sustained-start-p0-flame",
-                      "sustained-start-p1-flame", "sustained-start-p1-vllm"]
+    assert starts == ["sustained-start-harvest-p0-flame", "sustained-start-harvest-p0-vllm",
+                      "sustained-start-harvest-p1-vllm", "sustained-start-harvest-p1-flame",
+                      "sustained-start-p0-flame", "sustained-start-p0-vllm",
+                      "sustained-start-p1-vllm", "sustained-start-p1-flame"]
     assert [c.stage for c in cases[:2]] == ["rate-2-harvest", "rate-4-harvest"]  # a block is its rungs in order
     assert {c.warmup_requests for c in cases} == {4}
-    assert cases[0].load["start"] == "sustained-start-harvest-p0-vllm" and cases[0].load["warmup_requests"] == 4
+    assert cases[0].load["start"] == "sustained-start-harvest-p0-flame" and cases[0].load["warmup_requests"] == 4
     study = plan.for_experiment("sustained", [tiny_reuse_trace], {"rates": [2]})
     assert all(c.start is None and "start" not in c.load and "warmup_requests" not in c.load for c in study)
     with pytest.raises(ParityError, match="rates name trace 'hot'"):

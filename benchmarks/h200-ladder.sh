@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Issue 28's one-GPU ladder on a real H200 (real vLLM 0.26.0, dummy Llama 3.1 8B weights, real Flame v0.6.0),
+# through the workflow's host profile, from the repo root:
+#   benchmarks/h200-ladder.sh OUTDIR [LIMIT_S]
+# The first call of a device session carries .gpu/b and .whl (after one that carried .gpu/a and .flame: the slim
+# vLLM bundle's two halves, shared/gpu/README.md); later calls of the same warm machine reuse what they left in
+# /tmp. Runs `benchmarks/host.sh sustained` (config/host.yaml: 640-request rungs, each path's rungs on one engine
+# start), killed at LIMIT_S (default 540) so a device call ends in time: a rerun keeps every finished trial and
+# goes on. Leaves OUTDIR/ladder.tgz (trials, experiment manifest, engine logs and JIT records, cleanup receipts)
+# and OUTDIR/gpu.txt.
+set -uo pipefail
+out=$1
+limit=${2:-540}
+if [ -d /tmp/site/vllm ] && [ -f /tmp/site/vllm/_C_stable_libtorch.abi3.so ]; then  # set up by an earlier call
+  export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 HF_HUB_OFFLINE=1
+else
+  source .gpu/b/setup.sh || exit 1
+fi
+[ -x /tmp/flame-bin/flame-session-manager ] || source benchmarks/flame-bins.sh
+export FLAME_BIN_DIR=/tmp/flame-bin
+nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt"
+cat "$out/gpu.txt"
+start=$(date +%s)
+timeout "$limit" benchmarks/host.sh sustained
+echo "rc=$? in $(( $(date +%s) - start )) s"
+grep -hE "^\[|req/s|kernel compilations|started|Error|error:" results/host/logs/experiment_sustained.log | tail -n 60
+tar czf "$out/ladder.tgz" results/host/sustained/trials results/host/sustained/experiment.json \
+  results/host/sustained/pairs results/host/sustained/cleanup results/host/logs/experiment_sustained.log \
+  $(find results/host/sustained/logs -name '*.jit' -o -name 'replica-*.log' -o -name '*.txt' 2>/dev/null) 2>/dev/null
+ls -la "$out"
