@@ -199,8 +199,9 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
     Ours, to fit long rungs in device time: with `shared_start`, the ladder's rungs of one path and configuration
     (one answer length, one repeat) run on one engine start, each rung cold (prefix caches reset) after its own
     warm-ups; the rungs of a start run together, its standalone and Flame blocks side by side, the side that goes
-    first alternating with the repeat, and the arms before the study's configuration (measured in its own
-    experiments), so a session that runs out of device time has the new arms. `warmup_requests`: each warm-up
+    first alternating with the repeat (Flame's first in the first repeat: the new path meets the engine first),
+    the arms (in the order the settings give them; the workflow gives them by name) before the study's
+    configuration, measured in its own experiments, so a session that runs out of device time has the new arms. `warmup_requests`: each warm-up
     round is that many requests paced as the rung is (parity.trial). The extra pairs start fresh engines."""
     variants = [("", flame)] + [(f"-{name}", replace(flame, **changes)) for name, changes in (arms or {}).items()]
     if shared_start:
