@@ -65,7 +65,7 @@ def test_a_shared_start_ladder_runs_each_path_in_blocks_arms_first_repeats_toget
 
 def test_rungs_of_a_shared_start_run_on_one_start_each_cold_after_paced_warmups(tiny_reuse_trace, tmp_path):
     """Both paths, the Flame side in harvest mode: one replica set and one set of Flame sessions for the two rungs,
-    each rung's first request of a document uncached (the caches were reset), paced warm-ups logged."""
+    each rung's first request of a document uncached (the caches were reset), the warm-ups logged."""
     from pathlib import Path as P
 
     from parity.experiments import plan
@@ -74,14 +74,15 @@ def test_rungs_of_a_shared_start_run_on_one_start_each_cold_after_paced_warmups(
     from parity.manifest import read_manifest
 
     params = P(__file__).resolve().parents[1] / "config/sim/h200-llama31-8b.yaml"
-    backend = Backend.from_dict({"engine": "sim", "sim_params": str(params), "warmup_rounds": 1})
+    backend = Backend.from_dict({"engine": "sim", "sim_params": str(params), "warmup_rounds": 2})
     settings = {"rates": [20, 40], "shared_start": True, "warmup_requests": 3, "flame": {"mode": "harvest", "api": "async"}}
     cases = plan.for_experiment("sustained", [tiny_reuse_trace], settings)
     lines: list[str] = []
     run_experiment("sustained", cases, backend, tmp_path, settings=settings, log=lines.append)
     assert sum("started sustained-start-p0-vllm" in line for line in lines) == 1
     assert sum("started sustained-start-p0-flame" in line for line in lines) == 1
-    assert sum("(paced, poisson" in line for line in lines) == 4  # one warm-up round per trial, paced
+    assert sum("warmup 1: 3 requests" in line and "paced" not in line for line in lines) == 4  # all at once
+    assert sum("warmup 2: 3 requests" in line and "(paced, poisson" in line for line in lines) == 4  # as measured
     receipts = sorted(p.name for p in (tmp_path / "cleanup").glob("*.json"))
     assert "sustained-start-p0-vllm.json" in receipts and not any("rate-" in r for r in receipts)
     experiment = read_manifest(tmp_path / "experiment.json")

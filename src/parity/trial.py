@@ -50,8 +50,9 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
     kills one engine mid-run and the manifest records the outage (`restart`). `lengths`
     (parity.lengths.OutputLengths): each request asks for its own exact output length, in the warmups too,
     and the manifest records them (`output_lengths`, and each record's `max_tokens`). `warmup_requests`
-    (ours): each warm-up round is the first that many requests of its variant under the measured arrival
-    schedule, warming what the measured phase uses (its batch shapes), not the study's whole burst at once.
+    (ours): each warm-up round is the first that many requests of its variant, the first round all at once
+    (its decode batches shrink one by one to a single request: every batch size the kernels specialize on)
+    and every later one under the measured arrival schedule (the measured phase's mix of prefill and decode).
     Where the path's engines are vLLM, the manifest records the kernels its JIT monitor saw compiled in the
     warm-ups and inside the timed window (`jit`, parity.jit); one inside the window fails the trial."""
     out = folder / f"{trial_id}.json"
@@ -68,16 +69,16 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
     own = {} if wanted is None else {"lengths": wanted}  # a path that predates lengths is called as before
     warm_count = len(ids) if warmup_requests is None else min(warmup_requests, len(ids))
     warm_own = {} if wanted is None else {"lengths": wanted[:warm_count]}
-    warm_schedule = Schedule() if warmup_requests is None else schedule  # the study's: all at once
+    paced = lambda round_index: warmup_requests is not None and round_index > 1  # noqa: E731 (the study's: all at once)
     since = time.time()  # the wall clock: the engines stamp their JIT records with it (parity.jit)
     with path.trial(trial_id, router):
         for round_index in range(1, warmup_rounds + 1):
             warm = load_trace(trace_path, f"warmup{round_index}")
             with client_heap_still():
                 burst = path.release(list(warm.prompts[:warm_count]), ids[:warm_count], router.make(path.shards),
-                                     warm_schedule, **warm_own)
+                                     schedule if paced(round_index) else Schedule(), **warm_own)
             log(f"  warmup {round_index}: {warm_count} requests in {burst.duration_s:.2f} s"
-                + (f" (paced, {schedule.kind} {schedule.rate:g}/s)" if warmup_requests is not None else ""))
+                + (f" (paced, {schedule.kind} {schedule.rate:g}/s)" if paced(round_index) else ""))
         if router.placement == "prefix" and path.cache_tokens:  # its map sized from the engine's cache
             router = dataclasses.replace(router, cache_tokens=path.cache_tokens)
         routed = router.make(path.shards)
