@@ -7,7 +7,10 @@
 # /tmp. Runs `benchmarks/host.sh sustained` (config/host.yaml: 640-request rungs, each path's rungs on one engine
 # start), killed at LIMIT_S (default 540) so a device call ends in time: a rerun keeps every finished trial and
 # goes on. Leaves OUTDIR/ladder.tgz (trials, experiment manifest, engine logs and JIT records, cleanup receipts)
-# and OUTDIR/gpu.txt.
+# and OUTDIR/gpu.txt. A later session continues the ladder from the trials an earlier one archived
+# (benchmarks/measured/h200-ladder-*-trials.tar.xz): extract them at the repo root and carry results/host/sustained
+# in the first call; the run keeps each one whose ran_with is what it would run now (the same traces, generated
+# again from the same seeds, and the same bundle).
 set -uo pipefail
 out=$1
 limit=${2:-540}
