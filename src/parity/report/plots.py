@@ -128,7 +128,7 @@ def sustained(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
     offered rate, both paths, one row of panels per trace (the sustained experiment)."""
     if not per_trace:
         return None
-    names = {"standalone": "standalone vLLM", "flame": "Flame, bursts (the experiment's own settings)"}
+    names = {"standalone": "standalone vLLM", "flame": "Flame, bursts"}
     colors = {"standalone": COLORS["vllm"], "flame": COLORS["flame"]}
     # an arm's own standalone reference repeats the standalone curve: not drawn
     per_trace = {trace: {k: v for k, v in by_path.items() if not k.startswith("standalone-")}
