@@ -16,7 +16,8 @@ from parity import stats
 from parity.cli import main
 from parity.errors import ParityError
 from parity.manifest import file_ref, header, read_manifest, sha256_file, validate_paths, write_manifest
-from parity.report import write_report
+from parity.report import tables, write_report
+from parity.report.inputs import load_experiment
 from parity.report.reference import load_reference
 from parity.record import timing as record_timing
 from parity.stats import gc_pause_by_worker, max_worker_gc_pause, write_pair
@@ -429,3 +430,119 @@ def test_our_router_as_an_extra_arm_of_the_confirmation_pairs_leaves_the_studys_
             .splitlines() if line.startswith("| reuse |")]
     assert [r.split(" | ")[1] for r in rows] == ["the study's sticky router", "ours (prefix-aware)"]
     assert all(r.rstrip(" |").endswith("1 / 0") for r in rows)
+
+
+STEPS = {"": None, "gathered": {"inflight": 1}, "harvest": {"mode": "harvest"}}  # bursts, then the two arms
+LABELS = {"": "b256-w10ms-async-zlib-freeze-prefix", "gathered": "b256-w10ms-async-zlib-freeze-prefix-inflight1",
+          "harvest": "b256-w10ms-async-zlib-freeze-prefix-harvest-h5ms"}
+
+
+def _streamed(trial_id: str, system: str, rate: float, first_s: float, end_s: float, batched: bool) -> dict:
+    """A sustained trial of 11 requests arriving every 1/rate s: each's first token first_s and its answer end_s
+    after its arrival; a batched (Flame bursts) answer reaches the client whole."""
+    doc = trial_doc()
+    records = []
+    for i in range(11):
+        arrival = i / rate
+        records.append(doc["records"][0] | {
+            "request_id": f"reuse-d{i:04d}-q0", "position": i, "arrival_s": arrival, "sent_s": arrival,
+            "submit_s": arrival, "complete_s": arrival + end_s, "output_token_ids": [1] * 4,
+            "token_s": [arrival + first_s + k * (end_s - first_s) / 3 for k in range(4)]}
+            | ({"batch_id": f"b{i}"} if batched else {}))
+    doc |= {"trial_id": trial_id, "experiment": "sustained", "system": system, "records": records}
+    doc["timing"] = record_timing(records, 0.0)
+    return doc
+
+
+def _sustained(root: Path, *, arms=STEPS, fail: str | None = None) -> Path:
+    """A sustained ladder (30 and 90 requests/s) with a pair per Flame configuration: at 30 every path keeps up;
+    at 90 bursts answer in 0.4 s, gathered in 0.2 s, harvest streams as standalone does (first token 12 ms)."""
+    latencies = {30: {"": (0.1, 0.1), "gathered": (0.08, 0.08), "harvest": (0.011, 0.05)},
+                 90: {"": (0.4, 0.4), "gathered": (0.2, 0.2), "harvest": (0.012, 0.05)}}
+    trials, pairs = [], []
+    (root / "traces").mkdir(parents=True, exist_ok=True)
+    (root / "traces" / "reuse-32.tokens").write_bytes(b"reuse-32")
+    for rate, by_arm in latencies.items():
+        for arm in arms:
+            stage = f"rate-{rate}" + (f"-{arm}" if arm else "")
+            for system, (first, end) in (("standalone", (0.01, 0.05)), ("flame", by_arm[arm])):
+                tid = f"sustained-{stage}-reuse-32-p0-{'vllm' if system == 'standalone' else 'flame'}"
+                doc = _streamed(tid, system, rate, first, end, batched=system == "flame" and arm != "harvest")
+                doc["trace_name"] = "reuse-32"
+                if tid == fail:
+                    doc["verdict"] = {"status": "failed", "checks": {"length": {"passed": False}},
+                                      "reasons": ["length: request 3 generated 3 tokens, expected 4"]}
+                path = root / "trials" / f"{tid}.json"
+                doc["trace"] = file_ref(root / "traces" / "reuse-32.tokens", path.parent)
+                write_manifest(path, doc)
+                flame = ({"label": LABELS[arm]} | (arms[arm] or {})) if system == "flame" else None
+                trials.append((path, doc, {"stage": stage, "pair": 0, "flame": flame}))
+            pairs.append((stage, 0, len(trials) - 2, len(trials) - 1))
+    settings = {"repeats": 1, "rates": [30, 90], "arms": {a: c for a, c in arms.items() if a}}
+    return _experiment(root, "sustained", trials, pairs, settings=settings)
+
+
+def test_section_7_shows_each_flame_configuration_beside_standalone_and_what_each_step_buys(tmp_path):
+    _sustained(tmp_path / "sustained")
+    out = tmp_path / "report"
+    made = write_report([tmp_path / "sustained"], None, REFERENCE, out)
+    md = made["markdown"]
+    section = md[md.index("## 7. Sustained"):md.index("### Worker restart")]
+    steps = section[:section.index("### Sustained load and streaming latency")]
+    assert ("| Trace | Output tokens | Offered req/s | Source | Achieved, Flame / vLLM: bursts | Achieved, Flame / vLLM: "
+            "gathered | Achieved, Flame / vLLM: harvest | Client TTFT p99, Flame / vLLM: bursts | Client TTFT p99, "
+            "Flame / vLLM: gathered | Client TTFT p99, Flame / vLLM: harvest |") in steps
+    # achieved: the window's requests (middle 80% by arrival: the 3rd to the 10th here) over the time from the
+    # first's arrival to the last's answer, 7/90 s + the answer's latency, Flame's against standalone's
+    cells = [f"{(7 / 90 + 0.05) / (7 / 90 + end) * 100:.1f}%" for end in (0.4, 0.2, 0.05)]
+    ttft = ["40.00× (400 vs 10 ms)", "20.00× (200 vs 10 ms)", "1.20× (12 vs 10 ms)"]
+    assert f"| reuse-32 | 16 | 90 | ours, simulated | {' | '.join(cells)} | {' | '.join(ttft)} |" in steps
+    assert cells[2] == "100.0%" and "bursts (b256-w10ms-async-zlib-freeze-prefix); gathered (" in steps
+    # the per-path table labels every Flame configuration by its arm and Flame label, in the order they build
+    rows = [line for line in section.splitlines() if line.startswith("| reuse-32 | 90 |")]
+    assert [row.split(" | ")[3] for row in rows] == [
+        "standalone vLLM (streamed)", f"Flame (tokens timed in the worker), bursts ({LABELS['']})",
+        "standalone vLLM (streamed), the gathered arm's reference",
+        f"Flame (tokens timed in the worker), arm gathered ({LABELS['gathered']})",
+        "standalone vLLM (streamed), the harvest arm's reference",
+        f"Flame (tokens timed at the client), arm harvest ({LABELS['harvest']})"]
+    assert "`gathered`: inflight 1; `harvest`: mode harvest" in section and "Mode harvest (parity.flame.harvest)" in section
+    # report.json carries the step numbers; the curves are drawn
+    steps_json = made["manifest"]["sustained_steps"]["reuse-32"]
+    assert set(steps_json) == {"rate-30", "rate-90"} and list(steps_json["rate-90"]) == ["bursts", "gathered", "harvest"]
+    assert steps_json["rate-90"]["harvest"]["ttft_client_p99_ms"] == pytest.approx({"flame": 12, "standalone": 10})
+    assert steps_json["rate-90"]["gathered"]["flame_label"] == LABELS["gathered"]
+    assert {"sustained", "sustained-steps"} <= set(made["manifest"]["outputs"]["plots"])
+    _, data = tables.sustained_steps(load_experiment(tmp_path / "sustained"))
+    curves = data["plot"]["reuse-32"]
+    assert list(curves) == ["standalone", "flame-bursts", "flame-gathered", "flame-harvest"]
+    assert [p["ttft_p99"] for p in curves["flame-gathered"]] == pytest.approx([0.08, 0.2])
+    checked, problems = validate_paths([out / "report.json"])
+    assert not problems and checked > 10
+
+
+def test_section_7_is_derived_again_from_its_manifests_and_a_changed_step_is_named(tmp_path):
+    from parity.report.build import derived_problems
+
+    _sustained(tmp_path / "sustained", fail="sustained-rate-90-gathered-reuse-32-p0-flame")
+    out = tmp_path / "report"
+    made = write_report([tmp_path / "sustained"], None, REFERENCE, out)
+    assert derived_problems(out / "report.json", read_manifest(out / "report.json")) == []
+    gathered = made["manifest"]["sustained_steps"]["reuse-32"]["rate-90"]["gathered"]
+    assert gathered == {"pairs": 0, "excluded_pairs": 1, "flame_label": LABELS["gathered"]}
+    assert "| 26.7% | — (1 pair(s) excluded) | 100.0% | 40.00× (400 vs 10 ms) | — (1 pair(s) excluded) |" in made["markdown"]
+    doc = read_manifest(out / "report.json")
+    doc["sustained_steps"]["reuse-32"]["rate-90"]["harvest"]["achieved_ratio"]["median"] = 1.5
+    assert derived_problems(out / "report.json", doc) == [
+        ("/sustained_steps/reuse-32/rate-90/harvest/achieved_ratio/median",
+         f"states 1.5, its linked manifests give "
+         f"{made['manifest']['sustained_steps']['reuse-32']['rate-90']['harvest']['achieved_ratio']['median']!r}")]
+
+
+def test_a_sustained_experiment_without_arms_shows_bursts_alone(tmp_path):
+    _sustained(tmp_path / "sustained", arms={"": None})
+    made = write_report([tmp_path / "sustained"], None, REFERENCE, tmp_path / "report")
+    md = made["markdown"]
+    assert "| Trace | Output tokens | Offered req/s | Source | Achieved, Flame / vLLM: bursts | Client TTFT p99, " \
+           "Flame / vLLM: bursts |" in md
+    assert "An arm (ours)" not in md and list(made["manifest"]["sustained_steps"]["reuse-32"]["rate-30"]) == ["bursts"]

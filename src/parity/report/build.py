@@ -108,6 +108,7 @@ def compose(experiments: dict, runs: list, compares: list, ref: dict, out: Path,
     control = tables.mlperf(runs, compares, ref)
     routing, routing_data = tables.routing(get("routing"), get("confirmation"))
     sustained, sustained_data = tables.sustained(get("sustained"))
+    steps, steps_data = tables.sustained_steps(get("sustained"))
     restarts = tables.restarts(get("sustained"))
     excluded = tables.excluded(experiments)
 
@@ -121,6 +122,8 @@ def compose(experiments: dict, runs: list, compares: list, ref: dict, out: Path,
         ("cached-share", plots.cached_share(locality_data["plot"], loc_evidence, plot_dir / "cached-share.png")),
         ("routing", plots.routing(routing_data["plot"], routing_evidence, plot_dir / "routing.png")),
         ("sustained", plots.sustained(sustained_data["plot"], sustained_evidence, plot_dir / "sustained.png")),
+        ("sustained-steps", plots.sustained_steps(steps_data["plot"], sustained_evidence,
+                                                  plot_dir / "sustained-steps.png")),
     ) if p is not None}
 
     parts = [_header(experiments, runs, evidence, clusters, ref, out),
@@ -130,7 +133,8 @@ def compose(experiments: dict, runs: list, compares: list, ref: dict, out: Path,
              "## 4. Python startup heap (GC)\n", gc.markdown(),
              "## 5. MLPerf control\n", control.markdown(),
              "## 6. Routing beyond the study (ours)\n", *(t.markdown() for t in routing),
-             "## 7. Sustained load and streaming latency (ours)\n", sustained.markdown(), restarts.markdown(),
+             "## 7. Sustained load and streaming latency (ours)\n", steps.markdown(), sustained.markdown(),
+             restarts.markdown(),
              "## Excluded trials\n"]
     if excluded:
         parts.append("| Experiment | Trial | Why |\n|---|---|---|\n" + "".join(
@@ -150,6 +154,7 @@ def compose(experiments: dict, runs: list, compares: list, ref: dict, out: Path,
         "locality_gains": locality_data["gains"],
         "admission_stages": admission_data,
         "gc_max_worker_pause_s": gc_data,
+        "sustained_steps": steps_data["steps"],
     }
     return Composed("\n".join(parts), fields, drawn, evidence, final.markdown())
 
@@ -185,7 +190,7 @@ def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, referenc
 
 
 REDERIVED = ("excluded_trials", "headline", "batch_histograms", "locality_gains", "admission_stages",
-             "gc_max_worker_pause_s")  # report.json's numbers beyond its header fields
+             "gc_max_worker_pause_s", "sustained_steps")  # report.json's numbers beyond its header fields
 
 
 def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:

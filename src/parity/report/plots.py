@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from parity.manifest import atomic_write_bytes
 
 COLORS = {"vllm": "#4c72b0", "flame": "#dd8452", "study": "#b0b0b0"}
+ARM_COLORS = ("#55a868", "#8172b2", "#937860", "#c44e52", "#da8bc3", "#8c8c8c")  # Flame arms, in their order
 
 
 def _title(text: str, evidence: str | None) -> str:
@@ -127,16 +128,16 @@ def sustained(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
     offered rate, both paths, one row of panels per trace (the sustained experiment)."""
     if not per_trace:
         return None
-    names = {"standalone": "standalone vLLM", "flame": "Flame (the study's final configuration)"}
+    names = {"standalone": "standalone vLLM", "flame": "Flame, bursts"}
     colors = {"standalone": COLORS["vllm"], "flame": COLORS["flame"]}
-    arm_colors = iter(["#55a868", "#8172b2", "#937860"])
     # an arm's own standalone reference repeats the standalone curve: not drawn
     per_trace = {trace: {k: v for k, v in by_path.items() if not k.startswith("standalone-")}
                  for trace, by_path in per_trace.items()}
     for by_path in per_trace.values():
         for key in by_path:
             if key.startswith("flame-") and key not in colors:
-                colors[key], names[key] = next(arm_colors, None), f"Flame, {key.removeprefix('flame-')} arm (ours)"
+                colors[key] = ARM_COLORS[(len(colors) - 2) % len(ARM_COLORS)]
+                names[key] = f"Flame, {key.removeprefix('flame-')} arm (ours)"
     with matplotlib.style.context("default"):
         fig = Figure(figsize=(13, 3.6 * len(per_trace)))
         for row, (trace, by_path) in enumerate(per_trace.items()):
@@ -159,5 +160,41 @@ def sustained(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
                 ax.set_ylabel(ylabel)
                 ax.legend(fontsize=7)
         fig.suptitle(_title("Sustained load", evidence))
+        fig.tight_layout()
+        return _save(fig, path)
+
+
+def sustained_steps(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
+    """What each Flame configuration buys, against the offered rate: achieved rate, and client TTFT p50 and p99
+    (log scale), standalone beside every Flame configuration, one row of panels per trace (medians per rung)."""
+    if not per_trace:
+        return None
+    with matplotlib.style.context("default"):
+        fig = Figure(figsize=(11, 3.8 * len(per_trace)))
+        for row, (trace, by_config) in enumerate(per_trace.items()):
+            axes = [fig.add_subplot(len(per_trace), 2, 2 * row + k + 1) for k in range(2)]
+            arms = 0
+            for key, points in by_config.items():
+                if key == "standalone":
+                    color, name = COLORS["vllm"], "standalone vLLM"
+                elif key == "flame-bursts":
+                    color, name = COLORS["flame"], "Flame, bursts"
+                else:
+                    color, name = ARM_COLORS[arms % len(ARM_COLORS)], f"Flame, {key.removeprefix('flame-')}"
+                    arms += 1
+                offered = [p["offered"] for p in points]
+                axes[0].plot(offered, [p["achieved"] for p in points], "o-", color=color, label=name)
+                axes[1].plot(offered, [p["ttft_p50"] for p in points], "o-", color=color, label=f"{name} p50")
+                axes[1].plot(offered, [p["ttft_p99"] for p in points], "s--", color=color, label=f"{name} p99")
+            top = max(p["offered"] for points in by_config.values() for p in points)
+            axes[0].plot([0, top], [0, top], ":", color="gray", linewidth=1, label="achieved = offered")
+            axes[1].set_yscale("log")
+            for ax, title, ylabel in ((axes[0], f"{trace}: achieved rate", "achieved requests/s"),
+                                      (axes[1], f"{trace}: time to first token (client)", "seconds")):
+                ax.set_title(title, fontsize=10)
+                ax.set_xlabel("offered requests/s")
+                ax.set_ylabel(ylabel)
+                ax.legend(fontsize=7)
+        fig.suptitle(_title("Sustained load: what each Flame configuration buys", evidence))
         fig.tight_layout()
         return _save(fig, path)

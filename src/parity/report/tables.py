@@ -500,6 +500,8 @@ def confirmation_arms(confirmation: Experiment | None) -> list[Table]:
 # ---- 7. sustained load and streaming latency (ours) ----------------------------------------------
 
 PATHS = (("standalone", "standalone vLLM (streamed)"), ("flame", "Flame (tokens timed in the worker)"))
+HARVESTED = "Flame (tokens timed at the client)"  # harvest mode: each token comes back with the task that took it
+BURSTS = "bursts"  # the Flame configuration of a sustained pair with no arm: the experiment's own Flame settings
 
 
 def _ms(summary: dict | None, *keys: str) -> str:
@@ -508,10 +510,57 @@ def _ms(summary: dict | None, *keys: str) -> str:
     return " / ".join(f"{summary[k] * 1e3:,.0f}" for k in keys)
 
 
+def _stage(stage: str) -> tuple[str, int | None, str]:
+    """(offered rate as written, answer length or None for the study's 16, arm or "") of a sustained stage
+    `KIND-R{-outN}{-ARM}` (plan.sustained; an arm's name has no hyphen, by the config schema)."""
+    offered, *rest = stage.split("-", 1)[1].split("-")
+    tokens = next((int(p[3:]) for p in rest if p.startswith("out") and p[3:].isdigit()), None)
+    return offered, tokens, "-".join(p for p in rest if not (p.startswith("out") and p[3:].isdigit()))
+
+
+def _arms(experiment: Experiment) -> list[str]:
+    """The Flame configurations of the sustained pairs in the order they build on each other: bursts (no
+    arm), then each arm of the settings in its order (arms whose cases ran but are no longer named, after)."""
+    named = list(experiment.doc["settings"].get("arms") or {})
+    ran = {_stage(c["stage"])[2] for c in experiment.cases if c["stage"].startswith("rate-")}
+    return ["", *named, *sorted(ran - set(named) - {""})]
+
+
+def _path_label(case: dict, arm: str) -> str:
+    """A sustained case's path as a row names it: a Flame side by its configuration (arm name, else bursts) and
+    its Flame label; a standalone side of an arm's pairs as that arm's reference."""
+    if case["system"] != "flame":
+        label = dict(PATHS).get(case["system"], case["system"])
+        return label + (f", the {arm} arm's reference" if arm else "")
+    flame = case.get("flame") or {}
+    label = HARVESTED if flame.get("mode") == "harvest" else dict(PATHS)["flame"]
+    label += f", arm {arm}" if arm else f", {BURSTS}"
+    return label + (f" ({flame['label']})" if flame.get("label") else "")
+
+
+def _arm_notes(experiment: Experiment) -> str:
+    """What each arm changed, as the settings name it, and what those changes mean."""
+    arms = experiment.doc["settings"].get("arms") or {}
+    if not arms:
+        return ""
+    changed = "; ".join(f"`{name}`: " + ", ".join(f"{k} {v}" for k, v in changes.items())
+                        for name, changes in arms.items())
+    text = f" An arm (ours) reruns the ladder's pairs with the Flame side changed ({changed})."
+    if any(changes.get("inflight") for changes in arms.values()):
+        text += (" An inflight of 1 holds the next batch while a task runs, so it goes as one task when the running "
+                 "one returns.")
+    if any(changes.get("mode") == "harvest" for changes in arms.values()):
+        text += (" Mode harvest (parity.flame.harvest) keeps one task outstanding per session: each task admits the "
+                 "prompts that arrived since the last into the engine's running batch and returns as soon as tokens "
+                 "or completions exist (or after hold_ms), so a request spans many tasks and the client stamps each "
+                 "token when its task returns: its engine and client TTFT columns are both that receipt.")
+    return text
+
+
 def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
-    """Per trace and offered rate, both paths under the same arrivals: achieved rate, TTFT at the engine
-    and at the client, end to end, inter-token, goodput against the objective, and whether the path or
-    the sender fell behind; and the curves' numbers."""
+    """Per trace and offered rate, both paths under the same arrivals, for each Flame configuration (bursts and
+    every arm): achieved rate, TTFT at the engine and at the client, end to end, inter-token, goodput against the
+    objective, and whether the path or the sender fell behind; and the curves' numbers."""
     from parity import latency
 
     table = Table("Sustained load and streaming latency (ours)", None,
@@ -523,21 +572,20 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
         table.notes.append(not_run("sustained"))
         return table, {"plot": curves}
     objective = latency.Objective.from_dict(experiment.doc["settings"].get("objective"))
+    order = {arm: i for i, arm in enumerate(_arms(experiment))}
+    keys = []
     for case in (c for c in experiment.cases if c["stage"].startswith(("rate-", "evict-", "lengths-"))):  # restarts: own table
         doc = experiment.trials[case["trial_id"]]
         s = latency.summarize(doc, objective) if stats.passed(doc) else None
-        offered, *rest = case["stage"].removeprefix("rate-").removeprefix("evict-").removeprefix("lengths-").split("-")
+        offered, _, arm = _stage(case["stage"])
         blocks = (doc["engine"].get("args") or {}).get("num_gpu_blocks_override")
         cache = f", KV cache {blocks * doc['engine']['args'].get('block_size', 16):,} tokens" if blocks else ""
-        arm = "-".join(p for p in rest if not (p.startswith("out") and p[3:].isdigit()))
         tokens = (doc["engine"].get("args") or {}).get("max_tokens", 16)
         if own := doc.get("output_lengths"):  # lengths per request (parity.lengths)
             tokens = f"per request: median {own['median']}, mean {own['mean']:.0f}, {own['min']}-{own['max']}"
-        label = dict(PATHS).get(case["system"], case["system"])
-        if arm and case["system"] == "flame":
-            label += f", arm {arm} ({case['flame']['label']})" if case.get("flame") else f", arm {arm}"
-        elif arm:
-            label += f", the {arm} arm's reference"
+        label = _path_label(case, arm)
+        keys.append((case["trace_name"] + cache, str(tokens).zfill(8), float(offered), order.get(arm, len(order)),
+                     case["system"] == "flame"))
         if s is None:
             table.rows.append([case["trace_name"] + cache, offered, tokens, label, ours([doc]), *[f.MISSING] * 9])
             continue
@@ -553,19 +601,19 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
             {"offered": float(offered), "achieved": s["achieved_per_s"], "ttft_p50": s["ttft_client"]["p50"],
              "ttft_p99": s["ttft_client"]["p99"], "e2e_p50": s["e2e"]["p50"], "e2e_p99": s["e2e"]["p99"],
              "goodput": s["goodput_client_per_s"]})
-    table.rows.sort(key=lambda r: (r[0], str(r[2]).zfill(8), float(r[1]), r[3]))
+    table.rows = [row for _, row in sorted(zip(keys, table.rows), key=lambda kr: kr[0])]
     table.notes.append(
         f"Ours only, beyond the study: {experiment.doc['settings'].get('repeats', 1)} pair(s) per offered rate, the "
         "two paths under the same seeded arrivals, interleaved, fresh engines per case; every latency from the "
         "request's scheduled arrival on the host's monotonic clock, in the middle 80% of the schedule (by arrival). "
         f"Objective: first token within {objective.ttft_s:g} s, then tokens at most {objective.itl_s * 1e3:g} ms apart; "
         "goodput counts the requests that met it, per second. Standalone vLLM streams each token to the client "
-        "(server-sent events), so its engine and client TTFT are the same. The Flame path's worker times each "
+        "(server-sent events), so its engine and client TTFT are the same. In bursts (the experiment's own Flame "
+        "settings, named by their label) the Flame path's worker times each "
         "token inside its engine, but flamepy 0.6.0 returns a task's outputs together and an executor runs one "
         "task at a time, so the client holds an answer only when its whole batch is done: its client TTFT is its "
-        "end-to-end latency, and a batch formed while another runs waits for it. An arm (ours) reruns the pairs "
-        "with the Flame side changed: `gathered` holds the next batch while a task runs (inflight 1), so it goes as "
-        "one task when the running one returns. A row with a KV cache size ran each engine with that small a "
+        "end-to-end latency, and a batch formed while another runs waits for it." + _arm_notes(experiment)
+        + " A row with a KV cache size ran each engine with that small a "
         "cache (the eviction case: the trace's documents do not all fit, so prefixes are evicted and prefilled again). A row of output lengths per request asked each request for its "
         "own exact length (EOS ignored), drawn seeded from a log-normal law, the same lengths on both sides. "
         "Achieved: the window's requests over the time from the first's "
@@ -574,6 +622,91 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
         for points in curves[trace].values():
             points.sort(key=lambda p: p["offered"])
     return table, {"plot": curves}
+
+
+def _step_cell(pairs: list[tuple[dict, dict]], excluded: int) -> tuple[str, str, dict]:
+    """The achieved and p99 client TTFT cells of one configuration's pairs at one rung, and their numbers."""
+    if not pairs:
+        missing = f.MISSING + (f" ({excluded} pair(s) excluded)" if excluded else "")
+        return missing, missing, {"pairs": 0, "excluded_pairs": excluded}
+    achieved = [c["achieved_per_s"] / r["achieved_per_s"] for r, c in pairs]
+    p99 = [c["ttft_client"]["p99"] / r["ttft_client"]["p99"] for r, c in pairs]
+    ref_ms, cand_ms = (stats.summary([s["ttft_client"]["p99"] * 1e3 for s in side])["median"]
+                       for side in zip(*pairs))
+    a, t = stats.summary(achieved), stats.summary(p99)
+    spread = len(pairs) > 1
+    cells = (f.pct(a["median"], 1) + (f" [{f.pct(a['min'], 1)}–{f.pct(a['max'], 1)}]" if spread else ""),
+             f"{t['median']:.2f}×" + (f" [{t['min']:.2f}–{t['max']:.2f}×]" if spread else "")
+             + f" ({cand_ms:,.0f} vs {ref_ms:,.0f} ms)")
+    if excluded:
+        cells = tuple(c + f", {excluded} pair(s) excluded" for c in cells)
+    return *cells, {"pairs": len(pairs), "excluded_pairs": excluded, "achieved_ratio": a, "ttft_client_p99_ratio": t,
+                    "ttft_client_p99_ms": {"flame": cand_ms, "standalone": ref_ms}}
+
+
+def _medians(summaries: list[dict]) -> dict:
+    """One point of a curve: the median achieved rate and client TTFT p50 and p99 over a rung's trials."""
+    return {"achieved": stats.summary([s["achieved_per_s"] for s in summaries])["median"],
+            "ttft_p50": stats.summary([s["ttft_client"]["p50"] for s in summaries])["median"],
+            "ttft_p99": stats.summary([s["ttft_client"]["p99"] for s in summaries])["median"]}
+
+
+def sustained_steps(experiment: Experiment | None) -> tuple[Table, dict]:
+    """What each Flame configuration buys: on the ladder's rungs (trace, answer length, offered rate), each
+    configuration's own pairs (bursts, then every arm in the settings' order) as Flame / standalone achieved
+    rate and p99 client TTFT; and the curves' numbers (medians per rung) for the plot beside it."""
+    from parity import latency
+
+    table = Table("What each Flame configuration buys under sustained load (ours)", None,
+                  ["Trace", "Output tokens", "Offered req/s", "Source"])
+    if experiment is None:
+        table.notes.append(not_run("sustained"))
+        return table, {"steps": {}, "plot": {}}
+    objective = latency.Objective.from_dict(experiment.doc["settings"].get("objective"))
+    arms = _arms(experiment)
+    names = [arm or BURSTS for arm in arms]
+    labels = {}
+    for case in experiment.cases:
+        if case["system"] == "flame" and case["stage"].startswith("rate-") and case.get("flame"):
+            labels.setdefault(_stage(case["stage"])[2], case["flame"]["label"])
+    table.columns += [f"Achieved, Flame / vLLM: {n}" for n in names]
+    table.columns += [f"Client TTFT p99, Flame / vLLM: {n}" for n in names]
+    rungs: dict = {}  # (trace, tokens, offered) -> arm -> its pairs: summaries of the passed, trials of all
+    for pair, reference, candidate in experiment.pairs:
+        if not (pair.get("stage") or "").startswith("rate-"):
+            continue
+        offered, tokens, arm = _stage(pair["stage"])
+        rung = rungs.setdefault((pair["trace_name"], tokens or 16, float(offered)), {}).setdefault(
+            arm, {"good": [], "docs": []})
+        rung["docs"] += [reference, candidate]
+        if stats.passed(reference) and stats.passed(candidate):
+            rung["good"].append((latency.summarize(reference, objective), latency.summarize(candidate, objective)))
+    steps: dict = {}
+    plot: dict = {}
+    for (trace, tokens, offered), by_arm in sorted(rungs.items()):
+        achieved, ttft = [], []
+        stage = f"rate-{offered:g}" + ("" if tokens == 16 else f"-out{tokens}")
+        for arm, name in zip(arms, names):
+            rung = by_arm.get(arm, {"good": [], "docs": []})
+            good = rung["good"]
+            a, t, numbers = _step_cell(good, len(rung["docs"]) // 2 - len(good))
+            achieved.append(a)
+            ttft.append(t)
+            steps.setdefault(trace, {}).setdefault(stage, {})[name] = numbers | {"flame_label": labels.get(arm)}
+            curve = plot.setdefault(trace + ("" if tokens == 16 else f", {tokens} output tokens"), {})
+            if good:  # the standalone curve: the bursts pairs' side (each arm's own reference repeats it)
+                for key, side in ([] if arm else [("standalone", 0)]) + [("flame-" + name, 1)]:
+                    curve.setdefault(key, []).append({"offered": offered} | _medians([p[side] for p in good]))
+        docs = [d for rung in by_arm.values() for d in rung["docs"]]
+        table.rows.append([trace, tokens, f"{offered:g}", ours(docs), *achieved, *ttft])
+    table.notes.append(
+        "Ours only: each Flame configuration against the standalone side of its own pairs (the same seeded arrivals, "
+        "interleaved), the median over its pairs, [min–max] where there are several; Flame's p99 client TTFT against "
+        "standalone's, with both in ms. The configurations build on each other: "
+        + "; ".join(f"{name} ({labels.get(arm) or 'not run'})" for arm, name in zip(arms, names))
+        + f". {BURSTS}: the sustained experiment's own Flame settings, one task per batch as the study ran them "
+        "(in config/experiments.yaml the study's final configuration). A pair with a failed side is excluded.")
+    return table, {"steps": steps, "plot": plot}
 
 
 def restarts(experiment: Experiment | None) -> Table:
