@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from click.testing import CliRunner
 
 from parity.cli import main
 from parity.manifest import read_manifest, validate_paths
 from parity.trace import load_trace
+from real_flame import real_flame  # tests/ is on sys.path
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +90,7 @@ def test_a_record_from_an_unlisted_executor_fails_verification():
         verify_placement([result], ["s0"], [{"executor_id": "e1", "session_id": "s0", "node": "n"}])
 
 
-@pytest.mark.skipif(not os.environ.get("FLAME_BIN_DIR"),
-                    reason="needs FLAME_BIN_DIR naming Flame v0.6.0 binaries (built by hand outside the repo)")
+@real_flame
 def test_the_same_client_and_service_against_real_flame(reuse_trace, tmp_path):
     result = CliRunner().invoke(main, ["flame", "run", "--cluster", "flame", "--placement", "sticky",
                                        "--trace", str(reuse_trace), "--batch-limit", "16", "--warmup-rounds", "1",
