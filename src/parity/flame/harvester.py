@@ -17,6 +17,7 @@ cap), possibly none. A task's result carries token events and completions:
 from __future__ import annotations
 
 import itertools
+import socket
 import threading
 import time
 from concurrent.futures import Future
@@ -53,7 +54,8 @@ class Harvester(PromptQueue):
         self._task_ids = itertools.count()
         self.batch_sizes: list[int] = []  # new prompts per task that carried any
         self.task_bytes: list[int] = []
-        self.tasks: list[dict] = []  # per task: its id, executor, the service's timings, the round trip
+        self.tasks: list[dict] = []  # per task: its id, executor, the service's timings, the round trip, and its
+        # prompts' admission waits and tokens' event-to-client times (`_waits`)
         self._thread = threading.Thread(target=self._loop, name=f"harvester-{name}", daemon=True)
         self._thread.start()
 
@@ -88,7 +90,7 @@ class Harvester(PromptQueue):
             except BaseException as exc:  # noqa: BLE001 - the transport or the task failed: loudly, to all
                 self._fail_open(task_id, exc)
                 continue
-            self._take(doc, task_id, sent, time.monotonic())
+            self._take(doc, task_id, sent, time.monotonic(), [submitted for _, _, submitted, _, _ in taken[:count]])
         self._fail_open(None, ParityError(f"harvester {self.name} closed with the request unanswered"))
 
     def _encode(self, taken: list) -> tuple[bytes, int]:
@@ -99,11 +101,12 @@ class Harvester(PromptQueue):
         first = codec.split(prompts, compress=self.compress, budget=self.budget, output_tokens=self.output_tokens)[0]
         return first.data, first.count
 
-    def _take(self, doc: dict, task_id: str, sent: float, received: float) -> None:
-        """Apply one task's events, then its completions; a result that breaks the order fails the session's
-        open requests (it cannot be trusted for any of them)."""
+    def _take(self, doc: dict, task_id: str, sent: float, received: float, arrived: list[float]) -> None:
+        """Record the task, apply its events, then its completions; a result that breaks the order fails the
+        session's open requests (it cannot be trusted for any of them)."""
         self.tasks.append({"task_id": task_id, "executor_id": doc["worker"].get("executor_id"),
-                           "round_trip_s": received - sent, **doc.get("timings", {})})
+                           "round_trip_s": received - sent, **doc.get("timings", {}),
+                           **self._waits(doc, received, arrived)})
         finished: list[tuple[_Open, Result]] = []
         try:
             with self._lock:
@@ -113,6 +116,18 @@ class Harvester(PromptQueue):
             return
         for entry, result in finished:
             entry.future.set_result(result)
+
+    @staticmethod
+    def _waits(doc: dict, received: float, arrived: list[float]) -> dict:
+        """Per prompt the task carried, its arrival (`submit`) to the service starting the task and to the
+        prompt being in the engine; per token it returned, the engine producing it to the client holding it.
+        Only for a worker on this host: its stamps and ours are then both CLOCK_MONOTONIC of one boot."""
+        timings = doc.get("timings", {})
+        if doc["worker"].get("host") != socket.gethostname() or "admitted_at" not in timings:
+            return {}
+        return {"arrival_to_seen_s": [timings["started_at"] - a for a in arrived],
+                "arrival_to_admitted_s": [timings["admitted_at"] - a for a in arrived],
+                "event_to_client_s": [received - t for e in doc.get("events", []) for t in e["token_s"]]}
 
     def _apply(self, doc: dict, task_id: str, received: float, finished: list) -> None:
         """Lock held. Check and apply the events, then the completions (into `finished`, with their results)."""
