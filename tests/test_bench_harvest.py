@@ -1,5 +1,6 @@
-"""`parity bench harvest` (parity.bench.harvest) on the stand-in with tiny counts: every phase runs, the JSON holds
-each phase's spread, and the output says it ran on the stand-in with a simulated engine. Nothing timed is asserted."""
+"""`parity bench harvest` (parity.bench.harvest) on the stand-in with tiny counts: every phase runs (the memory
+phase before and after rotation), the JSON holds each phase's spread, and the output says it ran on the stand-in
+with a simulated engine. Nothing timed is asserted."""
 
 from __future__ import annotations
 
@@ -13,8 +14,8 @@ from parity.cli import main
 
 def test_bench_harvest_on_the_stand_in_runs_every_phase_and_says_where(tmp_path):
     out = tmp_path / "harvest.json"
-    tiny = ["--tasks", 30, "--round-trips", 5, "--warmup", 2, "--requests", 3, "--repeats", 1, "--rate", 20,
-            "--samples", 3, "--hold-ms", 0, "--hold-ms", 5]
+    tiny = ["--tasks", 30, "--rotate-tasks", 20, "--round-trips", 5, "--warmup", 2, "--requests", 3, "--repeats", 1,
+            "--rate", 20, "--samples", 3, "--hold-ms", 0, "--hold-ms", 5]
     result = CliRunner().invoke(main, ["bench", "harvest", "--cluster", "standin", *map(str, tiny), "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert "on the Flame STAND-IN (in-process, not Flame)" in result.output and "(simulated)" in result.output
@@ -25,9 +26,11 @@ def test_bench_harvest_on_the_stand_in_runs_every_phase_and_says_where(tmp_path)
     for c in doc["cycles"]:  # the worker shares this host: every prompt's and token's wait is measured
         assert c["arrival_to_admitted_s"]["n"] == 3 and c["event_to_client_s"]["n"] == 3 * 16
         assert c["runs"][0]["tasks"] >= 3 and c["tasks_per_s"]["min"] > 0
-    memory = doc["memory"]
-    assert [p["tasks"] for p in memory["points"]] == [0, 10, 20, 30]
-    assert all(p["rss_kib"]["stand-in (this process, with the client)"] > 0 for p in memory["points"])
+    for key in ("memory", "memory_rotating"):  # before and after: one session, then a fresh one every 20 tasks
+        points = doc[key]["points"]
+        assert points[0]["tasks"] == 0 and points[-1]["tasks"] == doc[key]["tasks"] >= 30
+        assert all(p["rss_kib"]["stand-in (this process, with the client)"] > 0 for p in points)
+    assert doc["memory"]["rotations"] == 0 and doc["memory_rotating"]["rotations"] >= 1
     assert (tmp_path / "harvest-work" / "cleanup-flame.json").exists()
 
 

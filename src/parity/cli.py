@@ -432,7 +432,9 @@ def bench_startup(engine, cluster, flame_bin_dir, gpu, repeats, sim_params, mode
 @click.option("--flame-bin-dir", type=click.Path(path_type=Path), default=None,
               help="Flame v0.6.0 binaries (default: $FLAME_BIN_DIR).")
 @click.option("--tasks", default=100_000, show_default=True, type=click.IntRange(min=1),
-              help="Empty tasks on one session while the session manager's memory is sampled.")
+              help="Harvest tasks on one session while the session manager's memory is sampled.")
+@click.option("--rotate-tasks", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Also sample it with the harvester moving to a fresh session every this many tasks (0: not).")
 @click.option("--hold-ms", "holds_ms", multiple=True, type=click.FloatRange(min=0),
               help="A hold time to measure the harvest cycle at (repeat); default 0, 1, 5 and 20 ms.")
 @click.option("--round-trips", default=500, show_default=True, type=click.IntRange(min=1),
@@ -451,7 +453,7 @@ def bench_startup(engine, cluster, flame_bin_dir, gpu, repeats, sim_params, mode
               help="The cluster's logs and receipt (default: a folder beside --out, else ./bench-harvest).")
 @click.option("--out", type=click.Path(path_type=Path), default=None, help="Also write the result as JSON here.")
 @friendly_errors
-def bench_harvest(cluster, flame_bin_dir, tasks, holds_ms, round_trips, warmup, rate, requests, repeats, samples,
+def bench_harvest(cluster, flame_bin_dir, tasks, rotate_tasks, holds_ms, round_trips, warmup, rate, requests, repeats, samples,
                   sim_params, work_dir, out):
     """The harvest mode's costs on Flame's task path, on the CPU (simulated engine): the empty-task round trip,
     the harvest cycle at several hold times under a light stream (admission wait, event to client), and the
@@ -469,7 +471,7 @@ def bench_harvest(cluster, flame_bin_dir, tasks, holds_ms, round_trips, warmup, 
 
     result = harvest.run(cluster, work_dir, bin_dir=flame_bin_dir, tasks=tasks, holds_ms=holds_ms or harvest.HOLDS_MS,
                          round_trip_count=round_trips, warmup=warmup, rate=rate, requests=requests, repeats=repeats,
-                         samples=samples, sim_params=str(sim_params) if sim_params else None, save=save, log=_echo)
+                         samples=samples, rotate_tasks=rotate_tasks, sim_params=str(sim_params) if sim_params else None, save=save, log=_echo)
     for line in harvest.summary_lines(result):
         click.echo(line)
 

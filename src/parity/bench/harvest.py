@@ -11,10 +11,13 @@ name (`sim-0`), one sticky session at a time, in three phases:
    the window (first arrival to last answer), and while busy (1 / mean round trip); per prompt its
    admission wait (its `submit` to the service starting the task, and to its being in the engine); per
    token, engine to client (the worker's engine produced it, the client held the task carrying it).
-3. **Session-manager memory**: `tasks` empty tasks on one fresh session, VmRSS of the
-   flame-session-manager (and executor manager) process every `samples`-th of them, and its growth per
-   task (a least-squares slope). Flame v0.6.0 keeps every task of an open session, input and output, in
-   memory with `storage: none`, and has no RPC that drops one while the session lives.
+3. **Session-manager memory**: `tasks` harvest tasks on one fresh session at hold 0 (a task per round
+   trip while one request at a time runs, closed loop; nearly every task carries no prompt and no event),
+   VmRSS of the flame-session-manager (and executor manager) process about every `tasks / samples` tasks,
+   and its growth per task (a least-squares slope). Flame v0.6.0 keeps every task of a session, input and
+   output, in memory with `storage: none` until the session is deleted, and has no RPC that drops one while
+   it lives. With `rotate_tasks` the phase runs again with the harvester moving to a fresh session every
+   that many tasks (FlameSettings `rotate_tasks`, ours, off by default): before and after.
 
 Clock: CLOCK_MONOTONIC (Python's time.monotonic) on both sides. Flame runs its executor on this host
 (one loopback node), and CLOCK_MONOTONIC is one clock for every process of a host since its boot, so the
@@ -44,6 +47,7 @@ VOCAB = 128_256  # the simulator's (Llama 3's) vocabulary
 CLOCK = ("CLOCK_MONOTONIC (time.monotonic) in the client and in the worker: one host, one clock since boot, "
          "not stepped by NTP")
 EMPTY = codec.encode([], compress=False)
+MAX_TOKENS = 512  # the worker engine's default output length; every request here gives its own
 
 
 def spread(values) -> dict | None:
@@ -55,20 +59,14 @@ def spread(values) -> dict | None:
             "min": float(data.min()), "max": float(data.max()), "mean": float(data.mean())}
 
 
-def _settings(hold_ms: float):
-    from parity.flame.settings import FlameSettings
-
-    return FlameSettings(api="async", mode="harvest", hold_ms=hold_ms)
-
-
-def _session(running, hold_ms: float, name: str, output_tokens: int, sim_params: str | None):
-    """One sticky harvest session on `GPU` (a FlameSessions, to enter)."""
+def _session(running, name: str, sim_params: str | None, **flame):
+    """One sticky harvest session on `GPU` (a FlameSessions, to enter) with these Flame settings."""
     from parity.flame.client import FlameSessions
-    from parity.flame.settings import session_data
+    from parity.flame.settings import FlameSettings, session_data
 
-    settings = _settings(hold_ms)
-    data = session_data(settings, "sim", {"max_tokens": output_tokens}, sim_params)
-    return FlameSessions(running, 1, settings, data, placement="sticky", name=name, output_tokens=output_tokens)
+    settings = FlameSettings(api="async", mode="harvest", **flame)
+    data = session_data(settings, "sim", {"max_tokens": MAX_TOKENS}, sim_params)
+    return FlameSessions(running, 1, settings, data, placement="sticky", name=name, output_tokens=MAX_TOKENS)
 
 
 def _round_trip(session) -> float:
@@ -139,27 +137,33 @@ def _manager_pids(running) -> dict[str, int]:
     return {"stand-in (this process, with the client)": os.getpid()}
 
 
-def memory(session, pids: dict[str, int], tasks: int, samples: int, warmup: int, log=print) -> dict:
-    """`tasks` sequential empty tasks on one session after `warmup`; the RSS of `pids` at `samples`+1 points."""
-    for _ in range(warmup):
-        _round_trip(session)
-    every = max(1, tasks // samples)
-    points, start, sent = [], time.monotonic(), 0
+def memory(harvester, pids: dict[str, int], tasks: int, samples: int, output_tokens: int = 64, log=print) -> dict:
+    """Harvest tasks through `harvester` (hold 0: a task per round trip, nearly all carrying no prompt and no
+    event) while one `output_tokens`-token request at a time runs, closed loop, until `tasks` tasks; the RSS of
+    `pids` about every `tasks / samples` tasks (checked between requests). One untimed request first."""
+    rng = np.random.default_rng(7)
 
-    def sample():
-        points.append({"tasks": sent, "elapsed_s": time.monotonic() - start,
+    def prompt() -> np.ndarray:
+        return rng.integers(1, VOCAB, 64, dtype=np.uint32)
+
+    harvester.submit("mem-warm", prompt(), max_tokens=output_tokens).result(timeout=120)
+    base, every = len(harvester.tasks), max(1, tasks // samples)
+    points, start, requests = [], time.monotonic(), 0
+
+    def sample(done: int) -> None:
+        points.append({"tasks": done, "elapsed_s": time.monotonic() - start, "rotations": harvester.rotations,
                        "rss_kib": {name: procs.rss_kib(pid) for name, pid in pids.items()}})
-
-    sample()
-    while sent < tasks:
-        chunk = min(every, tasks - sent)
-        for _ in range(chunk):
-            codec.decode_output(session.run(EMPTY).result())
-        sent += chunk
-        sample()
-        if len(points) % 10 == 1 or sent == tasks:
+        if len(points) % 10 == 1 or done >= tasks:
             rss = ", ".join(f"{name} {kib / 1024:.1f} MiB" for name, kib in points[-1]["rss_kib"].items() if kib)
-            log(f"  {sent} tasks, {points[-1]['elapsed_s']:.0f} s: {rss}")
+            log(f"  {done} tasks, {points[-1]['elapsed_s']:.0f} s, {harvester.rotations} rotations: {rss}")
+
+    sample(0)
+    while (done := len(harvester.tasks) - base) < tasks:
+        harvester.submit(f"mem-r{requests}", prompt(), max_tokens=output_tokens).result(timeout=300)
+        requests += 1
+        done = len(harvester.tasks) - base
+        if done >= (points[-1]["tasks"] // every + 1) * every or done >= tasks:
+            sample(done)
     x = np.array([p["tasks"] for p in points], dtype=float)
     growth = {}
     for name in pids:
@@ -167,14 +171,17 @@ def memory(session, pids: dict[str, int], tasks: int, samples: int, warmup: int,
         growth[name] = {"start_mib": y[0] / 2**20, "end_mib": y[-1] / 2**20, "max_mib": y.max() / 2**20,
                         "bytes_per_task": float(np.polyfit(x, y, 1)[0]) if len(x) > 1 else None}
     rates = [(b["tasks"] - a["tasks"]) / (b["elapsed_s"] - a["elapsed_s"]) for a, b in zip(points, points[1:])]
-    return {"tasks": tasks, "warmup": warmup, "every": every, "points": points, "growth": growth,
-            "tasks_per_s": spread(rates)}
+    return {"tasks": points[-1]["tasks"], "requests": requests, "output_tokens": output_tokens, "every": every,
+            "rotate_tasks": harvester.rotate_tasks, "rotations": harvester.rotations, "points": points,
+            "growth": growth, "tasks_per_s": spread(rates)}
 
 
 def run(kind: str, out_dir: Path, *, bin_dir=None, tasks: int = 100_000, holds_ms=HOLDS_MS, round_trip_count: int = 500,
         warmup: int = 50, rate: float = 4.0, requests: int = 40, repeats: int = 2, warmup_requests: int = 4,
-        output_tokens: int = 16, samples: int = 50, sim_params: str | None = None, save=None, log=print) -> dict:
-    """All three phases on one cluster (`kind`: flame or standin); `save(result)` after each phase."""
+        output_tokens: int = 16, samples: int = 50, rotate_tasks: int = 0, sim_params: str | None = None, save=None,
+        log=print) -> dict:
+    """All three phases on one cluster (`kind`: flame or standin); `save(result)` after each phase. With
+    `rotate_tasks`, phase 3 runs again with the harvester rotating sessions every that many tasks (after)."""
     from parity.paths.flame import cluster
 
     save = save or (lambda result: None)
@@ -184,7 +191,7 @@ def run(kind: str, out_dir: Path, *, bin_dir=None, tasks: int = 100_000, holds_m
                  log=log) as running:
         result["cluster"] = running.describe()
         for index, hold_ms in enumerate(holds_ms):
-            with _session(running, hold_ms, f"hv-h{index}", output_tokens, sim_params) as sessions:
+            with _session(running, f"hv-h{index}", sim_params, hold_ms=hold_ms) as sessions:
                 if index == 0:
                     log(f"empty-task round trip: {warmup} untimed, {round_trip_count} timed")
                     result["round_trip"] = round_trips(sessions.sessions[0], round_trip_count, warmup)
@@ -194,10 +201,15 @@ def run(kind: str, out_dir: Path, *, bin_dir=None, tasks: int = 100_000, holds_m
                     sessions.batchers[0], hold_ms, rate=rate, requests=requests, repeats=repeats,
                     output_tokens=output_tokens, warmup_requests=warmup_requests))
                 save(result)
-        log(f"session-manager memory over {tasks} empty tasks on one session")
-        with _session(running, holds_ms[0], "hv-mem", output_tokens, sim_params) as sessions:
-            result["memory"] = memory(sessions.sessions[0], _manager_pids(running), tasks, samples, warmup, log=log)
-        save(result)
+        for key, rotate in (("memory", 0), ("memory_rotating", rotate_tasks)):
+            if key == "memory_rotating" and not rotate:
+                continue
+            log(f"session-manager memory over {tasks} harvest tasks (hold 0 ms), "
+                + (f"rotating sessions every {rotate} tasks" if rotate else "on one session"))
+            with _session(running, f"hv-{key.replace('_', '-')}", sim_params, hold_ms=0.0,
+                          rotate_tasks=rotate) as sessions:
+                result[key] = memory(sessions.batchers[0], _manager_pids(running), tasks, samples, log=log)
+            save(result)
     result["cleanup_clean"] = running.receipt["clean"] if running.receipt else None
     save(result)
     return result
@@ -235,11 +247,16 @@ def summary_lines(result: dict) -> list[str]:
                   _row("admission: arrival -> in engine", c["arrival_to_admitted_s"]),
                   _row("event -> client (per token)", c["event_to_client_s"]),
                   _row("client TTFT (simulated engine)", c["ttft_client_s"])]
-    if "memory" in result:
-        m = result["memory"]
-        lines.append(f"memory over {m['tasks']} empty tasks on one session ({m['warmup']} warmup), sampled every "
-                     f"{m['every']}; task rate p50 {m['tasks_per_s']['p50']:.0f}/s "
-                     f"(min {m['tasks_per_s']['min']:.0f}, max {m['tasks_per_s']['max']:.0f}) per interval:")
+    for key in ("memory", "memory_rotating"):
+        if key not in result:
+            continue
+        m, rate = result[key], result[key]["tasks_per_s"] or {"p50": 0, "min": 0, "max": 0}
+        how = f"rotating every {m['rotate_tasks']} tasks ({m['rotations']} rotations)" if m["rotate_tasks"] else \
+            "on one session"
+        lines.append(f"memory over {m['tasks']} harvest tasks (hold 0 ms, {m['requests']} requests of "
+                     f"{m['output_tokens']} tokens one at a time, 1 warmup request) {how}, sampled every "
+                     f"~{m['every']}; "
+                     f"task rate p50 {rate['p50']:.0f}/s (min {rate['min']:.0f}, max {rate['max']:.0f}) per interval:")
         for name, g in m["growth"].items():
             slope = "-" if g["bytes_per_task"] is None else f"{g['bytes_per_task']:.0f}"
             lines.append(f"  {name:<34} RSS {g['start_mib']:.1f} -> {g['end_mib']:.1f} MiB (max {g['max_mib']:.1f}); "

@@ -12,6 +12,13 @@ cap), possibly none. A task's result carries token events and completions:
 - a completion resolves its request, from the worker named in that task's result;
 - a failed task fails every request open on the session, loudly (its events would come to nobody:
   dropped), and what is still queued goes with the next task.
+
+Flame v0.6.0 keeps every task of a session, input and output, in its session manager's memory until the
+session is deleted (`storage: none`; no RPC drops a task), and this mode sends a task per engine event or
+hold: that memory grows with the run. With `rotate_tasks` (FlameSettings, ours, off by default) the
+harvester bounds it: after that many tasks it carries no new prompt until the session's open requests are
+done, then asks `rotate` for a fresh session (FlameSessions closes and deletes the old one; the new one has
+a new worker and engine, so its prefix cache starts cold) and goes on there; prompts arriving meanwhile wait.
 """
 
 from __future__ import annotations
@@ -31,6 +38,9 @@ from parity.flame import codec
 from parity.flame.batcher import PromptQueue, Result
 
 
+ROTATE = "rotate"  # what `_next` says when the session is due for rotation and drained
+
+
 @dataclass
 class _Open:
     tokens: np.ndarray
@@ -45,10 +55,15 @@ class Harvester(PromptQueue):
     what = "harvester"
 
     def __init__(self, send: Callable[[bytes], Future], *, name: str = "session-0", batch_limit: int = 32,
-                 budget: int = 2 * 1024 * 1024, compress: bool = False, output_tokens: int = 16):
-        """`send`: a task input in, a future of its output out (flamepy's `session.run`)."""
+                 budget: int = 2 * 1024 * 1024, compress: bool = False, output_tokens: int = 16,
+                 rotate_tasks: int = 0, rotate: Callable[[], Callable[[bytes], Future]] | None = None):
+        """`send`: a task input in, a future of its output out (flamepy's `session.run`); `rotate`: a fresh
+        session's `send`, asked for after every `rotate_tasks` tasks (0: never)."""
+        if rotate_tasks and rotate is None:
+            raise ParityError(f"harvester {name}: rotate_tasks needs a way to open a fresh session")
         super().__init__(name)
         self.send, self.batch_limit = send, batch_limit
+        self.rotate_tasks, self.rotate, self._on_session, self.rotations = rotate_tasks, rotate, 0, 0
         self.budget, self.compress, self.output_tokens = budget, compress, output_tokens
         self._open: dict[str, _Open] = {}
         self._task_ids = itertools.count()
@@ -59,17 +74,39 @@ class Harvester(PromptQueue):
         self._thread = threading.Thread(target=self._loop, name=f"harvester-{name}", daemon=True)
         self._thread.start()
 
-    def _next(self) -> list | None:
-        """The prompts of the next task (possibly none), once there is work; None once closed."""
+    def _due(self) -> bool:
+        return bool(self.rotate_tasks) and self._on_session >= self.rotate_tasks
+
+    def _next(self) -> list | str | None:
+        """The prompts of the next task (possibly none), once there is work; ROTATE once the session is due
+        and drained (none open); None once closed."""
         with self._lock:
-            while not self._queue and not self._open and not self._closed:
+            while not self._queue and not self._open and not self._closed and not self._due():
                 self._lock.wait()
             if self._closed:
                 return None
+            if self._due():  # draining: no new prompt on this session
+                return [] if self._open else ROTATE
             return [self._queue.popleft() for _ in range(min(self.batch_limit, len(self._queue)))]
+
+    def _rotate(self) -> None:
+        """Go on with a fresh session; if none can be had, close, failing what is queued in one line."""
+        try:
+            self.send = self.rotate()
+        except BaseException as exc:  # noqa: BLE001 - loudly, to every request waiting for the new session
+            with self._lock:
+                self._closed = True
+            self._fail_open(None, ParityError(f"harvester {self.name} could not move to a fresh session after "
+                                              f"{self._on_session} tasks: {' '.join(str(exc).split())}"))
+            return
+        self._on_session = 0
+        self.rotations += 1
 
     def _loop(self) -> None:
         while (taken := self._next()) is not None:
+            if taken is ROTATE:
+                self._rotate()
+                continue
             task_id = f"{self.name}/h{next(self._task_ids)}"
             try:
                 data, count = self._encode(taken)
@@ -85,6 +122,7 @@ class Harvester(PromptQueue):
                 self.batch_sizes.append(count)
             self.task_bytes.append(len(data))
             sent = time.monotonic()
+            self._on_session += 1
             try:
                 doc = codec.decode_output(self.send(data).result())
             except BaseException as exc:  # noqa: BLE001 - the transport or the task failed: loudly, to all
