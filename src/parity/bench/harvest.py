@@ -173,7 +173,20 @@ def memory(harvester, pids: dict[str, int], tasks: int, samples: int, output_tok
     rates = [(b["tasks"] - a["tasks"]) / (b["elapsed_s"] - a["elapsed_s"]) for a, b in zip(points, points[1:])]
     return {"tasks": points[-1]["tasks"], "requests": requests, "output_tokens": output_tokens, "every": every,
             "rotate_tasks": harvester.rotate_tasks, "rotations": harvester.rotations, "points": points,
-            "growth": growth, "tasks_per_s": spread(rates)}
+            "growth": growth, "tasks_per_s": spread(rates),
+            "round_trip_s": spread(t["round_trip_s"] for t in harvester.tasks[base:])}
+
+
+def _delete(running, session_id: str) -> None:
+    import flamepy
+
+    from parity.flame.client import delete_session
+
+    connection = flamepy.connect(running.endpoint)
+    try:
+        delete_session(connection, session_id)
+    finally:
+        connection.close()
 
 
 def run(kind: str, out_dir: Path, *, bin_dir=None, tasks: int = 100_000, holds_ms=HOLDS_MS, round_trip_count: int = 500,
@@ -206,9 +219,14 @@ def run(kind: str, out_dir: Path, *, bin_dir=None, tasks: int = 100_000, holds_m
                 continue
             log(f"session-manager memory over {tasks} harvest tasks (hold 0 ms), "
                 + (f"rotating sessions every {rotate} tasks" if rotate else "on one session"))
+            pids = _manager_pids(running)
             with _session(running, f"hv-{key.replace('_', '-')}", sim_params, hold_ms=0.0,
                           rotate_tasks=rotate) as sessions:
-                result[key] = memory(sessions.batchers[0], _manager_pids(running), tasks, samples, log=log)
+                result[key] = memory(sessions.batchers[0], pids, tasks, samples, log=log)
+                result[key]["rotation_s"] = spread(sessions.batchers[0].rotation_s)
+            _delete(running, sessions.sessions[0].id)  # so the next phase starts from no tasks
+            time.sleep(1.0)
+            result[key]["rss_kib_after_delete"] = {name: procs.rss_kib(pid) for name, pid in pids.items()}
             save(result)
     result["cleanup_clean"] = running.receipt["clean"] if running.receipt else None
     save(result)
@@ -259,8 +277,16 @@ def summary_lines(result: dict) -> list[str]:
                      f"task rate p50 {rate['p50']:.0f}/s (min {rate['min']:.0f}, max {rate['max']:.0f}) per interval:")
         for name, g in m["growth"].items():
             slope = "-" if g["bytes_per_task"] is None else f"{g['bytes_per_task']:.0f}"
+            deleted = (m.get("rss_kib_after_delete") or {}).get(name)
             lines.append(f"  {name:<34} RSS {g['start_mib']:.1f} -> {g['end_mib']:.1f} MiB (max {g['max_mib']:.1f}); "
-                         f"growth {slope} bytes/task (least squares)")
+                         f"growth {slope} bytes/task (least squares)"
+                         + (f"; {deleted / 1024:.1f} MiB once its last session was deleted" if deleted else ""))
+        if m.get("rotation_s"):
+            r = m["rotation_s"]
+            lines.append(f"  a rotation (close, delete, the old worker gone, a new session): p50 {r['p50']:.2f} s, "
+                         f"max {r['max']:.2f} s over {r['n']}; then the fresh worker starts on its first task: task "
+                         f"round trip max {m['round_trip_s']['max']:.2f} s (the simulator's; a vLLM engine loads for "
+                         f"minutes and its prefix cache starts cold)")
     if result.get("cleanup_clean") is not None:
         lines.append(f"teardown: {'clean' if result['cleanup_clean'] else 'NOT clean (see cleanup-flame.json)'}")
     return lines

@@ -131,8 +131,6 @@ class FlameSessions:
         Flame's session manager drops its tasks (v0.6.0 keeps them all in memory until then); the new one opens
         once the old one's worker has let its GPU go. Returns the new session's `run` (the harvest mode's
         `rotate_tasks`, called from the harvester's thread)."""
-        from flamepy.proto.frontend_pb2 import DeleteSessionRequest
-
         from parity import gpu_lock
 
         with self._lock:
@@ -142,7 +140,7 @@ class FlameSessions:
             self.rotated.append({"session_id": old.id, "shard": shard,
                                  "executors": [e for e in self.executors() if e["session_id"] == old.id]})
             self.connection.close_session(old.id)
-            self.connection._frontend.DeleteSession(DeleteSessionRequest(session_id=old.id))  # flamepy 0.6.0 lacks it
+            delete_session(self.connection, old.id)
             deadline = time.monotonic() + wait_s
             while gpu_lock.live_holder(gpu_lock.lock_dir(), old.id) is not None:
                 if time.monotonic() > deadline:
@@ -209,6 +207,14 @@ class FlameSessions:
         """The cluster's own executor records: which executor is bound to which session, on which node."""
         return [{"executor_id": e.metadata.id, "session_id": e.status.session_id, "node": e.spec.node}
                 for e in self.connection.list_executors()]
+
+
+def delete_session(connection, session_id: str) -> None:
+    """Drop a closed session, and every task it ran, from Flame's session manager (v0.6.0's DeleteSession, which
+    flamepy 0.6.0 does not wrap); closing alone keeps it in memory for ever without `limits.max_sessions`."""
+    from flamepy.proto.frontend_pb2 import DeleteSessionRequest
+
+    connection._frontend.DeleteSession(DeleteSessionRequest(session_id=session_id))
 
 
 def verify_placement(results, session_ids: list[str], executors: list[dict]) -> None:

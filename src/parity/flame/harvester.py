@@ -64,6 +64,7 @@ class Harvester(PromptQueue):
         super().__init__(name)
         self.send, self.batch_limit = send, batch_limit
         self.rotate_tasks, self.rotate, self._on_session, self.rotations = rotate_tasks, rotate, 0, 0
+        self.rotation_s: list[float] = []  # per rotation, how long its fresh session took (not the drain before)
         self.budget, self.compress, self.output_tokens = budget, compress, output_tokens
         self._open: dict[str, _Open] = {}
         self._task_ids = itertools.count()
@@ -91,6 +92,7 @@ class Harvester(PromptQueue):
 
     def _rotate(self) -> None:
         """Go on with a fresh session; if none can be had, close, failing what is queued in one line."""
+        started = time.monotonic()
         try:
             self.send = self.rotate()
         except BaseException as exc:  # noqa: BLE001 - loudly, to every request waiting for the new session
@@ -101,6 +103,7 @@ class Harvester(PromptQueue):
             return
         self._on_session = 0
         self.rotations += 1
+        self.rotation_s.append(time.monotonic() - started)
 
     def _loop(self) -> None:
         while (taken := self._next()) is not None:
