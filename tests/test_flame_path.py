@@ -100,3 +100,14 @@ def test_the_same_client_and_service_against_real_flame(reuse_trace, tmp_path):
     assert doc["config"]["cluster"] == "flame-v0.6.0" and doc["placement_verified"] is True
     assert cached(doc) > 0.6
     assert read_manifest(tmp_path / "cleanup-flame.json")["clean"] is True
+
+
+def test_a_relative_search_path_reaches_the_workers_absolute(tmp_path, monkeypatch):
+    """Flame v0.6.0 starts a worker in its executor's own folder: `PYTHONPATH=src` must not change meaning there."""
+    import os
+
+    from parity.flame.client import absolute_search_paths
+
+    monkeypatch.chdir(tmp_path)
+    env = absolute_search_paths({"PYTHONPATH": f"src{os.pathsep}/opt/lib", "PATH": "/usr/bin", "OTHER": "x"})
+    assert env == {"PYTHONPATH": f"{tmp_path / 'src'}{os.pathsep}/opt/lib", "PATH": "/usr/bin", "OTHER": "x"}

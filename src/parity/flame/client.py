@@ -31,6 +31,17 @@ def shard_app(index: int) -> str:
     return f"parity-gpu{index}"
 
 
+SEARCH_PATHS = ("PYTHONPATH", "LD_LIBRARY_PATH", "PATH")
+
+
+def absolute_search_paths(env: dict) -> dict:
+    """`env` with the entries of its search paths made absolute, from this process's folder: Flame v0.6.0 starts a
+    worker in its executor's own folder, where `PYTHONPATH=src` would name nothing, and Python would then import
+    whichever parity is installed (seen: a checkout's editable install, not the code under test)."""
+    return env | {key: os.pathsep.join(os.path.abspath(p) if p else p for p in env[key].split(os.pathsep))
+                  for key in SEARCH_PATHS if key in env}
+
+
 def register_applications(endpoint: str, gpus: list[str], *, simulated: bool, delay_release: int = 86_400,
                           extra_env: dict | None = None) -> None:
     """One application per GPU (pinned with CUDA_VISIBLE_DEVICES) and one for a global session.
@@ -40,6 +51,7 @@ def register_applications(endpoint: str, gpus: list[str], *, simulated: bool, de
     """
     import sys
 
+    extra_env = absolute_search_paths(extra_env or {})
     connection = flamepy.connect(endpoint)
     try:
         command = {"command": sys.executable, "arguments": ["-m", "parity", "flame", "worker"],
