@@ -53,3 +53,15 @@ def python_sigint():
     before = signal.signal(signal.SIGINT, signal.default_int_handler)
     yield
     signal.signal(signal.SIGINT, before)
+
+
+@pytest.fixture
+def lock_dir(tmp_path, monkeypatch):
+    """A Flame service called in-process (`ParityService`, as flamepy would): its GPU locks in this test's
+    folder, two simulated GPUs to lease from, and executor id `exec-7` (from the socket flamepy names)."""
+    import flamepy
+
+    monkeypatch.setenv("PARITY_GPU_LOCK_DIR", str(tmp_path / "locks"))
+    monkeypatch.setenv("PARITY_GPUS", "sim-0,sim-1")
+    monkeypatch.setenv(flamepy.FLAME_INSTANCE_ENDPOINT, str(tmp_path / "exec-7.sock"))
+    return tmp_path / "locks"

@@ -19,7 +19,8 @@ import pytest
 
 from parity import procs
 from parity.manifest import read_manifest
-from waiting import wait_until  # tests/ is on sys.path (pytest's rootdir-relative import)
+from real_flame import real_flame  # tests/ is on sys.path (pytest's rootdir-relative import)
+from waiting import wait_until
 
 ROOT = Path(__file__).resolve().parents[1]
 SIM = ROOT / "config" / "sim" / "h200-llama31-8b.yaml"
@@ -190,16 +191,6 @@ def test_sigkill_of_an_experiment_run_leaves_nothing_and_the_rerun_finishes_it(t
 
 
 # ---- the same against real Flame v0.6.0 (FLAME_BIN_DIR: the binaries, built by hand outside the repo) ----
-
-def _real_bin_dir() -> str | None:
-    bin_dir = os.environ.get("FLAME_BIN_DIR")
-    names = ("flame-session-manager", "flame-executor-manager")
-    ok = bin_dir and all(os.access(Path(bin_dir) / name, os.X_OK) for name in names)
-    return bin_dir if ok else None
-
-
-real_flame = pytest.mark.skipif(_real_bin_dir() is None, reason="needs FLAME_BIN_DIR naming Flame v0.6.0 binaries")
-
 
 @real_flame
 def test_sigterm_and_sigkill_of_a_real_flame_run_leave_nothing(trace, tmp_path, runs):

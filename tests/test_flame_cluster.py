@@ -22,6 +22,7 @@ from parity import procs
 from parity.errors import ParityError
 from parity.flame import cluster as fc
 from parity.manifest import validate_document
+from real_flame import bin_dir as real_bin_dir, real_flame  # tests/ is on sys.path
 
 ECHO = Path(__file__).with_name("flame_cluster_echo.py")
 
@@ -233,21 +234,12 @@ def test_leftover_services_are_found_by_tree_and_by_socket_dir(tmp_path):
 
 # ---- a real cluster ----------------------------------------------------------------------------
 
-def _real_bin_dir() -> str | None:
-    bin_dir = os.environ.get("FLAME_BIN_DIR")
-    if bin_dir and all(os.access(Path(bin_dir) / name, os.X_OK) for name in fc.BINARIES):
-        return bin_dir
-    return None
-
-
-@pytest.mark.skipif(_real_bin_dir() is None,
-                    reason="needs FLAME_BIN_DIR naming a directory with Flame v0.6.0's flame-session-manager "
-                           "and flame-executor-manager (build them by hand outside the repo)")
+@real_flame
 def test_real_cluster_runs_an_echo_task_and_cleans_up(tmp_path):
     import flamepy
 
     gpu = "GPU-parity-test-0"
-    with fc.FlameCluster(_real_bin_dir(), tmp_path / "flame", startup_timeout_s=60) as cl:
+    with fc.FlameCluster(real_bin_dir(), tmp_path / "flame", startup_timeout_s=60) as cl:
         (app,) = cl.register_gpu_applications("echo", sys.executable, [str(ECHO)], [gpu])
         session = cl.connection.create_session(flamepy.SessionAttributes(application=app, min_instances=1,
                                                                          max_instances=1))

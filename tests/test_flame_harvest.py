@@ -1,10 +1,12 @@
 """The harvest mode (ours, parity.flame.harvest and .harvester): events in order, a request spanning many tasks,
 a failed task failing its session's open requests, a hold of zero, an empty task, and a harvest trial that
 passes the four per-request checks. The protocol is driven by hand where order matters (a scripted engine,
-the service called in-process); the rest runs on the stand-in with the simulator, asserting nothing timed."""
+the service called in-process); the rest runs on the stand-in and, with FLAME_BIN_DIR, on real Flame v0.6.0 (one test
+body for both), with the simulator, asserting nothing timed."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import threading
 from concurrent.futures import Future
@@ -22,6 +24,7 @@ from parity.flame.harvest import Harvest
 from parity.flame.harvester import Harvester
 from parity.flame.service import ParityService
 from parity.flame.settings import FlameSettings
+from real_flame import CLUSTERS  # tests/ is on sys.path
 
 HARVEST = {"api": "async", "mode": "harvest"}
 
@@ -96,14 +99,6 @@ def test_a_prompt_the_engine_refuses_fails_the_task_and_a_running_request_twice_
 
 
 @pytest.fixture
-def lock_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("PARITY_GPU_LOCK_DIR", str(tmp_path / "locks"))
-    monkeypatch.setenv("PARITY_GPUS", "sim-0")
-    monkeypatch.setenv(flamepy.FLAME_INSTANCE_ENDPOINT, str(tmp_path / "exec-3.sock"))
-    return tmp_path / "locks"
-
-
-@pytest.fixture
 def service(lock_dir):
     """The service in harvest mode on the paced simulator, called in-process as flamepy would."""
     svc = ParityService()
@@ -122,7 +117,7 @@ def invoke(svc, prompts) -> dict:
 
 def test_the_service_returns_an_empty_task_empty_and_a_request_whole_across_tasks(service):
     doc = invoke(service, [])
-    assert (doc["outputs"], doc["events"], doc["worker"]["executor_id"]) == ([], [], "exec-3")
+    assert (doc["outputs"], doc["events"], doc["worker"]["executor_id"]) == ([], [], "exec-7")
     tokens = np.arange(1, 300, dtype="<u4")
     seen, outputs = [], []
     outputs += invoke(service, [codec.Prompt("a", tokens, 40)])["outputs"]
@@ -159,7 +154,7 @@ def test_the_client_resolves_each_request_from_its_events_and_a_failed_task_fail
         short = harvester.submit("short", np.arange(7, 300), max_tokens=2)
         result = short.result(timeout=60)
         assert result.output_token_ids == output_tokens(np.arange(7, 300), 128_256, 2) and len(result.token_s) == 2
-        assert result.batch_id is None and result.worker["executor_id"] == "exec-3"
+        assert result.batch_id is None and result.worker["executor_id"] == "exec-7"
         bad = harvester.submit("bad", [1, 200_000], max_tokens=2)  # out of the simulator's vocabulary: its task fails
         for future in (bad, long):  # the long request was still open: it fails too, in one line
             with pytest.raises(ParityError, match=r"harvest task s0/h\d+ failed: .*out of vocabulary") as error:
@@ -169,7 +164,72 @@ def test_the_client_resolves_each_request_from_its_events_and_a_failed_task_fail
         assert len(again.result(timeout=60).output_token_ids) == 64
     finally:
         harvester.close()
-    assert harvester.tasks and all(t["executor_id"] == "exec-3" for t in harvester.tasks)
+    assert harvester.tasks and all(t["executor_id"] == "exec-7" for t in harvester.tasks)
+    # the worker is on this host: each prompt's admission wait and each token's trip to the client, on one clock
+    waits = [w for t in harvester.tasks for key in ("arrival_to_seen_s", "arrival_to_admitted_s", "event_to_client_s")
+             for w in t.get(key, [])]
+    assert sum(len(t.get("arrival_to_admitted_s", [])) for t in harvester.tasks) == 3  # bad's task failed
+    assert min(waits) >= 0
+    assert sum(len(t.get("event_to_client_s", [])) for t in harvester.tasks) >= 2 + 64  # short's and again's
+
+
+def test_waits_across_processes_are_measured_only_for_a_worker_on_this_host():
+    doc = {"worker": {"host": "elsewhere"}, "timings": {"started_at": 1.0, "admitted_at": 2.0}, "events": []}
+    assert Harvester._waits(doc, 3.0, [0.5]) == {}
+    doc["worker"]["host"] = __import__("socket").gethostname()
+    doc["events"] = [{"request_id": "a", "from": 0, "token_s": [2.5, 2.75]}]
+    assert Harvester._waits(doc, 3.0, [0.5]) == {"arrival_to_seen_s": [0.5], "arrival_to_admitted_s": [1.5],
+                                                "event_to_client_s": [0.5, 0.25]}
+
+
+def test_rotation_drains_the_session_then_moves_on_and_what_arrives_meanwhile_waits(service):
+    from waiting import wait_until  # tests/ is on sys.path
+
+    opens = []  # what was open on the session at each rotation
+
+    def rotate():
+        opens.append(list(harvester._open))
+        return in_process(service)  # the same engine, as far as this test can tell: a fresh session in Flame
+
+    harvester = Harvester(in_process(service), name="s0", output_tokens=64, rotate_tasks=2, rotate=rotate)
+    try:
+        first = harvester.submit("first", np.arange(1, 100), max_tokens=40)  # 40 engine steps: many tasks
+        wait_until(lambda: len(harvester.tasks) >= 2, 60, "two tasks")  # due: the session is draining
+        later = harvester.submit("later", np.arange(3, 90), max_tokens=4)
+        assert len(first.result(timeout=60).output_token_ids) == 40
+        assert later.result(timeout=60).output_token_ids == output_tokens(np.arange(3, 90), 128_256, 4)
+    finally:
+        harvester.close()
+    assert harvester.rotations >= 1 and all(not open_ for open_ in opens)  # never with a request running
+    carried_later = next(i for i, t in enumerate(harvester.tasks) if t.get("prompts") and i > 0)
+    first_done = next(i for i, t in enumerate(harvester.tasks) if t["completions"])
+    assert first_done < carried_later  # it waited for the drain (40 steps), not carried beside the first request
+
+
+def test_a_rotation_that_fails_closes_the_harvester_and_fails_what_waits_in_one_line(service):
+    from waiting import wait_until  # tests/ is on sys.path
+
+    def rotate():
+        raise ParityError("Flame refused\nthe new session")
+
+    harvester = Harvester(in_process(service), name="s0", output_tokens=64, rotate_tasks=1, rotate=rotate)
+    try:
+        first = harvester.submit("first", np.arange(1, 100), max_tokens=64)  # 64 engine steps to drain
+        wait_until(lambda: harvester.tasks, 60, "the first task")
+        waiting = harvester.submit("waiting", np.arange(3, 90), max_tokens=4)
+        assert len(first.result(timeout=60).output_token_ids) == 64  # the drained request is answered
+        with pytest.raises(ParityError, match=r"^harvester s0 could not move to a fresh session after \d+ tasks: "
+                                              r"Flame refused the new session$"):
+            waiting.result(timeout=60)
+        with pytest.raises(ParityError, match="harvester s0 is closed"):
+            harvester.submit("after", [1, 2])
+    finally:
+        harvester.close()
+
+
+def test_rotation_needs_a_way_to_rotate():
+    with pytest.raises(ParityError, match="rotate_tasks needs a way to open a fresh session"):
+        Harvester(lambda data: Future(), rotate_tasks=5)
 
 
 def test_closing_waits_for_the_outstanding_task_then_fails_what_is_left_by_name():
@@ -198,6 +258,8 @@ def test_the_mode_is_ours_and_the_studys_settings_record_without_it():
     ours = FlameSettings.from_dict(HARVEST | {"hold_ms": 2})
     assert ours.label() == "b32-w2ms-async-raw-harvest-h2ms" and FlameSettings.from_dict(ours.to_dict()) == ours
     assert FlameSettings.from_dict(HARVEST | {"hold_ms": 0}).hold_s == 0
+    rotating = FlameSettings.from_dict(HARVEST | {"rotate_tasks": 1000})
+    assert rotating.label().endswith("-harvest-h5ms-rotate1000") and "rotate_tasks" not in ours.to_dict()
 
 
 @pytest.mark.parametrize("values, message", [
@@ -206,6 +268,8 @@ def test_the_mode_is_ours_and_the_studys_settings_record_without_it():
     (HARVEST | {"inflight": 1}, "leave inflight unset, got 1"),
     (HARVEST | {"hold_ms": -1}, "hold_ms must be 0 or more"),
     ({"hold_ms": 3}, "hold_ms \\(3\\) applies only with mode harvest"),
+    ({"rotate_tasks": 3}, "rotate_tasks \\(3\\) applies only with mode harvest"),
+    (HARVEST | {"rotate_tasks": -1}, "rotate_tasks must be 0 \\(never\\) or more"),
 ])
 def test_a_bad_harvest_setting_is_refused_in_one_line(values, message):
     with pytest.raises(ParityError, match=message):
@@ -236,25 +300,96 @@ def test_a_harvest_trial_on_the_stand_in_passes_the_four_checks(tiny_reuse_trace
     assert summary["ttft_client"]["p50"] <= summary["e2e"]["p50"]
 
 
-def test_on_the_stand_in_a_request_spans_many_tasks_and_a_failed_task_fails_the_sessions_open_requests(tmp_path):
+@contextlib.contextmanager
+def harvest_session(kind: str, tmp_path, step_s: float | None = None, **flame):
+    """One sticky harvest session on `kind` (the stand-in, or real Flame v0.6.0) with the paced simulator in its
+    worker (each engine step `step_s` long, when given: slow enough that a task returns between two tokens);
+    (cluster, sessions) while open."""
     from parity.flame.client import FlameSessions
     from parity.flame.settings import session_data
     from parity.paths.flame import cluster
 
-    settings = FlameSettings.from_dict(HARVEST)
-    data = session_data(settings, "sim", {"max_tokens": 512}, None)
-    with cluster("standin", ["sim-0"], tmp_path, simulated=True) as running, \
+    sim_params = None
+    if step_s is not None:
+        sim_params = tmp_path / "slow.yaml"
+        sim_params.write_text(f"params:\n  fixed_s: {step_s}\n")
+    settings = FlameSettings.from_dict(HARVEST | flame)
+    data = session_data(settings, "sim", {"max_tokens": 512}, sim_params and str(sim_params))
+    with cluster(kind, ["sim-0"], tmp_path, simulated=True) as running, \
             FlameSessions(running, 1, settings, data, placement="sticky", name="hv", output_tokens=512) as sessions:
+        yield running, sessions
+    assert running.receipt["clean"], running.receipt["errors"]
+
+
+@pytest.mark.parametrize("kind", CLUSTERS)
+def test_a_request_spans_many_tasks_in_order_and_a_failed_task_fails_the_sessions_open_requests(kind, tmp_path):
+    with harvest_session(kind, tmp_path) as (_, sessions):
         harvester = sessions.batchers[0]
         assert isinstance(harvester, Harvester)
         answer = harvester.submit("many", np.arange(1, 200), max_tokens=128).result(timeout=120)
         assert answer.output_token_ids == output_tokens(np.arange(1, 200), 128_256, 128)
-        assert len(set(answer.token_s)) > 1 and answer.token_s == sorted(answer.token_s)  # tokens from many tasks
-        assert len(harvester.tasks) > 1 and answer.worker["executor_id"] in {e["executor_id"] for e in sessions.executors()}
+        assert len(set(answer.token_s)) > 1 and answer.token_s == sorted(answer.token_s)  # from many tasks, in order
+        assert len(harvester.tasks) > 1
+        assert answer.worker["executor_id"] in {e["executor_id"] for e in sessions.executors()}
         long = harvester.submit("long", np.arange(5, 300), max_tokens=512)  # hundreds of engine steps
         bad = harvester.submit("bad", [1, 200_000], max_tokens=2)  # out of the simulator's vocabulary: its task fails
+        # Flame v0.6.0's WatchTask carries no failure event (only GetTask reads the message back), so flamepy says
+        # "Task failed without error message"; the stand-in passes the service's message on
+        why = "out of vocabulary" if kind == "standin" else "Task failed without error message"
         for future in (bad, long):
-            with pytest.raises(ParityError, match="harvest task hv-0/h\\d+ failed: .*out of vocabulary") as error:
+            with pytest.raises(ParityError, match=f"harvest task hv-0/h\\d+ failed: .*{why}") as error:
                 future.result(timeout=120)
             assert "\n" not in str(error.value)
-    assert running.receipt["clean"], running.receipt["errors"]
+        assert harvester.submit("after", np.arange(9, 50), max_tokens=4).result(timeout=120)  # the session serves on
+
+
+@pytest.mark.parametrize("kind", CLUSTERS)
+def test_an_empty_task_comes_back_empty_and_a_hold_of_zero_returns_between_tokens(kind, tmp_path):
+    with harvest_session(kind, tmp_path, step_s=0.2, hold_ms=0) as (_, sessions):
+        doc = decode_output(sessions.sessions[0].run(codec.encode([], compress=False)).result(timeout=120))
+        assert (doc["outputs"], doc["events"], doc["timings"]["open"]) == ([], [], 0)
+        assert doc["worker"]["executor_id"] in {e["executor_id"] for e in sessions.executors()}
+        harvester = sessions.batchers[0]
+        answer = harvester.submit("a", np.arange(1, 100), max_tokens=6).result(timeout=120)
+        assert answer.output_token_ids == output_tokens(np.arange(1, 100), 128_256, 6)
+        # 200 ms engine steps: with no hold, tasks come back with nothing while the request runs
+        assert any(t["open"] and not t["events"] and not t["completions"] for t in harvester.tasks)
+
+
+@pytest.mark.parametrize("kind", CLUSTERS)
+def test_a_killed_worker_fails_the_sessions_open_and_later_requests_and_is_named(kind, tmp_path):
+    from parity.restart import kill_tree
+    from waiting import wait_until  # tests/ is on sys.path
+
+    with harvest_session(kind, tmp_path, step_s=0.05) as (running, sessions):
+        harvester = sessions.batchers[0]
+        long = harvester.submit("long", np.arange(1, 100), max_tokens=512)  # 25 s of engine steps
+        wait_until(lambda: any(t["events"] for t in harvester.tasks), 120, "the request's first tokens")
+        pid = sessions.worker(0)["pid"]
+        kill_tree(pid)
+        with pytest.raises(ParityError, match=r"^harvest task hv-0/h\d+ failed: ") as error:  # at once, not a hang
+            long.result(timeout=60)
+        assert "\n" not in str(error.value)
+        later = harvester.submit("later", np.arange(1, 50), max_tokens=4)  # v0.6.0: the session serves no more
+        with pytest.raises(ParityError, match=r"^harvest task hv-0/h\d+ failed: "):
+            later.result(timeout=60)
+        (death,) = running.deaths()
+        assert death.startswith(f"Flame worker pid {pid} (session hv-0, executor ")
+
+
+@pytest.mark.parametrize("kind", CLUSTERS)
+def test_rotation_closes_and_deletes_the_drained_session_and_the_next_one_serves(kind, tmp_path):
+    from waiting import wait_until  # tests/ is on sys.path
+
+    with harvest_session(kind, tmp_path, rotate_tasks=3) as (_, sessions):
+        harvester = sessions.batchers[0]
+        for index in range(2):  # 32 engine steps each: more than 3 tasks, so each request ends a session
+            prompt = np.arange(1 + index, 60)
+            answer = harvester.submit(f"r{index}", prompt, max_tokens=32).result(timeout=120)
+            assert answer.output_token_ids == output_tokens(prompt, 128_256, 32)
+        wait_until(lambda: harvester.rotations >= 2, 120, "the second rotation")  # eager: once drained
+        old = [r["session_id"] for r in sessions.rotated]
+        assert old == ["hv-0", "hv-0-n1"] and sessions.sessions[0].id == "hv-0-n2"
+        assert all(r["executors"] for r in sessions.rotated)  # who served the old sessions, kept for the record
+        listed = {s.id for s in sessions.connection.list_sessions()}
+        assert not listed & set(old) and "hv-0-n2" in listed  # deleted: the session manager holds them no more

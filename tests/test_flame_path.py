@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import os
-
 import pytest
 from click.testing import CliRunner
 
 from parity.cli import main
 from parity.manifest import read_manifest, validate_paths
 from parity.trace import load_trace
+from real_flame import real_flame  # tests/ is on sys.path
 
 
 @pytest.fixture(scope="module")
@@ -91,8 +90,7 @@ def test_a_record_from_an_unlisted_executor_fails_verification():
         verify_placement([result], ["s0"], [{"executor_id": "e1", "session_id": "s0", "node": "n"}])
 
 
-@pytest.mark.skipif(not os.environ.get("FLAME_BIN_DIR"),
-                    reason="needs FLAME_BIN_DIR naming Flame v0.6.0 binaries (built by hand outside the repo)")
+@real_flame
 def test_the_same_client_and_service_against_real_flame(reuse_trace, tmp_path):
     result = CliRunner().invoke(main, ["flame", "run", "--cluster", "flame", "--placement", "sticky",
                                        "--trace", str(reuse_trace), "--batch-limit", "16", "--warmup-rounds", "1",
@@ -102,3 +100,14 @@ def test_the_same_client_and_service_against_real_flame(reuse_trace, tmp_path):
     assert doc["config"]["cluster"] == "flame-v0.6.0" and doc["placement_verified"] is True
     assert cached(doc) > 0.6
     assert read_manifest(tmp_path / "cleanup-flame.json")["clean"] is True
+
+
+def test_a_relative_search_path_reaches_the_workers_absolute(tmp_path, monkeypatch):
+    """Flame v0.6.0 starts a worker in its executor's own folder: `PYTHONPATH=src` must not change meaning there."""
+    import os
+
+    from parity.flame.client import absolute_search_paths
+
+    monkeypatch.chdir(tmp_path)
+    env = absolute_search_paths({"PYTHONPATH": f"src{os.pathsep}/opt/lib", "PATH": "/usr/bin", "OTHER": "x"})
+    assert env == {"PYTHONPATH": f"{tmp_path / 'src'}{os.pathsep}/opt/lib", "PATH": "/usr/bin", "OTHER": "x"}

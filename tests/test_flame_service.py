@@ -18,14 +18,6 @@ from parity.gpu_lock import lease
 from parity.trace import token_sha256
 
 
-@pytest.fixture
-def lock_dir(tmp_path, monkeypatch):
-    monkeypatch.setenv("PARITY_GPU_LOCK_DIR", str(tmp_path / "locks"))
-    monkeypatch.setenv("PARITY_GPUS", "sim-0,sim-1")
-    monkeypatch.setenv(flamepy.FLAME_INSTANCE_ENDPOINT, str(tmp_path / "exec-7.sock"))
-    return tmp_path / "locks"
-
-
 def session(common: dict):
     return flamepy.SessionContext(_common_data=json.dumps(common).encode(), session_id="s0",
                                   application=flamepy.ApplicationContext(name="parity-gpu0"))

@@ -20,6 +20,7 @@ import yaml
 from parity import netns, procs
 from parity.errors import ParityError
 from parity.manifest import read_manifest
+from real_flame import real_flame  # tests/ is on sys.path
 
 ROOT = Path(__file__).resolve().parents[1]
 CAN_CONTAIN = netns._unshare_flags()[1] is None
@@ -88,15 +89,8 @@ def cmdline(pid: int) -> str:
         return ""
 
 
-def _real_bin_dir() -> str | None:
-    bin_dir = os.environ.get("FLAME_BIN_DIR")
-    names = ("flame-session-manager", "flame-executor-manager")
-    ok = bin_dir and all(os.access(Path(bin_dir) / name, os.X_OK) for name in names)
-    return bin_dir if ok else None
-
-
-@pytest.mark.skipif(_real_bin_dir() is None or shutil.which("ss") is None or not CAN_CONTAIN,
-                    reason="needs FLAME_BIN_DIR (Flame v0.6.0 binaries built by hand), ss, and unshare --net")
+@real_flame
+@pytest.mark.skipif(shutil.which("ss") is None or not CAN_CONTAIN, reason="needs ss and unshare --net")
 def test_real_flame_in_a_network_namespace_listens_on_nothing_outside_it(trace, tmp_path):
     out = tmp_path / "out"
     env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}

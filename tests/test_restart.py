@@ -7,6 +7,7 @@ import pytest
 
 from parity.errors import ParityError
 from parity.restart import Restart
+from real_flame import real_flame  # tests/ is on sys.path
 
 
 def test_each_path_loses_no_request_when_its_engine_is_killed_mid_run(small_reuse_trace, sim_backend, tmp_path):
@@ -79,8 +80,7 @@ def test_the_workflow_config_refuses_a_bad_restart_in_one_line():
         check_experiment_settings("sustained", {"rates": [4], "restart": {"at": 2}})
 
 
-@pytest.mark.skipif(not __import__("os").environ.get("FLAME_BIN_DIR"),
-                    reason="needs FLAME_BIN_DIR naming Flame v0.6.0 binaries (built by hand outside the repo)")
+@real_flame
 def test_real_flame_gives_a_killed_workers_shard_no_new_executor_and_says_so_in_one_line(small_reuse_trace, sim_backend,
                                                                                          tmp_path):
     """What the stand-in does not copy: Flame v0.6.0 keeps the executor of a killed service (bound while idle,

@@ -429,6 +429,56 @@ def bench_startup(engine, cluster, flame_bin_dir, gpu, repeats, sim_params, mode
                f"session to first answer {f['cold_s']:.1f} s cold, {f['warm_median_s'] or 0:.1f} s warm ({label})")
 
 
+@bench.command("harvest")
+@click.option("--cluster", type=click.Choice(["flame", "standin"]), default="flame", show_default=True,
+              help="Real Flame v0.6.0 (the point), or the CPU stand-in (said so in the output).")
+@click.option("--flame-bin-dir", type=click.Path(path_type=Path), default=None,
+              help="Flame v0.6.0 binaries (default: $FLAME_BIN_DIR).")
+@click.option("--tasks", default=100_000, show_default=True, type=click.IntRange(min=1),
+              help="Harvest tasks on one session while the session manager's memory is sampled.")
+@click.option("--rotate-tasks", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Also sample it with the harvester moving to a fresh session every this many tasks (0: not).")
+@click.option("--hold-ms", "holds_ms", multiple=True, type=click.FloatRange(min=0),
+              help="A hold time to measure the harvest cycle at (repeat); default 0, 1, 5 and 20 ms.")
+@click.option("--round-trips", default=500, show_default=True, type=click.IntRange(min=1),
+              help="Timed empty-task round trips.")
+@click.option("--warmup", default=50, show_default=True, type=click.IntRange(min=0),
+              help="Untimed empty tasks before each timed phase.")
+@click.option("--rate", default=4.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="The light stream's Poisson rate, requests/s.")
+@click.option("--requests", default=40, show_default=True, type=click.IntRange(min=1), help="Requests per run.")
+@click.option("--repeats", default=2, show_default=True, type=click.IntRange(min=1),
+              help="Runs (seeds) per hold time.")
+@click.option("--samples", default=50, show_default=True, type=click.IntRange(min=1),
+              help="Memory samples over the tasks.")
+@click.option("--sim-params", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None)
+@click.option("--work-dir", type=click.Path(path_type=Path), default=None,
+              help="The cluster's logs and receipt (default: a folder beside --out, else ./bench-harvest).")
+@click.option("--out", type=click.Path(path_type=Path), default=None, help="Also write the result as JSON here.")
+@friendly_errors
+def bench_harvest(cluster, flame_bin_dir, tasks, rotate_tasks, holds_ms, round_trips, warmup, rate, requests, repeats, samples,
+                  sim_params, work_dir, out):
+    """The harvest mode's costs on Flame's task path, on the CPU (simulated engine): the empty-task round trip,
+    the harvest cycle at several hold times under a light stream (admission wait, event to client), and the
+    session manager's memory over many tasks on one session."""
+    from parity.bench import harvest
+    from parity.manifest import atomic_write_text
+
+    if out:
+        writable_file(out)
+    work_dir = work_dir or (out.with_name(out.stem + "-work") if out else Path("bench-harvest"))
+
+    def save(result):
+        if out:
+            atomic_write_text(out, json.dumps(result, indent=1, sort_keys=True) + "\n")
+
+    result = harvest.run(cluster, work_dir, bin_dir=flame_bin_dir, tasks=tasks, holds_ms=holds_ms or harvest.HOLDS_MS,
+                         round_trip_count=round_trips, warmup=warmup, rate=rate, requests=requests, repeats=repeats,
+                         samples=samples, rotate_tasks=rotate_tasks, sim_params=str(sim_params) if sim_params else None, save=save, log=_echo)
+    for line in harvest.summary_lines(result):
+        click.echo(line)
+
+
 def _study_experiments() -> dict:
     """config/experiments.yaml's experiment settings (the benchmarks' defaults: the ladder, the final Flame
     configuration)."""

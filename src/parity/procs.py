@@ -197,6 +197,17 @@ def environ(pid: int) -> dict[str, str]:
     return {k.decode(errors="replace"): v.decode(errors="replace") for k, v in pairs}
 
 
+def rss_kib(pid: int) -> int | None:
+    """A process's resident memory now (VmRSS of /proc/<pid>/status, KiB); None once it is gone."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return None
+    return None  # a zombie has no VmRSS
+
+
 def describe(pid: int) -> str:
     """'pid 12 (python -m parity flame worker)' for messages; the command line cut to 80 characters."""
     try:

@@ -11,6 +11,8 @@ The Flame serving path (`parity.paths.flame`) opens these sessions for each tria
 from __future__ import annotations
 
 import os
+import threading
+import time
 from pathlib import Path
 
 import flamepy
@@ -30,6 +32,17 @@ def shard_app(index: int) -> str:
     return f"parity-gpu{index}"
 
 
+SEARCH_PATHS = ("PYTHONPATH", "LD_LIBRARY_PATH", "PATH")
+
+
+def absolute_search_paths(env: dict) -> dict:
+    """`env` with the entries of its search paths made absolute, from this process's folder: Flame v0.6.0 starts a
+    worker in its executor's own folder, where `PYTHONPATH=src` would name nothing, and Python would then import
+    whichever parity is installed (seen: a checkout's editable install, not the code under test)."""
+    return env | {key: os.pathsep.join(os.path.abspath(p) if p else p for p in env[key].split(os.pathsep))
+                  for key in SEARCH_PATHS if key in env}
+
+
 def register_applications(endpoint: str, gpus: list[str], *, simulated: bool, delay_release: int = 86_400,
                           extra_env: dict | None = None) -> None:
     """One application per GPU (pinned with CUDA_VISIBLE_DEVICES) and one for a global session.
@@ -39,6 +52,7 @@ def register_applications(endpoint: str, gpus: list[str], *, simulated: bool, de
     """
     import sys
 
+    extra_env = absolute_search_paths(extra_env or {})
     connection = flamepy.connect(endpoint)
     try:
         command = {"command": sys.executable, "arguments": ["-m", "parity", "flame", "worker"],
@@ -67,6 +81,9 @@ class FlameSessions:
         self.sessions: list = []
         self.batchers: list[Batcher | Harvester] = []  # per session: a batcher, or a harvester in harvest mode
         self.retired: list[tuple] = []  # (session, batcher) replaced after a restart fault
+        self.rotated: list[dict] = []  # harvest rotate_tasks: per session left behind, its id and executors' records
+        self._lock = threading.Lock()  # a rotation (a harvester's thread) against closing
+        self._closing = False
 
     def __enter__(self) -> "FlameSessions":
         self.connection = flamepy.connect(self.cluster.endpoint)
@@ -85,18 +102,23 @@ class FlameSessions:
             raise
         return self
 
-    def _open(self, index: int, session_id: str):
-        """Session `session_id` for shard `index` (its application, its workers), and its batcher."""
-        s, (app, workers) = self.settings, self.specs[index]
+    def _session(self, index: int, session_id: str):
+        """Session `session_id` for shard `index` (its application, its workers)."""
+        app, workers = self.specs[index]
         folder = os.environ.get(FAILURE_DIR_ENV)
         if folder:  # a report left by an earlier run of this trial is not about this one
             (Path(folder) / f"{session_id}.txt").unlink(missing_ok=True)
-        session = self.connection.create_session(flamepy.SessionAttributes(
+        return self.connection.create_session(flamepy.SessionAttributes(
             id=session_id, application=app, common_data=self.data[index] if isinstance(self.data, list) else self.data,
             min_instances=workers, max_instances=workers))
+
+    def _open(self, index: int, session_id: str):
+        """Session `session_id` for shard `index`, and its batcher."""
+        s, session = self.settings, self._session(index, session_id)
         if s.mode == "harvest":  # ours: one task outstanding, admitting and harvesting (parity.flame.harvester)
             return session, Harvester(session.run, name=session.id, batch_limit=s.batch_limit, budget=s.budget,
-                                      compress=s.compress, output_tokens=self.output_tokens)
+                                      compress=s.compress, output_tokens=self.output_tokens,
+                                      rotate_tasks=s.rotate_tasks, rotate=lambda: self.rotate(index))
         return session, Batcher(session.run, name=session.id, batch_limit=s.batch_limit, window_s=s.window_s,
                                 budget=s.budget, compress=s.compress, inflight=s.inflight,
                                 output_tokens=self.output_tokens)
@@ -117,16 +139,44 @@ class FlameSessions:
             self.retired.append((None, batcher))
         self.sessions[shard], self.batchers[shard] = self._open(shard, f"{self.name}-{shard}-r{len(self.retired)}")
 
+    def rotate(self, shard: int, wait_s: float = 120.0):
+        """A fresh session for shard `shard` in place of its drained one, which is closed and deleted, so that
+        Flame's session manager drops its tasks (v0.6.0 keeps them all in memory until then); the new one opens
+        once the old one's worker has let its GPU go. Returns the new session's `run` (the harvest mode's
+        `rotate_tasks`, called from the harvester's thread)."""
+        from parity import gpu_lock
+
+        with self._lock:
+            if self._closing:
+                raise ParityError("the sessions are closing")
+            old = self.sessions[shard]
+            self.rotated.append({"session_id": old.id, "shard": shard,
+                                 "executors": [e for e in self.executors() if e["session_id"] == old.id]})
+            self.connection.close_session(old.id)
+            delete_session(self.connection, old.id)
+            deadline = time.monotonic() + wait_s
+            while gpu_lock.live_holder(gpu_lock.lock_dir(), old.id) is not None:
+                if time.monotonic() > deadline:
+                    raise ParityError(f"the worker of session {old.id} still holds its GPU {wait_s:g} s after "
+                                      f"it closed")
+                time.sleep(0.05)
+            self.sessions[shard] = self._session(shard, f"{self.name}-{shard}-n{len(self.rotated)}")
+            return self.sessions[shard].run
+
     @property
     def all_batchers(self) -> list[Batcher | Harvester]:
         """Every batcher of these sessions, a replaced one's too."""
         return [b for _, b in self.retired] + self.batchers
 
     def __exit__(self, *exc) -> None:
+        with self._lock:  # a rotation under way finishes first, so its new session is closed below
+            self._closing = True
         for batcher in self.all_batchers:
             batcher.close()
         errors = []
-        for session in [s for s, _ in self.retired if s is not None] + self.sessions:
+        with self._lock:
+            sessions = [s for s, _ in self.retired if s is not None] + self.sessions
+        for session in sessions:
             try:
                 self.connection.close_session(session.id)
             except Exception as error:  # keep closing the others; report at the end
@@ -154,8 +204,6 @@ class FlameSessions:
     def worker(self, shard: int, wait_s: float = 0.0) -> dict:
         """The GPU lock record (pid, executor_id, ...) of the live worker bound to shard `shard`'s session,
         waiting up to `wait_s` for one still starting."""
-        import time
-
         from parity import gpu_lock
 
         deadline = time.monotonic() + wait_s
@@ -182,6 +230,14 @@ class FlameSessions:
         """The cluster's own executor records: which executor is bound to which session, on which node."""
         return [{"executor_id": e.metadata.id, "session_id": e.status.session_id, "node": e.spec.node}
                 for e in self.connection.list_executors()]
+
+
+def delete_session(connection, session_id: str) -> None:
+    """Drop a closed session, and every task it ran, from Flame's session manager (v0.6.0's DeleteSession, which
+    flamepy 0.6.0 does not wrap); closing alone keeps it in memory for ever without `limits.max_sessions`."""
+    from flamepy.proto.frontend_pb2 import DeleteSessionRequest
+
+    connection._frontend.DeleteSession(DeleteSessionRequest(session_id=session_id))
 
 
 def verify_placement(results, session_ids: list[str], executors: list[dict]) -> None:

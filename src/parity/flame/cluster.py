@@ -348,6 +348,12 @@ class FlameCluster(procs.Supervisor):
                  "state": ExecutorState.Name(e.status.state)}
                 for e in self.connection.list_executors()]
 
+    def pid(self, binary: str) -> int:
+        """The process id of one of the two services (SESSION_MANAGER or EXECUTOR_MANAGER), once started."""
+        if binary not in self._procs:
+            raise ParityError(f"{binary} is not running in the Flame cluster at {self.endpoint}")
+        return self._procs[binary].pid
+
     # -- faults --
 
     def deaths(self) -> list[str]:

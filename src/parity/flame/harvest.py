@@ -40,6 +40,9 @@ class Harvest:
 
     def task(self, prompts: list[codec.Prompt]) -> tuple[list[dict], list[dict], dict]:
         """Admit `prompts`, wait for events (at most `hold_s`), and take them: (token events, completions, timings).
+        `timings` holds the durations of admitting and waiting and, as `started_at`/`admitted_at`, the moments
+        the task began and its prompts were in the engine (CLOCK_MONOTONIC, one clock for every process of a
+        host, so the client on the same host measures each prompt's admission wait against them).
 
         A token event is {request_id, from, token_s}: the engine's times of the request's tokens `from` on, so
         the client sees each one once and in order (`from` 0 carries the first token). A prompt the engine
@@ -65,7 +68,8 @@ class Harvest:
                 del self._open[rid], self._tokens[rid], self._sent[rid]
             still = len(self._open)
         timings = {"admit_s": admitted - started, "wait_s": time.monotonic() - admitted, "prompts": len(prompts),
-                   "events": len(events), "completions": len(done), "open": still}
+                   "events": len(events), "completions": len(done), "open": still,
+                   "started_at": started, "admitted_at": admitted}  # the host's monotonic clock, as the client's
         return events, done, timings
 
     def running(self) -> int:

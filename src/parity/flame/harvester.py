@@ -12,11 +12,19 @@ cap), possibly none. A task's result carries token events and completions:
 - a completion resolves its request, from the worker named in that task's result;
 - a failed task fails every request open on the session, loudly (its events would come to nobody:
   dropped), and what is still queued goes with the next task.
+
+Flame v0.6.0 keeps every task of a session, input and output, in its session manager's memory until the
+session is deleted (`storage: none`; no RPC drops a task), and this mode sends a task per engine event or
+hold: that memory grows with the run. With `rotate_tasks` (FlameSettings, ours, off by default) the
+harvester bounds it: after that many tasks it carries no new prompt until the session's open requests are
+done, then asks `rotate` for a fresh session (FlameSessions closes and deletes the old one; the new one has
+a new worker and engine, so its prefix cache starts cold) and goes on there; prompts arriving meanwhile wait.
 """
 
 from __future__ import annotations
 
 import itertools
+import socket
 import threading
 import time
 from concurrent.futures import Future
@@ -28,6 +36,9 @@ import numpy as np
 from parity.errors import ParityError
 from parity.flame import codec
 from parity.flame.batcher import PromptQueue, Result
+
+
+ROTATE = "rotate"  # what `_next` says when the session is due for rotation and drained
 
 
 @dataclass
@@ -44,16 +55,23 @@ class Harvester(PromptQueue):
     what = "harvester"
 
     def __init__(self, send: Callable[[bytes], Future], *, name: str = "session-0", batch_limit: int = 32,
-                 budget: int = 2 * 1024 * 1024, compress: bool = False, output_tokens: int = 16):
-        """`send`: a task input in, a future of its output out (flamepy's `session.run`)."""
+                 budget: int = 2 * 1024 * 1024, compress: bool = False, output_tokens: int = 16,
+                 rotate_tasks: int = 0, rotate: Callable[[], Callable[[bytes], Future]] | None = None):
+        """`send`: a task input in, a future of its output out (flamepy's `session.run`); `rotate`: a fresh
+        session's `send`, asked for after every `rotate_tasks` tasks (0: never)."""
+        if rotate_tasks and rotate is None:
+            raise ParityError(f"harvester {name}: rotate_tasks needs a way to open a fresh session")
         super().__init__(name)
         self.send, self.batch_limit = send, batch_limit
+        self.rotate_tasks, self.rotate, self._on_session, self.rotations = rotate_tasks, rotate, 0, 0
+        self.rotation_s: list[float] = []  # per rotation, how long its fresh session took (not the drain before)
         self.budget, self.compress, self.output_tokens = budget, compress, output_tokens
         self._open: dict[str, _Open] = {}
         self._task_ids = itertools.count()
         self.batch_sizes: list[int] = []  # new prompts per task that carried any
         self.task_bytes: list[int] = []
-        self.tasks: list[dict] = []  # per task: its id, executor, the service's timings, the round trip
+        self.tasks: list[dict] = []  # per task: its id, executor, the service's timings, the round trip, and its
+        # prompts' admission waits and tokens' event-to-client times (`_waits`)
         self._thread = threading.Thread(target=self._loop, name=f"harvester-{name}", daemon=True)
         self._thread.start()
 
@@ -62,17 +80,41 @@ class Harvester(PromptQueue):
         with self._lock:
             return not self._queue and not self._open
 
-    def _next(self) -> list | None:
-        """The prompts of the next task (possibly none), once there is work; None once closed."""
+    def _due(self) -> bool:
+        return bool(self.rotate_tasks) and self._on_session >= self.rotate_tasks
+
+    def _next(self) -> list | str | None:
+        """The prompts of the next task (possibly none), once there is work; ROTATE once the session is due
+        and drained (none open); None once closed."""
         with self._lock:
-            while not self._queue and not self._open and not self._closed:
+            while not self._queue and not self._open and not self._closed and not self._due():
                 self._lock.wait()
             if self._closed:
                 return None
+            if self._due():  # draining: no new prompt on this session
+                return [] if self._open else ROTATE
             return [self._queue.popleft() for _ in range(min(self.batch_limit, len(self._queue)))]
+
+    def _rotate(self) -> None:
+        """Go on with a fresh session; if none can be had, close, failing what is queued in one line."""
+        started = time.monotonic()
+        try:
+            self.send = self.rotate()
+        except BaseException as exc:  # noqa: BLE001 - loudly, to every request waiting for the new session
+            with self._lock:
+                self._closed = True
+            self._fail_open(None, ParityError(f"harvester {self.name} could not move to a fresh session after "
+                                              f"{self._on_session} tasks: {' '.join(str(exc).split())}"))
+            return
+        self._on_session = 0
+        self.rotations += 1
+        self.rotation_s.append(time.monotonic() - started)
 
     def _loop(self) -> None:
         while (taken := self._next()) is not None:
+            if taken is ROTATE:
+                self._rotate()
+                continue
             task_id = f"{self.name}/h{next(self._task_ids)}"
             try:
                 data, count = self._encode(taken)
@@ -88,12 +130,13 @@ class Harvester(PromptQueue):
                 self.batch_sizes.append(count)
             self.task_bytes.append(len(data))
             sent = time.monotonic()
+            self._on_session += 1
             try:
                 doc = codec.decode_output(self.send(data).result())
             except BaseException as exc:  # noqa: BLE001 - the transport or the task failed: loudly, to all
                 self._fail_open(task_id, exc)
                 continue
-            self._take(doc, task_id, sent, time.monotonic())
+            self._take(doc, task_id, sent, time.monotonic(), [submitted for _, _, submitted, _, _ in taken[:count]])
         self._fail_open(None, ParityError(f"harvester {self.name} closed with the request unanswered"))
 
     def _encode(self, taken: list) -> tuple[bytes, int]:
@@ -104,11 +147,12 @@ class Harvester(PromptQueue):
         first = codec.split(prompts, compress=self.compress, budget=self.budget, output_tokens=self.output_tokens)[0]
         return first.data, first.count
 
-    def _take(self, doc: dict, task_id: str, sent: float, received: float) -> None:
-        """Apply one task's events, then its completions; a result that breaks the order fails the session's
-        open requests (it cannot be trusted for any of them)."""
+    def _take(self, doc: dict, task_id: str, sent: float, received: float, arrived: list[float]) -> None:
+        """Record the task, apply its events, then its completions; a result that breaks the order fails the
+        session's open requests (it cannot be trusted for any of them)."""
         self.tasks.append({"task_id": task_id, "executor_id": doc["worker"].get("executor_id"),
-                           "round_trip_s": received - sent, **doc.get("timings", {})})
+                           "round_trip_s": received - sent, **doc.get("timings", {}),
+                           **self._waits(doc, received, arrived)})
         finished: list[tuple[_Open, Result]] = []
         try:
             with self._lock:
@@ -118,6 +162,18 @@ class Harvester(PromptQueue):
             return
         for entry, result in finished:
             entry.future.set_result(result)
+
+    @staticmethod
+    def _waits(doc: dict, received: float, arrived: list[float]) -> dict:
+        """Per prompt the task carried, its arrival (`submit`) to the service starting the task and to the
+        prompt being in the engine; per token it returned, the engine producing it to the client holding it.
+        Only for a worker on this host: its stamps and ours are then both CLOCK_MONOTONIC of one boot."""
+        timings = doc.get("timings", {})
+        if doc["worker"].get("host") != socket.gethostname() or "admitted_at" not in timings:
+            return {}
+        return {"arrival_to_seen_s": [timings["started_at"] - a for a in arrived],
+                "arrival_to_admitted_s": [timings["admitted_at"] - a for a in arrived],
+                "event_to_client_s": [received - t for e in doc.get("events", []) for t in e["token_s"]]}
 
     def _apply(self, doc: dict, task_id: str, received: float, finished: list) -> None:
         """Lock held. Check and apply the events, then the completions (into `finished`, with their results)."""

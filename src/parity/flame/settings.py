@@ -37,6 +37,9 @@ class FlameSettings(Settings):
     # (parity.flame.harvest: one task outstanding per session, admitting what arrived, returning engine events;
     # a task goes as the last one returns, so window_ms does not apply)
     hold_ms: float = 5.0  # harvest: how long a task waits at most for an engine event before it returns empty
+    rotate_tasks: int = 0  # ours, harvest: after this many tasks on one session, drain it and go on with a fresh one
+    # (a new worker and engine), so Flame v0.6.0's session manager, which keeps every task of a session in memory
+    # until the session is deleted, stays bounded (parity.flame.harvester); 0: never, the default
 
     def __post_init__(self):  # when the plan is made, not when a worker binds after earlier cases ran
         check_order(self.order)
@@ -58,6 +61,8 @@ class FlameSettings(Settings):
         if self.mode == "burst":
             if self.hold_ms != FlameSettings.hold_ms:
                 raise ParityError(f"Flame setting hold_ms ({self.hold_ms:g}) applies only with mode harvest")
+            if self.rotate_tasks:
+                raise ParityError(f"Flame setting rotate_tasks ({self.rotate_tasks}) applies only with mode harvest")
             return
         if self.api != "async":
             raise ParityError("Flame setting mode harvest needs api async: it admits prompts into a running engine")
@@ -66,6 +71,8 @@ class FlameSettings(Settings):
                               f"leave inflight unset, got {self.inflight}")
         if self.hold_ms < 0:
             raise ParityError(f"Flame setting hold_ms must be 0 or more, got {self.hold_ms:g}")
+        if self.rotate_tasks < 0:
+            raise ParityError(f"Flame setting rotate_tasks must be 0 (never) or more, got {self.rotate_tasks}")
 
     @property
     def hold_s(self) -> float:
@@ -81,20 +88,23 @@ class FlameSettings(Settings):
         return int(self.budget_mib * 1024 * 1024)
 
     def to_dict(self) -> dict:
-        """As `from_dict` takes it; `inflight`, `mode` and `hold_ms` only when set, so the study's configurations
-        record what they did."""
+        """As `from_dict` takes it; `inflight`, `mode`, `hold_ms` and `rotate_tasks` only when set, so the study's
+        configurations record what they did."""
         values = super().to_dict()
         if not self.inflight:
             del values["inflight"]
         if self.mode == "burst":
             del values["mode"], values["hold_ms"]
+        if not self.rotate_tasks:
+            del values["rotate_tasks"]
         return values
 
     def label(self) -> str:
         return (f"b{self.batch_limit}-w{self.window_ms:g}ms-{self.api}-{'zlib' if self.compress else 'raw'}"
                 + ("-freeze" if self.gc_freeze else "") + ("" if self.order == "arrival" else f"-{self.order}")
                 + (f"-inflight{self.inflight}" if self.inflight else "")
-                + (f"-harvest-h{self.hold_ms:g}ms" if self.mode == "harvest" else ""))
+                + (f"-harvest-h{self.hold_ms:g}ms" if self.mode == "harvest" else "")
+                + (f"-rotate{self.rotate_tasks}" if self.rotate_tasks else ""))
 
 
 def session_data(settings: FlameSettings, engine: str, engine_args: dict, sim_params: str | None,

@@ -25,7 +25,8 @@ Differences from Flame:
 * a service that dies fails its task with a line naming it (pid, session, GPU, how it ended, log), and, as
   in Flame (whose executor stays bound to the dead service), every later task of its session; but a new
   session then gets an executor, where Flame v0.6.0 gave none in our tests (parity.restart);
-* re-registering an application replaces it, a closed session's id may be reused; nothing persists.
+* re-registering an application replaces it, a closed session's id may be reused; nothing persists;
+* DeleteSession closes an open session first (v0.6.0 drops it whatever its state).
 
 Services are spawned through `parity.procs` (own session, die with this process, watchdog); the
 frontend listens on 127.0.0.1 only. Without a `socket_dir` the stand-in makes a short one in /tmp
@@ -472,6 +473,15 @@ class StandInCluster(procs.Supervisor, frontend_pb2_grpc.FrontendServicer):
                 context.abort(grpc.StatusCode.FAILED_PRECONDITION,
                               f"session {session.id} has running tasks; wait for them before closing")
             self._close(session)
+            return session.proto()
+
+    def DeleteSession(self, request, context):  # noqa: N802
+        """As v0.6.0: the session and its tasks are dropped (an open one is closed first, here)."""
+        with self._cond:
+            session = self._session(request.session_id, context)
+            if session.open:
+                self._close(session)
+            del self._sessions[session.id]
             return session.proto()
 
     def CreateTask(self, request, context):  # noqa: N802

@@ -322,10 +322,16 @@ class FlamePath(ServingPath):
 def harvest_summary(tasks: list[dict]) -> dict:
     """What a harvest-mode burst's tasks did (parity.flame.harvest), compact: a task per engine event or hold
     is thousands per trial. `admit_s`/`wait_s`: the service admitting a task's prompts, then waiting for an event;
-    `round_trip_s`: the client sending a task to holding its result."""
+    `round_trip_s`: the client sending a task to holding its result; the waits per prompt and per token where
+    the worker shares the client's clock (parity.flame.harvester)."""
     from parity.latency import percentiles
 
     return {"tasks": len(tasks), "empty_tasks": sum(1 for t in tasks if not t.get("prompts")),
             "events": sum(t.get("events", 0) for t in tasks),
             "completions": sum(t.get("completions", 0) for t in tasks),
-            **{key: percentiles(t[key] for t in tasks if key in t) for key in ("admit_s", "wait_s", "round_trip_s")}}
+            **{key: percentiles(t[key] for t in tasks if key in t) for key in ("admit_s", "wait_s", "round_trip_s")},
+            # per prompt and per token, where the worker ran on this host (one CLOCK_MONOTONIC): a prompt's
+            # arrival to the service seeing it and to its admission, an engine token to the client holding it
+            **{key: percentiles(v for t in tasks for v in t.get(key, ()))
+               for key in ("arrival_to_seen_s", "arrival_to_admitted_s", "event_to_client_s")
+               if any(key in t for t in tasks)}}

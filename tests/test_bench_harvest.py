@@ -1,0 +1,47 @@
+"""`parity bench harvest` (parity.bench.harvest) on the stand-in with tiny counts: every phase runs (the memory
+phase before and after rotation), the JSON holds each phase's spread, and the output says it ran on the stand-in
+with a simulated engine. Nothing timed is asserted."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from parity.bench.harvest import spread
+from parity.cli import main
+
+
+def test_bench_harvest_on_the_stand_in_runs_every_phase_and_says_where(tmp_path):
+    out = tmp_path / "harvest.json"
+    tiny = ["--tasks", 30, "--rotate-tasks", 20, "--round-trips", 5, "--warmup", 2, "--requests", 3, "--repeats", 1,
+            "--rate", 20, "--samples", 3, "--hold-ms", 0, "--hold-ms", 5]
+    result = CliRunner().invoke(main, ["bench", "harvest", "--cluster", "standin", *map(str, tiny), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert "on the Flame STAND-IN (in-process, not Flame)" in result.output and "(simulated)" in result.output
+    doc = json.loads(out.read_text())
+    assert doc["cluster_kind"] == "standin" and doc["simulated_engine"] and doc["cleanup_clean"]
+    assert doc["round_trip"]["round_trip_s"]["n"] == 5
+    assert [c["hold_ms"] for c in doc["cycles"]] == [0, 5]
+    for c in doc["cycles"]:  # the worker shares this host: every prompt's and token's wait is measured
+        assert c["arrival_to_admitted_s"]["n"] == 3 and c["event_to_client_s"]["n"] == 3 * 16
+        assert c["runs"][0]["tasks"] >= 3 and c["tasks_per_s"]["min"] > 0
+    for key in ("memory", "memory_rotating"):  # before and after: one session, then a fresh one every 20 tasks
+        points = doc[key]["points"]
+        assert points[0]["tasks"] == 0 and points[-1]["tasks"] == doc[key]["tasks"] >= 30
+        assert all(p["rss_kib"]["stand-in (this process, with the client)"] > 0 for p in points)
+    assert doc["memory"]["rotations"] == 0 and doc["memory_rotating"]["rotations"] >= 1
+    assert (tmp_path / "harvest-work" / "cleanup-flame.json").exists()
+
+
+def test_spread_gives_the_percentiles_and_range():
+    s = spread(range(101))
+    assert (s["n"], s["p50"], s["p90"], s["p99"], s["min"], s["max"]) == (101, 50, 90, 99, 0, 100)
+    assert spread([]) is None
+
+
+def test_real_flame_without_binaries_is_one_line(tmp_path, monkeypatch):
+    monkeypatch.delenv("FLAME_BIN_DIR", raising=False)
+    result = CliRunner().invoke(main, ["bench", "harvest", "--cluster", "flame", "--work-dir", str(tmp_path)])
+    assert result.exit_code == 1 and result.output.strip().splitlines()[-1].startswith(
+        "Error: no Flame binaries: pass bin_dir or set FLAME_BIN_DIR"), result.output
