@@ -223,7 +223,6 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
             arm = [s for s, _ in variants].index(stage_arm[0])
             blocks.setdefault(reference.start, (arm, repeat, stage_arm[1], 1 - repeat % 2))
             blocks.setdefault(candidate.start, (arm, repeat, stage_arm[1], repeat % 2))  # Flame's first: the new path
-            turn[0] = repeat + 1
         cases.extend([reference, candidate] if turn[0] % 2 == 0 else [candidate, reference])
         turn[0] += 1
 
