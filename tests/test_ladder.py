@@ -43,15 +43,17 @@ def test_a_trace_of_blocks_repeats_its_first_block_shape_with_prefixes_of_its_ow
         TraceSpec("x", documents=1, questions_per_document=1, blocks=0).check()
 
 
-def test_a_shared_start_ladder_runs_each_path_in_blocks_arms_first_repeats_together(tiny_reuse_trace):
+def test_a_shared_start_ladder_runs_each_path_in_blocks_newest_arm_first_repeats_together(tiny_reuse_trace):
     from parity.experiments import plan
 
     settings = {"rates": {"reuse": [2, 4]}, "repeats": 2, "shared_start": True, "warmup_requests": 4,
-                "arms": {"harvest": {"mode": "harvest", "api": "async"}}}
+                "arms": {"gathered": {"inflight": 1}, "harvest": {"mode": "harvest", "api": "async"}}}
     cases = plan.for_experiment("sustained", [tiny_reuse_trace], settings)
     starts = list(dict.fromkeys(c.start for c in cases))
     assert starts == ["sustained-start-harvest-p0-flame", "sustained-start-harvest-p0-vllm",
                       "sustained-start-harvest-p1-vllm", "sustained-start-harvest-p1-flame",
+                      "sustained-start-gathered-p0-flame", "sustained-start-gathered-p0-vllm",
+                      "sustained-start-gathered-p1-vllm", "sustained-start-gathered-p1-flame",
                       "sustained-start-p0-flame", "sustained-start-p0-vllm",
                       "sustained-start-p1-vllm", "sustained-start-p1-flame"]
     assert [c.stage for c in cases[:2]] == ["rate-2-harvest", "rate-4-harvest"]  # a block is its rungs in order

@@ -200,12 +200,12 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
     (one answer length, one repeat) run on one engine start, each rung cold (prefix caches reset) after its own
     warm-ups; the rungs of a start run together, its standalone and Flame blocks side by side, the side that goes
     first alternating with the repeat (Flame's first in the first repeat: the new path meets the engine first),
-    the arms (in the order the settings give them; the workflow gives them by name) before the study's
-    configuration, measured in its own experiments, so a session that runs out of device time has the new arms. `warmup_requests`: each warm-up
+    the arms, the newest (the last the settings name) first, before the study's configuration, measured in its
+    own experiments, so a session that runs out of device time has the newest arm. `warmup_requests`: each warm-up
     round is that many requests paced as the rung is (parity.trial). The extra pairs start fresh engines."""
     variants = [("", flame)] + [(f"-{name}", replace(flame, **changes)) for name, changes in (arms or {}).items()]
-    if shared_start:
-        variants = variants[1:] + variants[:1]
+    if shared_start:  # the newest arm (the last named) first, the study's configuration last
+        variants = variants[1:][::-1] + variants[:1]
     per_trace = rates if isinstance(rates, dict) else {trace.stem: rates for trace in traces}
     cases, turn, blocks, stage_arm = [], [0], {}, ["", 0]  # blocks: start -> its place (by_start)
     ladder = list(dict.fromkeys(r for trace in traces for r in per_trace.get(trace.stem, [])))
