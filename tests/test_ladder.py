@@ -173,3 +173,30 @@ def test_a_kernel_compiled_inside_the_timed_window_fails_the_trial_and_the_check
     doc["verdict"] = {"status": "passed", "reasons": [], "checks": {k: {"passed": True} for k in verdict["checks"]}}
     write_manifest(path, doc)
     assert any("verdict" in str(p) for p in rederive.validate([path], root=tmp_path.parent)[1])
+
+
+def test_a_rerun_on_another_gpu_keeps_each_pair_finished_whole_and_runs_a_split_one_again(tiny_reuse_trace, tmp_path):
+    """A ladder spread over device sessions meets another GPU each session: every pair that ran whole on one
+    GPU is kept; a pair with one side missing runs again whole on this GPU, never split over two."""
+    from pathlib import Path as P
+
+    from parity.experiments import plan
+    from parity.experiments.backend import Backend
+    from parity.experiments.runner import run_experiment
+    from parity.manifest import read_manifest
+
+    params = str(P(__file__).resolve().parents[1] / "config/sim/h200-llama31-8b.yaml")
+    settings = {"rates": [20, 40], "flame": {"mode": "harvest", "api": "async"}}
+    cases = plan.for_experiment("sustained", [tiny_reuse_trace], settings)
+    on = lambda gpu: Backend.from_dict({"engine": "sim", "sim_params": params, "gpus": [gpu]})  # noqa: E731
+    run_experiment("sustained", cases, on("sim-0"), tmp_path, settings=settings, log=lambda _: None)
+    (tmp_path / "trials" / "sustained-rate-40-reuse-p0-flame.json").unlink()
+    lines: list[str] = []
+    run_experiment("sustained", cases, on("sim-1"), tmp_path, settings=settings, log=lines.append)
+    assert "sustained-rate-20-reuse-p0-vllm: kept (already run and checked)" in lines
+    assert "sustained-rate-20-reuse-p0-flame: kept (already run and checked)" in lines
+    assert any(line.startswith("sustained-rate-40-reuse-p0-vllm: run again: the trial on disk is stale: "
+                               "it ran with other gpus") for line in lines)
+    gpus = {c.trial_id: read_manifest(tmp_path / "trials" / f"{c.trial_id}.json")["ran_with"]["gpus"] for c in cases}
+    assert gpus == {c.trial_id: ["sim-1" if c.stage == "rate-40" else "sim-0"] for c in cases}
+    assert read_manifest(tmp_path / "experiment.json")["backend"]["gpus"] == ["sim-1"]

@@ -87,10 +87,13 @@ class Runner:
     def trial_path(self, case: Case) -> Path:
         return self.trials_dir / f"{case.trial_id}.json"
 
-    def run(self, case: Case) -> Path:
-        """One fresh case: its trial manifest, checked (pinning is checked later, once its pair exists)."""
+    def run(self, case: Case, partner: Case | None = None) -> Path:
+        """One fresh case: its trial manifest, checked (pinning is checked later, once its pair exists).
+        `partner`: the other side of its pair, if it has one."""
         path = self.trial_path(case)
         wanted = self.wanted(case)
+        if partner is not None and (gpus := self.moved_pair(case, partner)) is not None:
+            wanted = wanted | {"gpus": gpus}
         if trial.keep(path, case.trial_id, wanted, self.recorded, self.log):
             return path
         options = dict(trial_id=case.trial_id, experiment=case.experiment, router=case.router, schedule=case.schedule,
@@ -103,6 +106,22 @@ class Runner:
         with paths.get(case.system).for_case(case, self) as serving:
             trial.run(serving, case.trace, self.trials_dir, **options)
         return path
+
+    def moved_pair(self, case: Case, partner: Case) -> list[str] | None:
+        """The GPUs a finished pair ran on when it ran whole on others than this run's (a ladder spread over
+        device sessions gets another machine each session): both its trials are then judged against those GPUs,
+        so every pair finished on one GPU is kept and no pair is ever split over two (a pair with only one side
+        on disk, or either side stale otherwise, runs again here whole)."""
+        try:
+            gpus = [read_manifest(self.trial_path(c))["ran_with"]["gpus"] for c in (case, partner)]
+        except (OSError, KeyError, TypeError, ParityError):
+            return None
+        if gpus[0] != gpus[1] or gpus[0] == list(self.gpus):
+            return None
+        if any(trial.must_run(self.trial_path(c), self.wanted(c) | {"gpus": gpus[0]}, self.recorded) for c in (case, partner)):
+            return None
+        self.log(f"{case.trial_id}: its pair ran whole on {', '.join(gpus[0])} (an earlier machine), judged there")
+        return gpus[0]
 
     def wanted(self, case: Case) -> dict:
         """RESULT_SETTINGS as this case runs now."""
@@ -137,10 +156,12 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
         log(f"{experiment}: {len(cases)} cases; their arrival schedules take about {about(paced)} in all "
             "(requests / rate, case by case; engine starts and warmups come on top)")
     trials = {}
+    partners = {one.trial_id: other for sides in _pair_cases(cases).values() if len(sides) == 2
+                for one, other in (tuple(sides.values()), tuple(sides.values())[::-1])}
     with Runner(experiment, backend, out_dir, log) as runner:
         for number, case in enumerate(cases, start=1):
             log(f"[{number}/{len(cases)}] {case.trial_id}")
-            trials[case.trial_id] = runner.run(case)
+            trials[case.trial_id] = runner.run(case, partners.get(case.trial_id))
     pairs = sorted(_pair_cases(cases).items())
     for (stage, trace, index), sides in pairs:  # pinning first: it may change a candidate's verdict
         if set(sides) != {"reference", "candidate"}:
