@@ -83,6 +83,7 @@ def test_rungs_of_a_shared_start_run_on_one_start_each_cold_after_paced_warmups(
     run_experiment("sustained", cases, backend, tmp_path, settings=settings, log=lines.append)
     assert sum("started sustained-start-p0-vllm" in line for line in lines) == 1
     assert sum("started sustained-start-p0-flame" in line for line in lines) == 1
+    assert sum("decode sweep: groups of 1 to 3 requests" in line for line in lines) == 2  # once per start
     assert sum("warmup 1: 3 requests" in line and "paced" not in line for line in lines) == 4  # all at once
     assert sum("warmup 2: 3 requests" in line and "(paced, poisson" in line for line in lines) == 4  # as measured
     receipts = sorted(p.name for p in (tmp_path / "cleanup").glob("*.json"))
@@ -93,6 +94,8 @@ def test_rungs_of_a_shared_start_run_on_one_start_each_cold_after_paced_warmups(
         doc = read_manifest(tmp_path / "trials" / f"{case.trial_id}.json")
         assert doc["verdict"]["status"] == "passed", (case.trial_id, doc["verdict"]["reasons"])
         assert doc["ran_with"]["load"]["start"] == case.start and "jit" not in doc  # the simulator compiles nothing
+        first = case is next(c for c in cases if c.start == case.start)
+        assert ("warmup_sweep" in doc) == first and (not first or doc["warmup_sweep"]["groups"] == 3)
         seen, cold = set(), []
         for record in sorted(doc["records"], key=lambda r: r["submit_s"]):
             document = record["request_id"].rsplit("-q", 1)[0]

@@ -44,7 +44,7 @@ from parity.trace import check_context, load_trace
 def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
         router: RouterSettings = RouterSettings(), schedule: Schedule = Schedule(), warmup_rounds: int = 2,
         ran_with: dict | None = None, restart=None, lengths=None, warmup_requests: int | None = None,
-        log=print) -> dict:
+        sweep: int | None = None, log=print) -> dict:
     """One trial on `path` (entered); writes its checked manifest to FOLDER/TRIAL_ID.json (a trial's id is
     always its manifest's name) and returns it. `restart` (parity.restart.Restart): the measured burst
     kills one engine mid-run and the manifest records the outage (`restart`). `lengths`
@@ -54,7 +54,11 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
     (its decode batches shrink one by one to a single request: every batch size the kernels specialize on)
     and every later one under the measured arrival schedule (the measured phase's mix of prefill and decode).
     Where the path's engines are vLLM, the manifest records the kernels its JIT monitor saw compiled in the
-    warm-ups and inside the timed window (`jit`, parity.jit); one inside the window fails the trial."""
+    warm-ups and inside the timed window (`jit`, parity.jit); one inside the window fails the trial.
+    `sweep` (ours, once per engine start: parity.experiments.runner): before the warm-ups, groups of 1, 2, ...,
+    `sweep` short requests, one group at a time, so the engine runs decode steps of exactly each batch size (a
+    burst's tail skips sizes, and vLLM's attention kernels compile a variant per batch-size class); recorded
+    as `warmup_sweep`."""
     out = folder / f"{trial_id}.json"
     if router.placement not in path.placements:
         raise ParityError(f"the {path.name} path places requests by {' or '.join(path.placements)}, "
@@ -72,6 +76,7 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
     paced = lambda round_index: warmup_requests is not None and round_index > 1  # noqa: E731 (the study's: all at once)
     since = time.time()  # the wall clock: the engines stamp their JIT records with it (parity.jit)
     with path.trial(trial_id, router):
+        swept = decode_sweep(path, trace_path, ids, router, sweep, log) if sweep else None
         for round_index in range(1, warmup_rounds + 1):
             warm = load_trace(trace_path, f"warmup{round_index}")
             with client_heap_still():
@@ -120,6 +125,8 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
         extra["kv_events"] = kv_events
     if compiled is not None:
         extra["jit"] = compiled
+    if swept is not None:
+        extra["warmup_sweep"] = swept
     if lengths is not None:
         extra["output_lengths"] = lengths.describe(len(ids))
     doc = trial_manifest(trial_id=trial_id, experiment=experiment, system=path.name, engine=described.engine,
@@ -264,6 +271,25 @@ def recorded_hashes(out_dir: Path) -> dict[str, list[tuple[Path, str]]]:
                 trial = os.path.abspath(manifest.parent / ref["path"])
                 out.setdefault(trial, []).append((manifest, ref["sha256"]))
     return out
+
+
+SWEEP_PROMPT_TOKENS = 32  # short enough that a whole group prefills in one engine step
+
+
+def decode_sweep(path, trace_path: Path, ids: list[str], router: RouterSettings, groups: int, log) -> dict:
+    """Groups of 1..`groups` requests of the first SWEEP_PROMPT_TOKENS tokens of the first warm-up variant's
+    prompts, one group at a time, all at once: each group prefills in one step, then decodes as exactly that many
+    sequences; what it ran, for the manifest."""
+    warm = load_trace(trace_path, "warmup1")
+    prompts = [p[:SWEEP_PROMPT_TOKENS] for p in warm.prompts]
+    groups = min(groups, len(prompts))
+    began = time.monotonic()
+    with client_heap_still():
+        for size in range(1, groups + 1):
+            path.release(prompts[:size], ids[:size], router.make(path.shards), Schedule())
+    duration = time.monotonic() - began
+    log(f"  decode sweep: groups of 1 to {groups} requests of {SWEEP_PROMPT_TOKENS} tokens in {duration:.2f} s")
+    return {"groups": groups, "prompt_tokens": SWEEP_PROMPT_TOKENS, "duration_s": round(duration, 3)}
 
 
 def must_run(path: Path, wanted: dict, recorded: dict[str, list[tuple[Path, str]]]) -> str | None:

@@ -39,6 +39,7 @@ class Runner:
         self._shared: dict = {}
         self._flame_binaries = None
         self._start: tuple[str, contextlib.ExitStack, object] | None = None  # (name, its stack, its open path)
+        self._unswept = False  # the open start's engines await their decode sweep (parity.trial.decode_sweep)
 
     def __enter__(self) -> "Runner":
         for sub in ("trials", "cleanup", "logs", "pairs"):
@@ -64,6 +65,7 @@ class Runner:
             stack = contextlib.ExitStack()
             serving = stack.enter_context(paths.get(case.system).for_case(case, self))
             self._start = (case.start, stack, serving)
+            self._unswept = True
             self.log(f"  started {case.start} (its cases share this engine start)")
         return self._start[2]
 
@@ -99,8 +101,10 @@ class Runner:
         options = dict(trial_id=case.trial_id, experiment=case.experiment, router=case.router, schedule=case.schedule,
                        warmup_rounds=self.backend.warmup_rounds, ran_with=wanted, restart=case.restart,
                        lengths=case.lengths, warmup_requests=case.warmup_requests, log=self.log)
-        if case.start is not None:
-            trial.run(self.started(case), case.trace, self.trials_dir, **options)
+        if case.start is not None:  # the start's first trial to run sweeps its engine's decode batch sizes
+            serving = self.started(case)
+            sweep, self._unswept = (case.warmup_requests if self._unswept else None), False
+            trial.run(serving, case.trace, self.trials_dir, sweep=sweep, **options)
             return path
         self._close_start()
         with paths.get(case.system).for_case(case, self) as serving:
