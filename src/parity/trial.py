@@ -51,7 +51,6 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
     (parity.lengths.OutputLengths): each request asks for its own exact output length, in the warmups too,
     and the manifest records them (`output_lengths`, and each record's `max_tokens`). `warmup_requests`
     (ours): each warm-up round is the first that many requests of its variant, the first round all at once
-    (its decode batches shrink one by one to a single request: every batch size the kernels specialize on)
     and every later one under the measured arrival schedule (the measured phase's mix of prefill and decode).
     Where the path's engines are vLLM, the manifest records the kernels its JIT monitor saw compiled in the
     warm-ups and inside the timed window (`jit`, parity.jit); one inside the window fails the trial.
