@@ -203,3 +203,28 @@ def test_a_rerun_on_another_gpu_keeps_each_pair_finished_whole_and_runs_a_split_
     gpus = {c.trial_id: read_manifest(tmp_path / "trials" / f"{c.trial_id}.json")["ran_with"]["gpus"] for c in cases}
     assert gpus == {c.trial_id: ["sim-1" if c.stage == "rate-40" else "sim-0"] for c in cases}
     assert read_manifest(tmp_path / "experiment.json")["backend"]["gpus"] == ["sim-1"]
+
+
+def test_extra_pairs_run_an_arms_flame_side_on_the_traces_whose_ladder_has_their_rate(tiny_reuse_trace, tmp_path):
+    from parity.experiments import plan
+
+    hot = tmp_path / "hot.json"
+    hot.write_bytes(tiny_reuse_trace.read_bytes())  # only its name matters to the plan
+    settings = {"rates": {"reuse": [2, 4], "hot": [4]}, "arms": {"harvest": {"mode": "harvest", "api": "async"}},
+                "lengths": {"median": 8, "high": 32, "arm": "harvest"}, "answers": {"tokens": 512, "arm": "harvest"},
+                "evict": {"cache_blocks": 100, "rate": 4}}
+    cases = plan.for_experiment("sustained", [tiny_reuse_trace, hot], settings)
+    rungs = {"rate-2", "rate-4", "rate-2-harvest", "rate-4-harvest"}
+    extras = {(c.stage, c.trace.stem, c.system): c for c in cases if c.stage not in rungs}
+    assert sorted({(stage, trace) for stage, trace, _ in extras}) == [
+        ("evict-4", "hot"), ("evict-4", "reuse"), ("lengths-2-harvest", "reuse"), ("rate-2-out512-harvest", "reuse")]
+    assert extras[("lengths-2-harvest", "reuse", "flame")].flame.mode == "harvest"
+    assert extras[("rate-2-out512-harvest", "reuse", "flame")].max_tokens == 512
+    assert extras[("evict-4", "hot", "flame")].flame.mode != "harvest"  # no arm: the experiment's own Flame settings
+    ladder = plan.for_experiment("sustained", [tiny_reuse_trace, hot], settings | {"shared_start": True})
+    order = list(dict.fromkeys(c.start or c.stage for c in ladder))
+    assert order == ["sustained-start-harvest-p0-flame", "sustained-start-harvest-p0-vllm", "lengths-2-harvest",
+                     "rate-2-out512-harvest", "sustained-start-p0-flame", "sustained-start-p0-vllm", "evict-4"]
+    with pytest.raises(ParityError, match="names arm 'fast'; the arms are \\['harvest'\\]"):
+        plan.for_experiment("sustained", [tiny_reuse_trace], {"rates": [2], "arms": settings["arms"],
+                                                              "answers": {"tokens": 64, "arm": "fast"}})

@@ -183,7 +183,8 @@ def routing(traces: list[Path], repeats: int, flame: FlameSettings, placements=(
 def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], flame: FlameSettings, schedule: Schedule,
               repeats: int = 1, arms: dict[str, dict] | None = None, output_tokens: list[int] = (16,),
               restart: dict | None = None, evict: dict | None = None, lengths: dict | None = None,
-              shared_start: bool = False, warmup_requests: int | None = None) -> list[Case]:
+              shared_start: bool = False, warmup_requests: int | None = None,
+              answers: dict | None = None) -> list[Case]:
     """Ours, the study's named next step: a rate ladder, each rate a pair (sticky standalone vLLM, the
     Flame configuration) under the same seeded arrivals, streamed, fresh engines per case; then, for each
     extra arm (name: Flame setting changes, e.g. `gathered: {inflight: 1}`), the same pair again with the
@@ -202,13 +203,31 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
     first alternating with the repeat (Flame's first in the first repeat: the new path meets the engine first),
     the arms, the newest (the last the settings name) first, before the study's configuration, measured in its
     own experiments, so a session that runs out of device time has the newest arm. `warmup_requests`: each warm-up
-    round is that many requests paced as the rung is (parity.trial). The extra pairs start fresh engines."""
+    round is that many requests paced as the rung is (parity.trial). With `answers` ({tokens, rate}), one more
+    pair per repeat at that rate with every answer exactly that long (stage `rate-R-outN`: a rung of that
+    length's ladder). Each extra pair (`evict`, `lengths`, `answers`, `restart`) runs on the traces whose ladder
+    has its rate, starts fresh engines, and with `arm: NAME` runs that arm's Flame side (stage suffix `-NAME`)."""
     variants = [("", flame)] + [(f"-{name}", replace(flame, **changes)) for name, changes in (arms or {}).items()]
     if shared_start:  # the newest arm (the last named) first, the study's configuration last
         variants = variants[1:][::-1] + variants[:1]
     per_trace = rates if isinstance(rates, dict) else {trace.stem: rates for trace in traces}
     cases, turn, blocks, stage_arm = [], [0], {}, ["", 0]  # blocks: start -> its place (by_start)
     ladder = list(dict.fromkeys(r for trace in traces for r in per_trace.get(trace.stem, [])))
+
+    def extra(spec: dict) -> tuple[float, str, FlameSettings]:
+        """An extra pair's rate (default: the ladder's first), stage suffix and Flame side (`arm`: that arm's)."""
+        rate, name = float(spec.get("rate", ladder[0])), spec.get("arm")
+        if name is None:
+            return rate, "", flame
+        if name not in (arms or {}):
+            raise ParityError(f"sustained: an extra pair names arm {name!r}; the arms are {sorted(arms or {}) or 'none'}")
+        return rate, f"-{name}", replace(flame, **arms[name])
+
+    def on(rate: float) -> list[Path]:
+        """The traces an extra pair at `rate` runs on: those whose ladder has that rate (every trace, where one
+        ladder serves all, or where none has it)."""
+        have = [t for t in traces if rate in per_trace.get(t.stem, [])]
+        return have or list(traces)
 
     def pair(stage: str, trace: Path, settings: FlameSettings, repeat: int, arrivals: Schedule, start: str | None = None,
              **fields) -> None:
@@ -238,31 +257,43 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
                             pair(f"rate-{rate:g}{length}{suffix}", trace, settings, repeat, at(rate), max_tokens=tokens,
                                  start=f"{suffix}{length}-p{repeat}" if shared_start else None)
         if evict is not None:
-            rate = float(evict.get("rate", ladder[0]))
-            for trace in traces:
-                pair(f"evict-{rate:g}", trace, flame, repeat, at(rate), cache_blocks=int(evict["cache_blocks"]))
+            rate, suffix, settings = extra(evict)
+            for trace in on(rate):
+                pair(f"evict-{rate:g}{suffix}", trace, settings, repeat, at(rate), cache_blocks=int(evict["cache_blocks"]))
         if lengths is not None:
-            rate = float(lengths.get("rate", ladder[0]))
-            drawn = OutputLengths.from_dict({k: v for k, v in lengths.items() if k != "rate"})
-            for trace in traces:
-                pair(f"lengths-{rate:g}", trace, flame, repeat, at(rate), lengths=drawn, max_tokens=drawn.high)
+            rate, suffix, settings = extra(lengths)
+            drawn = OutputLengths.from_dict({k: v for k, v in lengths.items() if k not in ("rate", "arm")})
+            for trace in on(rate):
+                pair(f"lengths-{rate:g}{suffix}", trace, settings, repeat, at(rate), lengths=drawn, max_tokens=drawn.high)
+        if answers is not None:
+            rate, suffix, settings = extra(answers)
+            for trace in on(rate):
+                pair(f"rate-{rate:g}-out{int(answers['tokens'])}{suffix}", trace, settings, repeat, at(rate),
+                     max_tokens=int(answers["tokens"]))
         if restart is not None:
-            rate = float(restart.get("rate", ladder[0]))
-            fault = Restart.from_dict({k: v for k, v in restart.items() if k != "rate"})
-            for trace in traces:
-                pair(f"restart-{rate:g}", trace, flame, repeat, at(rate), restart=fault)
-    return by_start(cases, blocks) if shared_start else cases
+            rate, suffix, settings = extra(restart)
+            fault = Restart.from_dict({k: v for k, v in restart.items() if k not in ("rate", "arm")})
+            for trace in on(rate):
+                pair(f"restart-{rate:g}{suffix}", trace, settings, repeat, at(rate), restart=fault)
+    if not shared_start:
+        return cases
+    names = [suffix for suffix, _ in variants]
+    for number, case in enumerate(c for c in cases if c.start is None):  # an arm's extra pairs right after its blocks
+        arm = next((names.index(n) for n in names if n and case.stage.endswith(n)), len(names))
+        blocks[case.trial_id] = (arm, repeats, number)
+    return by_start(cases, blocks)
 
 
 def by_start(cases: list[Case], place: dict[str, tuple]) -> list[Case]:
-    """The cases in blocks, one per shared start, ordered by `place` (start -> a sort key); each block's cases
-    in their order; fresh cases after every block, in theirs. A start is opened once, so its cases run together."""
-    blocks: dict[str, list[Case]] = {}
+    """The cases in blocks, one per shared start, each block's cases in their order, and fresh cases, ordered by
+    `place` (a start or a fresh case's trial id -> a sort key); fresh cases without one after everything, in their
+    order. A start is opened once, so its cases run together."""
+    units: dict[str, list[Case]] = {}
     for case in cases:
-        if case.start is not None:
-            blocks.setdefault(case.start, []).append(case)
-    ordered = sorted(blocks, key=lambda start: place[start])
-    return [case for start in ordered for case in blocks[start]] + [c for c in cases if c.start is None]
+        units.setdefault(case.start if case.start is not None else case.trial_id, []).append(case)
+    last = (float("inf"),)
+    ordered = sorted(units, key=lambda name: place.get(name, last))  # stable: unplaced fresh cases keep their order
+    return [case for name in ordered for case in units[name]]
 
 
 def paced_span_s(cases: list[Case], requests: dict[Path, int]) -> float:
@@ -319,5 +350,6 @@ def for_experiment(name: str, traces: list[Path], settings: dict) -> list[Case]:
         schedule = Schedule.from_dict({"kind": "poisson", "rate": 1.0} | (settings.get("schedule") or {}))
         return sustained(traces, settings["rates"], flame, schedule, settings.get("repeats", 1), settings.get("arms"),
                          settings.get("output_tokens", [16]), settings.get("restart"), settings.get("evict"),
-                         settings.get("lengths"), settings.get("shared_start", False), settings.get("warmup_requests"))
+                         settings.get("lengths"), settings.get("shared_start", False), settings.get("warmup_requests"),
+                         settings.get("answers"))
     raise ParityError(f"unknown experiment {name!r}")
