@@ -22,9 +22,8 @@ from parity.errors import ParityError
 from parity.manifest import (Problem, evidence_root, file_ref, header, linked_files, manifests_in, read_manifest,
                              write_manifest)
 from parity.rederive import validate
-from parity.signature import SIGNATURE
+from parity.signature import RUN_MANIFEST, SIGNATURE
 
-RUN_MANIFEST = "run.json"
 KIND = "run"
 NOT_KEPT = (".lock",)  # GPU lock files: the lock, not evidence
 LOG_SUFFIXES = (".log", ".out", ".err")  # kept unless empty

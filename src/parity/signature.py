@@ -20,6 +20,7 @@ from pathlib import Path
 from parity.errors import ParityError
 from parity.manifest import sha256_file
 
+RUN_MANIFEST = "run.json"  # what `parity seal` writes and `parity sign` signs (here, below seal, so neither imports up)
 SIGNATURE = "run.json.minisig"  # beside run.json (minisign's own default name for it)
 
 
@@ -49,8 +50,6 @@ def public_key(text_or_path: str):
 
 def sign(results: Path, secret_key: Path, password: str | None = None) -> Path:
     """Sign RESULTS/run.json with a minisign secret key; returns the signature's path."""
-    from parity.seal import RUN_MANIFEST
-
     minisign = _minisign()
     run = Path(results) / RUN_MANIFEST
     if not run.is_file():
@@ -75,8 +74,6 @@ def sign(results: Path, secret_key: Path, password: str | None = None) -> Path:
 
 def problems(results: Path, key) -> list[str]:
     """Why RESULTS/run.json is not signed by `key` (a `public_key`); [] when it is."""
-    from parity.seal import RUN_MANIFEST
-
     minisign = _minisign()
     run, sig = Path(results) / RUN_MANIFEST, Path(results) / SIGNATURE
     if not sig.is_file():
