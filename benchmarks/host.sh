@@ -6,7 +6,8 @@
 # /tmp/parity-snakemake once, unpacks the Flame v0.6.0 binaries carried xz'd in .flame/ into /tmp/flame-bin
 # unless FLAME_BIN_DIR is set, puts this checkout's `parity` on PATH, and runs
 #   snakemake --workflow-profile host TARGET ...
-# TARGET: traces, offline_limit, mlperf, calibration, order; locality, admission, confirmation, gc, all (two GPUs).
+# TARGET: traces, offline_limit, mlperf, calibration, order, sustained, confirmation (one GPU: config/host.yaml);
+# locality, admission, gc, all (two GPUs).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 site=/tmp/parity-snakemake

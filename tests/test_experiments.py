@@ -233,6 +233,19 @@ def test_a_paired_experiment_on_one_auto_gpu_is_refused_in_one_line(tiny_traces,
         Backend.from_dict({"engine": "vllm", "gpus": ["auto"]}).gpu_uuids()
 
 
+def test_a_one_shard_confirmation_takes_one_gpu_and_two_shards_refuse_one_named(monkeypatch, tmp_path):
+    """`shards: 1` (a one-GPU host): exactly one GPU, the first, whatever the host has; `shards: 2` needs two."""
+    from parity.experiments.runner import Runner
+
+    fake_nvidia_smi(monkeypatch, tmp_path / "bin", ["GPU-a"])
+    auto = Backend.from_dict({"engine": "sim", "sim_params": str(SIM), "gpus": ["auto"]})
+    assert Runner("confirmation", auto, tmp_path, shards=1).gpus == ["GPU-a"]
+    assert Runner("confirmation", Backend(gpus=("sim-0", "sim-1")), tmp_path, shards=1).gpus == ["sim-0"]
+    assert Runner("confirmation", Backend(gpus=("sim-0", "sim-1")), tmp_path).gpus == ["sim-0", "sim-1"]
+    with pytest.raises(ParityError, match="runs 2 shards, one GPU each; the backend names 1 \\(sim-1\\)"):
+        Runner("confirmation", Backend(gpus=("sim-1",)), tmp_path, shards=2)
+
+
 def test_bad_backend_or_settings_give_one_line_errors(tmp_path):
     from click.testing import CliRunner
 

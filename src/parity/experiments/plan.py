@@ -153,14 +153,23 @@ def admission(traces: list[Path], settings: dict) -> list[Case]:
 
 
 def confirmation(traces: list[Path], count: int | dict[str, int], flame: FlameSettings,
-                 arms: tuple[str, ...] = ()) -> list[Case]:
+                 arms: tuple[str, ...] = (), flame_arms: dict[str, dict] | None = None) -> list[Case]:
     """The final configuration against the fixed sticky vLLM reference, shards pinned to the same GPUs; then,
     for each extra arm (ours: `prefix`), the same pairs with both sides placed by that router (stage
-    `final-<arm>`), which the study's table never counts."""
+    `final-<arm>`), which the study's table never counts. For each Flame arm (ours; NAME: Flame setting changes,
+    e.g. `harvest: {mode: harvest}`), the same pairs again with only the Flame side changed (stage `final-NAME`,
+    sticky, pinned); with Flame arms, pair k of every stage runs before pair k+1 of any, so a run cut short
+    (device time) holds as many pairs of each arm."""
     cases = pairs("confirmation", "final", traces, count, flame, pinned=True)
     for arm in arms:
         cases += pairs("confirmation", f"final-{arm}", traces, count, flame, pinned=True, placement=arm)
-    return cases
+    if not flame_arms:
+        return cases  # the study's order, untouched
+    if clash := sorted(set(flame_arms) & set(arms)):
+        raise ParityError(f"confirmation: flame_arms and arms both name {clash[0]!r} (stage final-{clash[0]} twice)")
+    for name, changes in flame_arms.items():
+        cases += pairs("confirmation", f"final-{name}", traces, count, replace(flame, **changes), pinned=True)
+    return sorted(cases, key=lambda case: case.pair)  # stable: each stage's pair keeps its order and first side
 
 
 def gc_diagnostics(trace: Path, flame: FlameSettings, repeats: int = 1) -> list[Case]:
@@ -339,7 +348,8 @@ def for_experiment(name: str, traces: list[Path], settings: dict) -> list[Case]:
     if name == "admission":
         return admission(traces, settings)
     if name == "confirmation":
-        return confirmation(traces, settings.get("pairs", 5), flame, tuple(settings.get("arms", ())))
+        return confirmation(traces, settings.get("pairs", 5), flame, tuple(settings.get("arms", ())),
+                            settings.get("flame_arms"))
     if name == "gc":
         return gc_diagnostics(pick_trace(traces, settings.get("trace", "reuse")), flame, settings.get("repeats", 1))
     if name == "routing":

@@ -27,13 +27,20 @@ from parity.trace import load_trace
 class Runner:
     """Holds the experiment's output folder, its backend and GPUs, and what its cases share."""
 
-    def __init__(self, experiment: str, backend: Backend, out_dir: Path, log=print):
+    def __init__(self, experiment: str, backend: Backend, out_dir: Path, log=print, shards: int | None = None):
         self.experiment, self.backend, self.out_dir, self.log = experiment, backend, out_dir, log
         self.trials_dir = out_dir / "trials"
         # A sustained pair's sides run one after the other, so one GPU serves it (a shard per path); the
-        # study's experiments split each burst over two.
-        self.gpus = backend.gpu_uuids(needed=1 if experiment == "sustained" else 2,
-                                      what=f"the {experiment} experiment (paired runs on two GPUs)")
+        # study's experiments split each burst over two. `shards` (the confirmation's setting): exactly that
+        # many sticky shards, one GPU each (1: each side's whole burst on one GPU, for a one-GPU host).
+        needed = shards or (1 if experiment == "sustained" else 2)
+        self.gpus = backend.gpu_uuids(needed=needed, what=f"the {experiment} experiment (paired runs on "
+                                                          f"{'two GPUs' if needed == 2 else 'one GPU'})")
+        if shards is not None:
+            if len(self.gpus) < shards:
+                raise ParityError(f"the {experiment} experiment runs {shards} shards, one GPU each; the backend "
+                                  f"names {len(self.gpus)} ({', '.join(self.gpus)})")
+            self.gpus = self.gpus[:shards]
         self.recorded = trial.recorded_hashes(out_dir)  # read before any trial is run again
         self._stack = contextlib.ExitStack()
         self._shared: dict = {}
@@ -112,16 +119,17 @@ class Runner:
         return path
 
     def moved_pair(self, case: Case, partner: Case) -> list[str] | None:
-        """The GPUs a finished pair ran on when it ran whole on others than this run's (a ladder spread over
-        device sessions gets another machine each session): both its trials are then judged against those GPUs,
-        so every pair finished on one GPU is kept and no pair is ever split over two (a pair with only one side
-        on disk, or either side stale otherwise, runs again here whole)."""
+        """The GPUs a finished pair ran on when it ran whole on others than this run's, as many as this run's (a
+        shard each; a ladder spread over device sessions gets another machine each session): both its trials are
+        then judged against those GPUs, so every pair finished on one GPU is kept and no pair is ever split over
+        two, nor kept for a run of another shard count (a pair with only one side on disk, or either side stale
+        otherwise, runs again here whole)."""
         try:
             gpus = [read_manifest(self.trial_path(c))["ran_with"]["gpus"] for c in (case, partner)]
         except (OSError, KeyError, TypeError, ParityError):
             return None
-        if gpus[0] != gpus[1] or gpus[0] == list(self.gpus):
-            return None
+        if gpus[0] != gpus[1] or gpus[0] == list(self.gpus) or len(gpus[0]) != len(self.gpus):
+            return None  # a pair of other shards (one GPU each) than this run's is never kept for it
         if any(trial.must_run(self.trial_path(c), self.wanted(c) | {"gpus": gpus[0]}, self.recorded) for c in (case, partner)):
             return None
         self.log(f"{case.trial_id}: its pair ran whole on {', '.join(gpus[0])} (an earlier machine), judged there")
@@ -162,7 +170,8 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
     trials = {}
     partners = {one.trial_id: other for sides in _pair_cases(cases).values() if len(sides) == 2
                 for one, other in (tuple(sides.values()), tuple(sides.values())[::-1])}
-    with Runner(experiment, backend, out_dir, log) as runner:
+    shards = settings.get("shards") if experiment == "confirmation" else None  # else: one per GPU, at most two
+    with Runner(experiment, backend, out_dir, log, shards=shards) as runner:
         for number, case in enumerate(cases, start=1):
             log(f"[{number}/{len(cases)}] {case.trial_id}")
             trials[case.trial_id] = runner.run(case, partners.get(case.trial_id))

@@ -101,6 +101,7 @@ def compose(experiments: dict, runs: list, compares: list, ref: dict, out: Path,
     clusters = _clusters(experiments, runs)
     get = experiments.get
     final, final_data = tables.final_throughput(get("confirmation"), get("offline-limit"), ref)
+    flame_arms = tables.confirmation_flame_arms(get("confirmation"))  # none unless the settings name flame_arms
     timeline, histograms = tables.shard_timeline(get("confirmation"))
     locality, locality_data = tables.locality(get("locality"), ref)
     admission, admission_data = tables.admission(get("admission"), get("confirmation"), ref)
@@ -127,7 +128,7 @@ def compose(experiments: dict, runs: list, compares: list, ref: dict, out: Path,
     ) if p is not None}
 
     parts = [_header(experiments, runs, evidence, clusters, ref, out),
-             "## 1. Final throughput\n", final.markdown(), timeline.markdown(),
+             "## 1. Final throughput\n", final.markdown(), *(t.markdown() for t in flame_arms), timeline.markdown(),
              "## 2. Prefix affinity\n", *(t.markdown() for t in locality),
              "## 3. Admission\n", *(t.markdown() for t in admission),
              "## 4. Python startup heap (GC)\n", gc.markdown(),

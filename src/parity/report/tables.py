@@ -125,6 +125,8 @@ def final_throughput(confirmation: Experiment | None, offline: Experiment | None
     if offline is None:
         table.notes.append("Share of offline limit: — : no offline-limit experiment was given.")
     table.notes.extend(_offline_limit_notes(limits, confirmation))
+    if confirmation is not None and confirmation.doc["settings"].get("shards") == 1:
+        table.notes.append(_ONE_SHARD + " Rates compare with the study's through the ratios only.")
     if confirmation is not None and confirmation.doc["settings"].get("flame", {}).get("order") == "prefix":
         table.notes.append("Our Flame configuration admits each batch in prefix order (parity.flame.admission): "
                            "prompts that share a document reach its engine side by side. The study's adapter "
@@ -132,6 +134,44 @@ def final_throughput(confirmation: Experiment | None, offline: Experiment | None
     table.notes.append("The study does not publish the engine's offline limit (—). Ratios are Flame / vLLM per "
                        "fresh pair; only pairs whose two trials passed every check count.")
     return table, {"headline": headline, "plot": plot}
+
+
+def confirmation_flame_arms(confirmation: Experiment | None) -> list[Table]:
+    """The confirmation's Flame arms (settings `flame_arms`, ours): its pairs again with only the Flame side
+    changed (stage `final-NAME`), each pair's Flame / standalone ratio, the worst and the median, beside the
+    study's final configuration's pairs of the same run; the study's final-throughput table never counts them."""
+    arms = list(confirmation.doc["settings"].get("flame_arms") or {}) if confirmation else []
+    if not arms:
+        return []
+    table = Table("Confirmation pairs, Flame arms (ours)", None,
+                  ["Workload", "Flame arm", "Flame configuration", "Source", "Standalone vLLM requests/s",
+                   "Flame requests/s", "Each pair's Flame / vLLM", "Worst pair", "Median pair",
+                   "Pairs counted / excluded", "Every pair ≥ 99%"])
+    labels = {c["stage"]: c["flame"]["label"] for c in confirmation.cases if c.get("flame")}
+    for trace in sorted({c["trace_name"] for c in confirmation.cases}):
+        for stage, name in (("final", "final (the study's)"), *((f"final-{arm}", arm) for arm in arms)):
+            pairs = confirmation.pairs_where(stage, trace)
+            c = stats.compare(pairs)
+            docs = [d for pair in pairs for d in pair]
+            head = [trace, name, labels.get(stage, f.MISSING), ours(docs)]
+            if not c["pairs"]:
+                table.rows.append([*head, *[f.MISSING] * 5, f"0 / {c['excluded_pairs']}", f.MISSING])
+                continue
+            below = _below(c["ratios"])
+            table.rows.append([*head, f.spread(c["reference"]), f.spread(c["candidate"]),
+                               ", ".join(f.pct(r) for r in c["ratios"]), f.pct(c["ratio_range"][0]),  # 98.96% is no 99.0%
+                               f.pct(stats.summary(c["ratios"])["median"]), f"{c['pairs']} / {c['excluded_pairs']}",
+                               f.yes_no(c["every_pair_meets_99"]) + (f" ({below} of {c['pairs']} below)" if below else "")])
+    table.notes.append("Ours only: the study's confirmation pairs again (fresh, interleaved, sticky, GPU-pinned, the "
+                       "standalone side unchanged) with only the Flame side changed; the target is ≥ 99% for every pair. "
+                       "Pairs are listed in order; only pairs whose two trials passed every check count.")
+    if confirmation.doc["settings"].get("shards") == 1:
+        table.notes.append(_ONE_SHARD)
+    return [table]
+
+
+_ONE_SHARD = ("These pairs ran one sticky shard per side on one GPU (settings shards: 1, a one-GPU host): each side "
+              "served the whole burst on one engine, where the study split it over two GPUs.")
 
 
 def _offline_limit_notes(limits: dict, confirmation: Experiment | None) -> list[str]:

@@ -1,0 +1,99 @@
+"""The confirmation's Flame arms and shard count (ours, issue 28): the study's pairs again with only the Flame side
+changed, on one sticky shard per side where a host lends one GPU; the study's plan unchanged when neither is set."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from parity.errors import ParityError
+from parity.experiments import plan
+from parity.flame.settings import FlameSettings
+
+ROOT = Path(__file__).resolve().parents[1]
+TRACES = [Path("t/no-reuse.json"), Path("t/reuse.json")]
+STUDY = {"pairs": 5, "flame": {"batch_limit": 256, "window_ms": 10, "budget_mib": 4, "api": "async", "compress": True,
+                               "order": "prefix", "gc_freeze": True}}  # config/experiments.yaml's confirmation
+
+
+def test_the_study_plan_is_unchanged_and_the_shard_count_changes_no_trial_id_or_stage():
+    """The trial ids main produced for the study's settings (fba27bc), in its order; `shards` changes none."""
+    expected = [f"confirmation-final-{trace}-p{k}-{side}" for k in range(5) for trace in ("no-reuse", "reuse")
+                for side in (("vllm", "flame") if k % 2 == 0 else ("flame", "vllm"))]
+    for settings in (STUDY, STUDY | {"shards": 1}, STUDY | {"shards": 2}):
+        cases = plan.for_experiment("confirmation", TRACES, settings)
+        assert [c.trial_id for c in cases] == expected
+        assert {c.stage for c in cases} == {"final"} and all(c.placement == "sticky" for c in cases)
+        assert all(c.pinned == (c.system == "flame") for c in cases)
+
+
+def test_flame_arms_rerun_the_pairs_with_only_the_flame_side_changed_pair_by_pair():
+    settings = STUDY | {"pairs": 2, "flame_arms": {"harvest": {"mode": "harvest"}}}
+    cases = plan.for_experiment("confirmation", TRACES, settings)
+    study = plan.for_experiment("confirmation", TRACES, STUDY | {"pairs": 2})
+    assert [c for c in cases if c.stage == "final"] == study  # the study's cases, each as it was
+    harvest = [c for c in cases if c.stage == "final-harvest"]
+    assert [c.trial_id.removeprefix("confirmation-final-harvest-") for c in harvest] == [
+        "no-reuse-p0-vllm", "no-reuse-p0-flame", "reuse-p0-vllm", "reuse-p0-flame",
+        "no-reuse-p1-flame", "no-reuse-p1-vllm", "reuse-p1-flame", "reuse-p1-vllm"]
+    assert all(c.placement == "sticky" and c.pinned == (c.system == "flame") for c in harvest)
+    final = FlameSettings.from_dict(STUDY["flame"])
+    assert all(c.flame.mode == "harvest" and c.flame.label() == final.label() + "-harvest-h5ms" for c in harvest)
+    assert [c.pair for c in cases] == sorted(c.pair for c in cases)  # pair 0 of every stage before pair 1 of any
+    with pytest.raises(ParityError, match="flame_arms and arms both name 'prefix'"):
+        plan.for_experiment("confirmation", TRACES, STUDY | {"arms": ["prefix"], "flame_arms": {"prefix": {}}})
+
+
+def test_host_profile_runs_harvest_confirmation_pairs_on_one_shard_and_smoke_does_not():
+    import yaml
+
+    host = yaml.safe_load((ROOT / "config/host.yaml").read_text())["experiments"]["confirmation"]
+    assert host == {"shards": 1, "pairs": 2, "flame_arms": {"harvest": {"mode": "harvest"}}}
+    smoke = yaml.safe_load((ROOT / "config/smoke.yaml").read_text())["experiments"]["confirmation"]
+    assert "flame_arms" not in smoke and "shards" not in smoke  # the smoke run is at its 10-minute limit
+
+
+def test_a_one_shard_confirmation_with_a_harvest_arm_runs_reports_apart_and_is_never_kept_for_two(
+        tiny_reuse_trace, sim_backend, tmp_path):
+    """On the simulator and the stand-in (simulated): one GPU of the two the backend names, every trial passed
+    and pinned, the harvest pairs in their own table; a two-shard rerun keeps none of the one-shard trials."""
+    from parity.experiments.runner import run_experiment
+    from parity.manifest import read_manifest
+    from parity.report import write_report
+
+    settings = {"pairs": 1, "shards": 1, "flame": STUDY["flame"], "flame_arms": {"harvest": {"mode": "harvest"}}}
+    cases = plan.for_experiment("confirmation", [tiny_reuse_trace], settings)
+    assert [c.stage for c in cases] == ["final", "final", "final-harvest", "final-harvest"]
+    out = tmp_path / "confirmation"
+    run_experiment("confirmation", cases, sim_backend, out, settings=settings, log=lambda _: None)
+    doc = read_manifest(out / "experiment.json")
+    assert doc["backend"]["gpus"] == ["sim-0"] and doc["settings"]["shards"] == 1
+    for case in cases:
+        trial = read_manifest(out / "trials" / f"{case.trial_id}.json")
+        assert trial["verdict"]["status"] == "passed", (case.trial_id, trial["verdict"]["reasons"])
+        assert trial["ran_with"]["gpus"] == ["sim-0"] and {r["shard"] for r in trial["records"]} == {0}
+    harvested = read_manifest(out / "trials" / "confirmation-final-harvest-reuse-p0-flame.json")
+    assert harvested["config"]["flame"]["mode"] == "harvest" and "harvest" in harvested
+    assert sorted(p.name for p in (out / "pairs").glob("*.json")) == ["final-harvest-reuse-p0.json",
+                                                                      "final-reuse-p0.json"]
+
+    made = write_report([out], None, ROOT / "config/study-reference.yaml", tmp_path / "report")
+    md = made["markdown"]
+    section = md[md.index("## 1. Final throughput"):md.index("## 2. Prefix affinity")]
+    arms = section[section.index("### Confirmation pairs, Flame arms (ours)"):section.index("### Where the time goes")]
+    rows = [line for line in arms.splitlines() if line.startswith("| reuse |")]
+    assert [row.split(" | ")[1] for row in rows] == ["final (the study's)", "harvest"]
+    assert all("ours, simulated" in row and "| 1 / 0 |" in row for row in rows)
+    assert "harvest-h5ms" in rows[1] and "one sticky shard per side on one GPU" in arms
+    final = section[:section.index("### Confirmation pairs, Flame arms (ours)")]
+    assert "| Prefix reuse | ours, simulated |" in final and "| 1 / 0 |" in final  # the study's pair alone
+    assert made["manifest"]["headline"]["reuse"]["pairs"] == 1
+
+    lines: list[str] = []  # the study's two shards: nothing that ran on one is kept, the pairs not either
+    two = {k: v for k, v in settings.items() if k != "shards"}
+    run_experiment("confirmation", cases, sim_backend, out, settings=two, log=lines.append)
+    assert not any("kept" in line or "judged there" in line for line in lines)
+    assert sum("stale" in line and "other gpus" in line for line in lines) == len(cases)
+    assert all(read_manifest(out / "trials" / f"{c.trial_id}.json")["ran_with"]["gpus"] == ["sim-0", "sim-1"]
+               for c in cases)
