@@ -49,7 +49,7 @@ def test_pairs_per_trace_name_keep_each_pairs_ids_and_order():
 def test_admission_screens_before_its_stages_and_never_pairs_a_pilot():
     settings = {"base": {"budget_mib": 4}, "batch_windows": [[32, 2], [128, 10]],
                 "selected": {"batch_limit": 128, "window_ms": 10}, "stage_pairs": 1}
-    cases = plan.admission(TRACES, settings)
+    cases = plan.admission(TRACES, plan.AdmissionSettings.from_dict(settings))
     pilots = [c for c in cases if c.stage.startswith("screen-")]
     assert len(pilots) == 2 + 4 + 2 and all(c.pair is None and c.trace.stem == "reuse" for c in pilots)
     orders = [c.flame for c in pilots if c.stage.startswith("screen-order-")]

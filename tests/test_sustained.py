@@ -96,8 +96,8 @@ def test_both_paths_record_every_latency_on_one_clock_from_the_scheduled_arrival
     from parity.experiments.runner import run_experiment
     from parity.manifest import read_manifest
 
-    schedule = Schedule(kind="poisson", rate=1.0, seed=7)
-    cases = plan.sustained([small_reuse_trace], [40.0], plan.FlameSettings(batch_limit=64, window_ms=5), schedule)
+    cases = plan.sustained([small_reuse_trace], [40.0], plan.FlameSettings(batch_limit=64, window_ms=5),
+                           plan.Arrivals(kind="poisson", seed=7))
     before, lines = time.monotonic(), []
     run_experiment("sustained", cases, sim_backend, tmp_path, settings={"rates": [40.0]}, log=lines.append)
     after = time.monotonic()
@@ -112,7 +112,7 @@ def test_both_paths_record_every_latency_on_one_clock_from_the_scheduled_arrival
             assert before <= r["arrival_s"] <= r["sent_s"] <= r["token_s"][0] <= r["complete_s"] <= after, system
             assert len(r["token_s"]) == 16 and r["token_s"] == sorted(r["token_s"]), system
         offsets = [r["arrival_s"] - doc["timing"]["release_s"] for r in doc["records"]]
-        assert offsets == pytest.approx(schedule.__class__(kind="poisson", rate=40.0, seed=7).offsets(len(offsets)))
+        assert offsets == pytest.approx(Schedule(kind="poisson", rate=40.0, seed=7).offsets(len(offsets)))
     assert docs["flame"]["config"]["stream"] is True and docs["standalone"]["config"]["stream"] is True
     flame = latency.summarize(docs["flame"])
     assert flame["ttft_client"]["p50"] >= flame["ttft_engine"]["p50"]  # the worker's first token before its batch

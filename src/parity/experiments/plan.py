@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Callable, NamedTuple
 
 from parity.affinity import RouterSettings
 from parity.errors import ParityError
+from parity.experiments.settings import (AdmissionSettings, Answers, Arrivals, ConfirmationSettings, Evict, ExtraPair,
+                                         GcSettings, LengthsPair, LocalitySettings, OfflineLimitSettings, RestartPair,
+                                         RoutingSettings, Section, SustainedSettings)
 from parity.flame.admission import ORDERS
 from parity.flame.settings import FlameSettings
 from parity.lengths import OutputLengths
@@ -130,22 +134,22 @@ def pick_trace(traces: list[Path], name: str) -> Path:
     return next((t for t in traces if t.stem == name), traces[-1])
 
 
-def admission(traces: list[Path], settings: dict) -> list[Case]:
+def admission(traces: list[Path], settings: AdmissionSettings) -> list[Case]:
     """Screen batch x window, API x codec, then admission order; then paired stages of the selections.
 
     The selections are fixed in the configuration before any pair runs (the study's: 128 prompts and
     10 ms, then async + zlib), so no pair is chosen from its own scores.
     """
-    base = FlameSettings.from_dict(settings.get("base"))
-    screen_trace = pick_trace(traces, settings.get("screen_trace", "reuse"))
-    grid = [replace(base, batch_limit=b, window_ms=w) for b, w in settings["batch_windows"]]
-    selected = replace(base, **settings["selected"])
+    base = settings.base
+    screen_trace = pick_trace(traces, settings.screen_trace)
+    grid = [replace(base, batch_limit=b, window_ms=w) for b, w in settings.batch_windows]
+    selected = replace(base, **settings.selected)
     engines = [replace(selected, api=api, compress=compress) for api in ("sync", "async") for compress in (False, True)]
     orders = [replace(selected, api="async", compress=True, order=order) for order in ORDERS]
     cases = (screening("admission", "screen-batch", screen_trace, grid)
              + screening("admission", "screen-api", screen_trace, engines)
              + screening("admission", "screen-order", screen_trace, orders))
-    stage_pairs = settings.get("stage_pairs", 0)
+    stage_pairs = settings.stage_pairs
     if stage_pairs:
         cases += pairs("admission", "batch-window", traces, stage_pairs, selected)
         cases += pairs("admission", "async-zlib", traces, stage_pairs, replace(selected, api="async", compress=True))
@@ -189,11 +193,11 @@ def routing(traces: list[Path], repeats: int, flame: FlameSettings, placements=(
                        traces, repeats, flame)
 
 
-def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], flame: FlameSettings, schedule: Schedule,
-              repeats: int = 1, arms: dict[str, dict] | None = None, output_tokens: list[int] = (16,),
-              restart: dict | None = None, evict: dict | None = None, lengths: dict | None = None,
-              shared_start: bool = False, warmup_requests: int | None = None,
-              answers: dict | None = None) -> list[Case]:
+def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], flame: FlameSettings,
+              schedule: Arrivals = Arrivals(), repeats: int = 1, arms: dict[str, dict] | None = None,
+              output_tokens: list[int] = (16,), restart: RestartPair | None = None, evict: Evict | None = None,
+              lengths: LengthsPair | None = None, shared_start: bool = False, warmup_requests: int | None = None,
+              answers: Answers | None = None) -> list[Case]:
     """Ours, the study's named next step: a rate ladder, each rate a pair (sticky standalone vLLM, the
     Flame configuration) under the same seeded arrivals, streamed, fresh engines per case; then, for each
     extra arm (name: Flame setting changes, e.g. `gathered: {inflight: 1}`), the same pair again with the
@@ -223,9 +227,9 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
     cases, turn, blocks, stage_arm = [], [0], {}, ["", 0]  # blocks: start -> its place (by_start)
     ladder = list(dict.fromkeys(r for trace in traces for r in per_trace.get(trace.stem, [])))
 
-    def extra(spec: dict) -> tuple[float, str, FlameSettings]:
+    def extra(spec: ExtraPair) -> tuple[float, str, FlameSettings]:
         """An extra pair's rate (default: the ladder's first), stage suffix and Flame side (`arm`: that arm's)."""
-        rate, name = float(spec.get("rate", ladder[0])), spec.get("arm")
+        rate, name = float(ladder[0] if spec.rate is None else spec.rate), spec.arm
         if name is None:
             return rate, "", flame
         if name not in (arms or {}):
@@ -255,7 +259,7 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
         turn[0] += 1
 
     for repeat in range(repeats):
-        at = lambda rate: replace(schedule, rate=float(rate), seed=schedule.seed + repeat)  # noqa: E731
+        at = lambda rate: schedule.at(rate, repeat)  # noqa: E731
         for tokens in output_tokens:
             length = "" if tokens == 16 else f"-out{tokens}"
             for rate in ladder:
@@ -268,20 +272,20 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
         if evict is not None:
             rate, suffix, settings = extra(evict)
             for trace in on(rate):
-                pair(f"evict-{rate:g}{suffix}", trace, settings, repeat, at(rate), cache_blocks=int(evict["cache_blocks"]))
+                pair(f"evict-{rate:g}{suffix}", trace, settings, repeat, at(rate), cache_blocks=evict.cache_blocks)
         if lengths is not None:
             rate, suffix, settings = extra(lengths)
-            drawn = OutputLengths.from_dict({k: v for k, v in lengths.items() if k not in ("rate", "arm")})
+            drawn = lengths.lengths
             for trace in on(rate):
                 pair(f"lengths-{rate:g}{suffix}", trace, settings, repeat, at(rate), lengths=drawn, max_tokens=drawn.high)
         if answers is not None:
             rate, suffix, settings = extra(answers)
             for trace in on(rate):
-                pair(f"rate-{rate:g}-out{int(answers['tokens'])}{suffix}", trace, settings, repeat, at(rate),
-                     max_tokens=int(answers["tokens"]))
+                pair(f"rate-{rate:g}-out{answers.tokens}{suffix}", trace, settings, repeat, at(rate),
+                     max_tokens=answers.tokens)
         if restart is not None:
             rate, suffix, settings = extra(restart)
-            fault = Restart.from_dict({k: v for k, v in restart.items() if k not in ("rate", "arm")})
+            fault = restart.restart
             for trace in on(rate):
                 pair(f"restart-{rate:g}{suffix}", trace, settings, repeat, at(rate), restart=fault)
     if not shared_start:
@@ -330,36 +334,58 @@ def about(seconds: float) -> str:
     return f"{seconds / 60:.0f} min" if seconds < 3600 else f"{round(seconds / 3600, 1):g} h"
 
 
-def named_traces(name: str, traces: list[Path], settings: dict) -> None:
+def named_traces(name: str, traces: list[Path], names: tuple[str, ...] | None) -> None:
     """The traces an experiment's settings name (`traces`: routing, sustained) are among those it is given
     (by file stem): the settings are recorded as what ran."""
     given = [t.stem for t in traces]
-    if unknown := [n for n in settings.get("traces") or [] if n not in given]:
+    if unknown := [n for n in names or () if n not in given]:
         raise ParityError(f"{name}: the settings name trace {unknown[0]!r}, which is not among the traces given "
                           f"({', '.join(given)})")
 
 
+def _routing(traces: list[Path], s: RoutingSettings) -> list[Case]:
+    named_traces("routing", traces, s.traces)
+    return routing(traces, s.repeats, s.flame, s.placements)
+
+
+def _sustained(traces: list[Path], s: SustainedSettings) -> list[Case]:
+    named_traces("sustained", traces, s.traces)
+    if isinstance(s.rates, dict) and (unknown := set(s.rates) - {t.stem for t in traces}):
+        raise ParityError(f"sustained: rates name trace {sorted(unknown)[0]!r}, which is not among the traces given")
+    return sustained(traces, s.rates, s.flame, s.schedule, s.repeats, s.arms, s.output_tokens, s.restart, s.evict,
+                     s.lengths, s.shared_start, s.warmup_requests, s.answers)
+
+
+class Experiment(NamedTuple):
+    settings: type[Section]  # the experiments.NAME section of the workflow config, typed
+    plan: Callable[[list[Path], Section], list[Case]] | None  # its cases (None: it runs no cases)
+
+
+# Every experiment: its settings and its plan. A new one is one entry here, one class in
+# parity.experiments.settings and its section in the config schema (tests/test_experiment_settings.py).
+EXPERIMENTS: dict[str, Experiment] = {
+    "locality": Experiment(LocalitySettings, lambda traces, s: locality(traces, s.repeats, s.flame)),
+    "admission": Experiment(AdmissionSettings, admission),
+    "confirmation": Experiment(ConfirmationSettings,
+                               lambda traces, s: confirmation(traces, s.pairs, s.flame, s.arms, s.flame_arms)),
+    "gc": Experiment(GcSettings, lambda traces, s: gc_diagnostics(pick_trace(traces, s.trace), s.flame, s.repeats)),
+    "offline-limit": Experiment(OfflineLimitSettings, None),  # shards on the engine (experiments.offline_limit)
+    "routing": Experiment(RoutingSettings, _routing),
+    "sustained": Experiment(SustainedSettings, _sustained),
+}
+
+
+def settings_of(name: str, values: dict | None) -> Section:
+    """Experiment `name`'s typed settings from the workflow config's experiments.NAME."""
+    if name not in EXPERIMENTS:
+        raise ParityError(f"unknown experiment {name!r}: use one of {', '.join(EXPERIMENTS)}")
+    return EXPERIMENTS[name].settings.from_dict(values)
+
+
 def for_experiment(name: str, traces: list[Path], settings: dict) -> list[Case]:
     """The cases of experiment `name` from its settings (the workflow config's experiments.NAME)."""
-    named_traces(name, traces, settings)
-    flame = FlameSettings.from_dict(settings.get("flame"))
-    if name == "locality":
-        return locality(traces, settings.get("repeats", 3), flame)
-    if name == "admission":
-        return admission(traces, settings)
-    if name == "confirmation":
-        return confirmation(traces, settings.get("pairs", 5), flame, tuple(settings.get("arms", ())),
-                            settings.get("flame_arms"))
-    if name == "gc":
-        return gc_diagnostics(pick_trace(traces, settings.get("trace", "reuse")), flame, settings.get("repeats", 1))
-    if name == "routing":
-        return routing(traces, settings.get("repeats", 3), flame, tuple(settings.get("placements", ("sticky", "prefix"))))
-    if name == "sustained":
-        if isinstance(settings["rates"], dict) and (unknown := set(settings["rates"]) - {t.stem for t in traces}):
-            raise ParityError(f"sustained: rates name trace {sorted(unknown)[0]!r}, which is not among the traces given")
-        schedule = Schedule.from_dict({"kind": "poisson", "rate": 1.0} | (settings.get("schedule") or {}))
-        return sustained(traces, settings["rates"], flame, schedule, settings.get("repeats", 1), settings.get("arms"),
-                         settings.get("output_tokens", [16]), settings.get("restart"), settings.get("evict"),
-                         settings.get("lengths"), settings.get("shared_start", False), settings.get("warmup_requests"),
-                         settings.get("answers"))
-    raise ParityError(f"unknown experiment {name!r}")
+    typed = settings_of(name, settings)
+    if EXPERIMENTS[name].plan is None:
+        raise ParityError(f"{name} has no cases: it runs each shard on the engine "
+                          "(parity.experiments.offline_limit.run)")
+    return EXPERIMENTS[name].plan(traces, typed)
