@@ -17,7 +17,8 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from parity.cli import ENVIRONMENT_ERRORS, friendly_errors, log_summary, main
+from parity.cli import ENVIRONMENT_ERRORS, friendly_errors, main
+from parity.trial import log_summary
 
 
 def leaf_commands(group: click.Group, prefix=()):

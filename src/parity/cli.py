@@ -19,7 +19,8 @@ from parity.experiments.backend import CLUSTERS, Backend
 from parity.flame.admission import ORDERS
 from parity.flame.settings import APIS, FlameSettings
 from parity.netns import MODES as NETWORK_MODES
-from parity.workflow_config import check_experiment_settings, experiment_names
+from parity.settings import key_values
+from parity.workflow_config import check_experiment_settings, experiment_names, study_experiments
 
 REPLICA_KINDS = ("sim", "vllm")  # parity.standalone.replicas.KINDS, without importing httpx to build the options
 FLAME_PLACEMENTS = ("global", "sticky", "prefix")  # parity.paths.flame.FlamePath.placements
@@ -80,24 +81,6 @@ def friendly_errors(command):
             raise click.ClickException(message) from None
 
     return wrapper
-
-
-def log_summary(out_dir: Path, summary: dict) -> None:
-    """One line per run in OUT/summary.jsonl: a log to read at a glance, not a manifest.
-
-    A failed write (a full disk) is cut back off, so the log never ends in half a line.
-    """
-    path = out_dir / "summary.jsonl"
-    line = memoryview((json.dumps(summary, sort_keys=True) + "\n").encode("utf-8"))
-    with path.open("ab", buffering=0) as log:
-        start = log.seek(0, os.SEEK_END)
-        try:
-            while line:
-                line = line[log.write(line):]
-        except OSError as exc:
-            log.truncate(start)
-            exc.filename = exc.filename or str(path)
-            raise
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
@@ -335,17 +318,8 @@ def bench_routing(only, quick, sim_params, out):
     if out:
         writable_file(out)
     result = routing.run(SimParams.load(sim_params), quick=quick, only=set(only) or None, log=_echo)
-    click.echo(f"{'family':<12} {'case':<22} {'req/s: alternating':>18} {'sticky':>8} {'prefix':>8} {'hindsight':>9}"
-               f"  prefix vs: hindsight alternating sticky   split docs  expected/realized hits  (simulated)")
-    for r in result["rows"]:
-        rps = {p: v["requests_per_s"] for p, v in r["placements"].items()}
-        click.echo(f"{r['family']:<12} {r['case']:<22} {rps['alternating']:>18.2f} {rps['sticky']:>8.2f} "
-                   f"{rps['prefix']:>8.2f} {rps['hindsight']:>9.2f}  {r['prefix_vs_hindsight']:>18.1%} "
-                   f"{r['prefix_vs_alternating']:>11.1%} {r['prefix_vs_sticky']:>6.1%}   "
-                   f"{r['placements']['prefix']['split_documents']:>10}  {r['expected_vs_realized_hits'] or 0:>21.1%}")
-    c = result["router_cost"]
-    click.echo(f"prefix router at {c['shards']} shards, {c['prompt_tokens']}-token prompts: p50 {c['p50_us']:.1f} us, "
-               f"p99 {c['p99_us']:.1f} us per request (this process, one core)")
+    for line in routing.summary_lines(result):
+        click.echo(line)
     if out:
         atomic_write_text(out, json.dumps(result, indent=1, sort_keys=True) + "\n")
 
@@ -368,16 +342,10 @@ def bench_schedule(rate, requests, kind, burstiness, seed, out):
     if out:
         writable_file(out)
     if rate is None:
-        rate = 10 * max(_study_experiments()["sustained"]["rates"])
+        rate = 10 * max(study_experiments()["sustained"]["rates"])
     result = schedule.run(rate, requests, kind, burstiness, seed)
-    st = result["statistics"]
-    click.echo(f"{kind} at {rate:g} requests/s, {requests} requests: generated {st['rate_per_s']:.1f}/s "
-               f"(asked {st['expected_rate_per_s']:g}), gap CV {st['gap_cv']:.3f} (asked {st['expected_gap_cv']:.3f}); "
-               f"offsets SHA-256 {result['schedule']['offsets_sha256'][:16]}...")
-    for name, r in result["senders"].items():
-        click.echo(f"  {name:<32} lag p50 {r['p50_s'] * 1e6:8.1f} us, p99 {r['p99_s'] * 1e6:8.1f} us, "
-                   f"max {r['max_s'] * 1e6:8.1f} us: p99 / 1 ms target {r['p99_vs_target']:.2f} "
-                   f"({'meets' if r['meets_target'] else 'MISSES'})")
+    for line in schedule.summary_lines(result):
+        click.echo(line)
     if out:
         atomic_write_text(out, json.dumps(result, indent=1, sort_keys=True) + "\n")
 
@@ -404,29 +372,13 @@ def bench_startup(engine, cluster, flame_bin_dir, gpu, repeats, sim_params, mode
     written to OUT/startup.json."""
     from parity import netns
     from parity.bench import startup
-    from parity.manifest import atomic_write_text
 
     netns.contain(network, needed=cluster == "flame", log=_echo)
     args = _engine_args(model, load_format, engine_args)
-    final = FlameSettings.from_dict(_study_experiments()["confirmation"]["flame"])
-    out_dir.mkdir(parents=True, exist_ok=True)
-    _echo(f"standalone ({'simulator server' if engine == 'sim' else 'vllm serve'}), {repeats} runs")
-    alone = startup.standalone("sim" if engine == "sim" else "vllm", gpu, args, out_dir, repeats,
-                               sim_params=sim_params, log=_echo)
-    _echo(f"Flame ({cluster}, final configuration {final.label()}), {repeats} runs")
-    flamed = startup.flame(cluster, gpu, final, engine, args, out_dir, repeats, simulated=engine == "sim",
-                           bin_dir=flame_bin_dir, sim_params=str(sim_params) if sim_params else None, log=_echo)
-    result = {"simulated": engine == "sim", "engine": engine, "cluster": cluster, "gpu": gpu, "repeats": repeats,
-              "standalone": {"runs": alone, "start_to_first_answer": startup.summary(
-                  [r["start_to_first_answer_s"] for r in alone])},
-              "flame": flamed | {"session_to_first_answer": startup.summary(
-                  [r["session_to_first_answer_s"] for r in flamed["runs"]])}}
-    atomic_write_text(out_dir / "startup.json", json.dumps(result, indent=1, sort_keys=True) + "\n")
-    a, f = result["standalone"]["start_to_first_answer"], result["flame"]["session_to_first_answer"]
-    label = "simulated" if engine == "sim" else "measured"
-    click.echo(f"standalone: process start to first answer {a['cold_s']:.1f} s cold, "
-               f"{a['warm_median_s'] or 0:.1f} s warm (median); Flame: cluster {flamed['cluster_s']:.1f} s once, then "
-               f"session to first answer {f['cold_s']:.1f} s cold, {f['warm_median_s'] or 0:.1f} s warm ({label})")
+    final = FlameSettings.from_dict(study_experiments()["confirmation"]["flame"])
+    result = startup.run(engine, cluster, gpu, final, args, out_dir, repeats, bin_dir=flame_bin_dir,
+                         sim_params=sim_params, log=_echo)
+    click.echo(startup.summary_line(result))
 
 
 @bench.command("harvest")
@@ -479,34 +431,14 @@ def bench_harvest(cluster, flame_bin_dir, tasks, rotate_tasks, holds_ms, round_t
         click.echo(line)
 
 
-def _study_experiments() -> dict:
-    """config/experiments.yaml's experiment settings (the benchmarks' defaults: the ladder, the final Flame
-    configuration)."""
-    import yaml
-
-    return yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "experiments.yaml").read_text())["experiments"]
-
-
 def _engine_args(model: str | None, load_format: str | None, extra: tuple[str, ...]):
     """EngineArgs from the study's defaults, the common options, and KEY=VALUE overrides."""
-    import yaml
-
-
     values = {}
     if model:
         values["model"] = model
     if load_format:
         values["load_format"] = load_format
-    for item in extra:
-        key, sep, value = item.partition("=")
-        if not sep:
-            raise ParityError(f"engine argument {item!r} is not KEY=VALUE")
-        try:
-            values[key.replace("-", "_")] = yaml.safe_load(value)
-        except yaml.YAMLError as exc:
-            raise ParityError(f"engine argument {item!r}: the value is not YAML "
-                              f"({getattr(exc, 'problem', None) or exc})") from None
-    return EngineArgs.from_dict(values)
+    return EngineArgs.from_dict(values | key_values(extra, "engine argument"))
 
 
 def _backend_or_options(backend_text: str | None, *covered: str) -> Backend | None:
@@ -582,7 +514,7 @@ def engine_run(kind, traces, batches, warmup_rounds, model, load_format, engine_
                                                                      placement=RouterSettings().placement)
                 doc = trial.run(path, trace, out_dir, trial_id=trial_id, experiment=experiment,
                                 warmup_rounds=warmup_rounds, ran_with=wanted, log=echo)
-                log_summary(out_dir, trial.summary(doc, out_dir / f"{trial_id}.json"))
+                trial.log_summary(out_dir, trial.summary(doc, out_dir / f"{trial_id}.json"))
 
 
 @main.group("sim")
@@ -702,6 +634,7 @@ def standalone_group():
 def standalone_run(kind, gpus, placements, traces, repeats, warmup_rounds, experiment, model, load_format,
                    engine_args, sim_params, startup_timeout, out_dir):
     """Start replicas once, run every placement x trace (x repeats, rotating the order), tear down with a receipt."""
+    from parity.experiments.runner import run_trials
     from parity.paths.standalone import StandalonePath
 
     gpus = list(gpus) or (["sim-0", "sim-1"] if kind == "sim" else [])
@@ -709,29 +642,7 @@ def standalone_run(kind, gpus, placements, traces, repeats, warmup_rounds, exper
                           startup_timeout_s=startup_timeout, sim_params=sim_params,
                           receipt_path=out_dir / "cleanup-replicas.json")
     _echo(f"starting {len(gpus)} {kind} replicas on {', '.join(gpus)} ...")
-    _run_trials(path, placements, traces, repeats, experiment, warmup_rounds, out_dir)
-
-
-def _run_trials(path, placements, traces, repeats, experiment, warmup_rounds, out_dir: Path) -> None:
-    """Every placement x trace on one started path, the order rotated each repeat; a line per trial in
-    OUT/summary.jsonl; the path's teardown said at the end (its receipt is beside the trials)."""
-    from parity import trial
-    from parity.affinity import RouterSettings
-    from parity.experiments.plan import repetition_id, rotate
-
-    cases = [(placement, trace) for trace in traces for placement in placements]
-    try:
-        with path:
-            for repeat in range(repeats):
-                for placement, trace in rotate(cases, repeat):
-                    trial_id = repetition_id(experiment, path.name, placement, trace, repeat)
-                    _echo(f"{trial_id}:")
-                    doc = trial.run(path, trace, out_dir, trial_id=trial_id, experiment=experiment,
-                                    router=RouterSettings(placement), warmup_rounds=warmup_rounds, log=_echo)
-                    log_summary(out_dir, trial.summary(doc, out_dir / f"{trial_id}.json"))
-    finally:
-        if path.receipt is not None:
-            _echo(f"teardown: {'clean' if path.receipt['clean'] else '; '.join(path.receipt['errors'])}")
+    run_trials(path, placements, traces, repeats, experiment, warmup_rounds, out_dir, log=_echo)
 
 
 @standalone_group.command("sim-server")
@@ -824,6 +735,7 @@ def flame_run(cluster, flame_bin_dir, gpus, placements, traces, batch_limit, win
               experiment, network, out_dir):
     """Start a cluster, register one application per GPU, run each placement x trace, clean up."""
     from parity import netns
+    from parity.experiments.runner import run_trials
     from parity.paths.flame import FlamePath, cluster as flame_cluster
 
     netns.contain(network, needed=cluster == "flame", log=_echo)  # re-executes the command when it contains it
@@ -837,7 +749,7 @@ def flame_run(cluster, flame_bin_dir, gpus, placements, traces, batch_limit, win
                        receipt_path=out_dir / "cleanup-flame.json", log=_echo) as running:
         path = FlamePath(running, gpus, settings, engine=engine, engine_args=_engine_args(model, load_format, engine_args),
                          sim_params=str(sim_params) if sim_params else None)
-        _run_trials(path, placements, traces, repeats, experiment, warmup_rounds, out_dir)
+        run_trials(path, placements, traces, repeats, experiment, warmup_rounds, out_dir, log=_echo)
 
 
 @main.command("check")

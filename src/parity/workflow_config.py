@@ -8,6 +8,7 @@ misspelt key, a wrong type or an out-of-range value is refused with its name, wh
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 
 from parity.errors import ParityError, first_problem
 
@@ -63,3 +64,11 @@ def check_experiment_settings(name: str, settings) -> None:
 
 def check_backend(values) -> None:
     check(schema()["$defs"]["backend"], values, "backend")
+
+
+def study_experiments() -> dict:
+    """config/experiments.yaml's experiment settings as the source tree holds them, before any profile is
+    merged over them (the benchmarks' defaults: the sustained ladder, the final Flame configuration)."""
+    import yaml
+
+    return yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "experiments.yaml").read_text())["experiments"]
