@@ -62,6 +62,20 @@ def check_experiment_settings(name: str, settings) -> None:
     check(definitions[name], settings, name)
 
 
+def experiment_settings(name: str, text: str) -> dict:
+    """An experiment's settings from JSON text (`parity experiment run --settings`), checked by the schema."""
+    import json
+
+    try:
+        settings = json.loads(text)
+    except ValueError as exc:
+        raise ParityError(f"--settings is not JSON: {exc}") from None
+    if not isinstance(settings, dict):
+        raise ParityError(f"--settings must be a JSON object, got {type(settings).__name__}")
+    check_experiment_settings(name, settings)
+    return settings
+
+
 def check_backend(values) -> None:
     check(schema()["$defs"]["backend"], values, "backend")
 
