@@ -34,11 +34,15 @@ def stack(*options):
 
 # ---- the engine: its settings one by one, or --backend whole ------------------------------------
 
-model = click.option("--model", default=None, help="Model id or directory (a config.json alone with --load-format dummy).")
-load_format = click.option("--load-format", default=None, help="auto, or dummy for random weights of the model's shape.")
-engine_arg = click.option("--engine-arg", "engine_args", multiple=True, help="Override an engine setting: KEY=VALUE.")
+model = click.option("--model", default=None,
+                     help="Model id or directory (a config.json alone with --load-format dummy).")
+load_format = click.option("--load-format", default=None,
+                           help="auto, or dummy for random weights of the model's shape.")
+engine_arg = click.option("--engine-arg", "engine_args", multiple=True,
+                          help="Override an engine setting: KEY=VALUE.")
 engine_options = stack(model, load_format, engine_arg)
-sim_params = click.option("--sim-params", type=click.Path(path_type=Path), default=None, help="Simulator parameter file.")
+sim_params = click.option("--sim-params", type=click.Path(path_type=Path), default=None,
+                          help="Simulator parameter file.")
 warmup_rounds = click.option("--warmup-rounds", default=Backend.warmup_rounds, show_default=True,
                              type=click.IntRange(min=0), help="Warmup rounds on token-shifted variants.")
 
@@ -140,4 +144,5 @@ def out_dir(help: str | None = None):
     return click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, help=help)
 
 
-json_out = click.option("--out", type=click.Path(path_type=Path), default=None, help="Also write the result as JSON here.")
+json_out = click.option("--out", type=click.Path(path_type=Path), default=None,
+                        help="Also write the result as JSON here.")
