@@ -17,7 +17,9 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from parity.cli import ENVIRONMENT_ERRORS, friendly_errors, log_summary, main
+from parity.cli import main
+from parity.cli.errors import ENVIRONMENT_ERRORS, friendly_errors
+from parity.trial import log_summary
 
 
 def leaf_commands(group: click.Group, prefix=()):

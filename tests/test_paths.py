@@ -52,10 +52,15 @@ def test_a_path_is_found_by_name_and_an_unknown_one_is_named():
 
 
 def test_the_command_lines_placements_are_the_paths():
-    from parity import cli
+    from parity.cli import main
 
-    assert cli.FLAME_PLACEMENTS == paths.get("flame").placements
-    assert cli.POLICIES == paths.get("standalone").placements
+    for system in ("flame", "standalone"):
+        (option,) = [p for p in main.commands[system].commands["run"].params if p.name == "placements"]
+        assert tuple(option.type.choices) == paths.get(system).placements
+    from parity.cli.options import REPLICA_KINDS
+    from parity.standalone.replicas import KINDS
+
+    assert REPLICA_KINDS == KINDS
 
 
 def test_a_new_path_runs_as_a_pairs_candidate_and_the_report_takes_it(tiny_reuse_trace, sim_backend, tmp_path):

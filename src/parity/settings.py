@@ -64,3 +64,21 @@ def _fits(value, allowed: tuple) -> bool:
     return isinstance(value, allowed)
 
 
+
+
+def key_values(items, what: str) -> dict:
+    """KEY=VALUE strings (a command line's overrides) as a mapping, each value read as YAML (so 4096 is an
+    int, true a bool) and each key's dashes as underscores; `what` names an item in the one-line error."""
+    import yaml
+
+    values = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep:
+            raise ParityError(f"{what} {item!r} is not KEY=VALUE")
+        try:
+            values[key.replace("-", "_")] = yaml.safe_load(value)
+        except yaml.YAMLError as exc:
+            raise ParityError(f"{what} {item!r}: the value is not YAML "
+                              f"({getattr(exc, 'problem', None) or exc})") from None
+    return values

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import json
 import os
 import time
 from pathlib import Path
@@ -166,6 +167,24 @@ def summary(doc: dict, manifest: Path) -> dict:
             "duration_s": doc["timing"]["duration_s"], "requests_per_s": doc["timing"]["requests_per_s"],
             "cached_share": cached_share(doc["records"]), "simulated": doc["simulated"],
             "status": doc["verdict"]["status"], "versions": doc["versions"], "manifest": str(manifest)}
+
+
+def log_summary(out_dir: Path, summary: dict) -> None:
+    """One line per run in OUT/summary.jsonl: a log to read at a glance, not a manifest.
+
+    A failed write (a full disk) is cut back off, so the log never ends in half a line.
+    """
+    path = out_dir / "summary.jsonl"
+    line = memoryview((json.dumps(summary, sort_keys=True) + "\n").encode("utf-8"))
+    with path.open("ab", buffering=0) as log:
+        start = log.seek(0, os.SEEK_END)
+        try:
+            while line:
+                line = line[log.write(line):]
+        except OSError as exc:
+            log.truncate(start)
+            exc.filename = exc.filename or str(path)
+            raise
 
 
 def fits_engine(trace: Path, args: EngineArgs) -> None:

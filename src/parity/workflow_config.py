@@ -8,6 +8,7 @@ misspelt key, a wrong type or an out-of-range value is refused with its name, wh
 from __future__ import annotations
 
 from functools import lru_cache
+from pathlib import Path
 
 from parity.errors import ParityError, first_problem
 
@@ -61,5 +62,27 @@ def check_experiment_settings(name: str, settings) -> None:
     check(definitions[name], settings, name)
 
 
+def experiment_settings(name: str, text: str) -> dict:
+    """An experiment's settings from JSON text (`parity experiment run --settings`), checked by the schema."""
+    import json
+
+    try:
+        settings = json.loads(text)
+    except ValueError as exc:
+        raise ParityError(f"--settings is not JSON: {exc}") from None
+    if not isinstance(settings, dict):
+        raise ParityError(f"--settings must be a JSON object, got {type(settings).__name__}")
+    check_experiment_settings(name, settings)
+    return settings
+
+
 def check_backend(values) -> None:
     check(schema()["$defs"]["backend"], values, "backend")
+
+
+def study_experiments() -> dict:
+    """config/experiments.yaml's experiment settings as the source tree holds them, before any profile is
+    merged over them (the benchmarks' defaults: the sustained ladder, the final Flame configuration)."""
+    import yaml
+
+    return yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "experiments.yaml").read_text())["experiments"]

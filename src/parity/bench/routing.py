@@ -214,3 +214,20 @@ def run(params: SimParams, *, quick: bool = False, only: set[str] | None = None,
             f"prefix/alternating {r['prefix_vs_alternating']:.1%}, prefix/sticky {r['prefix_vs_sticky']:.1%}")
     return {"simulated": True, "params": params.source, "rows": rows,
             "router_cost": router_cost(64, 512 if quick else 2048, 1000 if quick else 8000)}
+
+
+def summary_lines(result: dict) -> list[str]:
+    """The result, readable: a row per family and case (requests/s per placement, the prefix router against
+    each), then the router's cost."""
+    lines = [f"{'family':<12} {'case':<22} {'req/s: alternating':>18} {'sticky':>8} {'prefix':>8} {'hindsight':>9}"
+             f"  prefix vs: hindsight alternating sticky   split docs  expected/realized hits  (simulated)"]
+    for r in result["rows"]:
+        rps = {p: v["requests_per_s"] for p, v in r["placements"].items()}
+        lines.append(f"{r['family']:<12} {r['case']:<22} {rps['alternating']:>18.2f} {rps['sticky']:>8.2f} "
+                     f"{rps['prefix']:>8.2f} {rps['hindsight']:>9.2f}  {r['prefix_vs_hindsight']:>18.1%} "
+                     f"{r['prefix_vs_alternating']:>11.1%} {r['prefix_vs_sticky']:>6.1%}   "
+                     f"{r['placements']['prefix']['split_documents']:>10}  {r['expected_vs_realized_hits'] or 0:>21.1%}")
+    c = result["router_cost"]
+    lines.append(f"prefix router at {c['shards']} shards, {c['prompt_tokens']}-token prompts: p50 {c['p50_us']:.1f} us, "
+                 f"p99 {c['p99_us']:.1f} us per request (this process, one core)")
+    return lines

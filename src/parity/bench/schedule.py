@@ -62,3 +62,16 @@ def run(rate: float, requests: int = 2000, kind: str = "poisson", burstiness: fl
         out.setdefault("senders", {})[name] = result | {"meets_target": result["p99_s"] <= TARGET_S,
                                                         "p99_vs_target": result["p99_s"] / TARGET_S}
     return out
+
+
+def summary_lines(result: dict) -> list[str]:
+    """The result, readable: the schedule as generated, then each sender's lag against the target."""
+    st = result["statistics"]
+    lines = [f"{result['schedule']['kind']} at {result['rate_per_s']:g} requests/s, {result['requests']} requests: "
+             f"generated {st['rate_per_s']:.1f}/s (asked {st['expected_rate_per_s']:g}), gap CV {st['gap_cv']:.3f} "
+             f"(asked {st['expected_gap_cv']:.3f}); offsets SHA-256 {result['schedule']['offsets_sha256'][:16]}..."]
+    for name, r in result["senders"].items():
+        lines.append(f"  {name:<32} lag p50 {r['p50_s'] * 1e6:8.1f} us, p99 {r['p99_s'] * 1e6:8.1f} us, "
+                     f"max {r['max_s'] * 1e6:8.1f} us: p99 / 1 ms target {r['p99_vs_target']:.2f} "
+                     f"({'meets' if r['meets_target'] else 'MISSES'})")
+    return lines

@@ -62,6 +62,39 @@ def flame(cluster_kind: str, gpu: str, settings, engine: str, args, out: Path, r
     return {"cluster_s": cluster_s, "runs": runs}
 
 
+def run(engine: str, cluster_kind: str, gpu: str, final, args, out: Path, repeats: int, *, bin_dir=None,
+        sim_params: Path | None = None, log=print) -> dict:
+    """Both paths, standalone first, then Flame in its final configuration `final`; the result is written to
+    OUT/startup.json and returned."""
+    import json
+
+    from parity.manifest import atomic_write_text
+
+    simulated = engine == "sim"
+    out.mkdir(parents=True, exist_ok=True)
+    log(f"standalone ({'simulator server' if simulated else 'vllm serve'}), {repeats} runs")
+    alone = standalone("sim" if simulated else "vllm", gpu, args, out, repeats, sim_params=sim_params, log=log)
+    log(f"Flame ({cluster_kind}, final configuration {final.label()}), {repeats} runs")
+    flamed = flame(cluster_kind, gpu, final, engine, args, out, repeats, simulated=simulated, bin_dir=bin_dir,
+                   sim_params=str(sim_params) if sim_params else None, log=log)
+    result = {"simulated": simulated, "engine": engine, "cluster": cluster_kind, "gpu": gpu, "repeats": repeats,
+              "standalone": {"runs": alone, "start_to_first_answer": summary(
+                  [r["start_to_first_answer_s"] for r in alone])},
+              "flame": flamed | {"session_to_first_answer": summary(
+                  [r["session_to_first_answer_s"] for r in flamed["runs"]])}}
+    atomic_write_text(out / "startup.json", json.dumps(result, indent=1, sort_keys=True) + "\n")
+    return result
+
+
+def summary_line(result: dict) -> str:
+    """The result in one line, labelled simulated or measured."""
+    a, f = result["standalone"]["start_to_first_answer"], result["flame"]["session_to_first_answer"]
+    label = "simulated" if result["simulated"] else "measured"
+    return (f"standalone: process start to first answer {a['cold_s']:.1f} s cold, "
+            f"{a['warm_median_s'] or 0:.1f} s warm (median); Flame: cluster {result['flame']['cluster_s']:.1f} s once, "
+            f"then session to first answer {f['cold_s']:.1f} s cold, {f['warm_median_s'] or 0:.1f} s warm ({label})")
+
+
 def summary(values: list[float]) -> dict:
     return {"cold_s": values[0], "warm_median_s": float(np.median(values[1:])) if len(values) > 1 else None,
             "runs_s": values}

@@ -18,7 +18,8 @@ from parity import paths, trial
 from parity.checks import check_file, pinning_of
 from parity.errors import ParityError
 from parity.experiments.backend import Backend
-from parity.experiments.plan import Case, about, paced_span_s
+from parity.affinity import RouterSettings
+from parity.experiments.plan import Case, about, paced_span_s, repetition_id, rotate
 from parity.manifest import file_ref, header, read_manifest, write_manifest
 from parity.stats import trial_facts, write_pair
 from parity.trace import load_trace
@@ -216,3 +217,23 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
     log(f"{experiment}: {len(entries) - len(failed)} of {len(entries)} trials passed"
         + (f"; failed (excluded from statistics): {', '.join(failed)}" if failed else ""))
     return out
+
+
+def run_trials(path, placements, traces, repeats: int, experiment: str, warmup_rounds: int, out_dir: Path,
+               log=print) -> None:
+    """Every placement x trace on one started path, the order rotated each repeat (`parity standalone run`,
+    `parity flame run`: no plan, no pairs); a line per trial in OUT/summary.jsonl; the path's teardown said
+    at the end (its receipt is beside the trials)."""
+    cases = [(placement, trace) for trace in traces for placement in placements]
+    try:
+        with path:
+            for repeat in range(repeats):
+                for placement, trace in rotate(cases, repeat):
+                    trial_id = repetition_id(experiment, path.name, placement, trace, repeat)
+                    log(f"{trial_id}:")
+                    doc = trial.run(path, trace, out_dir, trial_id=trial_id, experiment=experiment,
+                                    router=RouterSettings(placement), warmup_rounds=warmup_rounds, log=log)
+                    trial.log_summary(out_dir, trial.summary(doc, out_dir / f"{trial_id}.json"))
+    finally:
+        if path.receipt is not None:
+            log(f"teardown: {'clean' if path.receipt['clean'] else '; '.join(path.receipt['errors'])}")

@@ -1,0 +1,240 @@
+"""`parity bench`: benchmarks that print a ratio measured side by side in one run. Each command parses its
+options, calls its `parity.bench` module, and prints what it returns."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from parity.cli import options
+from parity.cli.app import echo, main
+from parity.cli.errors import friendly_errors, writable_file
+from parity.engine import ENGINES, FAMILIES
+from parity.errors import ParityError
+
+
+def _save(out: Path | None, result) -> None:
+    """The result as JSON at --out, if one was given."""
+    if out:
+        from parity.manifest import atomic_write_text
+
+        atomic_write_text(out, json.dumps(result, indent=1, sort_keys=True) + "\n")
+
+
+@main.group("bench")
+def bench():
+    """Benchmarks that print a ratio measured side by side in one run."""
+
+
+@bench.command("router")
+@click.option("--requests", "num_requests", default=512, show_default=True, type=click.IntRange(min=1))
+@click.option("--prompt-tokens", default=8000, show_default=True, type=click.IntRange(min=17),
+              help="Tokens per prompt: a shared document and a 16-token question.")
+@options.repeats(5)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@friendly_errors
+def bench_router(num_requests, prompt_tokens, repeats, as_json):
+    """Routing cost per request, and its ratio to hashing the first 1,024 tokens once."""
+    from parity.bench import router
+
+    result = router.run(num_requests=num_requests, prompt_tokens=prompt_tokens, repeats=repeats)
+    if as_json:
+        click.echo(json.dumps(result, indent=1, sort_keys=True))
+        return
+    verdict = "meets" if result["meets_target"] else "MISSES"
+    click.echo(f"route: {result['route_us_per_request']:.2f} us/request; hash 1,024 tokens once: "
+               f"{result['hash_us_per_request']:.2f} us; ratio {result['ratio_route_to_hash']:.2f}; "
+               f"{verdict} the {result['target_us_per_request']:.0f} us target "
+               f"({result['requests']} requests of {result['prompt_tokens']} tokens, one core)")
+
+
+@bench.command("routing")
+@click.option("--family", "only", multiple=True,
+              type=click.Choice(["study-reuse", "shared-head", "zipf", "working-set", "shards"]),  # routing.FAMILIES
+              help="Run only this workload family (repeat); default every one.")
+@click.option("--quick", is_flag=True, help="Shorter prompts and fewer cases (seconds, for a first look).")
+@click.option("--sim-params", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="Simulator parameter file (default: the calibrated H200 one).")
+@options.json_out
+@friendly_errors
+def bench_routing(only, quick, sim_params, out):
+    """Routers on traffic the study did not send (simulated): the prefix router against alternating, the
+    study's sticky router and a hindsight placement, per workload family; and its cost per request."""
+    from parity.bench import routing
+    from parity.engine.sim import SimParams
+
+    if out:
+        writable_file(out)
+    result = routing.run(SimParams.load(sim_params), quick=quick, only=set(only) or None, log=echo)
+    for line in routing.summary_lines(result):
+        click.echo(line)
+    _save(out, result)
+
+
+@bench.command("schedule")
+@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Requests/s to pace (default: ten times the sustained ladder's highest rate in config/experiments.yaml).")
+@click.option("--requests", type=click.IntRange(min=2), default=2000, show_default=True)
+@click.option("--kind", type=click.Choice(["poisson", "gamma"]), default="poisson", show_default=True)
+@click.option("--burstiness", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True)
+@options.json_out
+@friendly_errors
+def bench_schedule(rate, requests, kind, burstiness, seed, out):
+    """The load generator's own lag (actual minus scheduled send) with nothing behind it, for both senders,
+    against the 1 ms p99 target; and the schedule's rate and burstiness as generated."""
+    from parity.bench import schedule
+    from parity.workflow_config import study_experiments
+
+    if out:
+        writable_file(out)
+    if rate is None:
+        rate = 10 * max(study_experiments()["sustained"]["rates"])
+    result = schedule.run(rate, requests, kind, burstiness, seed)
+    for line in schedule.summary_lines(result):
+        click.echo(line)
+    _save(out, result)
+
+
+@bench.command("startup")
+@click.option("--engine", type=click.Choice(FAMILIES), default="sim", show_default=True)
+@options.cluster("standin", help="The Flame path's cluster: the CPU stand-in or real Flame v0.6.0.")
+@options.flame_bin_dir
+@click.option("--gpu", default="sim-0", show_default=True, help="The GPU UUID both paths start on.")
+@options.repeats(3)
+@options.sim_params
+@options.engine_options
+@options.network("netns: contain the run in a network namespace with only loopback (real Flame listens on 0.0.0.0).")
+@options.out_dir()
+@friendly_errors
+def bench_startup(engine, cluster, flame_bin_dir, gpu, repeats, sim_params, model, load_format, engine_args,
+                  network, out_dir):
+    """Startup cost of each path: process start to the first served request, run 1 cold, later runs warm;
+    written to OUT/startup.json."""
+    from parity import netns
+    from parity.bench import startup
+    from parity.flame.settings import FlameSettings
+    from parity.workflow_config import study_experiments
+
+    netns.contain(network, needed=cluster == "flame", log=echo)
+    args = options.engine_args(model, load_format, engine_args)
+    final = FlameSettings.from_dict(study_experiments()["confirmation"]["flame"])
+    result = startup.run(engine, cluster, gpu, final, args, out_dir, repeats, bin_dir=flame_bin_dir,
+                         sim_params=sim_params, log=echo)
+    click.echo(startup.summary_line(result))
+@bench.command("harvest")
+@options.cluster("flame", help="Real Flame v0.6.0 (the point), or the CPU stand-in (said so in the output).")
+@options.flame_bin_dir
+@click.option("--tasks", default=100_000, show_default=True, type=click.IntRange(min=1),
+              help="Harvest tasks on one session while the session manager's memory is sampled.")
+@click.option("--rotate-tasks", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Also sample it with the harvester moving to a fresh session every this many tasks (0: not).")
+@click.option("--hold-ms", "holds_ms", multiple=True, type=click.FloatRange(min=0),
+              help="A hold time to measure the harvest cycle at (repeat); default 0, 1, 5 and 20 ms.")
+@click.option("--round-trips", default=500, show_default=True, type=click.IntRange(min=1),
+              help="Timed empty-task round trips.")
+@click.option("--warmup", default=50, show_default=True, type=click.IntRange(min=0),
+              help="Untimed empty tasks before each timed phase.")
+@click.option("--rate", default=4.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="The light stream's Poisson rate, requests/s.")
+@click.option("--requests", default=40, show_default=True, type=click.IntRange(min=1), help="Requests per run.")
+@options.repeats(2, help="Runs (seeds) per hold time.")
+@click.option("--samples", default=50, show_default=True, type=click.IntRange(min=1),
+              help="Memory samples over the tasks.")
+@click.option("--sim-params", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None)
+@click.option("--work-dir", type=click.Path(path_type=Path), default=None,
+              help="The cluster's logs and receipt (default: a folder beside --out, else ./bench-harvest).")
+@options.json_out
+@friendly_errors
+def bench_harvest(cluster, flame_bin_dir, tasks, rotate_tasks, holds_ms, round_trips, warmup, rate, requests, repeats, samples,
+                  sim_params, work_dir, out):
+    """The harvest mode's costs on Flame's task path, on the CPU (simulated engine): the empty-task round trip,
+    the harvest cycle at several hold times under a light stream (admission wait, event to client), and the
+    session manager's memory over many tasks on one session."""
+    from parity.bench import harvest
+
+    if out:
+        writable_file(out)
+    work_dir = work_dir or (out.with_name(out.stem + "-work") if out else Path("bench-harvest"))
+    result = harvest.run(cluster, work_dir, bin_dir=flame_bin_dir, tasks=tasks, holds_ms=holds_ms or harvest.HOLDS_MS,
+                         round_trip_count=round_trips, warmup=warmup, rate=rate, requests=requests, repeats=repeats,
+                         samples=samples, rotate_tasks=rotate_tasks, sim_params=str(sim_params) if sim_params else None,
+                         save=lambda result: _save(out, result), log=echo)
+    for line in harvest.summary_lines(result):
+        click.echo(line)
+
+@bench.command("sim")
+@click.option("--trace", type=click.Path(path_type=Path, exists=True), required=True,
+              help="Trace manifest, e.g. the 256-request reuse burst.")
+@options.repeats(3)
+@friendly_errors
+def bench_sim(trace, repeats):
+    """CPU time to simulate a burst in virtual time, beside the engine time it models (target < 2 s)."""
+    from parity.bench import sim
+
+    r = sim.run(trace, repeats=repeats)
+    verdict = "meets" if r["meets_target"] else "MISSES"
+    click.echo(f"{r['requests']} requests: {r['cpu_s']:.3f} s of CPU to simulate {r['modelled_s']:.2f} s of engine "
+               f"time (x{r['speedup']:.0f}); {verdict} the {r['target_cpu_s']:.0f} s target")
+
+
+@bench.command("order")
+@click.option("--engine", "kind", type=click.Choice(ENGINES), default="sim", show_default=True)
+@options.traces()
+@click.option("--shards", default=2, show_default=True, type=click.IntRange(min=1),
+              help="Shards the sticky router splits each burst into.")
+@click.option("--shard", "only", type=click.IntRange(min=0), multiple=True,
+              help="Run only this shard (repeat); default every one.")
+@options.repeats(2, help="Interleaved runs per shard and order.")
+@options.warmup_rounds
+@options.engine_options
+@options.sim_params
+@options.backend("The engine's settings whole (JSON or a YAML file), as the workflow gives them; replaces the "
+                 "options it covers.")
+@options.out_dir()
+@friendly_errors
+def bench_order(kind, traces, shards, only, repeats, warmup_rounds, model, load_format, engine_args, sim_params,
+                backend_text, out_dir):
+    """One engine runs each shard in arrival and in prefix order, interleaved: the admission-order speedup."""
+    from parity.bench import order
+    from parity.engine import make_engine
+    from parity.manifest import atomic_write_text
+
+    beyond = sorted(s for s in only if s >= shards)
+    if beyond:
+        raise ParityError(f"--shard {beyond[0]}: there are only shards 0 to {shards - 1} (--shards {shards})")
+    args, warmup_rounds, sim_params = options.engine_settings(kind, backend_text, model, load_format, engine_args,
+                                                              warmup_rounds, sim_params)[1:]
+    results = []
+    with make_engine(kind, args, **options.simulator(kind, sim_params, "virtual", "async")) as engine:
+        for trace in traces:
+            r = order.run(engine, trace, out_dir, shards=shards, only=set(only), repeats=repeats,
+                          warmup_rounds=warmup_rounds, log=echo)
+            results.append(r)
+            label = "simulated" if r["simulated"] else "measured"
+            for row in r["shards"]:
+                click.echo(f"{r['trace']} shard {row['shard']} ({row['requests']} requests, {r['engine']}): arrival "
+                           f"{row['arrival_median_s']:.3f} s, prefix {row['prefix_median_s']:.3f} s, arrival/prefix "
+                           f"{row['speedup']:.4f} ({label}, median of {repeats})")
+    atomic_write_text(out_dir / "order.json", json.dumps(results, indent=2) + "\n")
+
+
+@bench.command("codec")
+@click.option("--trace", type=click.Path(path_type=Path, exists=True), required=True,
+              help="Trace manifest, e.g. the 256-request reuse burst.")
+@click.option("--batch", default=128, show_default=True, type=click.IntRange(min=1))
+@options.repeats(5)
+@friendly_errors
+def bench_codec(trace, batch, repeats):
+    """Flame task inputs raw vs zlib level 1: burst bytes, and encode + decode time per batch."""
+    from parity.bench import codec
+
+    r = codec.run(trace, batch=batch, repeats=repeats)
+    click.echo(f"{r['trace']} ({r['requests']} requests): raw {r['bytes']['raw']:,} bytes, zlib-1 "
+               f"{r['bytes']['zlib']:,} bytes (ratio {r['ratio_zlib_to_raw']:.3f}; study: "
+               f"{r['study_bytes']['raw']:,} -> {r['study_bytes']['zlib']:,})")
+    for name, t in r["per_batch"].items():
+        click.echo(f"  {name:<4} batch of {r['batch']}: {t['batch_bytes']:,} bytes, encode {t['encode_ms']:.2f} ms, "
+                   f"decode {t['decode_ms']:.2f} ms")

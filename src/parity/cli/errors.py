@@ -1,0 +1,68 @@
+"""How a command fails: a ParityError, or an OSError of the user's environment, as one `Error: ...` line
+and exit 1; a bug keeps its traceback."""
+
+from __future__ import annotations
+
+import errno
+import functools
+import os
+from pathlib import Path
+
+import click
+
+from parity.errors import ParityError
+
+# OSErrors that are about the user's machine, not a bug in parity: a full disk, a read-only folder, a
+# file where a folder belongs. Any other OSError still shows its traceback.
+ENVIRONMENT_ERRORS = {
+    errno.ENOSPC: "no space left on the device",
+    errno.EDQUOT: "disk quota exceeded",
+    errno.EROFS: "read-only file system",
+    errno.EACCES: "permission denied",
+    errno.ENOTDIR: "a part of this path is a file, not a folder",
+    errno.EEXIST: "exists and is not a folder",  # parity's mkdirs all pass exist_ok: a file is in the way
+    errno.EISDIR: "is a folder, not a file",
+    errno.ENAMETOOLONG: "file name too long",
+}
+
+
+def environment_error(exc: OSError) -> str | None:
+    """The one-line message for an OSError of the user's environment, naming the path; else None."""
+    reason = ENVIRONMENT_ERRORS.get(exc.errno)
+    if reason is None:
+        return None
+    where = exc.filename if exc.filename2 is None else f"{exc.filename} -> {exc.filename2}"
+    return reason if where is None else f"{os.fsdecode(where)}: {reason}"
+
+
+def writable_file(path: Path) -> None:
+    """A file a command writes only at its end, checked at its start, so a long run is not refused after it
+    ran: not a folder, and no file where a folder of its path belongs (missing folders are made later)."""
+    if path.is_dir():
+        raise ParityError(f"{path}: {ENVIRONMENT_ERRORS[errno.EISDIR]}")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise ParityError(f"{folder}: {ENVIRONMENT_ERRORS[errno.ENOTDIR]}")
+
+
+def friendly_errors(command):
+    """Turn a ParityError, or an OSError of the environment, into a one-line `Error: ...`, exit 1.
+
+    Everything else (a bug) keeps its traceback.
+    """
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except ParityError as exc:
+            raise click.ClickException(str(exc)) from None
+        except OSError as exc:
+            message = environment_error(exc)
+            if message is None:
+                raise
+            raise click.ClickException(message) from None
+
+    return wrapper

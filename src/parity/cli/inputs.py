@@ -1,0 +1,160 @@
+"""Inputs: the offline smoke corpus and tokenizer, the traces built from a corpus, and the pinned downloads
+(`parity fetch`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from parity.cli.app import echo, main
+from parity.cli.errors import friendly_errors
+
+
+@main.command("smoke-inputs")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
+              help="Directory for corpus.jsonl and tokenizer/.")
+@click.option("--articles", default=1200, show_default=True, type=click.IntRange(min=1),
+              help="Synthetic articles to generate.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the article generator.")
+@click.option("--vocab-size", default=8192, show_default=True, help="BPE vocabulary size.")
+@friendly_errors
+def smoke_inputs_cmd(out_dir: Path, articles: int, seed: int, vocab_size: int):
+    """Generate the offline smoke inputs: a synthetic news corpus and a BPE tokenizer trained on it."""
+    from parity import smoke_inputs
+
+    if vocab_size < smoke_inputs.MIN_VOCAB:  # checked before the corpus is written
+        raise click.BadParameter(f"{vocab_size} is smaller than the {smoke_inputs.MIN_VOCAB} bytes and special tokens.",
+                                 param_hint="'--vocab-size'")
+    corpus = smoke_inputs.write_corpus(out_dir / "corpus.jsonl", articles=articles, seed=seed)
+    tokenizer = smoke_inputs.train_tokenizer(corpus, out_dir / "tokenizer", vocab_size=vocab_size)
+    echo(f"wrote {corpus} ({articles} synthetic articles) and {tokenizer}/tokenizer.json")
+@main.command("trace")
+@click.option("--corpus", type=click.Path(path_type=Path), required=True, help="JSONL of news articles.")
+@click.option("--tokenizer", "tokenizer_dir", type=click.Path(path_type=Path), required=True,
+              help="Hugging Face tokenizer directory (with tokenizer.json).")
+@click.option("--name", required=True, help="Trace name, e.g. no-reuse or reuse.")
+@click.option("--documents", type=int, required=True, help="Distinct document prefixes.")
+@click.option("--questions", type=int, required=True, help="Questions per document.")
+@click.option("--prefix-tokens", default=8000, show_default=True, help="Exact document prefix length.")
+@click.option("--seed", default=0, show_default=True, help="Seed of the burst order.")
+@click.option("--head-tokens", default=0, show_default=True, type=click.IntRange(min=0),
+              help="A head of this many tokens shared by every document (a system prompt), within the prefix.")
+@click.option("--zipf", default=0.0, show_default=True, type=click.FloatRange(min=0, max=4),
+              help="Hot documents: each request's document drawn from a Zipf law of this exponent (0: uniform).")
+@click.option("--blocks", default=1, show_default=True, type=click.IntRange(min=1),
+              help="This many blocks of the shape above, one after another, each block's prefixes its own "
+                   "(the first block token-shifted): a long rung of the same shape.")
+@click.option("--warmup-shift", "warmup_shifts", type=int, multiple=True, default=(1009, 2027),
+              show_default=True, help="Token-ID shift of each warmup round (repeat the option).")
+@click.option("--pack/--no-pack", "pack_articles", default=True, show_default=True,
+              help="Join consecutive articles to fill a prefix, or take one article per document.")
+@click.option("--text-field", default="article", show_default=True, help="JSONL field holding the text.")
+@click.option("--corpus-origin", default="other", show_default=True,
+              help="Recorded in the manifest: synthetic-news, cnn_dailymail, ...")
+@click.option("--tokenizer-origin", default="other", show_default=True,
+              help="Recorded in the manifest: smoke-bpe, llama-3.1-8b-instruct, ...")
+@click.option("--context-tokens", type=click.IntRange(min=1), default=None,
+              help="Build for an engine context (max_model_len) of this many tokens, recorded in the manifest "
+                   "[default: the study's max_model_len, not recorded].")
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
+              help="Directory for NAME.json, NAME.tokens and NAME.warmupK.tokens.")
+@friendly_errors
+def trace_cmd(corpus, tokenizer_dir, name, documents, questions, prefix_tokens, seed, head_tokens, zipf, blocks, warmup_shifts,
+              pack_articles, text_field, corpus_origin, tokenizer_origin, context_tokens, out_dir):
+    """Build one burst (token IDs, shuffled) and its warmup variants, with a trace manifest."""
+    from parity.trace import TraceSpec, build_trace, load_trace
+
+    spec = TraceSpec(name=name, documents=documents, questions_per_document=questions,
+                     prefix_tokens=prefix_tokens, seed=seed, warmup_shifts=tuple(warmup_shifts),
+                     pack_articles=pack_articles, head_tokens=head_tokens, zipf=zipf, blocks=blocks)
+    manifest = build_trace(spec, corpus, tokenizer_dir, out_dir, text_field=text_field,
+                           corpus_origin=corpus_origin, tokenizer_origin=tokenizer_origin,
+                           context_tokens=context_tokens)
+    trace = load_trace(manifest)
+    tokens = sum(r.tokens for r in trace.requests)
+    click.echo(f"{manifest}: {len(trace.requests)} requests, {tokens} tokens, "
+               f"{len(spec.warmup_shifts)} warmup variants, trace sha256 {trace.sha256}")
+
+
+# ---- fetch: pinned, checksum-verified inputs (parity.fetch) -------------------------------------
+
+@main.group("fetch")
+def fetch_group():
+    """Download inputs, each verified against its SHA-256 pin in manifests/pins/, with a receipt."""
+
+
+def _fetch_command(name: str, default_pins: str | None, summary: str):
+    """One `parity fetch NAME` command: the pins file says what to fetch and from where."""
+
+    @fetch_group.command(name, help=summary)
+    @click.option("--pins", "pins_path", type=click.Path(path_type=Path, dir_okay=False), default=default_pins,
+                  required=default_pins is None, show_default=True, help="Pins file (JSON) naming source and files.")
+    @click.option("--dest", type=click.Path(path_type=Path, file_okay=False), required=True,
+                  help="Destination folder; files already there and matching their pins are kept.")
+    @click.option("--record-pins", is_flag=True,
+                  help="Fill in missing (null) pins from this download: only on a trusted network. "
+                       "Existing pins are never changed.")
+    @click.option("--receipt", type=click.Path(path_type=Path, dir_okay=False), default=None,
+                  help="Receipt manifest path [default: DEST/fetch-receipt.json].")
+    @friendly_errors
+    def command(pins_path, dest, record_pins, receipt):
+        from parity.fetch import fetch_pinned
+
+        out = fetch_pinned(pins_path, dest, record_pins=record_pins, receipt=receipt,
+                           log=echo)
+        click.echo(f"wrote {out}")
+
+    return command
+
+
+fetch_model_cmd = _fetch_command(
+    "model", "manifests/pins/llama-3.1-8b-instruct.json",
+    "The model at its pinned commit from the Hugging Face Hub (token from HF_TOKEN or `hf auth login`).")
+fetch_dataset_cmd = _fetch_command(
+    "dataset", "manifests/pins/cnn_dailymail.json",
+    "The CNN/DailyMail news parquet at its pinned commit from the Hugging Face Hub.")
+fetch_mlperf_cmd = _fetch_command(
+    "mlperf-dataset", "manifests/pins/mlperf-cnn-eval.json",
+    "MLPerf's cnn_eval.json from the MLCommons R2 bucket (MD5 from the bucket and the SHA-256 pin both checked).")
+fetch_url_cmd = _fetch_command(
+    "url", None, "Any files a pins file lists, from a Hugging Face repo or an http(s) base URL.")
+
+
+@fetch_group.command("articles")
+@click.option("--pins", "pins_path", type=click.Path(path_type=Path, dir_okay=False),
+              default="manifests/pins/cnn_dailymail.json", show_default=True,
+              help="Pins file with the parquet (files) and the converted output (derived).")
+@click.option("--dest", type=click.Path(path_type=Path, file_okay=False), required=True,
+              help="Folder holding the fetched parquet; the articles.jsonl is written there.")
+@click.option("--record-pins", is_flag=True, help="Record the output's pin if it is still null.")
+@click.option("--receipt", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Receipt manifest path [default: DEST/articles.receipt.json].")
+@friendly_errors
+def fetch_articles_cmd(pins_path, dest, record_pins, receipt):
+    """Convert the verified parquet to articles.jsonl (deterministic; its SHA-256 is pinned too)."""
+    from parity.fetch import Pins
+    from parity.fetch.articles import derive
+
+    out = derive(Pins.load(pins_path), dest, receipt=receipt, record_pins=record_pins,
+                 log=echo)
+    click.echo(f"wrote {out}")
+
+
+@fetch_group.command("pins-status")
+@click.argument("pins_files", nargs=-1, type=click.Path(path_type=Path, dir_okay=False))
+@friendly_errors
+def fetch_pins_status_cmd(pins_files):
+    """Each pin: published (with its source), recorded on first download, or missing.
+
+    PINS_FILES default to manifests/pins/*.json.
+    """
+    from parity.fetch import FetchError, Pins
+
+    paths = pins_files or sorted(Path("manifests/pins").glob("*.json"))
+    if not paths:
+        raise FetchError("manifests/pins: no pins files (*.json) found; name the pins files to list")
+    for path in paths:
+        click.echo("\n".join(Pins.load(path).status_lines()))
+
+

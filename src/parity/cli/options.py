@@ -1,0 +1,148 @@
+"""Options more than one command takes, declared once: their defaults and choices are read from the
+settings classes and registries (`FlameSettings`, `Backend`, `CLUSTERS`, `NETWORK_MODES`), so a command
+line cannot drift from what a run does by default. And the one adapter they share: engine settings from
+--backend whole, or from the options it covers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from parity.engine import EngineArgs
+from parity.errors import ParityError
+from parity.experiments.backend import CLUSTERS, Backend
+from parity.flame.admission import ORDERS
+from parity.flame.settings import APIS, FlameSettings
+from parity.netns import MODES as NETWORK_MODES
+from parity.settings import key_values
+
+REPLICA_KINDS = ("sim", "vllm")  # parity.standalone.replicas.KINDS, without importing httpx to build the options
+FLAME_PLACEMENTS = ("global", "sticky", "prefix")  # parity.paths.flame.FlamePath.placements (tests/test_paths.py)
+
+
+def stack(*options):
+    """Several option decorators as one, listed in --help in the order given."""
+
+    def apply(command):
+        for option in reversed(options):
+            command = option(command)
+        return command
+
+    return apply
+
+
+# ---- the engine: its settings one by one, or --backend whole ------------------------------------
+
+model = click.option("--model", default=None,
+                     help="Model id or directory (a config.json alone with --load-format dummy).")
+load_format = click.option("--load-format", default=None,
+                           help="auto, or dummy for random weights of the model's shape.")
+engine_arg = click.option("--engine-arg", "engine_args", multiple=True,
+                          help="Override an engine setting: KEY=VALUE.")
+engine_options = stack(model, load_format, engine_arg)
+sim_params = click.option("--sim-params", type=click.Path(path_type=Path), default=None,
+                          help="Simulator parameter file.")
+warmup_rounds = click.option("--warmup-rounds", default=Backend.warmup_rounds, show_default=True,
+                             type=click.IntRange(min=0), help="Warmup rounds on token-shifted variants.")
+
+
+def backend(help: str):
+    return click.option("--backend", "backend_text", default=None, help=help)
+
+
+def engine_args(model: str | None, load_format: str | None, extra: tuple[str, ...]) -> EngineArgs:
+    """EngineArgs from the study's defaults, the common options, and KEY=VALUE overrides."""
+    values = {"model": model} if model else {}
+    if load_format:
+        values["load_format"] = load_format
+    return EngineArgs.from_dict(values | key_values(extra, "engine argument"))
+
+
+def backend_or_options(backend_text: str | None, *covered: str) -> Backend | None:
+    """The --backend given (JSON or a YAML file), else None; one or the other with the options it covers."""
+    if backend_text is None:
+        return None
+    ctx = click.get_current_context()
+    given = [name for name in covered if ctx.get_parameter_source(name) is not click.core.ParameterSource.DEFAULT]
+    if given:
+        raise ParityError(f"--backend sets {', '.join('--' + g.replace('_', '-') for g in given)} already; "
+                          "give one or the other")
+    return Backend.parse(backend_text)
+
+
+def engine_settings(kind: str, backend_text, model, load_format, extra, warmup_rounds, sim_params):
+    """(backend or None, EngineArgs, warmup rounds, simulator file) for one engine: from --backend whole, or
+    from the options it covers (giving both is an error)."""
+    backend = backend_or_options(backend_text, "model", "load_format", "engine_args", "sim_params", "warmup_rounds")
+    if backend is None:
+        return None, engine_args(model, load_format, extra), warmup_rounds, sim_params
+    if backend.simulated != (kind == "sim"):
+        raise ParityError(f"--engine {kind} does not fit the backend's engine {backend.engine}")
+    return backend, backend.args(), backend.warmup_rounds, Path(backend.sim_params) if backend.sim_params else None
+
+
+def simulator(kind: str, sim_params: Path | None, clock: str, mode: str) -> dict:
+    """make_engine's simulator settings for an engine of `kind` (none for vLLM)."""
+    from parity.engine.sim import SimParams
+
+    return {"params": SimParams.load(sim_params), "clock": clock, "mode": mode} if kind == "sim" else {}
+
+
+# ---- where it runs -------------------------------------------------------------------------------
+
+def cluster(default: str, help: str | None = None):
+    return click.option("--cluster", type=click.Choice(CLUSTERS), default=default, show_default=True, help=help)
+
+
+flame_bin_dir = click.option("--flame-bin-dir", type=click.Path(path_type=Path), default=None,
+                             help="Flame v0.6.0 binaries (default: $FLAME_BIN_DIR).")
+
+
+def network(help: str):
+    return click.option("--network", type=click.Choice(NETWORK_MODES), default=Backend.network, show_default=True,
+                        help=help)
+
+
+def gpus(help: str):
+    return click.option("--gpu", "gpus", multiple=True, help=help)
+
+
+# ---- Flame's settings, defaults the study's first configuration ---------------------------------
+
+_FLAME = FlameSettings()
+flame_settings = stack(
+    click.option("--batch-limit", default=_FLAME.batch_limit, show_default=True, type=click.IntRange(min=1)),
+    click.option("--window-ms", default=_FLAME.window_ms, show_default=True, type=click.FloatRange(min=0)),
+    click.option("--budget-mib", default=_FLAME.budget_mib, show_default=True,
+                 type=click.FloatRange(min=0, min_open=True), help="Decoded payload budget per task."),
+    click.option("--api", type=click.Choice(APIS), default=_FLAME.api, show_default=True,
+                 help="The engine API each worker drives: sync (LLM.generate) or async (AsyncLLM)."),
+    click.option("--compress/--raw", default=_FLAME.compress, show_default=True, help="zlib level 1 task inputs."),
+    click.option("--gc-freeze/--no-gc-freeze", default=_FLAME.gc_freeze, show_default=True),
+    click.option("--order", type=click.Choice(ORDERS), default=_FLAME.order, show_default=True,
+                 help="How each worker admits a batch into its engine (parity.flame.admission)."),
+)
+
+
+# ---- what it reads and writes ------------------------------------------------------------------
+
+def traces(help: str | None = None):
+    return click.option("--trace", "traces", type=click.Path(path_type=Path, exists=True), multiple=True,
+                        required=True, help=help)
+
+
+def repeats(default: int, help: str | None = None):
+    return click.option("--repeats", default=default, show_default=True, type=click.IntRange(min=1), help=help)
+
+
+def experiment(default: str, help: str | None = None):
+    return click.option("--experiment", default=default, show_default=True, help=help)
+
+
+def out_dir(help: str | None = None):
+    return click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, help=help)
+
+
+json_out = click.option("--out", type=click.Path(path_type=Path), default=None,
+                        help="Also write the result as JSON here.")
