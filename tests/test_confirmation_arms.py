@@ -41,6 +41,9 @@ def test_flame_arms_rerun_the_pairs_with_only_the_flame_side_changed_pair_by_pai
     final = FlameSettings.from_dict(STUDY["flame"])
     assert all(c.flame.mode == "harvest" and c.flame.label() == final.label() + "-harvest-h5ms" for c in harvest)
     assert [c.pair for c in cases] == sorted(c.pair for c in cases)  # pair 0 of every stage before pair 1 of any
+    assert {c.arm for c in harvest} == {"harvest"} and {c.arm for c in study} == {None}
+    placed = plan.for_experiment("confirmation", TRACES, STUDY | {"pairs": 1, "arms": ["prefix"]})
+    assert {c.stage: c.arm for c in placed} == {"final": None, "final-prefix": "prefix"}
     with pytest.raises(ParityError, match="flame_arms and arms both name 'prefix'"):
         plan.for_experiment("confirmation", TRACES, STUDY | {"arms": ["prefix"], "flame_arms": {"prefix": {}}})
 

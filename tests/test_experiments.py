@@ -107,6 +107,7 @@ def test_confirmation_runs_checks_pairs_and_keeps_finished_trials(tiny_traces, t
     assert [c["status"] for c in doc["cases"]] == ["passed"] * 4 and doc["simulated"]
     assert {c["cluster"] for c in doc["cases"] if c["system"] == "flame"} == {"stand-in"}
     assert len(doc["pairs"]) == 2
+    assert {(c["rate"], c["output_tokens"], c["arm"]) for c in doc["cases"]} == {(None, None, None)}  # the study's bursts
     pair = read_manifest(tmp_path / doc["pairs"][0]["path"])
     assert pair["stage"] == "final" and pair["ratio"] > 0
     candidate = read_manifest(tmp_path / "trials" / "confirmation-final-reuse-p0-flame.json")

@@ -50,3 +50,13 @@ def test_every_room_on_a_floor():
     ignored = {i for c in CONFIG["contracts"] for i in c.get("ignore_imports", ())}
     assert ignored <= KNOWN_DEBT, (f"new ignore_imports {sorted(ignored - KNOWN_DEBT)} hide an upward import or a "
                                    f"cycle: move the import instead")
+
+
+def test_the_report_may_read_flame_settings_but_none_of_flames_running_code():
+    """The report reads Flame's settings through their class; every other module of parity.flame stays forbidden
+    to it, so a new one is forbidden by being named, not by being remembered."""
+    readable = {"__init__", "settings", "admission"}  # settings, as data
+    forbidden = set(CONTRACTS["report-reads-evidence"]["forbidden_modules"])
+    for module in sorted(p.stem for p in (PACKAGE / "flame").glob("*.py")):
+        assert module in readable or f"parity.flame.{module}" in forbidden, (
+            f"parity.flame.{module} is not forbidden to the report: add it to pyproject.toml's report-reads-evidence")

@@ -89,6 +89,9 @@ def test_rungs_of_a_shared_start_run_on_one_start_each_cold_after_paced_warmups(
     receipts = sorted(p.name for p in (tmp_path / "cleanup").glob("*.json"))
     assert "sustained-start-p0-vllm.json" in receipts and not any("rate-" in r for r in receipts)
     experiment = read_manifest(tmp_path / "experiment.json")
+    # each case entry records what it ran: its offered rate, its answer length, its arm (none: the study's)
+    assert sorted((c["rate"], c["output_tokens"], c["arm"]) for c in experiment["cases"]) == [
+        (20.0, 16, None), (20.0, 16, None), (40.0, 16, None), (40.0, 16, None)]
     assert any("sustained-start-p0-vllm.json" in c["path"] for c in experiment["cleanup"])
     for case in cases:
         doc = read_manifest(tmp_path / "trials" / f"{case.trial_id}.json")
@@ -221,6 +224,10 @@ def test_extra_pairs_run_an_arms_flame_side_on_the_traces_whose_ladder_has_their
     assert extras[("lengths-2-harvest", "reuse", "flame")].flame.mode == "harvest"
     assert extras[("rate-2-out512-harvest", "reuse", "flame")].max_tokens == 512
     assert extras[("evict-4", "hot", "flame")].flame.mode != "harvest"  # no arm: the experiment's own Flame settings
+    # each case says which arm it is of as a field, not only in its stage label
+    assert {c.stage: c.arm for c in cases} == {"rate-2": None, "rate-4": None, "rate-2-harvest": "harvest",
+                                               "rate-4-harvest": "harvest", "evict-4": None,
+                                               "lengths-2-harvest": "harvest", "rate-2-out512-harvest": "harvest"}
     ladder = plan.for_experiment("sustained", [tiny_reuse_trace, hot], settings | {"shared_start": True})
     order = list(dict.fromkeys(c.start or c.stage for c in ladder))
     assert order == ["sustained-start-harvest-p0-flame", "sustained-start-harvest-p0-vllm", "lengths-2-harvest",

@@ -432,7 +432,7 @@ def test_our_router_as_an_extra_arm_of_the_confirmation_pairs_leaves_the_studys_
     assert all(r.rstrip(" |").endswith("1 / 0") for r in rows)
 
 
-STEPS = {"": None, "gathered": {"inflight": 1}, "harvest": {"mode": "harvest"}}  # bursts, then the two arms
+STEPS = {"": None, "gathered": {"inflight": 1}, "harvest": {"mode": "harvest", "api": "async"}}  # bursts, then the two arms
 LABELS = {"": "b256-w10ms-async-zlib-freeze-prefix", "gathered": "b256-w10ms-async-zlib-freeze-prefix-inflight1",
           "harvest": "b256-w10ms-async-zlib-freeze-prefix-harvest-h5ms"}
 
@@ -454,9 +454,10 @@ def _streamed(trial_id: str, system: str, rate: float, first_s: float, end_s: fl
     return doc
 
 
-def _sustained(root: Path, *, arms=STEPS, fail: str | None = None) -> Path:
+def _sustained(root: Path, *, arms=STEPS, fail: str | None = None, facts: bool = True) -> Path:
     """A sustained ladder (30 and 90 requests/s) with a pair per Flame configuration: at 30 every path keeps up;
-    at 90 bursts answer in 0.4 s, gathered in 0.2 s, harvest streams as standalone does (first token 12 ms)."""
+    at 90 bursts answer in 0.4 s, gathered in 0.2 s, harvest streams as standalone does (first token 12 ms).
+    `facts`: each case entry records its rate, answer length and arm (else: as manifests before they did)."""
     latencies = {30: {"": (0.1, 0.1), "gathered": (0.08, 0.08), "harvest": (0.011, 0.05)},
                  90: {"": (0.4, 0.4), "gathered": (0.2, 0.2), "harvest": (0.012, 0.05)}}
     trials, pairs = [], []
@@ -476,7 +477,8 @@ def _sustained(root: Path, *, arms=STEPS, fail: str | None = None) -> Path:
                 doc["trace"] = file_ref(root / "traces" / "reuse-32.tokens", path.parent)
                 write_manifest(path, doc)
                 flame = ({"label": LABELS[arm]} | (arms[arm] or {})) if system == "flame" else None
-                trials.append((path, doc, {"stage": stage, "pair": 0, "flame": flame}))
+                ran = {"rate": float(rate), "output_tokens": 16, "arm": arm or None} if facts else {}
+                trials.append((path, doc, {"stage": stage, "pair": 0, "flame": flame} | ran))
             pairs.append((stage, 0, len(trials) - 2, len(trials) - 1))
     settings = {"repeats": 1, "rates": [30, 90], "arms": {a: c for a, c in arms.items() if a}}
     return _experiment(root, "sustained", trials, pairs, settings=settings)
@@ -506,7 +508,7 @@ def test_section_7_shows_each_flame_configuration_beside_standalone_and_what_eac
         f"Flame (tokens timed in the worker), arm gathered ({LABELS['gathered']})",
         "standalone vLLM (streamed), the harvest arm's reference",
         f"Flame (tokens timed at the client), arm harvest ({LABELS['harvest']})"]
-    assert "`gathered`: inflight 1; `harvest`: mode harvest" in section and "Mode harvest (parity.flame.harvest)" in section
+    assert "`gathered`: inflight 1; `harvest`: api async, mode harvest" in section and "Mode harvest (parity.flame.harvest)" in section
     # report.json carries the step numbers; the curves are drawn
     steps_json = made["manifest"]["sustained_steps"]["reuse-32"]
     assert set(steps_json) == {"rate-30", "rate-90"} and list(steps_json["rate-90"]) == ["bursts", "gathered", "harvest"]
@@ -519,6 +521,19 @@ def test_section_7_shows_each_flame_configuration_beside_standalone_and_what_eac
     assert [p["ttft_p99"] for p in curves["flame-gathered"]] == pytest.approx([0.08, 0.2])
     checked, problems = validate_paths([out / "report.json"])
     assert not problems and checked > 10
+
+
+def test_section_7_reads_what_each_case_recorded_and_reads_older_manifests_the_same(tmp_path):
+    """The report reads a case's rate, answer length and arm from its entry's fields; an experiment manifest written
+    before entries recorded them gives the same tables (its stage labels parsed instead)."""
+    made = {}
+    for facts in (True, False):
+        _sustained(tmp_path / str(facts) / "sustained", facts=facts)
+        made[facts] = write_report([tmp_path / str(facts) / "sustained"], None, REFERENCE, tmp_path / str(facts) / "report")
+    assert made[True]["markdown"] == made[False]["markdown"]
+    assert made[True]["manifest"]["sustained_steps"] == made[False]["manifest"]["sustained_steps"]
+    entries = read_manifest(tmp_path / "True" / "sustained" / "experiment.json")["cases"]
+    assert {(c["rate"], c["arm"]) for c in entries} == {(r, a) for r in (30.0, 90.0) for a in (None, "gathered", "harvest")}
 
 
 def test_section_7_is_derived_again_from_its_manifests_and_a_changed_step_is_named(tmp_path):

@@ -44,6 +44,7 @@ class Case:
     lengths: OutputLengths | None = None  # each request's own exact output length (parity.lengths; max_tokens its high)
     start: str | None = None  # ours: the engine start it shares with the other cases of that name (None: its own)
     warmup_requests: int | None = None  # ours: warm-ups of this many requests, paced as measured (None: whole bursts)
+    arm: str | None = None  # ours: the arm it belongs to, as the settings name it (None: the study's configuration)
 
     @property
     def load(self) -> dict:
@@ -166,13 +167,15 @@ def confirmation(traces: list[Path], count: int | dict[str, int], flame: FlameSe
     (device time) holds as many pairs of each arm."""
     cases = pairs("confirmation", "final", traces, count, flame, pinned=True)
     for arm in arms:
-        cases += pairs("confirmation", f"final-{arm}", traces, count, flame, pinned=True, placement=arm)
+        cases += [replace(case, arm=arm) for case in
+                  pairs("confirmation", f"final-{arm}", traces, count, flame, pinned=True, placement=arm)]
     if not flame_arms:
         return cases  # the study's order, untouched
     if clash := sorted(set(flame_arms) & set(arms)):
         raise ParityError(f"confirmation: flame_arms and arms both name {clash[0]!r} (stage final-{clash[0]} twice)")
     for name, changes in flame_arms.items():
-        cases += pairs("confirmation", f"final-{name}", traces, count, replace(flame, **changes), pinned=True)
+        cases += [replace(case, arm=name) for case in
+                  pairs("confirmation", f"final-{name}", traces, count, replace(flame, **changes), pinned=True)]
     return sorted(cases, key=lambda case: case.pair)  # stable: each stage's pair keeps its order and first side
 
 
@@ -268,26 +271,28 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
                     for trace in traces:
                         if rate in per_trace.get(trace.stem, []):
                             pair(f"rate-{rate:g}{length}{suffix}", trace, settings, repeat, at(rate), max_tokens=tokens,
-                                 start=f"{suffix}{length}-p{repeat}" if shared_start else None)
+                                 start=f"{suffix}{length}-p{repeat}" if shared_start else None, arm=suffix[1:] or None)
         if evict is not None:
             rate, suffix, settings = extra(evict)
             for trace in on(rate):
-                pair(f"evict-{rate:g}{suffix}", trace, settings, repeat, at(rate), cache_blocks=evict.cache_blocks)
+                pair(f"evict-{rate:g}{suffix}", trace, settings, repeat, at(rate), cache_blocks=evict.cache_blocks,
+                     arm=suffix[1:] or None)
         if lengths is not None:
             rate, suffix, settings = extra(lengths)
             drawn = lengths.lengths
             for trace in on(rate):
-                pair(f"lengths-{rate:g}{suffix}", trace, settings, repeat, at(rate), lengths=drawn, max_tokens=drawn.high)
+                pair(f"lengths-{rate:g}{suffix}", trace, settings, repeat, at(rate), lengths=drawn, max_tokens=drawn.high,
+                     arm=suffix[1:] or None)
         if answers is not None:
             rate, suffix, settings = extra(answers)
             for trace in on(rate):
                 pair(f"rate-{rate:g}-out{answers.tokens}{suffix}", trace, settings, repeat, at(rate),
-                     max_tokens=answers.tokens)
+                     max_tokens=answers.tokens, arm=suffix[1:] or None)
         if restart is not None:
             rate, suffix, settings = extra(restart)
             fault = restart.restart
             for trace in on(rate):
-                pair(f"restart-{rate:g}{suffix}", trace, settings, repeat, at(rate), restart=fault)
+                pair(f"restart-{rate:g}{suffix}", trace, settings, repeat, at(rate), restart=fault, arm=suffix[1:] or None)
     if not shared_start:
         return cases
     names = [suffix for suffix, _ in variants]

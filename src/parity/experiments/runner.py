@@ -153,6 +153,17 @@ def _pair_cases(cases: list[Case]) -> dict[tuple, dict[str, Case]]:
     return out
 
 
+def ran(case: Case) -> dict:
+    """What a case ran, as its experiment.json entry records it for the report to read back (its stage is a label):
+    `rate`, the offered rate of a paced schedule (None: a burst, or a replay, which offers no one rate);
+    `output_tokens`, the exact answer length every request asked for (None: the backend's engine setting, recorded
+    in the trial's engine args, or each request its own length, `lengths`, recorded as the trial's output_lengths);
+    `arm`, the arm of the settings it belongs to (None: the study's configuration)."""
+    paced = case.schedule.kind in ("poisson", "gamma")
+    return {"rate": case.schedule.rate if paced else None,
+            "output_tokens": case.max_tokens if case.lengths is None else None, "arm": case.arm}
+
+
 def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir: Path, *, settings: dict,
                    log=print) -> Path:
     """Run every case in order, then pin-check and pair them; write OUT/experiment.json."""
@@ -196,7 +207,7 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
     entries = []
     for case in cases:
         doc = docs[case.trial_id]
-        entries.append({"placement": case.placement, "stage": case.stage, "pair": case.pair,
+        entries.append({"placement": case.placement, "stage": case.stage, "pair": case.pair, **ran(case),
                         "flame": case.flame.to_dict() | {"label": case.flame.label()} if case.system == "flame" else None,
                         "manifest": file_ref(trials[case.trial_id], out_dir)} | trial_facts(doc))
     simulated = any(e["simulated"] for e in entries)

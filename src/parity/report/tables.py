@@ -12,10 +12,23 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from parity import stats
+from parity.engine import OUTPUT_TOKENS, EngineArgs
+from parity.flame.settings import FlameSettings
 from parity.report import format as f
 from parity.report.inputs import Experiment, MlperfRun
 
 STUDY_GPU = "study (B200, measured)"
+
+
+def flame_of(recorded: dict | None) -> FlameSettings:
+    """Flame settings as a case entry or the settings record them (a case entry's `label` aside), read back through
+    their class: a key a manifest leaves out has the class's default, the one place it is declared."""
+    return FlameSettings.from_dict({k: v for k, v in (recorded or {}).items() if k != "label"})
+
+
+def engine_of(doc: dict) -> EngineArgs:
+    """The engine settings a trial recorded, read back through their class (the same holds for a key left out)."""
+    return EngineArgs.from_dict(doc["engine"].get("args"))
 
 
 @dataclass
@@ -127,7 +140,7 @@ def final_throughput(confirmation: Experiment | None, offline: Experiment | None
     table.notes.extend(_offline_limit_notes(limits, confirmation))
     if confirmation is not None and confirmation.doc["settings"].get("shards") == 1:
         table.notes.append(_ONE_SHARD + " Rates compare with the study's through the ratios only.")
-    if confirmation is not None and confirmation.doc["settings"].get("flame", {}).get("order") == "prefix":
+    if confirmation is not None and flame_of(confirmation.doc["settings"].get("flame")).order == "prefix":
         table.notes.append("Our Flame configuration admits each batch in prefix order (parity.flame.admission): "
                            "prompts that share a document reach its engine side by side. The study's adapter "
                            "admitted in arrival order; the standalone vLLM reference keeps its clients' arrival order.")
@@ -251,9 +264,9 @@ def locality(experiment: Experiment | None, ref: dict) -> tuple[list[Table], dic
         table.notes.append(not_run("locality"))
     else:
         repeats = experiment.doc["settings"].get("repeats")
-        flame = experiment.doc["settings"].get("flame", {})
+        flame = flame_of(experiment.doc["settings"].get("flame"))
         table.notes.append(f"Ours: {repeats} repetitions per configuration, Flame batch limit "
-                           f"{flame.get('batch_limit', 32)}, window {flame.get('window_ms', 2)} ms "
+                           f"{flame.batch_limit}, window {flame.window_ms:g} ms "
                            f"(study: {study['repeats']} repetitions, batch {study['batch_limit']}, "
                            f"{study['window_ms']} ms).")
 
@@ -288,7 +301,7 @@ def _pilot_rows(experiment: Experiment, group: str, describe_config) -> list[lis
             continue
         doc = experiment.trials[case["trial_id"]]
         ok = stats.passed(doc)
-        rows.append([describe_config(case["flame"] or {}), case["trace_name"], ours([doc]) + ", pilot",
+        rows.append([describe_config(flame_of(case["flame"])), case["trace_name"], ours([doc]) + ", pilot",
                      f.rate(stats.rps(doc)) if ok else f.MISSING, f.pct(stats.cached_share(doc)) if ok else f.MISSING,
                      _bytes(stats.encoded_input_bytes(doc)) if ok else f.MISSING,
                      "passed" if ok else "failed (excluded)"])
@@ -337,12 +350,10 @@ def admission(experiment: Experiment | None, confirmation: Experiment | None, re
             t.notes.append(not_run("admission"))
     else:
         batch.rows += _pilot_rows(experiment, "screen-batch",
-                                  lambda c: f"batch {c.get('batch_limit')}, {c.get('window_ms', 0):g} ms")
-        api.rows += _pilot_rows(experiment, "screen-api",
-                                lambda c: f"{c.get('api')}, {'zlib' if c.get('compress') else 'raw'}")
+                                  lambda c: f"batch {c.batch_limit}, {c.window_ms:g} ms")
+        api.rows += _pilot_rows(experiment, "screen-api", lambda c: f"{c.api}, {'zlib' if c.compress else 'raw'}")
         order.rows += _pilot_rows(experiment, "screen-order",
-                                  lambda c: f"{c.get('order', 'arrival')} order ({c.get('api')}, "
-                                            f"{'zlib' if c.get('compress') else 'raw'})")
+                                  lambda c: f"{c.order} order ({c.api}, {'zlib' if c.compress else 'raw'})")
     stages = Table("Admission stages (paired medians)", study["section"],
                    ["Flame configuration", "Source", "Median difference without reuse", "Median difference with reuse",
                     "Both medians within 1%", "Pairs counted / excluded"])
@@ -478,7 +489,7 @@ def routing(experiment: Experiment | None, confirmation: Experiment | None = Non
     for trace in sorted({c["trace_name"] for c in experiment.cases}):
         for system, path in (("vllm", "standalone"), ("flame", "Flame")):
             medians = {}
-            for placement in experiment.doc["settings"].get("placements", ["sticky", "prefix"]):
+            for placement in dict.fromkeys(c["placement"] for c in experiment.cases):  # the order they ran in
                 docs = experiment.trials_where(stage=f"{system}-{placement}", trace_name=trace)
                 if not docs:
                     continue
@@ -550,19 +561,28 @@ def _ms(summary: dict | None, *keys: str) -> str:
     return " / ".join(f"{summary[k] * 1e3:,.0f}" for k in keys)
 
 
-def _stage(stage: str) -> tuple[str, int | None, str]:
-    """(offered rate as written, answer length or None for the study's 16, arm or "") of a sustained stage
-    `KIND-R{-outN}{-ARM}` (plan.sustained; an arm's name has no hyphen, by the config schema)."""
-    offered, *rest = stage.split("-", 1)[1].split("-")
-    tokens = next((int(p[3:]) for p in rest if p.startswith("out") and p[3:].isdigit()), None)
-    return offered, tokens, "-".join(p for p in rest if not (p.startswith("out") and p[3:].isdigit()))
+def _offered_arm(case: dict) -> tuple[str, str]:
+    """(offered rate as its stage writes it, arm or "") of a sustained case, from the fields its entry records
+    (`rate`, `arm`: parity.experiments.runner.ran). Fallback, only for a manifest written before entries recorded
+    them: both parsed from its stage `KIND-R{-outN}{-ARM}` (plan.sustained; an arm's name has no hyphen, by the
+    config schema)."""
+    if "rate" in case:
+        return f"{case['rate']:g}", case["arm"] or ""
+    offered, *rest = case["stage"].split("-", 1)[1].split("-")
+    return offered, "-".join(p for p in rest if not (p.startswith("out") and p[3:].isdigit()))
+
+
+def _output_tokens(case: dict, doc: dict) -> int:
+    """The answer length every request of a case asked for: its entry's `output_tokens`, else (the backend's, or a
+    manifest written before entries recorded it) the engine setting its trial recorded."""
+    return case.get("output_tokens") or engine_of(doc).max_tokens
 
 
 def _arms(experiment: Experiment) -> list[str]:
     """The Flame configurations of the sustained pairs in the order they build on each other: bursts (no
     arm), then each arm of the settings in its order (arms whose cases ran but are no longer named, after)."""
     named = list(experiment.doc["settings"].get("arms") or {})
-    ran = {_stage(c["stage"])[2] for c in experiment.cases if c["stage"].startswith("rate-")}
+    ran = {_offered_arm(c)[1] for c in experiment.cases if c["stage"].startswith("rate-")}
     return ["", *named, *sorted(ran - set(named) - {""})]
 
 
@@ -573,7 +593,7 @@ def _path_label(case: dict, arm: str) -> str:
         label = dict(PATHS).get(case["system"], case["system"])
         return label + (f", the {arm} arm's reference" if arm else "")
     flame = case.get("flame") or {}
-    label = HARVESTED if flame.get("mode") == "harvest" else dict(PATHS)["flame"]
+    label = HARVESTED if flame_of(flame).mode == "harvest" else dict(PATHS)["flame"]
     label += f", arm {arm}" if arm else f", {BURSTS}"
     return label + (f" ({flame['label']})" if flame.get("label") else "")
 
@@ -617,10 +637,11 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
     for case in (c for c in experiment.cases if c["stage"].startswith(("rate-", "evict-", "lengths-"))):  # restarts: own table
         doc = experiment.trials[case["trial_id"]]
         s = latency.summarize(doc, objective) if stats.passed(doc) else None
-        offered, _, arm = _stage(case["stage"])
-        blocks = (doc["engine"].get("args") or {}).get("num_gpu_blocks_override")
-        cache = f", KV cache {blocks * doc['engine']['args'].get('block_size', 16):,} tokens" if blocks else ""
-        tokens = (doc["engine"].get("args") or {}).get("max_tokens", 16)
+        offered, arm = _offered_arm(case)
+        engine = engine_of(doc)
+        blocks = engine.num_gpu_blocks_override
+        cache = f", KV cache {blocks * engine.block_size:,} tokens" if blocks else ""
+        tokens = _output_tokens(case, doc)
         if own := doc.get("output_lengths"):  # lengths per request (parity.lengths)
             tokens = f"per request: median {own['median']}, mean {own['mean']:.0f}, {own['min']}-{own['max']}"
         label = _path_label(case, arm)
@@ -634,7 +655,7 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
                            _ms(s["e2e"], "p50", "p99"), _ms(s["itl"], "p99"), f.rate(s["goodput_client_per_s"], 2),
                            f.pct(s["good_share_client"], 0), f.yes_no(s["saturated"]),
                            f"{s['lag']['p99_s'] * 1e3:.2f}" if s["lag"] else f.MISSING])
-        trace = case["trace_name"] + ("" if tokens == 16 else f", {tokens} output tokens") + cache
+        trace = case["trace_name"] + ("" if tokens == OUTPUT_TOKENS else f", {tokens} output tokens") + cache
         if own:
             trace = case["trace_name"] + f", output lengths per request (median {own['median']})" + cache
         curves.setdefault(trace, {}).setdefault(case["system"] + (f"-{arm}" if arm else ""), []).append(
@@ -643,7 +664,7 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
              "goodput": s["goodput_client_per_s"]})
     table.rows = [row for _, row in sorted(zip(keys, table.rows), key=lambda kr: kr[0])]
     table.notes.append(
-        f"Ours only, beyond the study: {experiment.doc['settings'].get('repeats', 1)} pair(s) per offered rate, the "
+        f"Ours only, beyond the study: {len({c['pair'] for c in experiment.cases})} pair(s) per offered rate, the "
         "two paths under the same seeded arrivals, interleaved, fresh engines per case; every latency from the "
         "request's scheduled arrival on the host's monotonic clock, in the middle 80% of the schedule (by arrival). "
         f"Objective: first token within {objective.ttft_s:g} s, then tokens at most {objective.itl_s * 1e3:g} ms apart; "
@@ -708,15 +729,17 @@ def sustained_steps(experiment: Experiment | None) -> tuple[Table, dict]:
     labels = {}
     for case in experiment.cases:
         if case["system"] == "flame" and case["stage"].startswith("rate-") and case.get("flame"):
-            labels.setdefault(_stage(case["stage"])[2], case["flame"]["label"])
+            labels.setdefault(_offered_arm(case)[1], case["flame"]["label"])
+    entries = {case["trial_id"]: case for case in experiment.cases}
     table.columns += [f"Achieved, Flame / vLLM: {n}" for n in names]
     table.columns += [f"Client TTFT p99, Flame / vLLM: {n}" for n in names]
     rungs: dict = {}  # (trace, tokens, offered) -> arm -> its pairs: summaries of the passed, trials of all
     for pair, reference, candidate in experiment.pairs:
         if not (pair.get("stage") or "").startswith("rate-"):
             continue
-        offered, tokens, arm = _stage(pair["stage"])
-        rung = rungs.setdefault((pair["trace_name"], tokens or 16, float(offered)), {}).setdefault(
+        case = entries[reference["trial_id"]]  # a pair's sides share its rate, answer length and arm
+        offered, arm = _offered_arm(case)
+        rung = rungs.setdefault((pair["trace_name"], _output_tokens(case, reference), float(offered)), {}).setdefault(
             arm, {"good": [], "docs": []})
         rung["docs"] += [reference, candidate]
         if stats.passed(reference) and stats.passed(candidate):
@@ -725,7 +748,7 @@ def sustained_steps(experiment: Experiment | None) -> tuple[Table, dict]:
     plot: dict = {}
     for (trace, tokens, offered), by_arm in sorted(rungs.items()):
         achieved, ttft = [], []
-        stage = f"rate-{offered:g}" + ("" if tokens == 16 else f"-out{tokens}")
+        stage = f"rate-{offered:g}" + ("" if tokens == OUTPUT_TOKENS else f"-out{tokens}")
         for arm, name in zip(arms, names):
             rung = by_arm.get(arm, {"good": [], "docs": []})
             good = rung["good"]
@@ -733,7 +756,7 @@ def sustained_steps(experiment: Experiment | None) -> tuple[Table, dict]:
             achieved.append(a)
             ttft.append(t)
             steps.setdefault(trace, {}).setdefault(stage, {})[name] = numbers | {"flame_label": labels.get(arm)}
-            curve = plot.setdefault(trace + ("" if tokens == 16 else f", {tokens} output tokens"), {})
+            curve = plot.setdefault(trace + ("" if tokens == OUTPUT_TOKENS else f", {tokens} output tokens"), {})
             if good:  # the standalone curve: the bursts pairs' side (each arm's own reference repeats it)
                 for key, side in ([] if arm else [("standalone", 0)]) + [("flame-" + name, 1)]:
                     curve.setdefault(key, []).append({"offered": offered} | _medians([p[side] for p in good]))
@@ -766,13 +789,14 @@ def restarts(experiment: Experiment | None) -> Table:
     for case in cases:
         doc = experiment.trials[case["trial_id"]]
         label = dict(PATHS).get(case["system"], case["system"])
+        offered, arm = _offered_arm(case)
+        offered += f"-{arm}" if arm else ""  # an arm's restart pair, named as its stage names it
         fault = doc.get("restart")
         if not stats.passed(doc) or not fault:
-            table.rows.append([case["trace_name"], case["stage"].removeprefix("restart-"), label, ours([doc]),
-                               *[f.MISSING] * 7])
+            table.rows.append([case["trace_name"], offered, label, ours([doc]), *[f.MISSING] * 7])
             continue
         s = latency.summarize(doc, objective)
-        table.rows.append([case["trace_name"], case["stage"].removeprefix("restart-"), label, ours([doc]),
+        table.rows.append([case["trace_name"], offered, label, ours([doc]),
                            f"{fault['killed_s']:.2f}", f.MISSING if fault["ready_s"] is None else f"{fault['ready_s']:.2f}",
                            f"{fault['recovery_s']:.2f}", f"{len(fault['resent'])} of {fault['requests']}",
                            str(fault["lost"]), _ms(s["e2e"], "p50", "p99"), f.pct(s["good_share_client"], 0)])
