@@ -2,15 +2,15 @@
 # Issue 28's one-GPU ladder on a real H200 (real vLLM 0.26.0, dummy Llama 3.1 8B weights, real Flame v0.6.0),
 # through the workflow's host profile, from the repo root:
 #   benchmarks/h200-ladder.sh OUTDIR [LIMIT_S]
-# The first call of a device session carries .gpu/b and .whl (after one that carried .gpu/a and .flame: the slim
-# vLLM bundle's two halves, shared/gpu/README.md); later calls of the same warm machine reuse what they left in
-# /tmp. Runs `benchmarks/host.sh sustained` (config/host.yaml: 640-request rungs, each path's rungs on one engine
+# The first call of a device session carries .gpu/b, .whl and .flame, after one that carried .gpu/a and
+# results/host/sustained (the slim vLLM bundle's two halves, shared/gpu/README.md; each call's carry must stay
+# under 64 MiB with the tracked tree); later calls of the same warm machine reuse what they left in /tmp. Runs `benchmarks/host.sh sustained` (config/host.yaml: 640-request rungs, each path's rungs on one engine
 # start), killed at LIMIT_S (default 540) so a device call ends in time: a rerun keeps every finished trial and
 # goes on. Leaves OUTDIR/ladder.tgz (trials, experiment manifest, engine logs and JIT records, cleanup receipts)
 # and OUTDIR/gpu.txt. A later session continues the ladder from the trials an earlier one archived
 # (benchmarks/measured/h200-ladder-*-trials.tar.xz): extract them at the repo root and carry results/host/sustained
 # in the first call; the run keeps each one whose ran_with is what it would run now (the same traces, generated
-# again from the same seeds, and the same bundle).
+# again from the same seeds, and the same bundle), a pair that ran whole on an earlier session's GPU included.
 set -uo pipefail
 out=$1
 limit=${2:-540}
