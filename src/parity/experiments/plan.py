@@ -223,21 +223,22 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
     pair per repeat at that rate with every answer exactly that long (stage `rate-R-outN`: a rung of that
     length's ladder). Each extra pair (`evict`, `lengths`, `answers`, `restart`) runs on the traces whose ladder
     has its rate, starts fresh engines, and with `arm: NAME` runs that arm's Flame side (stage suffix `-NAME`)."""
-    variants = [("", flame)] + [(f"-{name}", replace(flame, **changes)) for name, changes in (arms or {}).items()]
+    variants = [(None, flame)] + [(name, replace(flame, **changes)) for name, changes in (arms or {}).items()]
     if shared_start:  # the newest arm (the last named) first, the study's configuration last
         variants = variants[1:][::-1] + variants[:1]
+    names = [name for name, _ in variants]  # an arm's place among the blocks (None: the study's configuration)
     per_trace = rates if isinstance(rates, dict) else {trace.stem: rates for trace in traces}
-    cases, turn, blocks, stage_arm = [], [0], {}, ["", 0]  # blocks: start -> its place (by_start)
+    cases, turn, blocks = [], [0], {}  # blocks: a start (or a fresh case's trial id) -> its place (by_start)
     ladder = list(dict.fromkeys(r for trace in traces for r in per_trace.get(trace.stem, [])))
 
-    def extra(spec: ExtraPair) -> tuple[float, str, FlameSettings]:
-        """An extra pair's rate (default: the ladder's first), stage suffix and Flame side (`arm`: that arm's)."""
+    def extra(spec: ExtraPair) -> tuple[float, str | None, FlameSettings]:
+        """An extra pair's rate (default: the ladder's first), arm and Flame side (`arm`: that arm's)."""
         rate, name = float(ladder[0] if spec.rate is None else spec.rate), spec.arm
         if name is None:
-            return rate, "", flame
+            return rate, None, flame
         if name not in (arms or {}):
             raise ParityError(f"sustained: an extra pair names arm {name!r}; the arms are {sorted(arms or {}) or 'none'}")
-        return rate, f"-{name}", replace(flame, **arms[name])
+        return rate, name, replace(flame, **arms[name])
 
     def on(rate: float) -> list[Path]:
         """The traces an extra pair at `rate` runs on: those whose ladder has that rate (every trace, where one
@@ -245,19 +246,21 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
         have = [t for t in traces if rate in per_trace.get(t.stem, [])]
         return have or list(traces)
 
-    def pair(stage: str, trace: Path, settings: FlameSettings, repeat: int, arrivals: Schedule, start: str | None = None,
-             **fields) -> None:
+    def pair(kind: str, trace: Path, settings: FlameSettings, repeat: int, arrivals: Schedule, arm: str | None,
+             start: str | None = None, **fields) -> None:
+        """One pair of stage KIND, or KIND-ARM for an arm's; with `start`, both sides on their path's shared start."""
+        stage = kind + (f"-{arm}" if arm else "")
         reference = Case(f"sustained-{stage}-{trace.stem}-p{repeat}-vllm", "sustained", "standalone", "sticky", trace,
                          settings, stage=stage, pair=repeat, side="reference", schedule=arrivals, stream=True,
-                         warmup_requests=warmup_requests, **fields)
+                         warmup_requests=warmup_requests, arm=arm, **fields)
         candidate = replace(reference, trial_id=f"sustained-{stage}-{trace.stem}-p{repeat}-flame", system="flame",
                             side="candidate")
         if start is not None:  # blocks (by_start): an arm's repeats together; whose block goes first alternates
             reference = replace(reference, start=f"sustained-start{start}-vllm")
             candidate = replace(candidate, start=f"sustained-start{start}-flame")
-            arm = [s for s, _ in variants].index(stage_arm[0])
-            blocks.setdefault(reference.start, (arm, repeat, stage_arm[1], 1 - repeat % 2))
-            blocks.setdefault(candidate.start, (arm, repeat, stage_arm[1], repeat % 2))  # Flame's first: the new path
+            place = (names.index(arm), repeat, output_tokens.index(fields["max_tokens"]))
+            blocks.setdefault(reference.start, (*place, 1 - repeat % 2))
+            blocks.setdefault(candidate.start, (*place, repeat % 2))  # Flame's first: the new path
         cases.extend([reference, candidate] if turn[0] % 2 == 0 else [candidate, reference])
         turn[0] += 1
 
@@ -266,39 +269,33 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
         for tokens in output_tokens:
             length = "" if tokens == 16 else f"-out{tokens}"
             for rate in ladder:
-                for suffix, settings in variants:
-                    stage_arm[:] = [suffix, output_tokens.index(tokens)]
+                for arm, settings in variants:
                     for trace in traces:
                         if rate in per_trace.get(trace.stem, []):
-                            pair(f"rate-{rate:g}{length}{suffix}", trace, settings, repeat, at(rate), max_tokens=tokens,
-                                 start=f"{suffix}{length}-p{repeat}" if shared_start else None, arm=suffix[1:] or None)
+                            pair(f"rate-{rate:g}{length}", trace, settings, repeat, at(rate), arm, max_tokens=tokens,
+                                 start=f"{'-' + arm if arm else ''}{length}-p{repeat}" if shared_start else None)
         if evict is not None:
-            rate, suffix, settings = extra(evict)
+            rate, arm, settings = extra(evict)
             for trace in on(rate):
-                pair(f"evict-{rate:g}{suffix}", trace, settings, repeat, at(rate), cache_blocks=evict.cache_blocks,
-                     arm=suffix[1:] or None)
+                pair(f"evict-{rate:g}", trace, settings, repeat, at(rate), arm, cache_blocks=evict.cache_blocks)
         if lengths is not None:
-            rate, suffix, settings = extra(lengths)
+            rate, arm, settings = extra(lengths)
             drawn = lengths.lengths
             for trace in on(rate):
-                pair(f"lengths-{rate:g}{suffix}", trace, settings, repeat, at(rate), lengths=drawn, max_tokens=drawn.high,
-                     arm=suffix[1:] or None)
+                pair(f"lengths-{rate:g}", trace, settings, repeat, at(rate), arm, lengths=drawn, max_tokens=drawn.high)
         if answers is not None:
-            rate, suffix, settings = extra(answers)
+            rate, arm, settings = extra(answers)
             for trace in on(rate):
-                pair(f"rate-{rate:g}-out{answers.tokens}{suffix}", trace, settings, repeat, at(rate),
-                     max_tokens=answers.tokens, arm=suffix[1:] or None)
+                pair(f"rate-{rate:g}-out{answers.tokens}", trace, settings, repeat, at(rate), arm,
+                     max_tokens=answers.tokens)
         if restart is not None:
-            rate, suffix, settings = extra(restart)
-            fault = restart.restart
+            rate, arm, settings = extra(restart)
             for trace in on(rate):
-                pair(f"restart-{rate:g}{suffix}", trace, settings, repeat, at(rate), restart=fault, arm=suffix[1:] or None)
+                pair(f"restart-{rate:g}", trace, settings, repeat, at(rate), arm, restart=restart.restart)
     if not shared_start:
         return cases
-    names = [suffix for suffix, _ in variants]
     for number, case in enumerate(c for c in cases if c.start is None):  # an arm's extra pairs right after its blocks
-        arm = next((names.index(n) for n in names if n and case.stage.endswith(n)), len(names))
-        blocks[case.trial_id] = (arm, repeats, number)
+        blocks[case.trial_id] = (names.index(case.arm), repeats, number) if case.arm else (len(names),)
     return by_start(cases, blocks)
 
 

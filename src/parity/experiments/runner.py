@@ -47,7 +47,7 @@ class Runner:
         self._shared: dict = {}
         self._flame_binaries = None
         self._start: tuple[str, contextlib.ExitStack, object] | None = None  # (name, its stack, its open path)
-        self._unswept = False  # the open start's engines await their decode sweep (parity.trial.decode_sweep)
+        self._moved: dict[frozenset, list[str] | None] = {}  # a pair's trial ids -> moved_pair's answer for both
 
     def __enter__(self) -> "Runner":
         for sub in ("trials", "cleanup", "logs", "pairs"):
@@ -66,16 +66,17 @@ class Runner:
             self._start = None
             stack.__exit__(*(exc or (None, None, None)))
 
-    def started(self, case: Case):
-        """The open path of `case.start`: the one already open, or (the previous one closed) a new one."""
-        if self._start is None or self._start[0] != case.start:
-            self._close_start()
-            stack = contextlib.ExitStack()
-            serving = stack.enter_context(paths.get(case.system).for_case(case, self))
-            self._start = (case.start, stack, serving)
-            self._unswept = True
-            self.log(f"  started {case.start} (its cases share this engine start)")
-        return self._start[2]
+    def started(self, case: Case) -> tuple[object, bool]:
+        """The open path of `case.start`, and whether it was just opened: the one already open, or (the previous
+        one closed) a new one."""
+        if self._start is not None and self._start[0] == case.start:
+            return self._start[2], False
+        self._close_start()
+        stack = contextlib.ExitStack()
+        serving = stack.enter_context(paths.get(case.system).for_case(case, self))
+        self._start = (case.start, stack, serving)
+        self.log(f"  started {case.start} (its cases share this engine start)")
+        return serving, True
 
     def shared(self, key: str, make):
         """The resource `make()` opens (a context manager), opened once, on first use, for every later
@@ -110,9 +111,8 @@ class Runner:
                        warmup_rounds=self.backend.warmup_rounds, ran_with=wanted, restart=case.restart,
                        lengths=case.lengths, warmup_requests=case.warmup_requests, log=self.log)
         if case.start is not None:  # the start's first trial to run sweeps its engine's decode batch sizes
-            serving = self.started(case)
-            sweep, self._unswept = (case.warmup_requests if self._unswept else None), False
-            trial.run(serving, case.trace, self.trials_dir, sweep=sweep, **options)
+            serving, opened = self.started(case)
+            trial.run(serving, case.trace, self.trials_dir, sweep=case.warmup_requests if opened else None, **options)
             return path
         self._close_start()
         with paths.get(case.system).for_case(case, self) as serving:
@@ -124,7 +124,13 @@ class Runner:
         shard each; a ladder spread over device sessions gets another machine each session): both its trials are
         then judged against those GPUs, so every pair finished on one GPU is kept and no pair is ever split over
         two, nor kept for a run of another shard count (a pair with only one side on disk, or either side stale
-        otherwise, runs again here whole)."""
+        otherwise, runs again here whole). Judged once per pair, for both its sides."""
+        key = frozenset((case.trial_id, partner.trial_id))
+        if key not in self._moved:
+            self._moved[key] = self._judge_moved(case, partner)
+        return self._moved[key]
+
+    def _judge_moved(self, case: Case, partner: Case) -> list[str] | None:
         try:
             gpus = [read_manifest(self.trial_path(c))["ran_with"]["gpus"] for c in (case, partner)]
         except (OSError, KeyError, TypeError, ParityError):
@@ -180,14 +186,15 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
         log(f"{experiment}: {len(cases)} cases; their arrival schedules take about {about(paced)} in all "
             "(requests / rate, case by case; engine starts and warmups come on top)")
     trials = {}
-    partners = {one.trial_id: other for sides in _pair_cases(cases).values() if len(sides) == 2
+    paired = _pair_cases(cases)
+    partners = {one.trial_id: other for sides in paired.values() if len(sides) == 2
                 for one, other in (tuple(sides.values()), tuple(sides.values())[::-1])}
     shards = settings.get("shards") if experiment == "confirmation" else None  # else: one per GPU, at most two
     with Runner(experiment, backend, out_dir, log, shards=shards) as runner:
         for number, case in enumerate(cases, start=1):
             log(f"[{number}/{len(cases)}] {case.trial_id}")
             trials[case.trial_id] = runner.run(case, partners.get(case.trial_id))
-    pairs = sorted(_pair_cases(cases).items())
+    pairs = sorted(paired.items())
     for (stage, trace, index), sides in pairs:  # pinning first: it may change a candidate's verdict
         if set(sides) != {"reference", "candidate"}:
             raise ParityError(f"pair {stage}/{trace}/{index} lacks a side: {sorted(sides)}")
