@@ -161,26 +161,32 @@ def confirmation_flame_arms(confirmation: Experiment | None) -> list[Table]:
                    "Flame requests/s", "Each pair's Flame / vLLM", "Worst pair", "Median pair",
                    "Pairs counted / excluded", "Every pair ≥ 99%"])
     labels = {c["stage"]: c["flame"]["label"] for c in confirmation.cases if c.get("flame")}
-    for trace in sorted({c["trace_name"] for c in confirmation.cases}):
-        for stage, name in (("final", "final (the study's)"), *((f"final-{arm}", arm) for arm in arms)):
-            pairs = confirmation.pairs_where(stage, trace)
-            c = stats.compare(pairs)
-            docs = [d for pair in pairs for d in pair]
-            head = [trace, name, labels.get(stage, f.MISSING), ours(docs)]
-            if not c["pairs"]:
-                table.rows.append([*head, *[f.MISSING] * 5, f"0 / {c['excluded_pairs']}", f.MISSING])
-                continue
-            below = _below(c["ratios"])
-            table.rows.append([*head, f.spread(c["reference"]), f.spread(c["candidate"]),
-                               ", ".join(f.pct(r) for r in c["ratios"]), f.pct(c["ratio_range"][0]),  # 98.96% is no 99.0%
-                               f.pct(stats.summary(c["ratios"])["median"]), f"{c['pairs']} / {c['excluded_pairs']}",
-                               f.yes_no(c["every_pair_meets_99"]) + (f" ({below} of {c['pairs']} below)" if below else "")])
+    stages = (("final", "final (the study's)"), *((f"final-{arm}", arm) for arm in arms))
+    for trace, stage, name, c, docs in _stage_comparisons(confirmation, stages):
+        head = [trace, name, labels.get(stage, f.MISSING), ours(docs)]
+        if not c["pairs"]:
+            table.rows.append([*head, *[f.MISSING] * 5, f"0 / {c['excluded_pairs']}", f.MISSING])
+            continue
+        below = _below(c["ratios"])
+        table.rows.append([*head, f.spread(c["reference"]), f.spread(c["candidate"]),
+                           ", ".join(f.pct(r) for r in c["ratios"]), f.pct(c["ratio_range"][0]),  # 98.96% is no 99.0%
+                           f.pct(stats.summary(c["ratios"])["median"]), f"{c['pairs']} / {c['excluded_pairs']}",
+                           f.yes_no(c["every_pair_meets_99"]) + (f" ({below} of {c['pairs']} below)" if below else "")])
     table.notes.append("Ours only: the study's confirmation pairs again (fresh, interleaved, sticky, GPU-pinned, the "
                        "standalone side unchanged) with only the Flame side changed; the target is ≥ 99% for every pair. "
                        "Pairs are listed in order; only pairs whose two trials passed every check count.")
     if confirmation.doc["settings"].get("shards") == 1:
         table.notes.append(_ONE_SHARD)
     return [table]
+
+
+def _stage_comparisons(confirmation: Experiment, stages):
+    """Per trace (sorted), per (stage, name) of `stages`: (trace, stage, name, stats.compare of its pairs, their
+    trials), the rows both tables of the confirmation's extra arms are made of."""
+    for trace in sorted({c["trace_name"] for c in confirmation.cases}):
+        for stage, name in stages:
+            pairs = confirmation.pairs_where(stage, trace)
+            yield trace, stage, name, stats.compare(pairs), [d for pair in pairs for d in pair]
 
 
 _ONE_SHARD = ("These pairs ran one sticky shard per side on one GPU (settings shards: 1, a one-GPU host): each side "
@@ -531,18 +537,14 @@ def confirmation_arms(confirmation: Experiment | None) -> list[Table]:
     table = Table("Confirmation pairs with our router (extra arms)", None,
                   ["Workload", "Router", "Source", "Standalone vLLM requests/s", "Flame requests/s",
                    "Flame vs vLLM median", "Paired throughput ratios", "Pairs counted / excluded"])
-    for trace in sorted({c["trace_name"] for c in confirmation.cases}):
-        for stage, router in (("final", "the study's sticky router"),
-                              *((f"final-{arm}", ROUTERS.get(arm, arm)) for arm in arms)):
-            pairs = confirmation.pairs_where(stage, trace)
-            c = stats.compare(pairs)
-            docs = [d for pair in pairs for d in pair]
-            if not c["pairs"]:
-                table.rows.append([trace, router, ours(docs), *[f.MISSING] * 4, f"0 / {c['excluded_pairs']}"])
-                continue
-            table.rows.append([trace, router, ours(docs), f.spread(c["reference"]), f.spread(c["candidate"]),
-                               f.signed_pct(c["median_difference"]), f.pct_range(*c["ratio_range"]),
-                               f"{c['pairs']} / {c['excluded_pairs']}"])
+    stages = (("final", "the study's sticky router"), *((f"final-{arm}", ROUTERS.get(arm, arm)) for arm in arms))
+    for trace, _, router, c, docs in _stage_comparisons(confirmation, stages):
+        if not c["pairs"]:
+            table.rows.append([trace, router, ours(docs), *[f.MISSING] * 4, f"0 / {c['excluded_pairs']}"])
+            continue
+        table.rows.append([trace, router, ours(docs), f.spread(c["reference"]), f.spread(c["candidate"]),
+                           f.signed_pct(c["median_difference"]), f.pct_range(*c["ratio_range"]),
+                           f"{c['pairs']} / {c['excluded_pairs']}"])
     table.notes.append("Ours only: the same fresh, interleaved, GPU-pinned pairs as the study's arm, both sides "
                        "placed by the named router.")
     return [table]
