@@ -117,8 +117,10 @@ def test_the_death_signal_alone_stops_the_child_even_without_the_watchdog():
 
 
 ORDERLY = """
-    import sys, time
+    import signal, sys, time
     from parity import procs
+    if "masked" in sys.argv:  # as if inherited blocked from the parent: entering unblocks it
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM})
     procs.termination.enter()
     try:
         with procs.termination.shielded() if "shielded" in sys.argv else open("/dev/null"):
@@ -130,18 +132,33 @@ ORDERLY = """
 """
 
 
-@pytest.mark.parametrize("shielded", [False, True])
-def test_sigterm_becomes_an_orderly_exit_and_waits_for_a_shielded_teardown(shielded):
+def signal_state(pid: int) -> str:
+    """What a process that did not stop was doing with its signals (for the failure's message)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text().splitlines()
+        wchan = Path(f"/proc/{pid}/wchan").read_text()
+    except OSError as exc:
+        return f"unreadable: {exc}"
+    return "; ".join([line for line in status if line.startswith(("State", "Sig", "Shd"))] + [f"wchan {wchan}"])
+
+
+@pytest.mark.parametrize("shielded,masked", [(False, False), (True, False), (False, True)],
+                         ids=["plain", "shielded", "inherited-mask"])
+def test_sigterm_becomes_an_orderly_exit_and_waits_for_a_shielded_teardown(shielded, masked):
     env = {**os.environ, "PYTHONPATH": SRC}
-    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(ORDERLY), *(["shielded"] if shielded else [])],
-                            env=env, stdout=subprocess.PIPE, text=True)
+    args = [*(["shielded"] if shielded else []), *(["masked"] if masked else [])]
+    proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(ORDERLY), *args],
+                            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout.readline().strip() == "ready"
         proc.send_signal(signal.SIGTERM)
-        out, _ = proc.communicate(timeout=30)
+        try:
+            out, err = proc.communicate(timeout=30)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"still running 30 s after SIGTERM: {signal_state(proc.pid)}")
     finally:
         proc.kill()
-    assert proc.returncode == 128 + signal.SIGTERM
+    assert proc.returncode == 128 + signal.SIGTERM, err
     assert out.splitlines() == (["block done", "cleaned up SIGTERM"] if shielded else ["cleaned up SIGTERM"])
 
 

@@ -480,6 +480,9 @@ class Termination:
             return
         if self.depth == 0 and self.received is None:
             self.saved = {s: signal.signal(s, self._handler) for s in self.SIGNALS}
+            # a blocked signal is inherited across exec (a parent that spawned us from a thread masking it):
+            # it would stay pending, and the run would not stop until it ended by itself
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, self.SIGNALS)
         self.depth += 1
 
     def exit(self) -> None:
