@@ -38,9 +38,10 @@ from typing import Sequence
 
 import numpy as np
 
+from parity.study import OUTPUT_TOKENS
+
 Tokens = Sequence[int] | np.ndarray
 BLOCK_TOKENS = 256
-OUTPUT_TOKENS = 16
 DECODE_WEIGHT = 6.0  # an output token's engine time in prefill tokens: decode_seq_s / prefill_token_s alone is 2.2
 # on the calibrated H200 (config/sim), but a request also adds its share of every decode step's fixed cost and,
 # past max_num_seqs, a wave; 6 is what `parity bench routing` found best (2 to 8 tried) with hot documents

@@ -26,6 +26,7 @@ from parity.manifest import (
     sha256_file,
     write_manifest,
 )
+from parity.study import MAX_MODEL_LEN, OUTPUT_TOKENS
 
 TOKEN_FILE_MAGIC = b"PARITYT1"
 TOKEN_FILE_FORMAT = "parity-tokens-v1"
@@ -469,12 +470,9 @@ def engine_problems(manifest_path: Path, doc: dict) -> list[str]:
 
 def trace_context(doc: dict) -> tuple[int, int, str]:
     """(context tokens, new tokens, its name) a trace's prompts must fit: the one it records, else the study's."""
-    from parity.engine import EngineArgs
-
-    study = EngineArgs()
     if "context_tokens" in doc:
-        return doc["context_tokens"], study.max_tokens, "its recorded context_tokens"
-    return study.max_model_len, study.max_tokens, "the study's max_model_len"
+        return doc["context_tokens"], OUTPUT_TOKENS, "its recorded context_tokens"
+    return MAX_MODEL_LEN, OUTPUT_TOKENS, "the study's max_model_len"
 
 
 def _load_variant(manifest: dict, manifest_path: Path, variant: str, manifest_sha256: str) -> Trace:

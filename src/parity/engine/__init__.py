@@ -13,8 +13,8 @@ from dataclasses import asdict, dataclass, field
 from typing import Sequence
 
 from parity.settings import checked_fields  # noqa: F401  (EngineArgs and SimParams check their keys with it)
+from parity.study import MAX_MODEL_LEN, OUTPUT_TOKENS
 
-OUTPUT_TOKENS = 16
 SAMPLING = {"max_tokens": OUTPUT_TOKENS, "min_tokens": OUTPUT_TOKENS, "ignore_eos": True, "temperature": 0.0}
 # The revision the study pinned. Public code pairs it only with unsloth/Meta-Llama-3.1-8B-Instruct (an ungated
 # copy), not with meta-llama's repository; the study's router salts its block identities with it, so ours does.
@@ -33,7 +33,7 @@ class EngineArgs:
     dtype: str = "bfloat16"
     enforce_eager: bool = True
     attention_backend: str = "TRITON_ATTN"
-    max_model_len: int = 32768
+    max_model_len: int = MAX_MODEL_LEN
     max_num_seqs: int = 64
     max_num_batched_tokens: int = 8192
     enable_prefix_caching: bool = True
