@@ -98,7 +98,8 @@ def test_rungs_of_a_shared_start_run_on_one_start_each_cold_after_paced_warmups(
         assert doc["verdict"]["status"] == "passed", (case.trial_id, doc["verdict"]["reasons"])
         assert doc["ran_with"]["load"]["start"] == case.start and "jit" not in doc  # the simulator compiles nothing
         first = case is next(c for c in cases if c.start == case.start)
-        assert ("warmup_sweep" in doc) == first and (not first or doc["warmup_sweep"]["groups"] == 3)
+        assert ("warmup_sweep" in doc) == first and (not first or doc["warmup_sweep"]["groups"] == 3
+                                                   and len(doc["warmup_sweep"]["group_s"]) == 3)
         seen, cold = set(), []
         for record in sorted(doc["records"], key=lambda r: r["submit_s"]):
             document = record["request_id"].rsplit("-q", 1)[0]
