@@ -13,7 +13,7 @@ from parity.affinity import shard_positions
 from parity.engine import engine_kind
 from parity.errors import ParityError
 from parity.experiments import offline_limit, plan
-from parity.experiments.backend import Backend
+from parity.backend import Backend
 from parity.flame.settings import FlameSettings
 from parity.experiments.runner import run_experiment
 from parity.manifest import read_manifest, validate_paths, write_manifest

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from parity.experiments.backend import Backend
+from parity.backend import Backend
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW_FILES = ("Snakefile", "workflow", "profiles", "config", "schemas", "manifests")

@@ -11,7 +11,7 @@ import click
 
 from parity.engine import EngineArgs
 from parity.errors import ParityError
-from parity.experiments.backend import CLUSTERS, Backend
+from parity.backend import CLUSTERS, Backend
 from parity.flame.admission import ORDERS
 from parity.flame.settings import APIS, FlameSettings
 from parity.netns import MODES as NETWORK_MODES

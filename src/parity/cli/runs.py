@@ -13,7 +13,7 @@ from parity.cli.app import echo, main
 from parity.cli.errors import friendly_errors
 from parity.engine import ENGINES, FAMILIES
 from parity.errors import ParityError
-from parity.experiments.backend import Backend
+from parity.backend import Backend
 from parity.flame.settings import APIS, FlameSettings
 from parity.workflow_config import experiment_names, experiment_settings
 

@@ -26,7 +26,7 @@ from parity import trial
 from parity.affinity import shard_positions
 from parity.checks import check_file
 from parity.errors import ParityError
-from parity.experiments.backend import Backend
+from parity.backend import Backend
 from parity.manifest import file_ref, header, read_manifest, write_manifest
 from parity.procs import ended, last_line, spawn
 from parity.stats import trial_facts

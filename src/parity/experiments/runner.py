@@ -17,7 +17,7 @@ from pathlib import Path
 from parity import paths, trial
 from parity.checks import check_file, pinning_of
 from parity.errors import ParityError
-from parity.experiments.backend import Backend
+from parity.backend import Backend
 from parity.affinity import RouterSettings
 from parity.experiments.plan import Case, about, paced_span_s, repetition_id, rotate
 from parity.manifest import file_ref, header, read_manifest, write_manifest
