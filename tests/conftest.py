@@ -37,7 +37,7 @@ def sim_backend():
     """The simulator with the committed H200 parameters, no warmup rounds."""
     from pathlib import Path
 
-    from parity.experiments.backend import Backend
+    from parity.backend import Backend
 
     params = Path(__file__).resolve().parents[1] / "config/sim/h200-llama31-8b.yaml"
     return Backend.from_dict({"engine": "sim", "sim_params": str(params), "warmup_rounds": 0})

@@ -13,7 +13,7 @@ from parity.affinity import shard_positions
 from parity.engine import engine_kind
 from parity.errors import ParityError
 from parity.experiments import offline_limit, plan
-from parity.experiments.backend import Backend
+from parity.backend import Backend
 from parity.flame.settings import FlameSettings
 from parity.experiments.runner import run_experiment
 from parity.manifest import read_manifest, validate_paths, write_manifest
@@ -194,8 +194,25 @@ def test_offline_limit_runs_more_shards_than_gpus_in_waves_and_says_so(tiny_trac
     (limit,) = read_manifest(offline_limit.run(tiny_traces[1:], two, tmp_path, settings={}, log=lines.append))["limits"]
     assert limit["side_by_side"] is False
     for bad in (0, "2", True):
-        with pytest.raises(ParityError, match="shards must be a whole number"):
+        with pytest.raises(ParityError, match="offline-limit shards"):  # the settings class's (and schema's) words
             offline_limit.run(tiny_traces[1:], backend, tmp_path / "bad", settings={"shards": bad}, log=lines.append)
+
+
+def test_experiment_run_takes_the_offline_limit_through_the_registry_as_any_other(tiny_traces, tmp_path):
+    """No experiment is a special case of the command: the registry says the offline limit runs no cases, and
+    its settings are read through OfflineLimitSettings (recorded as given)."""
+    from click.testing import CliRunner
+
+    from parity.cli import main
+
+    assert [name for name in plan.EXPERIMENTS if not plan.runs_cases(name)] == ["offline-limit"]
+    backend = {"engine": "sim", "sim_params": str(SIM), "warmup_rounds": 1, "gpus": ["sim-0"]}
+    result = CliRunner().invoke(main, ["experiment", "run", "offline-limit", "--trace", str(tiny_traces[1]),
+                                       "--backend", json.dumps(backend), "--settings", '{"shards": 2}',
+                                       "--out", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    doc = read_manifest(tmp_path / "experiment.json")
+    assert doc["settings"] == {"shards": 2} and len(doc["limits"][0]["shards"]) == 2
 
 
 def test_auto_gpus_are_the_nodes_first_two_and_one_gpu_runs_the_offline_limit_in_waves(tiny_traces, tmp_path,

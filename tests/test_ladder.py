@@ -71,7 +71,7 @@ def test_rungs_of_a_shared_start_run_on_one_start_each_cold_after_paced_warmups(
     from pathlib import Path as P
 
     from parity.experiments import plan
-    from parity.experiments.backend import Backend
+    from parity.backend import Backend
     from parity.experiments.runner import run_experiment
     from parity.manifest import read_manifest
 
@@ -188,7 +188,7 @@ def test_a_rerun_on_another_gpu_keeps_each_pair_finished_whole_and_runs_a_split_
     from pathlib import Path as P
 
     from parity.experiments import plan
-    from parity.experiments.backend import Backend
+    from parity.backend import Backend
     from parity.experiments.runner import run_experiment
     from parity.manifest import read_manifest
 

@@ -203,3 +203,32 @@ def test_accuracy_refuses_a_log_changed_since_the_run(tmp_path, monkeypatch):
     monkeypatch.setattr(accuracy, "validate_document", lambda doc, path: [])  # the rest of the run is not needed
     with pytest.raises(ParityError, match=f"^{log} changed since the run"):
         accuracy.evaluate_run(run, tmp_path, tmp_path / "accuracy.json", accuracy.untrained_punkt_splitter())
+
+
+def test_a_run_spec_holds_a_backend_and_flame_settings_and_the_cli_reads_its_defaults():
+    """RunSpec copies no field of Backend or FlameSettings; `parity mlperf run`'s defaults are read from its."""
+    import dataclasses
+
+    from click.testing import CliRunner
+
+    from parity.backend import Backend
+    from parity.cli import main
+    from parity.flame.settings import FlameSettings
+    from parity.mlperf.run import RunSpec, arm_backend, flame_settings
+
+    fields = {f.name for f in dataclasses.fields(RunSpec)}
+    assert {"backend", "flame"} <= fields
+    copied = fields & ({f.name for f in dataclasses.fields(Backend)} | {f.name for f in dataclasses.fields(FlameSettings)})
+    assert copied == {"mode"}  # LoadGen's mode (performance, accuracy), not Flame's
+    spec = RunSpec(arm="flame", dataset="d.json", out="o")
+    assert (spec.flame.batch_limit, spec.flame.window_ms, spec.flame.budget_mib) == (64, 2.0, 4)
+    assert (spec.backend.engine, spec.backend.cluster, spec.backend.startup_timeout_s, spec.gpus) == (
+        "sim", "standin", 600.0, ["sim-0"])
+    help_text = " ".join(CliRunner().invoke(main, ["mlperf", "run", "--help"], terminal_width=200).output.split())
+    for default in ("default: 64; x>=1", "default: 2.0; x>=0", "default: sim", "default: standin", "default: 600.0"):
+        assert default in help_text
+    # the API each worker drives follows the engine; the rest is the spec's
+    for engine, api in (("sim", "sync"), ("vllm", "async"), ("vllm-sync", "sync"), ("vllm-async", "async")):
+        flame = flame_settings(dataclasses.replace(spec, backend=Backend(engine=engine, gpus=("g",))))
+        assert flame == dataclasses.replace(spec.flame, api=api)
+    assert arm_backend(Backend(gpus=("sim-1", "sim-0"))).gpus == ("sim-1",)  # the first GPU serves

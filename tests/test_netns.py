@@ -54,7 +54,7 @@ def test_modes_and_in_process_calls(monkeypatch):
 
 
 def test_a_backend_names_its_network_mode():
-    from parity.experiments.backend import Backend
+    from parity.backend import Backend
 
     assert Backend.from_dict({}).network == "auto"
     with pytest.raises(ParityError, match="backend network: 'wide' is not one of"):

@@ -20,7 +20,7 @@ from parity.checks import check_file
 from parity.cli import main
 from parity.errors import ParityError
 from parity.experiments import offline_limit, plan
-from parity.experiments.backend import Backend
+from parity.backend import Backend
 from parity.experiments.runner import run_experiment
 from parity.flame.settings import FlameSettings
 from parity.trial import RESULT_SETTINGS, ran_with, stale

@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from parity.cli import main
 from parity.errors import ParityError
-from parity.experiments.backend import Backend
+from parity.backend import Backend
 from parity.flame.settings import FlameSettings
 from parity.workflow_config import check_experiment_settings, experiment_names, schema
 

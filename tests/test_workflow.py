@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from parity.experiments.backend import Backend
+from parity.backend import Backend
 
 ROOT = Path(__file__).resolve().parents[1]
 WORKFLOW_FILES = ("Snakefile", "workflow", "profiles", "config", "schemas", "manifests")
@@ -152,6 +152,20 @@ def test_mlperf_jobs_get_the_same_backend_as_the_experiments(checkout):
     backends = {c[c.index("--backend") + 1] for c in commands if "--backend" in c}
     assert len(backends) == 1 and '"load_format":"dummy"' in backends.pop()
     assert sum(c[:3] == ["parity", "mlperf", "run"] for c in commands) == 3
+
+
+def test_mlperf_flame_arms_and_their_settings_come_from_the_config(checkout):
+    edit_config(checkout, "smoke", lambda doc: doc["mlperf"].update(flame_arms={"w5": {"batch_limit": 16,
+                                                                                      "window_ms": 5}}))
+    run = snakemake(checkout, "-n", "-p", "--workflow-profile", "smoke", "mlperf")
+    assert run.returncode == 0, run.stderr[-2000:]
+    runs = {_option(c, "--out"): c for c in shell_commands(run.stdout + run.stderr) if c[:3] == ["parity", "mlperf", "run"]}
+    flags = {os.path.basename(out): c[c.index("--arm"):c.index("--dataset")] for out, c in runs.items()}
+    assert flags == {"standalone": ["--arm", "standalone"],  # the study's arms (config/experiments.yaml), then the profile's
+                     "flame-b32": ["--arm", "flame", "--batch-limit", "32"],
+                     "flame-b64": ["--arm", "flame", "--batch-limit", "64"],
+                     "flame-w5": ["--arm", "flame", "--batch-limit", "16", "--window-ms", "5"]}
+    assert jobs_of(run)["mlperf_compare"] == 3 and "results/smoke/mlperf/compare-w5.json" in run.stdout
 
 
 def test_validation_depends_on_every_manifest_it_vouches_for(checkout):

@@ -228,7 +228,7 @@ def flame_binaries_sha256(backend) -> dict[str, str] | None:
 
 def ran_with(backend, gpus: list[str], trace: Path, *, placement: str | None, flame=None,
              flame_binaries: dict | None = None, load: dict | None = None, args=None) -> dict:
-    """RESULT_SETTINGS as a trial of `trace` on `backend` (parity.experiments.backend.Backend) would run now;
+    """RESULT_SETTINGS as a trial of `trace` on `backend` (parity.backend.Backend) would run now;
     `flame`: the Flame trial's FlameSettings, else None."""
     values = {"trace": sha256_file(trace), "engine": backend.engine, "engine_args": (args or backend.args()).to_dict(),
               "sim_params": sim_params_sha256(backend), "warmup_rounds": backend.warmup_rounds, "gpus": list(gpus),

@@ -51,6 +51,9 @@ TRACE_SPECS = {**BENCH.get("traces", {}), **config["traces"]}
 # A model folder the workflow makes from a config.json alone (inputs.model_config), for dummy weights.
 MODEL_CONFIG = INPUTS.get("model_config")
 MLPERF_SYNTHETIC = MLPERF.get("synthetic", "smoke") if INPUTS["generate"] else None
+# MLPerf's arms: standalone, and one Flame arm per entry of mlperf.flame_arms (config/experiments.yaml), its settings there.
+MLPERF_FLAME = MLPERF["flame_arms"]
+MLPERF_RUNS = ["standalone", *(f"flame-{name}" for name in MLPERF_FLAME)]
 
 
 def _check_references():
@@ -153,6 +156,14 @@ def mlperf_options():
         if MLPERF.get(key) is not None:
             options.append(f"--{key.replace('_', '-')} {q(MLPERF[key])}")
     return " ".join(options)
+
+
+def mlperf_arm(wildcards):
+    """`parity mlperf run`'s arm: standalone, or flame with its arm's Flame settings as options (--batch-limit 32)."""
+    if wildcards.arm == "standalone":
+        return "--arm standalone"
+    settings = MLPERF_FLAME[wildcards.arm.removeprefix("flame-")]
+    return " ".join(["--arm flame", *(f"--{key.replace('_', '-')} {q(value)}" for key, value in settings.items())])
 
 
 def image_option():

@@ -3,8 +3,6 @@
 # backend's first); on one node each MLPerf job holds both GPUs, as the experiments do, so none overlaps.
 # The engine, GPUs, model, load format and engine arguments come from the same `backend` as the experiments.
 
-MLPERF_ARMS = {"standalone": "--arm standalone", "flame-b32": "--arm flame --batch-limit 32",
-               "flame-b64": "--arm flame --batch-limit 64"}
 MLPERF_ACCURACY = MLPERF.get("accuracy", True)
 
 
@@ -47,9 +45,9 @@ rule mlperf_run:
     output:
         f"{RESULTS}/mlperf/{{arm}}/mlperf-run.json",
     wildcard_constraints:
-        arm="|".join(MLPERF_ARMS),
+        arm="|".join(MLPERF_RUNS),
     params:
-        arm=lambda wildcards: MLPERF_ARMS[wildcards.arm],
+        arm=mlperf_arm,
         backend=backend_json(),
         options=mlperf_options(),
         out=lambda wildcards, output: os.path.dirname(output[0]),
@@ -66,11 +64,13 @@ rule mlperf_compare:
     """Standalone vs one Flame arm: the same vLLM on both, same dataset and settings, or flagged."""
     input:
         standalone=f"{RESULTS}/mlperf/standalone/mlperf-run.json",
-        flame=f"{RESULTS}/mlperf/flame-b{{batch}}/mlperf-run.json",
+        flame=f"{RESULTS}/mlperf/flame-{{name}}/mlperf-run.json",
     output:
-        f"{RESULTS}/mlperf/compare-b{{batch}}.json",
+        f"{RESULTS}/mlperf/compare-{{name}}.json",
+    wildcard_constraints:
+        name="|".join(MLPERF_FLAME),
     log:
-        f"{LOGS}/mlperf_compare_b{{batch}}.log",
+        f"{LOGS}/mlperf_compare_{{name}}.log",
     shell:
         "parity mlperf compare --standalone {input.standalone:q} --flame {input.flame:q} --out {output:q} > {log:q} 2>&1"
 
@@ -85,9 +85,9 @@ if MLPERF_ACCURACY:
         output:
             f"{RESULTS}/mlperf/accuracy/{{arm}}/mlperf-run.json",
         wildcard_constraints:
-            arm="|".join(MLPERF_ARMS),
+            arm="|".join(MLPERF_RUNS),
         params:
-            arm=lambda wildcards: MLPERF_ARMS[wildcards.arm],
+            arm=mlperf_arm,
             backend=backend_json(),
             options=mlperf_options(),
             out=lambda wildcards, output: os.path.dirname(output[0]),
@@ -118,7 +118,7 @@ if MLPERF_ACCURACY:
 
 
 rule mlperf:
-    """The MLPerf control table (standalone, Flame batch 32 and 64), and each arm's accuracy gates."""
+    """The MLPerf control table (standalone and each Flame arm of mlperf.flame_arms), and each arm's accuracy gates."""
     input:
-        expand(f"{RESULTS}/mlperf/compare-b{{batch}}.json", batch=[32, 64]),
-        expand(f"{RESULTS}/mlperf/accuracy/{{arm}}/accuracy.json", arm=MLPERF_ARMS) if MLPERF_ACCURACY else [],
+        expand(f"{RESULTS}/mlperf/compare-{{name}}.json", name=MLPERF_FLAME),
+        expand(f"{RESULTS}/mlperf/accuracy/{{arm}}/accuracy.json", arm=MLPERF_RUNS) if MLPERF_ACCURACY else [],

@@ -1,8 +1,9 @@
 """`parity mlperf`: the MLPerf Offline control, one arm per process, its accuracy and its comparison; the
-options' defaults are `RunSpec`'s and the registries of `parity.mlperf`."""
+options' defaults are `RunSpec`'s (its `Backend` and `FlameSettings` included) and the registries of `parity.mlperf`."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -12,7 +13,8 @@ from parity.cli import options
 from parity.cli.app import echo, main
 from parity.cli.errors import friendly_errors
 from parity.mlperf import ARMS, MODES
-from parity.mlperf.run import ENGINES, RunSpec
+from parity.backend import Backend
+from parity.mlperf.run import ENGINES, RunSpec, arm_backend
 
 
 @main.group("mlperf")
@@ -27,7 +29,7 @@ def mlperf_group():
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
               help="Run folder: mlperf-run.json, user.conf, loadgen/ logs, replica/worker logs, cleanup receipt.")
 @click.option("--mode", type=click.Choice(MODES), default=RunSpec.mode, show_default=True)
-@click.option("--engine", type=click.Choice(ENGINES), default=RunSpec.engine,
+@click.option("--engine", type=click.Choice(ENGINES), default=RunSpec.backend.engine,
               show_default=True, help="sim on a CPU; vllm: `vllm serve` (standalone) or vllm-async (Flame).")
 @options.gpus("GPU UUID per replica or worker (repeat); default sim-0.")
 @options.engine_options
@@ -52,14 +54,14 @@ def mlperf_group():
               help="Override the performance pool.")
 @click.option("--max-in-flight", default=RunSpec.max_in_flight, show_default=True, type=click.IntRange(min=1),
               help="Standalone: open requests at most.")
-@click.option("--batch-limit", default=RunSpec.batch_limit, show_default=True, type=click.IntRange(min=1),
-              help="Flame: prompts per task (the study: 32, 64).")
-@click.option("--window-ms", default=RunSpec.window_ms, show_default=True, type=click.FloatRange(min=0),
+@click.option("--batch-limit", default=RunSpec.flame.batch_limit, show_default=True, type=click.IntRange(min=1),
+              help="Flame: prompts per task (the workflow's arms: mlperf.flame_arms).")
+@click.option("--window-ms", default=RunSpec.flame.window_ms, show_default=True, type=click.FloatRange(min=0),
               help="Flame: batch window.")
 @click.option("--placement", type=click.Choice(["global", "sticky"]), default=RunSpec.placement, show_default=True)
-@options.cluster(RunSpec.cluster)
+@options.cluster(RunSpec.backend.cluster)
 @options.flame_bin_dir
-@click.option("--startup-timeout", default=float(RunSpec.startup_timeout_s), show_default=True, type=click.FloatRange(min=0, min_open=True),
+@click.option("--startup-timeout", default=float(RunSpec.backend.startup_timeout_s), show_default=True, type=click.FloatRange(min=0, min_open=True),
               help="Seconds to wait for replicas.")
 @options.backend("Where to run, as the experiments do (JSON or a YAML file): engine, GPUs (the first serves), "
                  "cluster, model, load format, engine args. Replaces the options it covers.")
@@ -72,27 +74,24 @@ def mlperf_run(arm, dataset, out_dir, mode, engine, gpus, model, load_format, en
     from parity.mlperf.run import run_arm
 
     backend = options.backend_or_options(backend_text, "engine", "gpus", "model", "load_format", "engine_args", "sim_params",
-                                  "cluster", "flame_bin_dir", "startup_timeout")
+                                         "cluster", "flame_bin_dir", "startup_timeout")
     if backend is not None:
-        engine, cluster, startup_timeout = backend.engine, backend.cluster, backend.startup_timeout_s
-        gpus = tuple(backend.gpu_uuids()[:1])
-        sim_params = Path(backend.sim_params) if backend.sim_params else None
-        flame_bin_dir = Path(backend.flame_bin_dir) if backend.flame_bin_dir else None
-        args = backend.args()
+        backend = arm_backend(backend)
     else:
-        args = options.engine_args(model, load_format, engine_args)
+        backend = Backend(engine=engine, gpus=tuple(gpus), cluster=cluster, startup_timeout_s=startup_timeout,
+                          flame_bin_dir=str(flame_bin_dir) if flame_bin_dir else None,
+                          sim_params=str(sim_params) if sim_params else None,
+                          engine_args=options.engine_values(model, load_format, engine_args))
     from parity import netns
 
     # Real Flame listens on 0.0.0.0: contain the whole arm first (this may re-execute the command).
-    netns.contain(backend.network if backend is not None else "auto",
-                  needed=arm == "flame" and cluster == "flame", log=echo)
-    spec = RunSpec(arm=arm, dataset=dataset, out=out_dir, mode=mode, engine=engine, gpus=tuple(gpus),
-                   engine_args=args, max_tokens=max_tokens,
-                   sim_params=sim_params, samples=samples, target_qps=target_qps, probe_samples=probe_samples,
+    netns.contain(backend.network, needed=arm == "flame" and backend.cluster == "flame", log=echo)
+    spec = RunSpec(arm=arm, dataset=dataset, out=out_dir, mode=mode, backend=backend,
+                   flame=dataclasses.replace(RunSpec.flame, batch_limit=batch_limit, window_ms=window_ms),
+                   max_tokens=max_tokens, samples=samples, target_qps=target_qps, probe_samples=probe_samples,
                    warmup_samples=warmup_samples, qps_margin=qps_margin, min_duration_ms=min_duration_ms,
-                   min_query_count=min_query_count, performance_sample_count=performance_sample_count, max_in_flight=max_in_flight,
-                   batch_limit=batch_limit, window_ms=window_ms, placement=placement, cluster=cluster,
-                   flame_bin_dir=flame_bin_dir, startup_timeout_s=startup_timeout)
+                   min_query_count=min_query_count, performance_sample_count=performance_sample_count,
+                   max_in_flight=max_in_flight, placement=placement)
     summary = run_arm(spec, log=echo)
     click.echo(json.dumps(summary, sort_keys=True))
 

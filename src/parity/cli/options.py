@@ -11,7 +11,7 @@ import click
 
 from parity.engine import EngineArgs
 from parity.errors import ParityError
-from parity.experiments.backend import CLUSTERS, Backend
+from parity.backend import CLUSTERS, Backend
 from parity.flame.admission import ORDERS
 from parity.flame.settings import APIS, FlameSettings
 from parity.netns import MODES as NETWORK_MODES
@@ -51,12 +51,17 @@ def backend(help: str):
     return click.option("--backend", "backend_text", default=None, help=help)
 
 
-def engine_args(model: str | None, load_format: str | None, extra: tuple[str, ...]) -> EngineArgs:
-    """EngineArgs from the study's defaults, the common options, and KEY=VALUE overrides."""
+def engine_values(model: str | None, load_format: str | None, extra: tuple[str, ...]) -> dict:
+    """The engine settings the common options and KEY=VALUE overrides give (the rest: the study's defaults)."""
     values = {"model": model} if model else {}
     if load_format:
         values["load_format"] = load_format
-    return EngineArgs.from_dict(values | key_values(extra, "engine argument"))
+    return values | key_values(extra, "engine argument")
+
+
+def engine_args(model: str | None, load_format: str | None, extra: tuple[str, ...]) -> EngineArgs:
+    """EngineArgs from the study's defaults, the common options, and KEY=VALUE overrides."""
+    return EngineArgs.from_dict(engine_values(model, load_format, extra))
 
 
 def backend_or_options(backend_text: str | None, *covered: str) -> Backend | None:

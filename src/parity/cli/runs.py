@@ -13,7 +13,7 @@ from parity.cli.app import echo, main
 from parity.cli.errors import friendly_errors
 from parity.engine import ENGINES, FAMILIES
 from parity.errors import ParityError
-from parity.experiments.backend import Backend
+from parity.backend import Backend
 from parity.flame.settings import APIS, FlameSettings
 from parity.workflow_config import experiment_names, experiment_settings
 
@@ -216,19 +216,11 @@ def experiment_group():
 def experiment_run(name, traces, backend_text, settings_text, out_dir):
     """Run one experiment on fresh engines per case; trial manifests, checks, pairs, OUT/experiment.json."""
     from parity import netns
-    from parity.experiments import plan
-    from parity.experiments.runner import run_experiment
+    from parity.experiments.plan import runs_cases
+    from parity.experiments.runner import run_named
 
     backend = Backend.parse(backend_text)
     # Real Flame listens on 0.0.0.0: contain the whole job first (this may re-execute the command).
-    netns.contain(backend.network, needed=backend.cluster == "flame" and name != "offline-limit", log=echo)
+    netns.contain(backend.network, needed=backend.cluster == "flame" and runs_cases(name), log=echo)
     settings = experiment_settings(name, settings_text)
-    traces = list(traces)
-    if name == "offline-limit":
-        from parity.experiments import offline_limit
-
-        out = offline_limit.run(traces, backend, out_dir, settings=settings, log=echo)
-    else:
-        cases = plan.for_experiment(name, traces, settings)
-        out = run_experiment(name, cases, backend, out_dir, settings=settings, log=echo)
-    click.echo(f"wrote {out}")
+    click.echo(f"wrote {run_named(name, list(traces), backend, out_dir, settings=settings, log=echo)}")

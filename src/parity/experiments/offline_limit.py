@@ -26,7 +26,8 @@ from parity import trial
 from parity.affinity import shard_positions
 from parity.checks import check_file
 from parity.errors import ParityError
-from parity.experiments.backend import Backend
+from parity.backend import Backend
+from parity.experiments.settings import OfflineLimitSettings
 from parity.manifest import file_ref, header, read_manifest, write_manifest
 from parity.procs import ended, last_line, spawn
 from parity.stats import trial_facts
@@ -60,12 +61,9 @@ def _command(backend: Backend, trace: Path, out_dir: Path) -> list[str]:
             "--experiment", "offline-limit", "--backend", json.dumps(backend.to_dict()), "--out", str(out_dir)]
 
 
-def shard_count(settings: dict, gpus: list[str]) -> int:
+def shard_count(settings: OfflineLimitSettings, gpus: list[str]) -> int:
     """The number of shards: the serving paths' (one per GPU) unless the settings name another."""
-    shards = settings.get("shards", len(gpus))
-    if not isinstance(shards, int) or isinstance(shards, bool) or shards < 1:
-        raise ParityError(f"offline limit: shards must be a whole number ≥ 1, got {shards!r}")
-    return shards
+    return len(gpus) if settings.shards is None else settings.shards
 
 
 def _trial_path(backend: Backend, shard_trace: Path, trials_dir: Path) -> Path:
@@ -97,10 +95,12 @@ def _run_shards(backend: Backend, shard_traces: list[Path], gpus: list[str], tri
 
 
 def run(traces: list[Path], backend: Backend, out_dir: Path, *, settings: dict, log=print) -> Path:
-    """Run every shard of every trace, at once where there are GPUs enough; write OUT/experiment.json."""
+    """Run every shard of every trace, at once where there are GPUs enough; write OUT/experiment.json (which
+    records `settings`, the config's experiments.offline-limit, as given)."""
+    typed = OfflineLimitSettings.from_dict(settings)  # before anything is started or written
     gpus = backend.gpu_uuids()
     backend = dataclasses.replace(backend, gpus=tuple(gpus))  # what a shard records it ran with
-    shards = shard_count(settings, gpus)
+    shards = shard_count(typed, gpus)
     for trace in traces:  # before anything is written
         trial.fits_engine(trace, backend.args())
     trials_dir, logs = out_dir / "trials", out_dir / "logs"

@@ -384,6 +384,14 @@ def settings_of(name: str, values: dict | None) -> Section:
     return EXPERIMENTS[name].settings.from_dict(values)
 
 
+def runs_cases(name: str) -> bool:
+    """Whether experiment `name` runs cases on the serving paths (Flame's among them); one that runs none, the
+    offline limit, hands its shards to the engine alone (parity.experiments.offline_limit)."""
+    if name not in EXPERIMENTS:
+        raise ParityError(f"unknown experiment {name!r}: use one of {', '.join(EXPERIMENTS)}")
+    return EXPERIMENTS[name].plan is not None
+
+
 def for_experiment(name: str, traces: list[Path], settings: dict) -> list[Case]:
     """The cases of experiment `name` from its settings (the workflow config's experiments.NAME)."""
     typed = settings_of(name, settings)

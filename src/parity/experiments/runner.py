@@ -17,9 +17,10 @@ from pathlib import Path
 from parity import paths, trial
 from parity.checks import check_file, pinning_of
 from parity.errors import ParityError
-from parity.experiments.backend import Backend
+from parity.backend import Backend
 from parity.affinity import RouterSettings
-from parity.experiments.plan import Case, about, paced_span_s, repetition_id, rotate
+from parity.experiments.plan import (Case, about, for_experiment, paced_span_s, repetition_id, rotate, runs_cases,
+                                    settings_of)
 from parity.manifest import file_ref, header, read_manifest, write_manifest
 from parity.stats import trial_facts, write_pair
 from parity.trace import load_trace
@@ -170,6 +171,18 @@ def ran(case: Case) -> dict:
             "output_tokens": case.max_tokens if case.lengths is None else None, "arm": case.arm}
 
 
+def run_named(experiment: str, traces: list[Path], backend: Backend, out_dir: Path, *, settings: dict,
+              log=print) -> Path:
+    """Experiment `experiment` from its settings (the config's experiments.NAME, recorded as given): its cases
+    planned and run, or, for one that runs no cases (the offline limit), its shards on the engine."""
+    if not runs_cases(experiment):
+        from parity.experiments import offline_limit
+
+        return offline_limit.run(traces, backend, out_dir, settings=settings, log=log)
+    return run_experiment(experiment, for_experiment(experiment, traces, settings), backend, out_dir,
+                          settings=settings, log=log)
+
+
 def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir: Path, *, settings: dict,
                    log=print) -> Path:
     """Run every case in order, then pin-check and pair them; write OUT/experiment.json."""
@@ -189,7 +202,7 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
     paired = _pair_cases(cases)
     partners = {one.trial_id: other for sides in paired.values() if len(sides) == 2
                 for one, other in (tuple(sides.values()), tuple(sides.values())[::-1])}
-    shards = settings.get("shards") if experiment == "confirmation" else None  # else: one per GPU, at most two
+    shards = getattr(settings_of(experiment, settings), "shards", None)  # per side, where the settings name them
     with Runner(experiment, backend, out_dir, log, shards=shards) as runner:
         for number, case in enumerate(cases, start=1):
             log(f"[{number}/{len(cases)}] {case.trial_id}")

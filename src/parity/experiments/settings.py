@@ -6,7 +6,9 @@ value is refused in one line naming the experiment and the key. Nested settings 
 already own them (`FlameSettings`, `Restart`, `OutputLengths`, `Objective`); a Flame *change* (an arm,
 admission's `selected`) stays the mapping it is, checked against `FlameSettings`' keys and types and
 applied over a configuration with `dataclasses.replace`, so it records exactly what was written.
-`tests/test_experiment_settings.py` holds the config schema to these classes, key by key.
+Ranges and enums are the config schema's: an experiment's section is checked against its node there when built.
+`tests/test_experiment_settings.py` holds the config schema to these classes, key by key, and probes each bound
+and enum on both sides through the classes.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from parity.lengths import OutputLengths
 from parity.restart import Restart
 from parity.schedule import Schedule
 from parity.settings import Settings, checked_fields
+from parity.workflow_config import check_experiment_settings
 
 # Flame setting changes, applied over a configuration (an arm: {inflight: 1}); a mapping, keys and types checked.
 FlameChanges = NewType("FlameChanges", dict)
@@ -31,7 +34,12 @@ FlameChanges = NewType("FlameChanges", dict)
 
 class Section(Settings):
     """Base of a settings class built field by field: nested settings through their own `from_dict`,
-    tuples from lists, numbers kept as written (a rate of 4 stays 4, as the recorded settings say)."""
+    tuples from lists, numbers kept as written (a rate of 4 stays 4, as the recorded settings say).
+
+    An experiment's section (`experiment`: its name) is then held to its node in the config schema, the one home
+    of every range and enum, so it refuses what the schema refuses by whichever route its values came."""
+
+    experiment: ClassVar[str | None] = None
 
     @classmethod
     def from_dict(cls, values: dict | None):
@@ -44,7 +52,10 @@ class Section(Settings):
         if missing := [f.name for f in dataclasses.fields(cls) if f.name not in values and _required(f)]:
             raise ParityError(f"{cls.what}: {', '.join(missing)} must be given")
         hints = typing.get_type_hints(cls)
-        return cls(**{key: build(hints[key], value, f"{cls.what} {key}") for key, value in values.items()})
+        built = cls(**{key: build(hints[key], value, f"{cls.what} {key}") for key, value in values.items()})
+        if cls.experiment is not None:  # after the keys and types above, so those keep their own messages
+            check_experiment_settings(cls.experiment, values)
+        return built
 
 
 def _required(f: dataclasses.Field) -> bool:
@@ -174,14 +185,14 @@ class LengthsPair(ExtraPair):
 
 @dataclass(frozen=True)
 class LocalitySettings(Section):
-    what = "locality"
+    what = experiment = "locality"
     repeats: int = 3
     flame: FlameSettings = FlameSettings()
 
 
 @dataclass(frozen=True, kw_only=True)
 class AdmissionSettings(Section):
-    what = "admission"
+    what = experiment = "admission"
     base: FlameSettings = FlameSettings()  # what the screening grid changes
     batch_windows: tuple[tuple[int, float], ...]  # the screening grid: (batch_limit, window_ms)
     screen_trace: str = "reuse"
@@ -191,7 +202,7 @@ class AdmissionSettings(Section):
 
 @dataclass(frozen=True)
 class ConfirmationSettings(Section):
-    what = "confirmation"
+    what = experiment = "confirmation"
     pairs: int | dict[str, int] = 5  # per trace, or per trace name
     flame: FlameSettings = FlameSettings()
     arms: tuple[str, ...] = ()  # extra router arms (plan.confirmation)
@@ -201,7 +212,7 @@ class ConfirmationSettings(Section):
 
 @dataclass(frozen=True)
 class GcSettings(Section):
-    what = "gc"
+    what = experiment = "gc"
     trace: str = "reuse"
     repeats: int = 1
     flame: FlameSettings = FlameSettings()
@@ -209,13 +220,13 @@ class GcSettings(Section):
 
 @dataclass(frozen=True)
 class OfflineLimitSettings(Section):
-    what = "offline-limit"
+    what = experiment = "offline-limit"
     shards: int | None = None  # unset: one per GPU (parity.experiments.offline_limit.shard_count)
 
 
 @dataclass(frozen=True)
 class RoutingSettings(Section):
-    what = "routing"
+    what = experiment = "routing"
     traces: tuple[str, ...] | None = None  # the workflow's trace names (unset: the study's)
     repeats: int = 3
     placements: tuple[str, ...] = ("sticky", "prefix")
@@ -224,7 +235,7 @@ class RoutingSettings(Section):
 
 @dataclass(frozen=True, kw_only=True)
 class SustainedSettings(Section):
-    what = "sustained"
+    what = experiment = "sustained"
     traces: tuple[str, ...] | None = None  # the workflow's trace names (unset: the study's)
     rates: tuple[float, ...] | dict[str, tuple[float, ...]]  # the ladder, or each trace's own
     shared_start: bool = False

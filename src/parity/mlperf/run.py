@@ -10,12 +10,14 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from parity.backend import Backend
 from parity.engine import EngineArgs
 from parity.errors import ParityError
+from parity.flame.settings import FlameSettings
 from parity.manifest import file_ref, header, write_manifest
 from parity.mlperf import ARMS, DATASET_SAMPLES, LOADGEN_VERSION, MAX_NEW_TOKENS, MIN_DURATION_MS, MODEL, MODES, SCENARIO
 from parity.mlperf import logs as lglogs
@@ -27,21 +29,25 @@ from parity.record import package_versions
 ENGINES = ("sim", "vllm", "vllm-sync", "vllm-async")
 MANIFEST = "mlperf-run.json"
 RECEIPTS = ("cleanup-replicas.json", "cleanup-flame.json")  # what each path's teardown left running: nothing
+# Where an arm runs without --backend: the simulator, the GPUs named by --gpu (none: sim-0), replicas given 600 s.
+BACKEND = Backend(gpus=(), startup_timeout_s=600.0)
+# The Flame arm's settings where the workflow (mlperf.flame_arms) names none: the study's larger MLPerf batch, a
+# 4 MiB payload budget; the API each worker drives follows the engine (`flame_settings`).
+FLAME = FlameSettings(batch_limit=64, budget_mib=4)
 
 
 @dataclass
 class RunSpec:
-    """What one `parity mlperf run` does; None keeps mlperf.conf's value or the derived default."""
+    """What one `parity mlperf run` does: where (a `Backend`; its first GPU serves) and, for the Flame arm, with
+    which `FlameSettings`; None keeps mlperf.conf's value or the derived default."""
 
     arm: str
     dataset: Path
     out: Path
     mode: str = "performance"
-    engine: str = "sim"
-    gpus: tuple[str, ...] = ()
-    engine_args: EngineArgs = field(default_factory=EngineArgs)
+    backend: Backend = BACKEND
+    flame: FlameSettings = FLAME
     max_tokens: int = MAX_NEW_TOKENS
-    sim_params: Path | None = None
     samples: int | None = None  # the first N dataset entries (all by default)
     target_qps: float | None = None  # None: estimate with a probe
     probe_samples: int = 256
@@ -51,12 +57,7 @@ class RunSpec:
     min_query_count: int | None = None
     performance_sample_count: int | None = None
     max_in_flight: int = 512  # standalone
-    batch_limit: int = 64  # flame
-    window_ms: float = 2.0
-    placement: str = "sticky"
-    cluster: str = "standin"
-    flame_bin_dir: Path | None = None
-    startup_timeout_s: float = 600
+    placement: str = "sticky"  # flame
     progress_s: float = 10.0
 
     def check(self) -> None:
@@ -64,9 +65,9 @@ class RunSpec:
             raise ParityError(f"unknown arm {self.arm!r}: use one of {', '.join(ARMS)}")
         if self.mode not in MODES:
             raise ParityError(f"unknown mode {self.mode!r}: use one of {', '.join(MODES)}")
-        if self.engine not in ENGINES:
-            raise ParityError(f"unknown engine {self.engine!r}: use one of {', '.join(ENGINES)}")
-        if self.engine != "sim" and not self.gpus:
+        if self.backend.engine not in ENGINES:
+            raise ParityError(f"unknown engine {self.backend.engine!r}: use one of {', '.join(ENGINES)}")
+        if not self.backend.simulated and not self.backend.gpus:
             raise ParityError("a real engine needs the GPUs: --gpu UUID (one per replica or worker)")
         if self.target_qps is not None and self.target_qps <= 0:
             raise ParityError("--target-qps must be positive")
@@ -75,8 +76,27 @@ class RunSpec:
 
     def mlperf_args(self) -> EngineArgs:
         """The engine settings MLPerf requires: no cross-query prefix caching, up to max_tokens, EOS honoured."""
-        return dataclasses.replace(self.engine_args, enable_prefix_caching=False, max_tokens=self.max_tokens,
+        return dataclasses.replace(self.backend.args(), enable_prefix_caching=False, max_tokens=self.max_tokens,
                                    ignore_eos=False)
+
+    @property
+    def gpus(self) -> list[str]:
+        return list(self.backend.gpus) or ["sim-0"]
+
+    @property
+    def sim_params(self) -> Path | None:
+        return Path(self.backend.sim_params) if self.backend.sim_params else None
+
+
+def arm_backend(backend: Backend) -> Backend:
+    """The backend an arm runs on, from the experiments' (`--backend`): its first GPU serves (auto: the node's
+    first, from nvidia-smi); engine, cluster, model, engine arguments and start-up timeout as they are."""
+    return dataclasses.replace(backend, gpus=tuple(backend.gpu_uuids()[:1]))
+
+
+def flame_settings(spec: RunSpec) -> FlameSettings:
+    """The Flame arm's settings, the API each worker drives following the engine (`vllm` alone: AsyncLLM)."""
+    return dataclasses.replace(spec.flame, api="sync" if spec.backend.engine in ("sim", "vllm-sync") else "async")
 
 
 def _vllm_version_of(url: str) -> str | None:
@@ -93,9 +113,9 @@ def standalone_path(spec: RunSpec, args: EngineArgs, prompts, stack: contextlib.
     from parity.mlperf.sut_standalone import StandaloneSUT
     from parity.standalone.replicas import ReplicaSet
 
-    kind = "sim" if spec.engine == "sim" else "vllm"
-    gpus = list(spec.gpus) or ["sim-0"]
-    replicas = ReplicaSet(kind, gpus, args, spec.out / "logs", startup_timeout_s=spec.startup_timeout_s,
+    kind = "sim" if spec.backend.simulated else "vllm"
+    gpus = spec.gpus
+    replicas = ReplicaSet(kind, gpus, args, spec.out / "logs", startup_timeout_s=spec.backend.startup_timeout_s,
                           sim_params=spec.sim_params)
     stack.callback(lambda: replicas.receipt and write_manifest(spec.out / RECEIPTS[0], replicas.receipt))
     with replicas:
@@ -119,16 +139,14 @@ def flame_path(spec: RunSpec, args: EngineArgs, prompts, stack: contextlib.ExitS
     """The Flame serving path's cluster and sessions (`parity.paths.flame`), fed by LoadGen instead of a burst."""
     from parity.affinity import RouterSettings
     from parity.engine import engine_kind
-    from parity.flame.settings import FlameSettings
     from parity.mlperf.sut_flame import FlameSUT
     from parity.paths.flame import FlamePath, cluster
 
-    family = "sim" if spec.engine == "sim" else "vllm"
-    api = "sync" if spec.engine in ("sim", "vllm-sync") else "async"  # `vllm` alone: AsyncLLM
-    engine = engine_kind(family, api)[0]
-    gpus = list(spec.gpus) or ["sim-0"]
-    settings = FlameSettings(batch_limit=spec.batch_limit, window_ms=spec.window_ms, budget_mib=4, api=api)
-    with cluster(spec.cluster, gpus, spec.out, simulated=family == "sim", bin_dir=spec.flame_bin_dir,
+    family = "sim" if spec.backend.simulated else "vllm"
+    settings = flame_settings(spec)
+    engine = engine_kind(family, settings.api)[0]
+    gpus = spec.gpus
+    with cluster(spec.backend.cluster, gpus, spec.out, simulated=family == "sim", bin_dir=spec.backend.flame_bin_dir,
                  receipt_path=spec.out / RECEIPTS[1]) as running:
         path = FlamePath(running, gpus, settings, engine=family, engine_args=args,
                          sim_params=str(spec.sim_params) if spec.sim_params else None)
@@ -138,7 +156,7 @@ def flame_path(spec: RunSpec, args: EngineArgs, prompts, stack: contextlib.ExitS
                 yield sut, {"engine": engine, "vllm_version": None if family == "sim" else package_versions()["vllm"],
                             "vllm_version_source": None if family == "sim" else "worker interpreter (the client's)",
                             "path": {"cluster": running.describe()["cluster"], "network": running.describe()["network"],
-                                     "gpus": gpus, "placement": spec.placement, "batch_limit": spec.batch_limit,
+                                     "gpus": gpus, "placement": spec.placement, "batch_limit": settings.batch_limit,
                                      "window_s": settings.window_s, "sessions": path.shards}}
             finally:
                 sut.close()
@@ -189,11 +207,11 @@ def run_arm(spec: RunSpec, log: Callable[[str], None] = print) -> dict:
         (out / name).unlink(missing_ok=True)
     dataset = load_dataset(spec.dataset, spec.samples)
     args = spec.mlperf_args()
-    simulated = spec.engine == "sim"
+    simulated = spec.backend.simulated
     total = len(dataset.prompts)
     pool = spec.performance_sample_count or min(total, DATASET_SAMPLES)
     override = pool if spec.performance_sample_count or total < DATASET_SAMPLES else None
-    log(f"{spec.arm} ({spec.mode}): {total} samples of {dataset.origin}, pool {pool}, engine {spec.engine}")
+    log(f"{spec.arm} ({spec.mode}): {total} samples of {dataset.origin}, pool {pool}, engine {spec.backend.engine}")
 
     with contextlib.ExitStack() as stack:
         opener = standalone_path if spec.arm == "standalone" else flame_path

@@ -1,4 +1,5 @@
-"""Where an experiment runs, from the workflow config: the engine family, the GPUs, the Flame cluster.
+"""Where a run happens, from the workflow config: the engine family, the GPUs, the Flame cluster (the experiments'
+`backend`, and an MLPerf arm's; `parity.mlperf.run.RunSpec` holds one).
 
 A profile changes this configuration, never the code path. The smoke profile names the simulator,
 simulated GPUs and the Flame stand-in; the GPU profiles name vLLM, the node's GPU UUIDs and a real
