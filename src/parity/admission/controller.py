@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import queue
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from parity.admission.rate import ServiceRate
 from parity.admission.settings import AdmissionSettings
@@ -11,19 +11,29 @@ from parity.errors import ParityError
 from parity.latency import Objective
 
 
-@dataclass(frozen=True, slots=True)
-class Decision:
-    """One request's fate: admitted on `shard` as the router's `index`-th booking, or refused with `reason`."""
+class Decision(NamedTuple):
+    """One request's fate: admitted on `shard` as the router's `index`-th booking, or refused (`reason` says why).
+    A tuple, and its reason written only when read: the controller's whole cost is a few microseconds."""
 
     shard: int | None
     index: int | None  # the router's routing index: what `Controller.complete` takes
     predicted_s: float  # the first token's predicted wait on the shard judged last
-    reason: str | None = None  # one line, for a refusal
     moved: bool = False  # placed on another shard than the router chose (`reroute`)
+    why: tuple | None = None  # a refusal's facts: (shard, booked, uncached, rate, budget_s, ttft_s, headroom, reroute)
 
     @property
     def admitted(self) -> bool:
         return self.shard is not None
+
+    @property
+    def reason(self) -> str | None:
+        """One line: the predicted wait against the objective, and what it was predicted from."""
+        if self.why is None:
+            return None
+        shard, booked, uncached, rate, budget_s, ttft_s, headroom, reroute = self.why
+        where = "no shard meets it" if reroute else f"on shard {shard}"
+        return (f"predicted first token in {self.predicted_s:.2f} s > {budget_s:.2f} s ({headroom:g} x the "
+                f"{ttft_s:g} s objective) {where}: {booked} tokens booked + {uncached} uncached at {rate:.0f} tokens/s")
 
 
 class Controller:
@@ -60,7 +70,9 @@ class Controller:
                 shard, booked, wait, moved = best, loads[best], best_wait, True
         if booked and wait > self.budget_s:
             self.refused += 1
-            return Decision(None, None, wait, self._reason(quote, shard, wait))
+            return Decision(None, None, wait, False, (shard, booked, quote.length - quote.held(shard), rates[shard],
+                                                      self.budget_s, self.objective.ttft_s, self.settings.headroom,
+                                                      self.settings.reroute))
         work = quote.work(shard)
         index = self.router.requests  # the routing index this booking gets
         self.router.commit(quote, shard)
@@ -68,25 +80,16 @@ class Controller:
         self.rate.start(shard, work, now)
         self.admitted += 1
         self.moved += moved
-        return Decision(shard, index, wait, moved=moved)
-
-    def _reason(self, quote, shard: int, wait: float) -> str:
-        uncached, booked, rate = quote.length - quote.held(shard), quote.loads[shard], self.rate.rates[shard]
-        where = "no shard meets it" if self.settings.reroute else f"on shard {shard}"
-        return (f"predicted first token in {wait:.2f} s > {self.budget_s:.2f} s ({self.settings.headroom:g} x the "
-                f"{self.objective.ttft_s:g} s objective) {where}: {booked} tokens booked + {uncached} uncached at "
-                f"{rate:.0f} tokens/s")
+        return Decision(shard, index, wait, moved)
 
     def complete(self, index: int, now: float) -> None:
         """The `index`-th admitted request finished at `now`: its work is released and teaches the shard's rate."""
         self._completed.put((index, now))
 
     def _apply(self) -> None:
-        while True:
-            try:
-                index, now = self._completed.get_nowait()
-            except queue.Empty:
-                return
+        completed = self._completed
+        while not completed.empty():  # one consumer: what it saw stays there
+            index, now = completed.get_nowait()
             entry = self._works.pop(index, None)
             if entry is not None:  # once only
                 self.rate.finish(entry[0], entry[1], now)
