@@ -141,3 +141,30 @@ def test_a_router_that_books_nothing_is_refused_in_one_line():
 def test_settings_round_trip():
     settings = AdmissionSettings(headroom=0.7, reroute=True)
     assert AdmissionSettings.from_dict(settings.to_dict()) == settings
+
+
+def test_the_standalone_path_never_sends_a_refused_request(small_reuse_trace, tmp_path):
+    """Simulated replicas on the CPU, the whole burst at once: before any answer, each shard's first request is
+    admitted (nothing booked there) and every later one is refused with its reason; nothing is left booked."""
+    from parity.affinity import RouterSettings
+    from parity.engine import EngineArgs
+    from parity.paths.standalone import StandalonePath
+    from parity.schedule import Schedule
+    from parity.trace import load_trace
+
+    trace = load_trace(small_reuse_trace)
+    ids = [r.id for r in trace.requests]
+    settings = RouterSettings("prefix")
+    with StandalonePath("sim", ["sim-0", "sim-1"], EngineArgs(), tmp_path / "logs") as path:
+        with path.trial("t", settings):
+            router = settings.make(path.shards)
+            controller = Controller(router, AdmissionSettings(), Objective(ttft_s=0.05))  # 40 ms: one request each
+            burst = path.release(list(trace.prompts), ids, router, Schedule(), admission=controller)
+    assert len(burst.completions) == len(burst.placements) == len(burst.input_hashes) == 2
+    assert sorted(p.shard for p in burst.placements) == [0, 1]
+    assert len(burst.refused) == len(ids) - 2 and set(burst.refused) <= set(ids)
+    assert all(r.startswith("predicted first token in ") and "\n" not in r for r in burst.refused.values())
+    stats = burst.extra["admission"]
+    assert (stats["admitted"], stats["refused"]) == (2, len(ids) - 2)
+    assert router.loads == [0, 0] and controller.rate.outstanding == [0, 0]  # both answers released their work
+    assert all(len(c.output_token_ids) == 16 for c in burst.completions)
