@@ -168,3 +168,33 @@ def test_the_standalone_path_never_sends_a_refused_request(small_reuse_trace, tm
     assert (stats["admitted"], stats["refused"]) == (2, len(ids) - 2)
     assert router.loads == [0, 0] and controller.rate.outstanding == [0, 0]  # both answers released their work
     assert all(len(c.output_token_ids) == 16 for c in burst.completions)
+
+
+def test_a_trial_records_refusals_apart_and_goodput_counts_them_as_misses(small_reuse_trace, tmp_path):
+    """A paced trial under bounded admission on simulated replicas: every request is a record or a refusal with its
+    reason (coverage passes), the manifest validates, and a refusal is never a completion nor good."""
+    from parity import trial
+    from parity.affinity import RouterSettings
+    from parity.engine import EngineArgs
+    from parity.latency import summarize
+    from parity.paths.standalone import StandalonePath
+    from parity.schedule import Schedule
+
+    objective = Objective(ttft_s=0.05)
+    with StandalonePath("sim", ["sim-0", "sim-1"], EngineArgs(), tmp_path / "logs", stream=True) as path:
+        doc = trial.run(path, small_reuse_trace, tmp_path, trial_id="bounded", experiment="sustained",
+                        router=RouterSettings("prefix"), schedule=Schedule(kind="poisson", rate=200.0, seed=0),
+                        warmup_rounds=1, admission=AdmissionSettings(), objective=objective, log=lambda _: None)
+    assert doc["verdict"]["status"] == "passed", doc["verdict"]["reasons"]
+    refused, records = doc["refused"], doc["records"]
+    assert len(records) + len(refused) == 64 and refused and records
+    assert {r["request_id"] for r in refused}.isdisjoint(r["request_id"] for r in records)
+    assert all(r["reason"].startswith("predicted first token in ") and "arrival_s" in r for r in refused)
+    assert (doc["admission"]["admitted"], doc["admission"]["refused"]) == (len(records), len(refused))
+    assert doc["timing"]["requests_per_s"] == pytest.approx(len(records) / doc["timing"]["duration_s"])
+    summary = summarize(doc, objective)
+    assert summary["requests"] == 64 and summary["window_requests"] == summary["admitted"] + summary["refused"]
+    for view in ("engine", "client"):
+        assert summary[f"good_share_{view}"] <= summary["admitted"] / summary["window_requests"]
+    without = summarize({"records": records}, objective)  # the same completions, refusals forgotten
+    assert "refused" not in without and without["good_share_client"] >= summary["good_share_client"]
