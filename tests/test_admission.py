@@ -1,10 +1,12 @@
 """Bounded admission (parity.admission): refusals with reasons, no leaked work, a learned rate that follows the
 engine, one-line errors. Nothing is timed: every `now` is given."""
 
+import json
+
 import numpy as np
 import pytest
 
-from parity.admission import AdmissionSettings, Controller, ServiceRate
+from parity.admission import BoundedSettings, Controller, ServiceRate
 from parity.affinity import AffinityRouter
 from parity.errors import ParityError
 from parity.latency import Objective
@@ -20,7 +22,7 @@ def _prompt(tokens: int, head: np.ndarray | None = None) -> np.ndarray:
 
 def _controller(shards=1, rate=1000.0, reroute=False, headroom=1.0) -> Controller:
     router = PrefixRouter(shards, "rev", cache_tokens=1_000_000)
-    settings = AdmissionSettings(headroom=headroom, seed_tokens_per_s=rate, reroute=reroute)
+    settings = BoundedSettings(headroom=headroom, seed_tokens_per_s=rate, reroute=reroute)
     return Controller(router, settings, Objective(ttft_s=2.0))
 
 
@@ -128,7 +130,7 @@ def test_a_lightly_loaded_shard_does_not_lower_its_rate():
 ])
 def test_bad_settings_are_refused_in_one_line(values, message):
     with pytest.raises(ParityError) as error:
-        AdmissionSettings.from_dict(values)
+        BoundedSettings.from_dict(values)
     assert message in str(error.value) and "\n" not in str(error.value)
 
 
@@ -139,8 +141,8 @@ def test_a_router_that_books_nothing_is_refused_in_one_line():
 
 
 def test_settings_round_trip():
-    settings = AdmissionSettings(headroom=0.7, reroute=True)
-    assert AdmissionSettings.from_dict(settings.to_dict()) == settings
+    settings = BoundedSettings(headroom=0.7, reroute=True)
+    assert BoundedSettings.from_dict(settings.to_dict()) == settings
 
 
 def test_the_standalone_path_never_sends_a_refused_request(small_reuse_trace, tmp_path):
@@ -158,7 +160,7 @@ def test_the_standalone_path_never_sends_a_refused_request(small_reuse_trace, tm
     with StandalonePath("sim", ["sim-0", "sim-1"], EngineArgs(), tmp_path / "logs") as path:
         with path.trial("t", settings):
             router = settings.make(path.shards)
-            controller = Controller(router, AdmissionSettings(), Objective(ttft_s=0.05))  # 40 ms: one request each
+            controller = Controller(router, BoundedSettings(), Objective(ttft_s=0.05))  # 40 ms: one request each
             burst = path.release(list(trace.prompts), ids, router, Schedule(), admission=controller)
     assert len(burst.completions) == len(burst.placements) == len(burst.input_hashes) == 2
     assert sorted(p.shard for p in burst.placements) == [0, 1]
@@ -184,7 +186,7 @@ def test_a_trial_records_refusals_apart_and_goodput_counts_them_as_misses(small_
     with StandalonePath("sim", ["sim-0", "sim-1"], EngineArgs(), tmp_path / "logs", stream=True) as path:
         doc = trial.run(path, small_reuse_trace, tmp_path, trial_id="bounded", experiment="sustained",
                         router=RouterSettings("prefix"), schedule=Schedule(kind="poisson", rate=200.0, seed=0),
-                        warmup_rounds=1, admission=AdmissionSettings(), objective=objective, log=lambda _: None)
+                        warmup_rounds=1, admission=BoundedSettings(), objective=objective, log=lambda _: None)
     assert doc["verdict"]["status"] == "passed", doc["verdict"]["reasons"]
     refused, records = doc["refused"], doc["records"]
     assert len(records) + len(refused) == 64 and refused and records
@@ -198,3 +200,47 @@ def test_a_trial_records_refusals_apart_and_goodput_counts_them_as_misses(small_
         assert summary[f"good_share_{view}"] <= summary["admitted"] / summary["window_requests"]
     without = summarize({"records": records}, objective)  # the same completions, refusals forgotten
     assert "refused" not in without and without["good_share_client"] >= summary["good_share_client"]
+
+
+def test_the_sustained_plan_adds_a_bounded_case_per_rung_only_when_asked(small_reuse_trace):
+    from parity.experiments import plan
+    from parity.experiments.settings import SustainedSettings
+
+    flame = plan.FlameSettings()
+    unbounded = plan.sustained([small_reuse_trace], [4.0, 8.0], flame)
+    default = SustainedSettings.from_dict({"rates": [4, 8]})
+    assert default.bounded is None and plan._sustained([small_reuse_trace], default) == unbounded  # off by default
+    assert all(c.admission is None and "admission" not in c.load for c in unbounded)
+    settings = SustainedSettings.from_dict({"rates": [4, 8], "bounded": {"reroute": True}})
+    cases = plan._sustained([small_reuse_trace], settings)
+    lone = [c for c in cases if c.arm == "bounded"]
+    assert [c for c in cases if c.arm != "bounded"] == unbounded  # the study's pairs, untouched
+    assert [c.stage for c in lone] == ["rate-4-bounded", "rate-8-bounded"]
+    for case in lone:
+        assert (case.system, case.placement, case.pair, case.side, case.stream) == ("standalone", "prefix", None, None,
+                                                                                    True)
+        assert case.admission == BoundedSettings(reroute=True) and case.objective == settings.objective
+        assert case.load["admission"] == BoundedSettings(reroute=True).to_dict() | {"objective": {"ttft_s": 2.0,
+                                                                                                  "itl_s": 0.1}}
+    with pytest.raises(ParityError, match="admission setting alpha must be in"):
+        SustainedSettings.from_dict({"rates": [4], "bounded": {"alpha": 2}})
+    with pytest.raises(ParityError, match="an arm is named 'bounded'"):
+        plan.sustained([small_reuse_trace], [4.0], flame, arms={"bounded": {"inflight": 1}}, bounded=BoundedSettings())
+
+
+def test_the_bounded_arm_runs_on_the_cpu_and_its_trial_says_what_it_refused(small_reuse_trace, sim_backend, tmp_path):
+    """One overloaded rung (a 50 ms objective) through the experiment runner, simulated: the bounded case's trial
+    passes its checks, records what it admitted and refused, and the experiment names its arm."""
+    from parity.experiments import plan
+    from parity.experiments.runner import run_experiment
+    from parity.manifest import read_manifest
+
+    cases = [c for c in plan.sustained([small_reuse_trace], [200.0], plan.FlameSettings(), bounded=BoundedSettings(),
+                                       objective=Objective(ttft_s=0.05)) if c.arm == "bounded"]
+    run_experiment("sustained", cases, sim_backend, tmp_path, settings={"rates": [200.0]}, log=lambda _: None)
+    doc = read_manifest(tmp_path / "trials" / f"{cases[0].trial_id}.json")
+    assert doc["verdict"]["status"] == "passed" and doc["config"]["placement"] == "prefix"
+    assert doc["refused"] and len(doc["records"]) + len(doc["refused"]) == 64
+    assert doc["ran_with"]["load"]["admission"]["objective"]["ttft_s"] == 0.05
+    entry = json.loads((tmp_path / "experiment.json").read_text())["cases"][0]
+    assert (entry["arm"], entry["stage"], entry["pair"]) == ("bounded", "rate-200-bounded", None)

@@ -58,7 +58,7 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
     `sweep` (ours, once per engine start: parity.experiments.runner): before the warm-ups, groups of 1, 2, ...,
     `sweep` short requests, one group at a time, so the engine runs decode steps of exactly each batch size (a
     burst's tail skips sizes, and vLLM's attention kernels compile a variant per batch-size class); recorded
-    as `warmup_sweep`. `admission` (ours: parity.admission.AdmissionSettings, placement prefix, a path whose
+    as `warmup_sweep`. `admission` (ours: parity.admission.BoundedSettings, placement prefix, a path whose
     `release` takes it): the measured burst runs under bounded admission against `objective`
     (parity.latency.Objective); its manifest records the admitted requests alone in `records`, each refused one
     with its reason in `refused`, and the controller's counts and learned rates in `admission`. Warm-ups admit all."""

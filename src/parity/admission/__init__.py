@@ -20,6 +20,6 @@ A refused request is never booked, so a burst of refusals leaves no work behind.
 
 from parity.admission.controller import Controller, Decision
 from parity.admission.rate import ServiceRate
-from parity.admission.settings import AdmissionSettings
+from parity.admission.settings import BoundedSettings
 
-__all__ = ["AdmissionSettings", "Controller", "Decision", "ServiceRate"]
+__all__ = ["BoundedSettings", "Controller", "Decision", "ServiceRate"]

@@ -6,7 +6,7 @@ import queue
 from typing import NamedTuple
 
 from parity.admission.rate import ServiceRate
-from parity.admission.settings import AdmissionSettings
+from parity.admission.settings import BoundedSettings
 from parity.errors import ParityError
 from parity.latency import Objective
 
@@ -42,7 +42,7 @@ class Controller:
     `decide(tokens, now)` per request; `complete(index, now)` when an admitted one finished (from any thread:
     queued, applied before the next decision, as the router does). `now` is the caller's monotonic clock."""
 
-    def __init__(self, router, settings: AdmissionSettings = AdmissionSettings(), objective: Objective = Objective()):
+    def __init__(self, router, settings: BoundedSettings = BoundedSettings(), objective: Objective = Objective()):
         if not hasattr(router, "quote"):
             raise ParityError(f"bounded admission needs the prefix router (placement prefix), which books each "
                               f"shard's work; got {type(router).__name__}")

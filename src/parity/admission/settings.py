@@ -9,8 +9,9 @@ from parity.settings import Settings
 
 
 @dataclass(frozen=True)
-class AdmissionSettings(Settings):
-    """How bounded admission decides (parity.admission). Off unless an arm names it."""
+class BoundedSettings(Settings):
+    """How bounded admission decides (parity.admission). Off unless an arm names it (the sustained experiment's
+    `bounded`). Not the `admission` experiment's settings (the Flame batch screening)."""
 
     what = "admission setting"
     headroom: float = 0.8  # a prediction must fit this share of the objective's TTFT: it is a mean, the target a p99

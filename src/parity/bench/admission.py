@@ -17,7 +17,7 @@ import time
 
 import numpy as np
 
-from parity.admission import AdmissionSettings, Controller
+from parity.admission import BoundedSettings, Controller
 from parity.bench.routing import documents
 from parity.engine import MODEL_REVISION
 from parity.latency import Objective
@@ -59,7 +59,7 @@ def _percentiles(us: list[float]) -> dict:
     return {"p50": float(np.percentile(data, 50)), "p99": float(np.percentile(data, 99)), "mean": float(data.mean())}
 
 
-def _one(prompts, shards: int, settings: AdmissionSettings, engine_tokens_per_s: float, gap_s: float) -> dict:
+def _one(prompts, shards: int, settings: BoundedSettings, engine_tokens_per_s: float, gap_s: float) -> dict:
     router = _Timed(PrefixRouter(shards, MODEL_REVISION, cache_tokens=4_000_000))
     controller = Controller(router, settings, Objective())
     free, finishing = [0.0] * shards, []  # the simulated engines: when each is next free; (time, index) to finish
@@ -108,7 +108,7 @@ def run(num_requests: int = 2048, prefix_tokens: int = 8000, shards: int = 2, lo
             gc.collect()
             gc.disable()  # as timeit does: a collection lands wherever the router's arrays happen to trigger it
             try:
-                runs.append(_one(prompts, shards, AdmissionSettings(reroute=reroute), engine_tokens_per_s, gap_s))
+                runs.append(_one(prompts, shards, BoundedSettings(reroute=reroute), engine_tokens_per_s, gap_s))
             finally:
                 gc.enable()
         rows.append(min(runs, key=lambda r: r["controller_us"]["p99"]))
