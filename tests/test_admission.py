@@ -244,3 +244,8 @@ def test_the_bounded_arm_runs_on_the_cpu_and_its_trial_says_what_it_refused(smal
     assert doc["ran_with"]["load"]["admission"]["objective"]["ttft_s"] == 0.05
     entry = json.loads((tmp_path / "experiment.json").read_text())["cases"][0]
     assert (entry["arm"], entry["stage"], entry["pair"]) == ("bounded", "rate-200-bounded", None)
+    from parity.report import tables
+    from parity.report.inputs import load_experiment
+
+    table, _ = tables.sustained(load_experiment(tmp_path))  # the report reads it, and names it for what it is
+    assert [row[3] for row in table.rows] == ["standalone vLLM (streamed), prefix router, bounded admission"]
