@@ -111,6 +111,21 @@ def test_the_learned_rate_follows_a_slowed_engine():
     assert learner.rates[0] == pytest.approx(5_000.0, rel=0.1)
 
 
+def test_the_rate_follows_an_engine_slower_than_its_estimate_even_when_admission_caps_its_backlog():
+    """Under admission a shard never holds more than the objective's worth of work, here less than one stretch's:
+    what it is offered over the stretch, not what it held at its start, says it had the work and did less."""
+    learner, free, finishing = ServiceRate(1, seed=10_000.0, alpha=0.3, sample_s=0.5), 0.0, []
+    for i in range(400):  # 500 tokens every 40 ms (12,500/s offered) to an engine of 5,000/s
+        now = i * 0.04
+        while finishing and finishing[0] <= now:
+            learner.finish(0, 500, finishing.pop(0))
+        if learner.outstanding[0] + 500 <= 0.3 * learner.rates[0]:  # admitted only within 0.3 s of estimated work
+            learner.start(0, 500, now)
+            free = max(free, now) + 500 / 5_000.0
+            finishing.append(free)
+    assert learner.rates[0] == pytest.approx(5_000.0, rel=0.15)
+
+
 def test_a_lightly_loaded_shard_does_not_lower_its_rate():
     """One request at a time, each slow for want of company: no news of the shard's speed."""
     learner = ServiceRate(1, seed=10_000.0, alpha=0.3, sample_s=0.5)
