@@ -2,7 +2,8 @@
 
 - input: each record's input hash equals the trace's hash for that request (what was submitted is
   what the trace holds, also after compression and decompression);
-- coverage: every request of the trace appears exactly once, and nothing else does;
+- coverage: every request of the trace appears exactly once (a record, or a refusal of bounded admission),
+  and nothing else does;
 - output length: every request produced exactly its trial's max_tokens (the study's 16), or exactly
   its own length where the trial drew one per request (parity.lengths);
 - placement: each logical shard ran on one GPU, no two on the same one (except in Flame's `global`
@@ -51,7 +52,8 @@ def _input(doc: dict, trace: Trace) -> list[str]:
 
 
 def _coverage(doc: dict, trace: Trace) -> list[str]:
-    seen = Counter(r["request_id"] for r in doc["records"])
+    """Every request of the trace once: ran (a record) or refused by bounded admission (`refused`), not both."""
+    seen = Counter(r["request_id"] for r in doc["records"] + doc.get("refused", []))
     wanted = {r.id for r in trace.requests}
     reasons = []
     if missing := sorted(wanted - set(seen)):

@@ -12,7 +12,9 @@ measured from each request's scheduled arrival (`arrival_s`), the same for both 
   saturated; a schedule the sender fell behind is flagged from `sent_s`.
 - Goodput: requests per second of the window that met the objective (`Objective`: TTFT and each
   inter-token gap within bounds); a request that failed counts as a miss (a trial with failed
-  requests is failed whole, so in a passed trial every request answered).
+  requests is failed whole, so in a passed trial every request answered), and so does one bounded
+  admission refused (the trial's `refused`: in the window by its arrival, never a completion; latencies
+  and the achieved rate are the completions' alone).
 """
 
 from __future__ import annotations
@@ -57,32 +59,40 @@ def summarize(doc: dict, objective: Objective = Objective()) -> dict | None:
     """A trial's latencies, rates and goodput in its steady-state window; None for a trial with no
     scheduled arrivals (a study burst records none)."""
     records = [r for r in doc["records"] if "arrival_s" in r]
+    refused = [r for r in doc.get("refused", []) if "arrival_s" in r]
     if not records:
         return None
-    arrivals = np.asarray([r["arrival_s"] for r in records])
+    arrivals = np.asarray([r["arrival_s"] for r in records + refused])
     start, span = arrivals.min(), arrivals.max() - arrivals.min()
     low, high = start + WINDOW[0] * span, start + WINDOW[1] * span
     window = [r for r in records if low <= r["arrival_s"] <= high] or records
+    turned = [r for r in refused if low <= r["arrival_s"] <= high]
     in_window_s = max(high - low, 1e-9) if span > 0 else None
-    out: dict = {"requests": len(records), "window_requests": len(window), "window_s": in_window_s}
+    out: dict = {"requests": len(records) + len(refused), "window_requests": len(window) + len(turned),
+                 "window_s": in_window_s}
+    if "refused" in doc:  # bounded admission: what it let in and what it turned away, in the window
+        out |= {"admitted": len(window), "refused": len(turned)}
     for view in ("engine", "client"):
         ttft = [None if _first(r, view) is None else _first(r, view) - r["arrival_s"] for r in window]
         out[f"ttft_{view}"] = percentiles(ttft)
     out["e2e"] = percentiles([r["complete_s"] - r["arrival_s"] for r in window])
     gaps = [g for r in window for g in np.diff(r.get("token_s") or []).tolist()]
     out["itl"] = percentiles(gaps)
-    offered = (len(window) - 1) / in_window_s if in_window_s else None
+    offered = (len(window) + len(turned) - 1) / in_window_s if in_window_s else None
     # the window's requests over the time from the first's arrival to the last's answer: its offered rate
     # when the path keeps up (less one request's latency over the span), less when requests queue
-    served_s = max(r["complete_s"] for r in window) - min(r["arrival_s"] for r in window)
+    served_s = max(r["complete_s"] for r in window) - min(r["arrival_s"] for r in window + turned)
     achieved = len(window) / served_s if served_s > 0 else None
     out |= {"offered_per_s": offered, "achieved_per_s": achieved,
             "saturated": bool(offered and achieved and achieved < SATURATED * offered)}
     sent = [r for r in records if "sent_s" in r]
     out["lag"] = lag([r["arrival_s"] for r in sent], [r["sent_s"] for r in sent]) if sent else None
     for view in ("engine", "client"):
-        share = sum(1 for r in window if _meets(r, view, objective)) / len(window)
-        out[f"goodput_{view}_per_s"] = share * achieved if achieved else None  # completions that met it, per second
+        met = sum(1 for r in window if _meets(r, view, objective))
+        share = met / (len(window) + len(turned))  # a refusal is a miss
+        # completions that met it, per second: met / served_s, written as share x achieved where nothing was
+        # refused (the two are equal then, and earlier trials' numbers stay what they were to the last bit)
+        out[f"goodput_{view}_per_s"] = (met / served_s if turned else share * achieved) if achieved else None
         out[f"good_share_{view}"] = share
     out["objective"] = objective.to_dict()
     return out

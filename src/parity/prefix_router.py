@@ -260,20 +260,19 @@ class PrefixRouter:
 
     def route(self, tokens: Tokens) -> int:
         """The shard for this prompt; books its work there and remembers its blocks on that shard."""
+        return self.commit(self.quote(tokens))
+
+    def quote(self, tokens: Tokens) -> "Quote":
+        """The decision for this prompt without booking it: the chosen shard and what each shard would hold of
+        it. Nothing changes until `commit` (so a caller may decline it: parity.admission)."""
         self._apply_changes()
         self._release()
         words = _words(tokens)
         chain = _chain(words, self._salt, self.block_tokens)
-        memo: dict[int, list[int]] = {}
-
-        def fine(at: int) -> list[int]:  # each block's engine-block hashes, computed once per decision
-            if at not in memo:
-                memo[at] = _fine(words, at, self._before(chain, at), self.block_tokens)
-            return memo[at]
-
         depths, shared = self._depths(chain)
-        length, loads, block = len(tokens), self._loads, self.block_tokens
-        deepest = max(depths.values(), default=0)
+        quote = Quote(self, words, chain, depths, shared, len(tokens))
+        length, loads, block = quote.length, self._loads, self.block_tokens
+        deepest = quote.deepest
         # A shard that would recompute a prefix another holds pays that recompute (1 + margin) times in the
         # comparison: once as its own work, `margin` times as capacity taken from later requests. So a
         # burst's later questions stay with their document's shard, and a document is replicated only
@@ -281,20 +280,27 @@ class PrefixRouter:
         # hot-prefix guard). Of the shards holding nothing, only the least loaded can be cheapest.
         candidates = set(depths)
         candidates.add(loads.index(min(loads)))
-        held = {s: self._held_tokens(s, depths.get(s, 0), length, fine, chain) for s in candidates}
+        held = {s: quote.held(s) for s in candidates}
 
         def cost(s: int) -> tuple:
             again = max(0, deepest - max(depths.get(s, 0), shared))  # blocks of a held prefix recomputed,
             # shared heads aside
             return (loads[s] + length - held[s] + self.output_work + self.margin * again * block, loads[s], s)
 
-        shard = min(candidates, key=cost) if len(candidates) > 1 else candidates.pop()
-        work = length - held[shard] + self.output_work
+        quote.shard = min(candidates, key=cost) if len(candidates) > 1 else candidates.pop()
+        return quote
+
+    def commit(self, quote: "Quote", shard: int | None = None) -> int:
+        """Book `quote` on `shard` (default: the one it chose) and remember its blocks there; the shard. A quote
+        is good until the next `quote` or `commit`."""
+        shard = quote.shard if shard is None else shard
+        work = quote.work(shard)
+        depths, deepest = quote.depths, quote.deepest
         if depths.get(shard, 0) < deepest:
             self._replicated += 1  # a held prefix recomputed elsewhere: its holder was the busier
-        loads[shard] += work
-        self._remember(shard, chain, fine, depths.get(shard, 0), deepest)
-        self._expected.append(held[shard])
+        self._loads[shard] += work
+        self._remember(shard, quote.chain, quote.fine, depths.get(shard, 0), deepest)
+        self._expected.append(quote.held(shard))
         self._booked.append((shard, work))
         self._requests += 1
         return shard
@@ -351,6 +357,11 @@ class PrefixRouter:
         self._realized = list(cached_tokens)
 
     @property
+    def requests(self) -> int:
+        """Requests booked so far: the next booking's routing index (what `complete` takes)."""
+        return self._requests
+
+    @property
     def expected(self) -> list[int]:
         """Cached prompt tokens the router expected, per request in routing order."""
         return list(self._expected)
@@ -371,3 +382,41 @@ class PrefixRouter:
                 "expected_cached_tokens": expected, "realized_cached_tokens": realized,
                 "expected_vs_realized": None if not realized else expected / realized,
                 "engine_changes": dict(self._followed) if self._changes is not None else None}
+
+
+class Quote:
+    """One prompt's routing decision before it is booked (`PrefixRouter.quote`): the shard chosen, and per shard
+    the tokens of the prompt it holds and the work the prompt would add there (uncached prefill plus decode)."""
+
+    __slots__ = ("_router", "_words", "chain", "depths", "shared", "length", "deepest", "shard", "_fine", "_held")
+
+    def __init__(self, router: PrefixRouter, words: np.ndarray, chain: list[int], depths: dict[int, int],
+                 shared: int, length: int):
+        self._router, self._words, self.chain, self.depths, self.shared = router, words, chain, depths, shared
+        self.length, self.deepest = length, max(depths.values(), default=0)
+        self.shard = -1
+        self._fine: dict[int, list[int]] = {}
+        self._held: dict[int, int] = {}
+
+    def fine(self, at: int) -> list[int]:
+        """Block `at`'s engine-block hashes, computed once per decision."""
+        if at not in self._fine:
+            r = self._router
+            self._fine[at] = _fine(self._words, at, r._before(self.chain, at), r.block_tokens)
+        return self._fine[at]
+
+    def held(self, shard: int) -> int:
+        """Tokens of this prompt `shard` holds (the hit the router expects there)."""
+        if shard not in self._held:
+            self._held[shard] = self._router._held_tokens(shard, self.depths.get(shard, 0), self.length, self.fine,
+                                                          self.chain)
+        return self._held[shard]
+
+    def work(self, shard: int) -> int:
+        """What this prompt would add to `shard`'s booked work: its uncached prefill there plus its decode."""
+        return self.length - self.held(shard) + self._router.output_work
+
+    @property
+    def loads(self) -> list[int]:
+        """Each shard's booked work as this decision saw it (not a copy: read it before the next decision)."""
+        return self._router._loads

@@ -47,8 +47,8 @@ def config_sha256(config: dict) -> str:
 
 def request_records(trace: Trace, completions: list[Completion], placements: list[Placement],
                     input_hashes: list[str] | None = None, arrivals: list[float] | None = None,
-                    lengths: list[int] | None = None) -> list[dict]:
-    """One record per request, in burst order.
+                    lengths: list[int] | None = None, refused: dict[str, str] | None = None) -> list[dict]:
+    """One record per request that ran, in burst order.
 
     `arrivals`: each request's scheduled arrival (release + its offset), the time every latency is
     measured from; with it, a record also says when the request left (`sent_s`) and, where the path
@@ -58,12 +58,15 @@ def request_records(trace: Trace, completions: list[Completion], placements: lis
     input check compares what arrived with the trace; without them (an engine called in-process, which
     receives the trace's own arrays) the submitted prompts are hashed. `lengths`: each request's own exact
     output length (parity.lengths), recorded as its `max_tokens`, what the output-length check holds it to.
+    `refused` (bounded admission: request id -> reason): requests that never ran, so have no record here
+    (`refused_records`); completions, placements and input hashes are the others', in burst order.
     """
+    refused = refused or {}
+    ran = [(i, r) for i, r in enumerate(trace.requests) if r.id not in refused]
     if input_hashes is None:
-        input_hashes = [token_sha256(p) for p in trace.prompts]
+        input_hashes = [token_sha256(trace.prompts[i]) for i, _ in ran]
     records = []
-    for request, input_hash, completion, place in zip(trace.requests, input_hashes, completions, placements,
-                                                      strict=True):
+    for (at, request), input_hash, completion, place in zip(ran, input_hashes, completions, placements, strict=True):
         record = {
             "request_id": request.id, "position": request.position, "input_sha256": input_hash,
             "shard": place.shard, "worker_id": place.worker_id, "gpu_uuid": place.gpu_uuid,
@@ -74,15 +77,26 @@ def request_records(trace: Trace, completions: list[Completion], placements: lis
         if place.batch_id is not None:
             record["batch_id"] = place.batch_id
         if lengths is not None:
-            record["max_tokens"] = int(lengths[len(records)])
+            record["max_tokens"] = int(lengths[at])
         if arrivals is not None:
-            record["arrival_s"] = arrivals[len(records)]
+            record["arrival_s"] = arrivals[at]
             if completion.sent_s is not None:
                 record["sent_s"] = completion.sent_s
             if completion.token_s:
                 record["token_s"] = [float(t) for t in completion.token_s]
         records.append(record)
     return records
+
+
+def refused_records(trace: Trace, refused: dict[str, str], arrivals: list[float] | None = None) -> list[dict]:
+    """One entry per request bounded admission refused, in burst order: never sent, never a completion; its
+    scheduled arrival (the goodput window counts it, as a miss) and its one-line reason."""
+    out = []
+    for at, request in enumerate(trace.requests):
+        if request.id in refused:
+            entry = {"request_id": request.id, "position": request.position, "reason": refused[request.id]}
+            out.append(entry | ({"arrival_s": arrivals[at]} if arrivals is not None else {}))
+    return out
 
 
 def timing(records: list[dict], release_s: float) -> dict:

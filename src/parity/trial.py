@@ -37,7 +37,7 @@ from parity.checks import check_trial, read_trial, trace_of, unsupported
 from parity.engine import EngineArgs
 from parity.errors import ParityError
 from parity.manifest import ManifestError, is_file_reference, read_manifest, sha256_file, write_manifest
-from parity.record import cached_share, package_versions, request_records, trial_manifest
+from parity.record import cached_share, package_versions, refused_records, request_records, trial_manifest
 from parity.schedule import Schedule
 from parity.trace import check_context, load_trace
 
@@ -45,7 +45,7 @@ from parity.trace import check_context, load_trace
 def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
         router: RouterSettings = RouterSettings(), schedule: Schedule = Schedule(), warmup_rounds: int = 2,
         ran_with: dict | None = None, restart=None, lengths=None, warmup_requests: int | None = None,
-        sweep: int | None = None, log=print) -> dict:
+        sweep: int | None = None, admission=None, objective=None, log=print) -> dict:
     """One trial on `path` (entered); writes its checked manifest to FOLDER/TRIAL_ID.json (a trial's id is
     always its manifest's name) and returns it. `restart` (parity.restart.Restart): the measured burst
     kills one engine mid-run and the manifest records the outage (`restart`). `lengths`
@@ -58,7 +58,10 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
     `sweep` (ours, once per engine start: parity.experiments.runner): before the warm-ups, groups of 1, 2, ...,
     `sweep` short requests, one group at a time, so the engine runs decode steps of exactly each batch size (a
     burst's tail skips sizes, and vLLM's attention kernels compile a variant per batch-size class); recorded
-    as `warmup_sweep`."""
+    as `warmup_sweep`. `admission` (ours: parity.admission.BoundedSettings, placement prefix, a path whose
+    `release` takes it): the measured burst runs under bounded admission against `objective`
+    (parity.latency.Objective); its manifest records the admitted requests alone in `records`, each refused one
+    with its reason in `refused`, and the controller's counts and learned rates in `admission`. Warm-ups admit all."""
     out = folder / f"{trial_id}.json"
     if router.placement not in path.placements:
         raise ParityError(f"the {path.name} path places requests by {' or '.join(path.placements)}, "
@@ -87,6 +90,11 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
         if router.placement == "prefix" and path.cache_tokens:  # its map sized from the engine's cache
             router = dataclasses.replace(router, cache_tokens=path.cache_tokens)
         routed = router.make(path.shards)
+        if admission is not None:  # over the router that books each shard's work (the Controller says so otherwise)
+            from parity.admission import Controller
+            from parity.latency import Objective
+
+            own["admission"] = Controller(routed, admission, objective or Objective())
         events = path.events if hasattr(routed, "follow") else None
         if events is not None:  # the map follows the engines, from what the warmups left in them on
             events.settle()
@@ -117,12 +125,14 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
         described = path.describe(burst)
     arrivals = None if schedule.kind == "burst" else [burst.release_s + t for t in schedule.offsets(len(ids))]
     records = request_records(trace, burst.completions, burst.placements, input_hashes=burst.input_hashes,
-                              arrivals=arrivals, lengths=wanted)
+                              arrivals=arrivals, lengths=wanted, refused=burst.refused)
     config = {"path": path.name, "placement": router.placement, "revision_salt": router.revision,
               "warmup_rounds": warmup_rounds, **described.config}
     extra = {**burst.extra, **described.extra, "router": routed.stats(), "schedule": schedule.describe(len(ids))}
     if kv_events is not None:
         extra["kv_events"] = kv_events
+    if admission is not None:
+        extra["refused"] = refused_records(trace, burst.refused, arrivals)
     if compiled is not None:
         extra["jit"] = compiled
     if swept is not None:
@@ -136,7 +146,8 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
     write_manifest(out, doc)  # schema-checked first: a path that describes its trial wrongly writes nothing
     verdict = doc["verdict"]
     log(f"{trial_id}: {doc['timing']['requests_per_s']:.3f} req/s ({'simulated' if doc['simulated'] else 'measured'}), "
-        f"cached {cached_share(records):.2%}, {verdict['status']}" + "".join(f"\n  {r}" for r in verdict["reasons"])
+        f"cached {cached_share(records):.2%}" + (f", {len(burst.refused)} refused" if admission is not None else "")
+        + f", {verdict['status']}" + "".join(f"\n  {r}" for r in verdict["reasons"])
         + f"  [{time.monotonic() - started:.0f} s]")
     return doc
 

@@ -50,6 +50,24 @@ def bench_router(num_requests, prompt_tokens, repeats, as_json):
                f"({result['requests']} requests of {result['prompt_tokens']} tokens, one core)")
 
 
+@bench.command("admission")
+@click.option("--requests", "num_requests", default=2048, show_default=True, type=click.IntRange(min=4))
+@click.option("--load", default=1.5, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Offered work over what the simulated engines serve (above 1: some requests are refused).")
+@options.repeats(3)
+@options.json_out
+@friendly_errors
+def bench_admission(num_requests, load, repeats, out):
+    """Bounded admission's cost per request (CPU, the controller itself), as a ratio to the prefix router's,
+    timed side by side in one run, with reroute off and on."""
+    from parity.bench import admission
+
+    result = admission.run(num_requests=num_requests, load=load, repeats=repeats)
+    _save(out, result)
+    for line in admission.summary_lines(result):
+        echo(line)
+
+
 @bench.command("routing")
 @click.option("--family", "only", multiple=True,
               type=click.Choice(["study-reuse", "shared-head", "zipf", "working-set", "shards"]),  # routing.FAMILIES

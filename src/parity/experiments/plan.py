@@ -12,6 +12,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, NamedTuple
 
+from parity.admission import BoundedSettings
 from parity.affinity import RouterSettings
 from parity.errors import ParityError
 from parity.experiments.settings import (AdmissionSettings, Answers, Arrivals, ConfirmationSettings, Evict, ExtraPair,
@@ -19,6 +20,7 @@ from parity.experiments.settings import (AdmissionSettings, Answers, Arrivals, C
                                          RoutingSettings, Section, SustainedSettings)
 from parity.flame.admission import ORDERS
 from parity.flame.settings import FlameSettings
+from parity.latency import Objective
 from parity.lengths import OutputLengths
 from parity.restart import Restart
 from parity.schedule import Schedule
@@ -45,6 +47,8 @@ class Case:
     start: str | None = None  # ours: the engine start it shares with the other cases of that name (None: its own)
     warmup_requests: int | None = None  # ours: warm-ups of this many requests, paced as measured (None: whole bursts)
     arm: str | None = None  # ours: the arm it belongs to, as the settings name it (None: the study's configuration)
+    admission: BoundedSettings | None = None  # ours: bounded admission against `objective` (parity.admission)
+    objective: Objective | None = None  # what bounded admission holds each request to (None: no admission)
 
     @property
     def load(self) -> dict:
@@ -54,7 +58,9 @@ class Case:
                 | ({"restart": self.restart.to_dict()} if self.restart else {})
                 | ({"lengths": self.lengths.to_dict()} if self.lengths else {})
                 | ({"start": self.start} if self.start else {})
-                | ({"warmup_requests": self.warmup_requests} if self.warmup_requests is not None else {}))
+                | ({"warmup_requests": self.warmup_requests} if self.warmup_requests is not None else {})
+                | ({"admission": self.admission.to_dict() | {"objective": self.objective.to_dict()}}
+                   if self.admission else {}))
 
     @property
     def router(self) -> RouterSettings:
@@ -200,7 +206,8 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
               schedule: Arrivals = Arrivals(), repeats: int = 1, arms: dict[str, dict] | None = None,
               output_tokens: list[int] = (16,), restart: RestartPair | None = None, evict: Evict | None = None,
               lengths: LengthsPair | None = None, shared_start: bool = False, warmup_requests: int | None = None,
-              answers: Answers | None = None) -> list[Case]:
+              answers: Answers | None = None, bounded: BoundedSettings | None = None,
+              objective: Objective = Objective()) -> list[Case]:
     """Ours, the study's named next step: a rate ladder, each rate a pair (sticky standalone vLLM, the
     Flame configuration) under the same seeded arrivals, streamed, fresh engines per case; then, for each
     extra arm (name: Flame setting changes, e.g. `gathered: {inflight: 1}`), the same pair again with the
@@ -222,7 +229,13 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
     round is that many requests paced as the rung is (parity.trial). With `answers` ({tokens, rate}), one more
     pair per repeat at that rate with every answer exactly that long (stage `rate-R-outN`: a rung of that
     length's ladder). Each extra pair (`evict`, `lengths`, `answers`, `restart`) runs on the traces whose ladder
-    has its rate, starts fresh engines, and with `arm: NAME` runs that arm's Flame side (stage suffix `-NAME`)."""
+    has its rate, starts fresh engines, and with `arm: NAME` runs that arm's Flame side (stage suffix `-NAME`).
+
+    Ours, with `bounded` (parity.admission.BoundedSettings): at every rung, after its pairs, one more standalone
+    case on fresh engines, unpaired: the prefix router with bounded admission against `objective` (arm `bounded`,
+    stage `rate-R-bounded`; the Flame side is not bounded yet)."""
+    if bounded is not None and "bounded" in (arms or {}):
+        raise ParityError("sustained: an arm is named 'bounded', the name of the bounded-admission arm")
     variants = [(None, flame)] + [(name, replace(flame, **changes)) for name, changes in (arms or {}).items()]
     if shared_start:  # the newest arm (the last named) first, the study's configuration last
         variants = variants[1:][::-1] + variants[:1]
@@ -274,6 +287,13 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
                         if rate in per_trace.get(trace.stem, []):
                             pair(f"rate-{rate:g}{length}", trace, settings, repeat, at(rate), arm, max_tokens=tokens,
                                  start=f"{'-' + arm if arm else ''}{length}-p{repeat}" if shared_start else None)
+                if bounded is not None:
+                    for trace in (t for t in traces if rate in per_trace.get(t.stem, [])):
+                        stage = f"rate-{rate:g}{length}-bounded"
+                        cases.append(Case(f"sustained-{stage}-{trace.stem}-p{repeat}-vllm", "sustained", "standalone",
+                                          "prefix", trace, flame, stage=stage, schedule=at(rate), stream=True,
+                                          max_tokens=tokens, warmup_requests=warmup_requests, arm="bounded",
+                                          admission=bounded, objective=objective))
         if evict is not None:
             rate, arm, settings = extra(evict)
             for trace in on(rate):
@@ -295,7 +315,7 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
     if not shared_start:
         return cases
     for number, case in enumerate(c for c in cases if c.start is None):  # an arm's extra pairs right after its blocks
-        blocks[case.trial_id] = (names.index(case.arm), repeats, number) if case.arm else (len(names),)
+        blocks[case.trial_id] = (names.index(case.arm), repeats, number) if case.arm in names[:-1] else (len(names),)
     return by_start(cases, blocks)
 
 
@@ -355,7 +375,7 @@ def _sustained(traces: list[Path], s: SustainedSettings) -> list[Case]:
     if isinstance(s.rates, dict) and (unknown := set(s.rates) - {t.stem for t in traces}):
         raise ParityError(f"sustained: rates name trace {sorted(unknown)[0]!r}, which is not among the traces given")
     return sustained(traces, s.rates, s.flame, s.schedule, s.repeats, s.arms, s.output_tokens, s.restart, s.evict,
-                     s.lengths, s.shared_start, s.warmup_requests, s.answers)
+                     s.lengths, s.shared_start, s.warmup_requests, s.answers, s.bounded, s.objective)
 
 
 class Experiment(NamedTuple):

@@ -111,6 +111,8 @@ class Runner:
         options = dict(trial_id=case.trial_id, experiment=case.experiment, router=case.router, schedule=case.schedule,
                        warmup_rounds=self.backend.warmup_rounds, ran_with=wanted, restart=case.restart,
                        lengths=case.lengths, warmup_requests=case.warmup_requests, log=self.log)
+        if case.admission is not None:  # ours: a trial that predates it is called as before
+            options |= {"admission": case.admission, "objective": case.objective}
         if case.start is not None:  # the start's first trial to run sweeps its engine's decode batch sizes
             serving, opened = self.started(case)
             trial.run(serving, case.trace, self.trials_dir, sweep=case.warmup_requests if opened else None, **options)

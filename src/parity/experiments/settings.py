@@ -19,6 +19,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import ClassVar, NewType
 
+from parity.admission import BoundedSettings
 from parity.errors import ParityError
 from parity.flame.settings import FlameSettings
 from parity.latency import Objective
@@ -250,3 +251,4 @@ class SustainedSettings(Section):
     evict: Evict | None = None
     answers: Answers | None = None
     arms: dict[str, FlameChanges] = field(default_factory=dict)
+    bounded: BoundedSettings | None = None  # ours: the bounded arm, standalone first (plan.sustained); unset: none

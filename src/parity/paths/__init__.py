@@ -46,6 +46,8 @@ class Burst:
     placements: list[Placement]
     input_hashes: list[str] | None = None  # of the token IDs the server or worker says it received
     extra: dict = field(default_factory=dict)  # facts of this burst for the manifest (Flame: batches, workers)
+    refused: dict[str, str] = field(default_factory=dict)  # bounded admission: request id -> why it was refused
+    # (never sent; completions, placements and input hashes are the admitted requests', in burst order)
 
     @property
     def duration_s(self) -> float:

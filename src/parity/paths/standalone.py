@@ -111,21 +111,31 @@ class StandalonePath(ServingPath):
                 self._loop.close()
                 self._loop = self._client = None
 
-    def release(self, prompts, request_ids, router, schedule, restart=None, lengths=None) -> Burst:
+    def release(self, prompts, request_ids, router, schedule, restart=None, lengths=None, admission=None) -> Burst:
         """`restart` (parity.restart.Restart): kill that shard's replica mid-run; a new one is started at
         once, as a supervisor would, and every request the dead one had not answered is sent to it.
-        `lengths`: each request's exact output length (parity.lengths), sent as its own max_tokens."""
+        `lengths`: each request's exact output length (parity.lengths), sent as its own max_tokens.
+        `admission` (parity.admission.Controller over `router`): bounded admission; a refused request is never
+        sent, the burst's completions are the admitted requests' and `refused` holds each refusal's reason."""
+        if admission is not None and restart is not None:
+            raise ParityError("bounded admission runs without the restart fault: a restarted replica's learned rate "
+                              "and booked work would start over")
         offsets = schedule.offsets(len(prompts))
         outage = self._arm(restart, offsets) if restart else None
         samplings = None if lengths is None else [self.replicas.args.sampling(n) for n in lengths]
         try:
             release, shards, replies = procs.termination.run(self._loop,  # the outage's clock starts with the burst
                 self._client.burst(prompts, request_ids, router, offsets, outage.release_s if outage else None,
-                                   samplings))
+                                   samplings, admission))
         finally:
             if outage:
                 outage.disarm()
                 self._client.on_lost = None
+        refused = {request_ids[i]: reason for i, reason in self._client.refusals.items()}
+        if refused:  # from here on, the admitted requests alone
+            kept = [i for i, reply in enumerate(replies) if reply is not None]
+            prompts, request_ids = [prompts[i] for i in kept], [request_ids[i] for i in kept]
+            shards, replies = [shards[i] for i in kept], [replies[i] for i in kept]
         sent = [token_sha256(p) for p in prompts]
         echoed = [token_sha256(r.prompt_token_ids) if r.prompt_token_ids is not None else s for r, s in zip(replies, sent)]
         mismatched = [rid for rid, e, s in zip(request_ids, echoed, sent) if e != s]
@@ -143,7 +153,9 @@ class StandalonePath(ServingPath):
                 if reply.url == new_url:
                     outage.answered(reply.complete_s)
             extra["restart"] = outage.record(len(replies), len(replies))
-        return Burst(release, completions, placements, echoed, extra)
+        if admission is not None:
+            extra["admission"] = admission.stats()
+        return Burst(release, completions, placements, echoed, extra, refused=refused)
 
     def _arm(self, restart, offsets):
         """The outage of `restart`, its kill timed from now; the client's lost requests wait for the new replica."""

@@ -590,9 +590,12 @@ def _arms(experiment: Experiment) -> list[str]:
 
 def _path_label(case: dict, arm: str) -> str:
     """A sustained case's path as a row names it: a Flame side by its configuration (arm name, else bursts) and
-    its Flame label; a standalone side of an arm's pairs as that arm's reference."""
+    its Flame label; a standalone side of an arm's pairs as that arm's reference; the bounded arm's unpaired
+    standalone case (parity.admission) as what it is."""
     if case["system"] != "flame":
         label = dict(PATHS).get(case["system"], case["system"])
+        if arm == "bounded" and case.get("pair") is None:
+            return label + ", prefix router, bounded admission"
         return label + (f", the {arm} arm's reference" if arm else "")
     flame = case.get("flame") or {}
     label = HARVESTED if flame_of(flame).mode == "harvest" else dict(PATHS)["flame"]

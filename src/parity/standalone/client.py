@@ -109,6 +109,7 @@ class NativeClient:
         self._session: aiohttp.ClientSession | None = None
         self._inflight: set[asyncio.Task] = set()
         self.on_lost = None  # async (shard, request_id) -> whether to send again (parity.restart)
+        self.refusals: dict[int, str] = {}  # the last burst's refused requests: burst index -> reason (admission)
 
     async def __aenter__(self) -> "NativeClient":
         connector = aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_S)
@@ -186,27 +187,38 @@ class NativeClient:
         return await self._post(shard, body, request_id, time.monotonic(), self.sampling)
 
     async def burst(self, prompts: list[np.ndarray], request_ids: list[str], router, offsets: list[float],
-                    release: float | None = None, samplings: list[dict] | None = None) -> tuple[float, list[int], list[Reply]]:
+                    release: float | None = None, samplings: list[dict] | None = None,
+                    admission=None) -> tuple[float, list[int | None], list[Reply | None]]:
         """Release the burst (at `release`, default now): route and send each request at its offset after the
         release (a burst: all now); return (release, shards, replies). Each reply is timed from its scheduled send.
-        `samplings`: each request's own (its exact output length, parity.lengths); None: the client's for all."""
+        `samplings`: each request's own (its exact output length, parity.lengths); None: the client's for all.
+        `admission` (a parity.admission.Controller over `router`): each request is admitted or refused as it is
+        due; a refused one is never sent, and its shard and reply are None (`refusals` holds its reason)."""
         release = time.monotonic() if release is None else release
         samplings = [self.sampling] * len(prompts) if samplings is None else samplings
-        shards, tasks = [], []
+        shards, tasks, self.refusals = [], [], {}
         for prompt, request_id, offset, sampling in zip(prompts, request_ids, offsets, samplings, strict=True):
             if offset > 0:
                 await wait_until_async(release + offset)
-            shard = router.route(prompt)
-            shards.append(shard)
+            if admission is not None:
+                decision = admission.decide(prompt, time.monotonic())
+                shards.append(decision.shard)
+                if not decision.admitted:
+                    self.refusals[len(shards) - 1] = decision.reason
+                    continue
+                done = lambda _, index=decision.index: admission.complete(index, time.monotonic())  # noqa: E731
+            else:
+                shards.append(router.route(prompt))
+                done = (lambda _, index=len(tasks): router.complete(index)) if hasattr(router, "complete") else None
             body = request_body(self.model, prompt, sampling, self.stream)
-            tasks.append(asyncio.ensure_future(self._post(shard, body, request_id, release + offset, sampling)))
-            if hasattr(router, "complete"):  # its load released as its answer comes back
-                tasks[-1].add_done_callback(lambda _, index=len(tasks) - 1: router.complete(index))
+            tasks.append(asyncio.ensure_future(self._post(shards[-1], body, request_id, release + offset, sampling)))
+            if done is not None:  # its load released as its answer comes back
+                tasks[-1].add_done_callback(done)
         try:
-            replies = await asyncio.gather(*tasks)
+            replies = iter(await asyncio.gather(*tasks))
         except BaseException:
             for task in tasks:
                 task.cancel()
             await asyncio.gather(*tasks, return_exceptions=True)
             raise
-        return release, shards, list(replies)
+        return release, shards, [None if i in self.refusals else next(replies) for i in range(len(shards))]

@@ -1,0 +1,29 @@
+"""The admission controller's settings: one typed, frozen home for each (parity.settings.Settings)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from parity.errors import ParityError
+from parity.settings import Settings
+
+
+@dataclass(frozen=True)
+class BoundedSettings(Settings):
+    """How bounded admission decides (parity.admission). Off unless an arm names it (the sustained experiment's
+    `bounded`). Not the `admission` experiment's settings (the Flame batch screening)."""
+
+    what = "admission setting"
+    headroom: float = 0.8  # a prediction must fit this share of the objective's TTFT: it is a mean, the target a p99
+    seed_tokens_per_s: float = 16000.0  # a shard's rate before it has finished anything: about a third of the
+    # calibrated H200's prefill (config/sim), so an unlearned shard refuses early rather than misses
+    alpha: float = 0.3  # the weight of each new rate sample (an EWMA)
+    sample_s: float = 0.5  # the shortest stretch of a busy shard one rate sample spans
+    reroute: bool = False  # a shard that cannot meet the objective passes the request to one that can
+
+    def __post_init__(self):
+        for name in ("headroom", "seed_tokens_per_s", "sample_s"):
+            if getattr(self, name) <= 0:
+                raise ParityError(f"admission setting {name} must be above 0, got {getattr(self, name)!r}")
+        if not 0 < self.alpha <= 1:
+            raise ParityError(f"admission setting alpha must be in (0, 1], got {self.alpha!r}")

