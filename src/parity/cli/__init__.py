@@ -6,6 +6,6 @@ every module adds its commands to (importing a module registers them).
 """
 
 from parity.cli.app import main
-from parity.cli import bench, evidence, inputs, mlperf, runs
+from parity.cli import bench, bench_placing, evidence, inputs, mlperf, runs
 
-__all__ = ["main", "bench", "evidence", "inputs", "mlperf", "runs"]
+__all__ = ["main", "bench", "bench_placing", "evidence", "inputs", "mlperf", "runs"]

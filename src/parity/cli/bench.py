@@ -15,7 +15,7 @@ from parity.engine import ENGINES, FAMILIES
 from parity.errors import ParityError
 
 
-def _save(out: Path | None, result) -> None:
+def save(out: Path | None, result) -> None:
     """The result as JSON at --out, if one was given."""
     if out:
         from parity.manifest import atomic_write_text
@@ -26,69 +26,6 @@ def _save(out: Path | None, result) -> None:
 @main.group("bench")
 def bench():
     """Benchmarks that print a ratio measured side by side in one run."""
-
-
-@bench.command("router")
-@click.option("--requests", "num_requests", default=512, show_default=True, type=click.IntRange(min=1))
-@click.option("--prompt-tokens", default=8000, show_default=True, type=click.IntRange(min=17),
-              help="Tokens per prompt: a shared document and a 16-token question.")
-@options.repeats(5)
-@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-@friendly_errors
-def bench_router(num_requests, prompt_tokens, repeats, as_json):
-    """Routing cost per request, and its ratio to hashing the first 1,024 tokens once."""
-    from parity.bench import router
-
-    result = router.run(num_requests=num_requests, prompt_tokens=prompt_tokens, repeats=repeats)
-    if as_json:
-        click.echo(json.dumps(result, indent=1, sort_keys=True))
-        return
-    verdict = "meets" if result["meets_target"] else "MISSES"
-    click.echo(f"route: {result['route_us_per_request']:.2f} us/request; hash 1,024 tokens once: "
-               f"{result['hash_us_per_request']:.2f} us; ratio {result['ratio_route_to_hash']:.2f}; "
-               f"{verdict} the {result['target_us_per_request']:.0f} us target "
-               f"({result['requests']} requests of {result['prompt_tokens']} tokens, one core)")
-
-
-@bench.command("admission")
-@click.option("--requests", "num_requests", default=2048, show_default=True, type=click.IntRange(min=4))
-@click.option("--load", default=1.5, show_default=True, type=click.FloatRange(min=0, min_open=True),
-              help="Offered work over what the simulated engines serve (above 1: some requests are refused).")
-@options.repeats(3)
-@options.json_out
-@friendly_errors
-def bench_admission(num_requests, load, repeats, out):
-    """Bounded admission's cost per request (CPU, the controller itself), as a ratio to the prefix router's,
-    timed side by side in one run, with reroute off and on."""
-    from parity.bench import admission
-
-    result = admission.run(num_requests=num_requests, load=load, repeats=repeats)
-    _save(out, result)
-    for line in admission.summary_lines(result):
-        echo(line)
-
-
-@bench.command("routing")
-@click.option("--family", "only", multiple=True,
-              type=click.Choice(["study-reuse", "shared-head", "zipf", "working-set", "shards"]),  # routing.FAMILIES
-              help="Run only this workload family (repeat); default every one.")
-@click.option("--quick", is_flag=True, help="Shorter prompts and fewer cases (seconds, for a first look).")
-@click.option("--sim-params", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
-              help="Simulator parameter file (default: the calibrated H200 one).")
-@options.json_out
-@friendly_errors
-def bench_routing(only, quick, sim_params, out):
-    """Routers on traffic the study did not send (simulated): the prefix router against alternating, the
-    study's sticky router and a hindsight placement, per workload family; and its cost per request."""
-    from parity.bench import routing
-    from parity.engine.sim import SimParams
-
-    if out:
-        writable_file(out)
-    result = routing.run(SimParams.load(sim_params), quick=quick, only=set(only) or None, log=echo)
-    for line in routing.summary_lines(result):
-        click.echo(line)
-    _save(out, result)
 
 
 @bench.command("schedule")
@@ -113,7 +50,7 @@ def bench_schedule(rate, requests, kind, burstiness, seed, out):
     result = schedule.run(rate, requests, kind, burstiness, seed)
     for line in schedule.summary_lines(result):
         click.echo(line)
-    _save(out, result)
+    save(out, result)
 
 
 @bench.command("startup")
@@ -179,7 +116,7 @@ def bench_harvest(cluster, flame_bin_dir, tasks, rotate_tasks, holds_ms, round_t
     result = harvest.run(cluster, work_dir, bin_dir=flame_bin_dir, tasks=tasks, holds_ms=holds_ms or harvest.HOLDS_MS,
                          round_trip_count=round_trips, warmup=warmup, rate=rate, requests=requests, repeats=repeats,
                          samples=samples, rotate_tasks=rotate_tasks, sim_params=str(sim_params) if sim_params else None,
-                         save=lambda result: _save(out, result), log=echo)
+                         save=lambda result: save(out, result), log=echo)
     for line in harvest.summary_lines(result):
         click.echo(line)
 

@@ -1,0 +1,77 @@
+"""`parity bench` on placing requests: the router's and the admission controller's cost per request, and the
+routers compared on traffic the study did not send (the commands join the `bench` group of cli.bench)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from parity.cli import options
+from parity.cli.app import echo
+from parity.cli.bench import bench, save
+from parity.cli.errors import friendly_errors, writable_file
+
+
+@bench.command("router")
+@click.option("--requests", "num_requests", default=512, show_default=True, type=click.IntRange(min=1))
+@click.option("--prompt-tokens", default=8000, show_default=True, type=click.IntRange(min=17),
+              help="Tokens per prompt: a shared document and a 16-token question.")
+@options.repeats(5)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@friendly_errors
+def bench_router(num_requests, prompt_tokens, repeats, as_json):
+    """Routing cost per request, and its ratio to hashing the first 1,024 tokens once."""
+    from parity.bench import router
+
+    result = router.run(num_requests=num_requests, prompt_tokens=prompt_tokens, repeats=repeats)
+    if as_json:
+        click.echo(json.dumps(result, indent=1, sort_keys=True))
+        return
+    verdict = "meets" if result["meets_target"] else "MISSES"
+    click.echo(f"route: {result['route_us_per_request']:.2f} us/request; hash 1,024 tokens once: "
+               f"{result['hash_us_per_request']:.2f} us; ratio {result['ratio_route_to_hash']:.2f}; "
+               f"{verdict} the {result['target_us_per_request']:.0f} us target "
+               f"({result['requests']} requests of {result['prompt_tokens']} tokens, one core)")
+
+
+@bench.command("admission")
+@click.option("--requests", "num_requests", default=2048, show_default=True, type=click.IntRange(min=4))
+@click.option("--load", default=1.5, show_default=True, type=click.FloatRange(min=0, min_open=True),
+              help="Offered work over what the simulated engines serve (above 1: some requests are refused).")
+@options.repeats(3)
+@options.json_out
+@friendly_errors
+def bench_admission(num_requests, load, repeats, out):
+    """Bounded admission's cost per request (CPU, the controller itself), as a ratio to the prefix router's,
+    timed side by side in one run, with reroute off and on."""
+    from parity.bench import admission
+
+    result = admission.run(num_requests=num_requests, load=load, repeats=repeats)
+    save(out, result)
+    for line in admission.summary_lines(result):
+        echo(line)
+
+
+@bench.command("routing")
+@click.option("--family", "only", multiple=True,
+              type=click.Choice(["study-reuse", "shared-head", "zipf", "working-set", "shards"]),  # routing.FAMILIES
+              help="Run only this workload family (repeat); default every one.")
+@click.option("--quick", is_flag=True, help="Shorter prompts and fewer cases (seconds, for a first look).")
+@click.option("--sim-params", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
+              help="Simulator parameter file (default: the calibrated H200 one).")
+@options.json_out
+@friendly_errors
+def bench_routing(only, quick, sim_params, out):
+    """Routers on traffic the study did not send (simulated): the prefix router against alternating, the
+    study's sticky router and a hindsight placement, per workload family; and its cost per request."""
+    from parity.bench import routing
+    from parity.engine.sim import SimParams
+
+    if out:
+        writable_file(out)
+    result = routing.run(SimParams.load(sim_params), quick=quick, only=set(only) or None, log=echo)
+    for line in routing.summary_lines(result):
+        click.echo(line)
+    save(out, result)
