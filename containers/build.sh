@@ -88,17 +88,16 @@ if problems:
     sys.exit("build.sh: refusing to build an unpinned recipe:\n  " + "\n  ".join(problems))
 PY
 
-# The route: `apptainer build` runs %post as `apptainer exec` asking for every capability root has by
-# default; where this host's root lacks some (a VM without CAP_SYS_RESOURCE), %post cannot start.
+# The route: `apptainer build` runs %post as `apptainer exec` giving root every capability, with no way to
+# drop one; where this host's root lacks some (a VM without CAP_SYS_RESOURCE), %post cannot start.
+MISSING_CAPS="$(containers/host-caps.sh)"
+DROP=()
+if [ -n "$MISSING_CAPS" ]; then DROP=(--drop-caps "$MISSING_CAPS"); fi
 if [ -z "$ROUTE" ]; then
     ROUTE=build
-    if [ "$(id -u)" = 0 ] && [ -r /proc/sys/kernel/cap_last_cap ]; then
-        have=$((16#$(awk '/^CapPrm:/ {print $2}' /proc/self/status)))
-        all=$(( (1 << ($(cat /proc/sys/kernel/cap_last_cap) + 1)) - 1 ))
-        if (( (have & all) != all )); then
-            ROUTE=sandbox
-            printf 'build.sh: root here lacks capabilities that apptainer build gives %%post (permitted %#x of %#x); taking the sandbox route (--route sandbox; --route build to insist)\n' "$have" "$all" >&2
-        fi
+    if [ -n "$MISSING_CAPS" ]; then
+        ROUTE=sandbox
+        echo "build.sh: root here lacks $MISSING_CAPS, which apptainer build gives %post: taking the sandbox route (%post by apptainer exec --writable --drop-caps $MISSING_CAPS; --route build to insist)" >&2
     fi
 fi
 
@@ -131,7 +130,7 @@ PY
         rm -rf "$SANDBOX"
         apptainer build --force --notest --sandbox "${EXTRA[@]}" "$SANDBOX" "$STAGED/no-post.def"
         cp "$STAGED/post.sh" "$SANDBOX/.post.script"
-        apptainer exec --writable --cleanenv --no-home --pwd / "${BINDS[@]}" \
+        apptainer exec --writable --cleanenv --no-home --pwd / "${DROP[@]}" "${BINDS[@]}" \
             --env APPTAINER_ENVIRONMENT=/.singularity.d/env/91-environment.sh --env APPTAINER_LABELS=/.build.labels \
             "$SANDBOX" /bin/sh -ex /.post.script
         # Labels %post wrote (as apptainer build does: "name value" lines, added to the image's labels).
@@ -149,7 +148,7 @@ labels_path.write_text(json.dumps(labels, indent=2) + "\n")
 extra.unlink(missing_ok=True)
 (root / ".post.script").unlink()
 PY
-        if ((NOTEST == 0)); then apptainer test --cleanenv "$SANDBOX"; fi
+        if ((NOTEST == 0)); then apptainer test --cleanenv "${DROP[@]}" "$SANDBOX"; fi
         apptainer build --force "$SIF" "$SANDBOX"
         rm -rf "$SANDBOX" ;;
     *) echo "build.sh: --route must be build or sandbox, got $ROUTE" >&2; exit 2 ;;
