@@ -145,6 +145,7 @@ def test_the_offline_variant_says_so_and_keeps_post_test_and_lock(stages):
     labels = final.labels()
     assert labels["parity.variant"] == "offline" and labels["parity.base"] == "/b/rootfs"
     assert labels["parity.python"] == OFFLINE_ARGS["PYTHON_SOURCE"]
+    assert dict(read_definition(DEF, {"LOCK": "/l/cpu.lock"})[-1].files())["/l/cpu.lock"] == "/opt/parity/requirements.lock"
     for section in ("post", "test", "files", "environment", "runscript"):
         assert final.lines(section) == final_stage(stages).lines(section), section
     assert any("not pinned" in p for p in definition_problems(offline))  # never mistaken for the reviewers' recipe
@@ -543,6 +544,7 @@ def test_build_script_offline_variant_and_host_ca(tmp_path):
     ca.write_text("pem")
     sif, manifest_path = tmp_path / "out" / "offline.sif", tmp_path / "manifests" / "image.json"
     result = subprocess.run([str(BUILD), "--variant", "offline", "--base-dir", str(base), "--host-ca", str(ca),
+                             "--lock", str(LOCK),
                              "--route", "build", "--notest", "--out", str(sif), "--manifest", str(manifest_path)],
                             env=_fake_apptainer(tmp_path), capture_output=True, text=True)
     assert result.returncode == 0, result.stderr
@@ -550,6 +552,7 @@ def test_build_script_offline_variant_and_host_ca(tmp_path):
     assert argv[:3] == ["build", "--force", "--notest"] and argv[-2:] == [str(sif), "containers/parity.def"]
     assert f"BASE_IMAGE={base}/rootfs" in argv and "VARIANT=offline" in argv and "BOOTSTRAP=localimage" in argv
     assert argv[argv.index("--bind") + 1] == f"{ca}:/etc/parity-host-ca.crt"
+    assert f"LOCK={LOCK}" in argv  # --lock reaches %files through the LOCK build argument
     doc = read_manifest(manifest_path)
     assert doc["variant"] == "offline" and doc["stages"][-1]["from"] == f"{base}/rootfs"
 
