@@ -42,9 +42,9 @@ smoke-image: $(STAMP)
 	@[ -f $(IMAGE) ] || { echo "make smoke-image: $(IMAGE) is not built: run make image"; exit 1; }
 	@missing="$$(containers/host-caps.sh)"; \
 	if [ -n "$$missing" ]; then echo "make smoke-image: root here lacks $$missing: jobs run with --drop-caps $$missing"; fi; \
-	set -x; $(BIN)/snakemake --workflow-profile smoke --forceall --software-deployment-method apptainer \
+	set -x; $(BIN)/snakemake all --workflow-profile smoke --forceall --software-deployment-method apptainer \
 	    --apptainer-args "--cleanenv --bind /tmp$(if $(shell command -v nvidia-smi), --nv)$${missing:+ --drop-caps $$missing}" \
-	    --config container=$(abspath $(IMAGE)) all
+	    --config container=$(abspath $(IMAGE))
 
 ## make test: the test suite
 test: $(STAMP)
