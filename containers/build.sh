@@ -124,6 +124,7 @@ from parity.container import render_definition, split_post
 definition, staged, *args = sys.argv[1:]
 text = render_definition(Path(definition).read_text(encoding="utf-8"), dict(a.split("=", 1) for a in args))
 without, post = split_post(text)
+Path(staged, "full.def").write_text(text, encoding="utf-8")
 Path(staged, "no-post.def").write_text(without, encoding="utf-8")
 Path(staged, "post.sh").write_text(post, encoding="utf-8")
 PY
@@ -148,6 +149,9 @@ labels_path.write_text(json.dumps(labels, indent=2) + "\n")
 extra.unlink(missing_ok=True)
 (root / ".post.script").unlink()
 PY
+        # The def that made it, %post included (the one the sandbox got has none): wrapping the sandbox moves
+        # this into /.singularity.d/bootstrap_history, where `apptainer inspect` users look.
+        cp "$STAGED/full.def" "$SANDBOX/.singularity.d/Singularity"
         if ((NOTEST == 0)); then apptainer test --cleanenv "${DROP[@]}" "$SANDBOX"; fi
         apptainer build --force "$SIF" "$SANDBOX"
         rm -rf "$SANDBOX" ;;

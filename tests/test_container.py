@@ -260,6 +260,12 @@ def test_test_section_and_labels_agree_with_the_lock(stages, final, pins, pyproj
     assert labels["version.parity"] == pyproject["project"]["version"]
 
 
+def test_post_labels_the_installed_lock_by_hash(final):
+    """An image built with another lock (build.sh --lock) says so: its label differs from the committed lock's hash."""
+    post = final.lines("post")
+    assert 'echo "parity.lock_sha256 $(sha256sum /opt/parity/requirements.lock | cut -d\' \' -f1)" >> "$APPTAINER_LABELS"' in post
+
+
 def test_runscript_runs_parity_and_environment_pins_the_hash_seed(final):
     assert re.fullmatch(r'exec (\S*/)?parity "\$@"', " ".join(final.lines("runscript")))
     environment = "\n".join(final.lines("environment"))
