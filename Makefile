@@ -35,15 +35,15 @@ image:
 
 ## make smoke-image: the smoke workflow with every job inside $(IMAGE) (--sdm apptainer, as profiles/default
 ## runs on GPU nodes: --cleanenv, /tmp bound, --nv where nvidia-smi is found, --drop-caps for what root lacks
-## here: containers/host-caps.sh); --forceall, so no job is reused from a host run. The same results folder and
-## report as make smoke.
+## here: containers/host-caps.sh; the image's folder bound read-only, since `all` hashes the image from inside
+## it for the bundle); --forceall, so no job is reused from a host run. The same results folder and report as make smoke.
 smoke-image: $(STAMP)
 	@command -v apptainer >/dev/null 2>&1 || { echo "make smoke-image: apptainer is not on PATH"; exit 1; }
 	@[ -f $(IMAGE) ] || { echo "make smoke-image: $(IMAGE) is not built: run make image"; exit 1; }
 	@missing="$$(containers/host-caps.sh)"; \
 	if [ -n "$$missing" ]; then echo "make smoke-image: root here lacks $$missing: jobs run with --drop-caps $$missing"; fi; \
 	set -x; $(BIN)/snakemake all --workflow-profile smoke --forceall --software-deployment-method apptainer \
-	    --apptainer-args "--cleanenv --bind /tmp$(if $(shell command -v nvidia-smi), --nv)$${missing:+ --drop-caps $$missing}" \
+	    --apptainer-args "--cleanenv --bind /tmp --bind $(abspath $(dir $(IMAGE))):$(abspath $(dir $(IMAGE))):ro$(if $(shell command -v nvidia-smi), --nv)$${missing:+ --drop-caps $$missing}" \
 	    --config container=$(abspath $(IMAGE))
 
 ## make test: the test suite
