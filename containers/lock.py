@@ -7,7 +7,9 @@ on manylinux x86_64 with glibc 2.39 (Ubuntu 24.04, the CUDA base image's OS).
 How: `uv pip compile` resolves requirements.in together with pyproject.toml's runtime dependencies
 and its `gpu`, `workflow` and `mlperf` extras, for that target. Then, for each pin, PyPI's JSON simple API
 (PEP 691) lists the release's files; the lock keeps the hashes of the wheels the target can install
-(or of the sdist when no such wheel exists), and each must be one uv also reported. `--check`
+(or of the sdist when no such wheel exists), and each must be one uv also reported. An sdist's
+note in the lock names its [build-system] requires, read from the sdist itself: `%post` builds it
+with --no-build-isolation, so those must be in the lock too (tests/test_container.py checks). `--check`
 re-checks a committed lock against PyPI without resolving anything.
 
 Run from the repository root with a Python that has `packaging` (the project's .venv has it) and
@@ -19,9 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import shutil
+import hashlib
+import io
 import subprocess
 import sys
+import tarfile
 import tempfile
+import tomllib
 import urllib.request
 from pathlib import Path
 
@@ -90,6 +96,27 @@ def release_hashes(name: str, version: str, tags: frozenset[str]) -> tuple[list[
     return sorted(e["hashes"]["sha256"] for e in chosen), kind
 
 
+# PEP 517's default for a source tree without [build-system] (a setup.py-only sdist).
+LEGACY_BUILD_REQUIRES = ["setuptools>=40.8.0"]
+
+
+def sdist_build_requires(name: str, version: str) -> list[str]:
+    """The [build-system] requires of name==version's sdist on PyPI, read from the archive (hash-checked)."""
+    entry = next(e for e in fetch_files(name) if e["filename"].endswith(".tar.gz")
+                 and _version_of(e["filename"]) == Version(version))
+    with urllib.request.urlopen(entry["url"], timeout=120) as response:
+        data = response.read()
+    if hashlib.sha256(data).hexdigest() != entry["hashes"]["sha256"]:
+        raise SystemExit(f"lock: {entry['filename']}: sha256 differs from PyPI's")
+    with tarfile.open(fileobj=io.BytesIO(data)) as archive:
+        member = next((m for m in archive.getmembers() if m.name.count("/") == 1
+                       and m.name.endswith("/pyproject.toml")), None)
+        if member is None:
+            return LEGACY_BUILD_REQUIRES
+        pyproject = tomllib.loads(archive.extractfile(member).read().decode("utf-8"))
+    return pyproject.get("build-system", {}).get("requires", LEGACY_BUILD_REQUIRES)
+
+
 def resolve(uv: str) -> str:
     """uv's hashed, platform-specific resolution of requirements.in + pyproject.toml, as text.
 
@@ -109,7 +136,7 @@ def resolve(uv: str) -> str:
         return out.read_text(encoding="utf-8")
 
 
-def render(entries: list[tuple[str, str, list[str], str]]) -> str:
+def render(entries: list[tuple[str, str, list[str], str, list[str]]]) -> str:
     """The lock's text: a header, then `name==version` with one --hash line per file, sorted by name."""
     lines = [
         "# The image's Python packages, for `pip install --require-hashes --no-deps` (containers/parity.def).",
@@ -120,11 +147,12 @@ def render(entries: list[tuple[str, str, list[str], str]]) -> str:
         "# no such wheel), each also reported by uv's resolution.",
         "",
     ]
-    for name, version, hashes, kind in entries:
+    for name, version, hashes, kind, build_requires in entries:
         if name in NOTES:
             lines.append(f"# {name}: {NOTES[name]}")
         if kind == "sdist":
-            lines.append(f"# {name}: sdist only (no cp312 manylinux x86_64 wheel); built with --no-build-isolation")
+            lines.append(f"# {name}: sdist only (no cp312 manylinux x86_64 wheel); built with --no-build-isolation; "
+                         f"build requires: {', '.join(build_requires)}")
         lines.append(" \\\n".join([f"{name}=={version}"] + [f"    --hash=sha256:{h}" for h in hashes]))
     return "\n".join(lines) + "\n"
 
@@ -138,7 +166,8 @@ def lock(uv: str) -> int:
         unknown = sorted(set(hashes) - set(pin.hashes))
         if unknown:
             raise SystemExit(f"lock: {name}=={pin.version}: PyPI lists hashes uv did not: {unknown}")
-        entries.append((name, pin.version, hashes, kind))
+        build_requires = sdist_build_requires(name, pin.version) if kind == "sdist" else []
+        entries.append((name, pin.version, hashes, kind, build_requires))
         print(f"{name}=={pin.version}: {len(hashes)} {kind} hash(es)", file=sys.stderr)
     text = render(entries)
     problems = lock_problems(text)

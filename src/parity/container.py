@@ -26,6 +26,11 @@ PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([A-Za-z0-9.+!_-]+)$")
 # `%test` lines `expect DIST MODULE VERSION`: the installed version the built image must report.
 EXPECT = re.compile(r"^expect\s+(\S+)\s+(\S+)\s+(\S+)\s*$")
 UNVERIFIED = "# UNVERIFIED"
+# `{{ NAME }}` in a def file: a build argument, its default in the stage's `%arguments` (Apptainer >= 1.3).
+BUILD_ARG = re.compile(r"{{\s*(\w+)\s*}}")
+STAGE_START = re.compile(r"(?mi)^bootstrap:")
+# The lock's note on an sdist, written by containers/lock.py from the sdist's [build-system] requires.
+SDIST_NOTE = re.compile(r"^# (\S+): sdist only .*; build requires: (.+)$")
 
 
 class ContainerError(ParityError):
@@ -117,20 +122,86 @@ def parse_definition(text: str, *, source: str = "<def>") -> list[Stage]:
     return stages
 
 
-def read_definition(path: Path | str) -> list[Stage]:
+def render_definition(text: str, build_args: dict[str, str] | None = None, *, source: str = "<def>") -> str:
+    """The def file as Apptainer builds it: every `{{ NAME }}` replaced, stage by stage.
+
+    As Apptainer does: a value from `--build-arg` (build_args) wins, else the stage's own
+    `%arguments` default; a comment line is left alone; a name with neither is an error.
+    """
+    build_args = build_args or {}
+    starts = [m.start() for m in STAGE_START.finditer(text)]
+    chunks = [text[a:b] for a, b in zip([0, *starts], [*starts, len(text)]) if b > a]
+    out = []
+    for chunk in chunks:
+        defaults = _argument_defaults(chunk)
+        lines = []
+        for line in chunk.splitlines(keepends=True):
+            if line.lstrip().startswith("#"):
+                lines.append(line)
+                continue
+
+            def value(match: re.Match) -> str:
+                name = match.group(1)
+                if name in build_args:
+                    return build_args[name]
+                if name in defaults:
+                    return defaults[name]
+                raise ContainerError(f"{source}: build argument {name} has no value (no --build-arg, no %arguments default)")
+
+            lines.append(BUILD_ARG.sub(value, line))
+        out.append("".join(lines))
+    return "".join(out)
+
+
+def split_post(text: str) -> tuple[str, str]:
+    """(the def without the last stage's %post, that %post's script): for the sandbox route of
+    containers/build.sh, which runs the script itself with `apptainer exec --writable`."""
+    lines = text.splitlines(keepends=True)
+    heads = [i for i, line in enumerate(lines) if re.match(r"^%([a-z]+)\b", line)
+             and line[1:].split()[0] in SECTION_NAMES or STAGE_START.match(line)]
+    posts = [i for i in heads if lines[i].split()[0] == "%post"]
+    if not posts:
+        raise ContainerError("the def file has no %post")
+    start = posts[-1]
+    end = next((i for i in heads if i > start), len(lines))
+    return "".join(lines[:start] + lines[end:]), "".join(lines[start + 1:end])
+
+
+def _argument_defaults(chunk: str) -> dict[str, str]:
+    """KEY=VALUE lines of a stage's `%arguments` section."""
+    defaults, inside = {}, False
+    for raw in chunk.splitlines():
+        if raw[:1] == "%":
+            inside = raw.strip() == "%arguments"
+            continue
+        line = raw.strip()
+        if inside and line and not line.startswith("#") and "=" in line:
+            key, _, value = line.partition("=")
+            defaults[key.strip()] = value.strip()
+    return defaults
+
+
+def read_definition(path: Path | str, build_args: dict[str, str] | None = None) -> list[Stage]:
+    """Stages of the def file rendered with its defaults, or with `build_args` as `--build-arg` would."""
     path = Path(path)
-    return parse_definition(path.read_text(encoding="utf-8"), source=str(path))
+    text = render_definition(path.read_text(encoding="utf-8"), build_args, source=str(path))
+    return parse_definition(text, source=str(path))
 
 
-def _pip_installs(lines: list[str]) -> list[str]:
-    """`pip install` commands of a script section, with backslash continuations joined."""
+def _joined_lines(lines: list[str]) -> list[str]:
+    """Script lines with backslash continuations joined."""
     joined, current = [], ""
     for line in lines:
         current += line[:-1] + " " if line.endswith("\\") else line
         if not line.endswith("\\"):
             joined.append(current)
             current = ""
-    return [cmd for cmd in joined if re.search(r"\bpip3?\s+install\b", cmd)]
+    return joined
+
+
+def _pip_installs(lines: list[str]) -> list[str]:
+    """`pip install` commands of a script section, with backslash continuations joined."""
+    return [cmd for cmd in _joined_lines(lines) if re.search(r"\bpip3?\s+install\b", cmd)]
 
 
 def definition_problems(stages: list[Stage]) -> list[str]:
@@ -253,6 +324,50 @@ def lock_subset(text: str, names: list[str]) -> str:
     return "\n".join(out) + "\n"
 
 
+def sdist_build_requirements(text: str) -> dict[str, list[str]]:
+    """Canonical name → the [build-system] requires of each sdist in the lock, from its note.
+
+    `%post` builds sdists with --no-build-isolation, so these must be installed (from the lock)
+    before the lock itself; a pin without its note is an sdist the check cannot see, so it is an error.
+    """
+    notes = {}
+    for raw in text.splitlines():
+        match = SDIST_NOTE.match(raw.strip())
+        if match:
+            notes[canonical_name(match.group(1))] = [r.strip() for r in match.group(2).split(",") if r.strip()]
+    unnoted = [raw.split(":", 1)[0][2:] for raw in text.splitlines()
+               if raw.startswith("# ") and ": sdist only" in raw and "build requires:" not in raw]
+    if unnoted:
+        raise ContainerError(f"lock: sdist without a 'build requires:' note: {', '.join(unnoted)}")
+    return notes
+
+
+def build_backends(stage: Stage) -> list[str]:
+    """The names `%post` installs from the lock before the rest (its `lock_subset` command)."""
+    for command in _joined_lines(stage.lines("post")):
+        if "lock_subset" in command and " /opt/parity/requirements.lock " in command:
+            return command.split(" /opt/parity/requirements.lock ", 1)[1].split(">", 1)[0].split()
+    return []
+
+
+def sdist_build_problems(lock_text: str, stages: list[Stage]) -> list[str]:
+    """Build requirements of the lock's sdists that the lock lacks or `%post` does not install first; [] if none.
+
+    Versions are not compared here (standard library only); tests/test_container.py checks them.
+    """
+    pins = parse_lock(lock_text)
+    first = {canonical_name(name) for name in build_backends(final_stage(stages))}
+    problems = []
+    for sdist, requirements in sorted(sdist_build_requirements(lock_text).items()):
+        for requirement in requirements:
+            name = canonical_name(re.match(r"[A-Za-z0-9._-]+", requirement).group(0))
+            if name not in pins:
+                problems.append(f"{sdist}'s sdist builds with {requirement}, which the lock lacks")
+            elif name not in first:
+                problems.append(f"{sdist}'s sdist builds with {requirement}, which %post does not install before the lock")
+    return problems
+
+
 # ---- agreement between the def file and the lock -----------------------------------------------
 
 def final_stage(stages: list[Stage]) -> Stage:
@@ -287,17 +402,20 @@ def version_disagreements(stages: list[Stage], pins: dict[str, Pin]) -> list[str
 # ---- the image manifest ------------------------------------------------------------------------
 
 def image_manifest(sif: Path | str, definition: Path | str, lock: Path | str, manifest_path: Path | str,
-                   *, sif_sha256: str | None = None, tested: bool, apptainer_version: str | None) -> dict:
+                   *, sif_sha256: str | None = None, tested: bool, apptainer_version: str | None,
+                   build_args: dict[str, str] | None = None, route: str = "build") -> dict:
     """The evidence for one built image: its SHA-256, and the def and lock it was built from, by hash.
 
     The SIF is recorded by name, hash and size but not as a file link: it is gigabytes, lives outside
     the repository, and a checkout without it must still validate. The def and lock are file links,
-    so an edit after the build shows up as a hash mismatch in `parity validate`.
+    so an edit after the build shows up as a hash mismatch in `parity validate`. `variant` is the
+    final stage's `parity.variant` label: "reviewers" for the digest-pinned bases, "offline" for a
+    build from local bases (containers/build.sh --variant offline), whose stages name local paths.
     """
     from parity import manifest
 
     sif = Path(sif)
-    stages = read_definition(definition)
+    stages = read_definition(definition, build_args)
     pins = read_lock(lock)
     folder = Path(manifest_path).parent
     return manifest.header("image", simulated=False) | {
@@ -308,6 +426,9 @@ def image_manifest(sif: Path | str, definition: Path | str, lock: Path | str, ma
                     "from": stage.base or ""} for index, stage in enumerate(stages)],
         "pins": {dist: pins[canonical_name(dist)].version
                  for dist in final_stage(stages).expectations() if canonical_name(dist) in pins},
+        "variant": final_stage(stages).labels().get("parity.variant", "reviewers"),
+        "build_args": dict(sorted((build_args or {}).items())),
+        "route": route,
         "tested": bool(tested),
         "apptainer_version": apptainer_version,
         "built_at": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
