@@ -110,7 +110,7 @@ def test_the_study_router_is_still_the_default_and_prefix_is_its_own_placement()
 def test_every_family_is_offered_and_each_row_compares_all_placements():
     from click.testing import CliRunner
 
-    from parity.cli.bench import bench_routing
+    from parity.cli.bench_placing import bench_routing
 
     assert {w.family for w in routing.families(quick=True)} == set(routing.FAMILIES)
     option = next(p for p in bench_routing.params if p.name == "only")
