@@ -397,19 +397,22 @@ EXPERIMENTS: dict[str, Experiment] = {
 }
 
 
-def settings_of(name: str, values: dict | None) -> Section:
-    """Experiment `name`'s typed settings from the workflow config's experiments.NAME."""
+def registered(name: str) -> Experiment:
+    """Experiment `name`'s entry in the registry; an unknown name is one line naming the known ones."""
     if name not in EXPERIMENTS:
         raise ParityError(f"unknown experiment {name!r}: use one of {', '.join(EXPERIMENTS)}")
-    return EXPERIMENTS[name].settings.from_dict(values)
+    return EXPERIMENTS[name]
+
+
+def settings_of(name: str, values: dict | None) -> Section:
+    """Experiment `name`'s typed settings from the workflow config's experiments.NAME."""
+    return registered(name).settings.from_dict(values)
 
 
 def runs_cases(name: str) -> bool:
     """Whether experiment `name` runs cases on the serving paths (Flame's among them); one that runs none, the
     offline limit, hands its shards to the engine alone (parity.experiments.offline_limit)."""
-    if name not in EXPERIMENTS:
-        raise ParityError(f"unknown experiment {name!r}: use one of {', '.join(EXPERIMENTS)}")
-    return EXPERIMENTS[name].plan is not None
+    return registered(name).plan is not None
 
 
 def for_experiment(name: str, traces: list[Path], settings: dict) -> list[Case]:

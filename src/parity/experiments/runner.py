@@ -19,7 +19,7 @@ from parity.checks import check_file, pinning_of
 from parity.errors import ParityError
 from parity.backend import Backend
 from parity.affinity import RouterSettings
-from parity.experiments.plan import (EXPERIMENTS, Case, about, for_experiment, paced_span_s, repetition_id, rotate,
+from parity.experiments.plan import (Case, about, for_experiment, paced_span_s, registered, repetition_id, rotate,
                                     runs_cases, settings_of)
 from parity.manifest import file_ref, header, read_manifest, write_manifest
 from parity.stats import trial_facts, write_pair
@@ -205,7 +205,7 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
     partners = {one.trial_id: other for sides in paired.values() if len(sides) == 2
                 for one, other in (tuple(sides.values()), tuple(sides.values())[::-1])}
     # per side, where the experiment's settings name them (read only there: the cases carry everything else)
-    named = {f.name for f in dataclasses.fields(EXPERIMENTS[experiment].settings)} if experiment in EXPERIMENTS else set()
+    named = {f.name for f in dataclasses.fields(registered(experiment).settings)}
     shards = settings_of(experiment, settings).shards if "shards" in named else None
     with Runner(experiment, backend, out_dir, log, shards=shards) as runner:
         for number, case in enumerate(cases, start=1):
