@@ -279,6 +279,25 @@ def test_bench_out_is_checked_before_the_benchmark_runs(tmp_path):
     assert afile.read_text() == "not a folder"
 
 
+def test_a_bench_reads_the_study_settings_from_the_workflow_config_it_is_given(tmp_path):
+    """`parity bench schedule`'s default rate is ten times the sustained ladder's top rung of the config it is
+    given, merged as Snakemake merges a profile's file (config/host.yaml: reuse-640 up to 12 req/s); a config
+    that is not a mapping, or whose setting the schema refuses, is one line naming it."""
+    root = pathlib.Path(__file__).resolve().parents[1] / "config"
+    merged = invoke("bench", "schedule", "--requests", 2, "--config", root / "experiments.yaml",
+                    "--config", root / "host.yaml")
+    assert merged.exit_code == 0 and merged.output.startswith("poisson at 120 requests/s"), merged.output
+    (tmp_path / "list.yaml").write_text("- a\n")
+    (tmp_path / "bad.yaml").write_text("experiments:\n  sustained: {rates: [-1]}\n")
+    assert one_line_only(invoke("bench", "schedule", "--config", tmp_path / "list.yaml")) == \
+        f"Error: {tmp_path / 'list.yaml'}: a workflow config is a mapping, got list"
+    assert one_line_only(invoke("bench", "schedule", "--config", tmp_path / "bad.yaml")).startswith(
+        "Error: sustained rates: [-1] is not valid")
+    (tmp_path / "none.yaml").write_text("experiments: {}\n")
+    assert one_line_only(invoke("bench", "startup", "--config", tmp_path / "none.yaml", "--out", tmp_path / "o")) == \
+        f"Error: {tmp_path / 'none.yaml'}: no experiments.confirmation in this workflow config"
+
+
 def test_a_missing_backend_file_is_named_as_missing_not_as_bad_json(small_reuse_trace, tmp_path):
     missing = tmp_path / "backend.yaml"
     for command in (["experiment", "run", "gc"], ["engine", "run"]):

@@ -12,6 +12,7 @@ from parity.errors import ParityError
 from parity.flame import codec
 from parity.flame.batcher import Batcher
 from parity.flame.codec import encode_output
+from parity.flame.settings import FlameSettings
 
 MiB = 1024 * 1024
 
@@ -45,7 +46,7 @@ def prompt(i: int, length: int = 100) -> np.ndarray:
 
 def test_batches_never_exceed_the_limit_and_every_prompt_is_answered_once():
     worker = FakeWorker()
-    batcher = Batcher(worker.send, batch_limit=8, window_s=0.05)
+    batcher = Batcher(worker.send, FlameSettings(batch_limit=8, window_ms=50))
     futures = [batcher.submit(f"r{i}", prompt(i)) for i in range(30)]
     results = [f.result(timeout=10) for f in futures]
     batcher.close()
@@ -57,7 +58,7 @@ def test_batches_never_exceed_the_limit_and_every_prompt_is_answered_once():
 
 
 def test_a_lone_prompt_leaves_after_the_window():
-    batcher = Batcher(FakeWorker().send, batch_limit=128, window_s=0.05)
+    batcher = Batcher(FakeWorker().send, FlameSettings(batch_limit=128, window_ms=50))
     start = time.monotonic()
     result = batcher.submit("only", prompt(1)).result(timeout=5)
     waited = time.monotonic() - start
@@ -67,7 +68,7 @@ def test_a_lone_prompt_leaves_after_the_window():
 
 
 def test_a_full_batch_does_not_wait_for_the_window():
-    batcher = Batcher(FakeWorker().send, batch_limit=4, window_s=5.0)
+    batcher = Batcher(FakeWorker().send, FlameSettings(batch_limit=4, window_ms=5000))
     futures = [batcher.submit(f"r{i}", prompt(i)) for i in range(4)]
     start = time.monotonic()
     [f.result(timeout=5) for f in futures]
@@ -77,7 +78,7 @@ def test_a_full_batch_does_not_wait_for_the_window():
 
 def test_large_batches_are_split_at_the_payload_budget():
     worker = FakeWorker(budget=2 * MiB)
-    batcher = Batcher(worker.send, batch_limit=128, window_s=0.05, budget=2 * MiB)
+    batcher = Batcher(worker.send, FlameSettings(batch_limit=128, window_ms=50, budget_mib=2))
     rng = np.random.default_rng(0)
     futures = [batcher.submit(f"r{i}", rng.integers(0, 128_256, 8035, dtype=np.uint32)) for i in range(128)]
     assert len([f.result(timeout=20) for f in futures]) == 128
@@ -88,7 +89,7 @@ def test_large_batches_are_split_at_the_payload_budget():
 
 def test_compressed_batches_round_trip_token_ids():
     worker = FakeWorker()
-    batcher = Batcher(worker.send, batch_limit=16, window_s=0.01, compress=True)
+    batcher = Batcher(worker.send, FlameSettings(batch_limit=16, window_ms=10, compress=True))
     sent = {f"r{i}": prompt(i, 3000) for i in range(16)}
     [batcher.submit(rid, tokens).result(timeout=5) for rid, tokens in sent.items()]
     batcher.close()
@@ -97,7 +98,7 @@ def test_compressed_batches_round_trip_token_ids():
 
 
 def test_a_failed_task_fails_each_of_its_prompts_loudly():
-    batcher = Batcher(FakeWorker(fail_on="r2").send, batch_limit=4, window_s=0.02)
+    batcher = Batcher(FakeWorker(fail_on="r2").send, FlameSettings(batch_limit=4, window_ms=20))
     futures = [batcher.submit(f"r{i}", prompt(i)) for i in range(8)]
     outcomes = []
     for f in futures:
@@ -112,7 +113,7 @@ def test_a_failed_task_fails_each_of_its_prompts_loudly():
 
 
 def test_answers_out_of_order_are_refused():
-    batcher = Batcher(FakeWorker(reorder=True).send, batch_limit=2, window_s=0.01)
+    batcher = Batcher(FakeWorker(reorder=True).send, FlameSettings(batch_limit=2, window_ms=10))
     futures = [batcher.submit(f"r{i}", prompt(i)) for i in range(2)]
     with pytest.raises(ParityError, match="in place of"):
         futures[0].result(timeout=5)
@@ -121,8 +122,8 @@ def test_answers_out_of_order_are_refused():
 
 def test_bad_settings_and_closed_batcher():
     with pytest.raises(ParityError):
-        Batcher(FakeWorker().send, batch_limit=0)
-    batcher = Batcher(FakeWorker().send)
+        Batcher(FakeWorker().send, FlameSettings(batch_limit=0))
+    batcher = Batcher(FakeWorker().send, FlameSettings())
     batcher.close()
     with pytest.raises(ParityError, match="closed"):
         batcher.submit("x", prompt(1))

@@ -148,7 +148,7 @@ def in_process(svc) -> callable:
 
 
 def test_the_client_resolves_each_request_from_its_events_and_a_failed_task_fails_all_open(service):
-    harvester = Harvester(in_process(service), name="s0", output_tokens=64)
+    harvester = Harvester(in_process(service), FlameSettings(mode="harvest", api="async"), name="s0", output_tokens=64)
     try:
         long = harvester.submit("long", np.arange(1, 400), max_tokens=64)
         short = harvester.submit("short", np.arange(7, 300), max_tokens=2)
@@ -191,7 +191,8 @@ def test_rotation_drains_the_session_then_moves_on_and_what_arrives_meanwhile_wa
         opens.append(list(harvester._open))
         return in_process(service)  # the same engine, as far as this test can tell: a fresh session in Flame
 
-    harvester = Harvester(in_process(service), name="s0", output_tokens=64, rotate_tasks=2, rotate=rotate)
+    harvester = Harvester(in_process(service), FlameSettings(mode="harvest", api="async", rotate_tasks=2), name="s0",
+                          output_tokens=64, rotate=rotate)
     try:
         first = harvester.submit("first", np.arange(1, 100), max_tokens=40)  # 40 engine steps: many tasks
         wait_until(lambda: len(harvester.tasks) >= 2, 60, "two tasks")  # due: the session is draining
@@ -212,7 +213,8 @@ def test_a_rotation_that_fails_closes_the_harvester_and_fails_what_waits_in_one_
     def rotate():
         raise ParityError("Flame refused\nthe new session")
 
-    harvester = Harvester(in_process(service), name="s0", output_tokens=64, rotate_tasks=1, rotate=rotate)
+    harvester = Harvester(in_process(service), FlameSettings(mode="harvest", api="async", rotate_tasks=1), name="s0",
+                          output_tokens=64, rotate=rotate)
     try:
         first = harvester.submit("first", np.arange(1, 100), max_tokens=64)  # 64 engine steps to drain
         wait_until(lambda: harvester.tasks, 60, "the first task")
@@ -229,14 +231,14 @@ def test_a_rotation_that_fails_closes_the_harvester_and_fails_what_waits_in_one_
 
 def test_rotation_needs_a_way_to_rotate():
     with pytest.raises(ParityError, match="rotate_tasks needs a way to open a fresh session"):
-        Harvester(lambda data: Future(), rotate_tasks=5)
+        Harvester(lambda data: Future(), FlameSettings(mode="harvest", api="async", rotate_tasks=5))
 
 
 def test_closing_waits_for_the_outstanding_task_then_fails_what_is_left_by_name():
     from waiting import wait_until  # tests/ is on sys.path
 
     sent, outstanding = threading.Event(), Future()
-    harvester = Harvester(lambda data: sent.set() or outstanding, name="s9")
+    harvester = Harvester(lambda data: sent.set() or outstanding, FlameSettings(mode="harvest", api="async"), name="s9")
     first = harvester.submit("a", [1, 2, 3])
     sent.wait(30)
     queued = harvester.submit("b", [4, 5])  # while the task is outstanding: for the next one

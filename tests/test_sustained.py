@@ -145,6 +145,7 @@ def test_a_held_batch_gathers_what_arrives_while_a_task_runs():
 
     from parity.flame import codec
     from parity.flame.batcher import Batcher
+    from parity.flame.settings import FlameSettings
     from parity.flame.codec import encode_output
 
     sent: list[tuple[list[str], Future]] = []
@@ -159,7 +160,7 @@ def test_a_held_batch_gathers_what_arrives_while_a_task_runs():
         future.set_result(encode_output([{"request_id": i, "output_token_ids": [1] * 16, "prompt_tokens": 4,
                                           "cached_tokens": 0} for i in ids], {"executor_id": "e"}, {}))
 
-    batcher = Batcher(send, batch_limit=64, window_s=0.001, inflight=1)
+    batcher = Batcher(send, FlameSettings(batch_limit=64, window_ms=1, inflight=1))
     first = batcher.submit("a", np.arange(4))
     deadline = time.monotonic() + 5
     while not sent and time.monotonic() < deadline:

@@ -80,9 +80,36 @@ def check_backend(values) -> None:
     check(schema()["$defs"]["backend"], values, "backend")
 
 
-def study_experiments() -> dict:
-    """config/experiments.yaml's experiment settings as the source tree holds them, before any profile is
-    merged over them (the benchmarks' defaults: the sustained ladder, the final Flame configuration)."""
+def load(files) -> dict:
+    """A workflow config as Snakemake merges it: each YAML file deeply over those before it (config/
+    experiments.yaml first, then a profile's file), so a bench reads the settings of the workflow it is given,
+    not the source tree's."""
     import yaml
 
-    return yaml.safe_load((Path(__file__).resolve().parents[2] / "config" / "experiments.yaml").read_text())["experiments"]
+    merged: dict = {}
+    for path in files:
+        try:
+            doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+            raise ParityError(f"{path}: not a readable workflow config ({first_problem([str(exc)])})") from None
+        if not isinstance(doc, dict):
+            raise ParityError(f"{path}: a workflow config is a mapping, got {type(doc).__name__}")
+        merged = _merge(merged, doc)
+    return merged
+
+
+def _merge(base: dict, over: dict) -> dict:
+    """`over` deeply over `base` (a mapping key by key, anything else replaced), as Snakemake merges configs."""
+    out = dict(base)
+    for key, value in over.items():
+        out[key] = _merge(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def experiment_section(files, name: str) -> dict:
+    """experiments.NAME of the workflow config merged from `files`, checked by the schema."""
+    section = load(files).get("experiments", {}).get(name)
+    if section is None:
+        raise ParityError(f"{', '.join(map(str, files))}: no experiments.{name} in this workflow config")
+    check_experiment_settings(name, section)
+    return section

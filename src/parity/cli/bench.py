@@ -30,23 +30,25 @@ def bench():
 
 @bench.command("schedule")
 @click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None,
-              help="Requests/s to pace (default: ten times the sustained ladder's highest rate in config/experiments.yaml).")
+              help="Requests/s to pace (default: ten times the sustained ladder's highest rate in --config).")
 @click.option("--requests", type=click.IntRange(min=2), default=2000, show_default=True)
 @click.option("--kind", type=click.Choice(["poisson", "gamma"]), default="poisson", show_default=True)
 @click.option("--burstiness", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
+@options.workflow_config
 @options.json_out
 @friendly_errors
-def bench_schedule(rate, requests, kind, burstiness, seed, out):
+def bench_schedule(rate, requests, kind, burstiness, seed, config_files, out):
     """The load generator's own lag (actual minus scheduled send) with nothing behind it, for both senders,
     against the 1 ms p99 target; and the schedule's rate and burstiness as generated."""
     from parity.bench import schedule
-    from parity.workflow_config import study_experiments
+    from parity.experiments.plan import settings_of
+    from parity.workflow_config import experiment_section
 
     if out:
         writable_file(out)
     if rate is None:
-        rate = 10 * max(study_experiments()["sustained"]["rates"])
+        rate = 10 * settings_of("sustained", experiment_section(config_files, "sustained")).highest_rate
     result = schedule.run(rate, requests, kind, burstiness, seed)
     for line in schedule.summary_lines(result):
         click.echo(line)
@@ -62,20 +64,21 @@ def bench_schedule(rate, requests, kind, burstiness, seed, out):
 @options.sim_params
 @options.engine_options
 @options.network("netns: contain the run in a network namespace with only loopback (real Flame listens on 0.0.0.0).")
+@options.workflow_config
 @options.out_dir()
 @friendly_errors
 def bench_startup(engine, cluster, flame_bin_dir, gpu, repeats, sim_params, model, load_format, engine_args,
-                  network, out_dir):
+                  network, config_files, out_dir):
     """Startup cost of each path: process start to the first served request, run 1 cold, later runs warm;
     written to OUT/startup.json."""
     from parity import netns
     from parity.bench import startup
-    from parity.flame.settings import FlameSettings
-    from parity.workflow_config import study_experiments
+    from parity.experiments.plan import settings_of
+    from parity.workflow_config import experiment_section
 
     netns.contain(network, needed=cluster == "flame", log=echo)
     args = options.engine_args(model, load_format, engine_args)
-    final = FlameSettings.from_dict(study_experiments()["confirmation"]["flame"])
+    final = settings_of("confirmation", experiment_section(config_files, "confirmation")).flame  # the study's final
     result = startup.run(engine, cluster, gpu, final, args, out_dir, repeats, bin_dir=flame_bin_dir,
                          sim_params=sim_params, log=echo)
     click.echo(startup.summary_line(result))

@@ -149,5 +149,10 @@ def out_dir(help: str | None = None):
     return click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, help=help)
 
 
+workflow_config = click.option(
+    "--config", "config_files", multiple=True, show_default=True, default=("config/experiments.yaml",),
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="The workflow config the study's settings come from (run from the repo root); repeat to merge a "
+         "profile's file over it as Snakemake does, e.g. --config config/experiments.yaml --config config/host.yaml.")
 json_out = click.option("--out", type=click.Path(path_type=Path), default=None,
                         help="Also write the result as JSON here.")

@@ -252,3 +252,9 @@ class SustainedSettings(Section):
     answers: Answers | None = None
     arms: dict[str, FlameChanges] = field(default_factory=dict)
     bounded: BoundedSettings | None = None  # ours: the bounded arm, standalone first (plan.sustained); unset: none
+
+    @property
+    def highest_rate(self) -> float:
+        """The ladder's top rung, over every trace's own rates where they differ."""
+        ladders = self.rates.values() if isinstance(self.rates, dict) else [self.rates]
+        return max(max(ladder) for ladder in ladders)

@@ -27,6 +27,7 @@ import numpy as np
 
 from parity.errors import ParityError
 from parity.flame import codec
+from parity.flame.settings import FlameSettings
 
 
 @dataclass
@@ -73,16 +74,15 @@ class Batcher(PromptQueue):
 
     what = "batcher"
 
-    def __init__(self, send: Callable[[bytes], Future], *, name: str = "session-0", batch_limit: int = 32,
-                 window_s: float = 0.002, budget: int = 2 * 1024 * 1024, compress: bool = False, inflight: int = 0,
+    def __init__(self, send: Callable[[bytes], Future], settings: FlameSettings, *, name: str = "session-0",
                  output_tokens: int = 16):
-        """`output_tokens`: the worker engine's output length, for the room a task keeps for its outputs."""
-        if batch_limit < 1 or window_s < 0:
-            raise ParityError(f"batch limit must be >= 1 and window >= 0, got {batch_limit} and {window_s}")
+        """`settings`: the Flame path's, whole (their one home; checked when they were made);
+        `output_tokens`: the worker engine's output length, for the room a task keeps for its outputs."""
         super().__init__(name)
         self.send = send
-        self.batch_limit, self.window_s, self.budget, self.compress = batch_limit, window_s, budget, compress
-        self.inflight, self._running, self.output_tokens = inflight, 0, output_tokens
+        self.batch_limit, self.window_s, self.budget = settings.batch_limit, settings.window_s, settings.budget
+        self.compress, self.inflight, self._running = settings.compress, settings.inflight, 0
+        self.output_tokens = output_tokens
         self._task_ids = itertools.count()
         self.batch_sizes: list[int] = []  # prompts per task sent, for the batch-size histogram
         self.task_bytes: list[int] = []

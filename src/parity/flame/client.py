@@ -116,12 +116,9 @@ class FlameSessions:
         """Session `session_id` for shard `index`, and its batcher."""
         s, session = self.settings, self._session(index, session_id)
         if s.mode == "harvest":  # ours: one task outstanding, admitting and harvesting (parity.flame.harvester)
-            return session, Harvester(session.run, name=session.id, batch_limit=s.batch_limit, budget=s.budget,
-                                      compress=s.compress, output_tokens=self.output_tokens,
-                                      rotate_tasks=s.rotate_tasks, rotate=lambda: self.rotate(index))
-        return session, Batcher(session.run, name=session.id, batch_limit=s.batch_limit, window_s=s.window_s,
-                                budget=s.budget, compress=s.compress, inflight=s.inflight,
-                                output_tokens=self.output_tokens)
+            return session, Harvester(session.run, s, name=session.id, output_tokens=self.output_tokens,
+                                      rotate=lambda: self.rotate(index))
+        return session, Batcher(session.run, s, name=session.id, output_tokens=self.output_tokens)
 
     def replace(self, shard: int) -> None:
         """A new session (so a new worker and engine) in place of shard `shard`'s, whose worker was killed (the

@@ -36,6 +36,7 @@ import numpy as np
 from parity.errors import ParityError
 from parity.flame import codec
 from parity.flame.batcher import PromptQueue, Result
+from parity.flame.settings import FlameSettings
 
 
 ROTATE = "rotate"  # what `_next` says when the session is due for rotation and drained
@@ -54,18 +55,18 @@ class Harvester(PromptQueue):
 
     what = "harvester"
 
-    def __init__(self, send: Callable[[bytes], Future], *, name: str = "session-0", batch_limit: int = 32,
-                 budget: int = 2 * 1024 * 1024, compress: bool = False, output_tokens: int = 16,
-                 rotate_tasks: int = 0, rotate: Callable[[], Callable[[bytes], Future]] | None = None):
-        """`send`: a task input in, a future of its output out (flamepy's `session.run`); `rotate`: a fresh
-        session's `send`, asked for after every `rotate_tasks` tasks (0: never)."""
-        if rotate_tasks and rotate is None:
+    def __init__(self, send: Callable[[bytes], Future], settings: FlameSettings, *, name: str = "session-0",
+                 output_tokens: int = 16, rotate: Callable[[], Callable[[bytes], Future]] | None = None):
+        """`send`: a task input in, a future of its output out (flamepy's `session.run`); `settings`: the Flame
+        path's, whole; `rotate`: a fresh session's `send`, asked for after every `settings.rotate_tasks` tasks
+        (0: never)."""
+        if settings.rotate_tasks and rotate is None:
             raise ParityError(f"harvester {name}: rotate_tasks needs a way to open a fresh session")
         super().__init__(name)
-        self.send, self.batch_limit = send, batch_limit
-        self.rotate_tasks, self.rotate, self._on_session, self.rotations = rotate_tasks, rotate, 0, 0
+        self.send, self.batch_limit = send, settings.batch_limit
+        self.rotate_tasks, self.rotate, self._on_session, self.rotations = settings.rotate_tasks, rotate, 0, 0
         self.rotation_s: list[float] = []  # per rotation, how long its fresh session took (not the drain before)
-        self.budget, self.compress, self.output_tokens = budget, compress, output_tokens
+        self.budget, self.compress, self.output_tokens = settings.budget, settings.compress, output_tokens
         self._open: dict[str, _Open] = {}
         self._task_ids = itertools.count()
         self.batch_sizes: list[int] = []  # new prompts per task that carried any
