@@ -1,6 +1,7 @@
 """Bounded admission (parity.admission): refusals with reasons, no leaked work, a learned rate that follows the
 engine, one-line errors. Nothing is timed: every `now` is given."""
 
+import heapq
 import json
 
 import numpy as np
@@ -30,12 +31,49 @@ def test_a_request_that_cannot_meet_the_objective_is_refused_with_its_reason():
     c = _controller(rate=1000.0)
     first = c.decide(_prompt(1500), now=0.0)
     assert first.admitted and first.index == 0 and first.reason is None
-    second = c.decide(_prompt(1500), now=0.1)  # (1,500 + 96 booked + 1,500 own) / 1,000 tokens/s = 3.1 s > 2 s
+    second = c.decide(_prompt(1500), now=0.1)  # (1,500 prefill ahead + 1,500 own) / 1,000 tokens/s = 3 s > 2 s
     assert not second.admitted and second.shard is None and second.index is None
-    assert second.predicted_s == pytest.approx(3.096)
-    assert "3.10 s > 2.00 s" in second.reason and "1596 tokens booked + 1500 uncached at 1000 tokens/s" in second.reason
+    assert second.predicted_s == pytest.approx(3.0)
+    assert "3.00 s > 2.00 s" in second.reason
+    assert "1500 prefill tokens ahead + 1500 uncached at 1000 prefill tokens/s" in second.reason
     assert "\n" not in second.reason
     assert (c.admitted, c.refused) == (1, 1)
+
+
+def test_the_first_token_frees_the_prefill_before_the_answer_is_back():
+    """A first token waits only for the prefill ahead of it: once the request ahead has its first token, the next is
+    admitted while the router still books the first's decode (placement); an answer that is not streamed releases
+    its prefill when it completes. Each is applied once, in either order."""
+    c = _controller(rate=1000.0)
+    first = c.decide(_prompt(1500), now=0.0)
+    assert not c.decide(_prompt(1500), now=0.1).admitted
+    c.first_token(first.index, now=1.5)
+    second = c.decide(_prompt(1500), now=1.6)
+    assert second.admitted and c.ahead == [1500] and c.router.loads[0] > 1500  # the router still books the first
+    c.complete(second.index, now=3.5)  # not streamed: its prefill goes when it completes
+    c.first_token(second.index, now=3.6)  # late, or again: nothing more to release
+    c.complete(first.index, now=3.7)
+    c.stats()
+    assert c.ahead == [0] and c.router.loads == [0] and c.rate.outstanding == [0]
+
+
+def test_the_prefill_rate_is_learned_from_first_tokens():
+    """A shard that reaches each first token at 4,000 prefill tokens/s (however long its answers take after) is
+    learned at that rate, up from a seed of 1,000."""
+    c = _controller(rate=1000.0, headroom=10.0)
+    free, events = 0.0, []  # (time, kind, index), reported in time order as a client sees them
+    for i in range(200):
+        now = i * 0.3  # 5,000 prefill tokens/s offered: always a backlog
+        while events and events[0][0] <= now:
+            at, kind, index = heapq.heappop(events)
+            (c.first_token if kind == "first" else c.complete)(index, at)
+        d = c.decide(_prompt(1500), now=now)
+        assert d.admitted
+        free = max(free, now) + 1500 / 4000.0
+        heapq.heappush(events, (free, "first", d.index))
+        heapq.heappush(events, (free + 2.0, "z-complete", d.index))  # a long answer after: not prefill
+    c.stats()
+    assert c.rate.rates[0] == pytest.approx(4000.0, rel=0.1)
 
 
 def test_the_expected_hit_is_not_counted_as_work():
@@ -65,7 +103,7 @@ def test_a_burst_of_refusals_leaks_no_booked_work():
         c.complete(d.index, now=5.0)
         c.complete(d.index, now=5.0)  # once only
     c.stats()
-    assert c.router.loads == [0, 0] and c.rate.outstanding == [0, 0]
+    assert c.router.loads == [0, 0] and c.rate.outstanding == [0, 0] and c.ahead == [0, 0]
     assert c.decide(_prompt(1200), now=6.0).admitted  # and the next one finds room again
 
 
@@ -76,7 +114,7 @@ def test_reroute_places_a_request_the_sticky_shard_cannot_serve_in_time():
         c = _controller(shards=2, rate=500.0, reroute=reroute)
         assert c.decide(_prompt(1040, document), now=0.0).shard == 0
         assert c.router.quote(_prompt(1040, document)).shard == 0  # the router would keep it with its document
-        d = c.decide(_prompt(1040, document), now=0.0)  # (1,112 + 16) / 500 tokens/s = 2.26 s there
+        d = c.decide(_prompt(1040, document), now=0.0)  # (1,040 ahead + 16) / 500 tokens/s = 2.11 s there
         if reroute:
             assert d.admitted and d.shard == 1 and d.moved and c.moved == 1
         else:

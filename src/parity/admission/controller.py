@@ -19,7 +19,8 @@ class Decision(NamedTuple):
     index: int | None  # the router's routing index: what `Controller.complete` takes
     predicted_s: float  # the first token's predicted wait on the shard judged last
     moved: bool = False  # placed on another shard than the router chose (`reroute`)
-    why: tuple | None = None  # a refusal's facts: (shard, booked, uncached, rate, budget_s, ttft_s, headroom, reroute)
+    prefill: int = 0  # an admitted request's uncached prefill, booked on its shard until its first token
+    why: tuple | None = None  # a refusal's facts: (shard, ahead, uncached, rate, budget_s, ttft_s, headroom, reroute)
 
     @property
     def admitted(self) -> bool:
@@ -30,17 +31,26 @@ class Decision(NamedTuple):
         """One line: the predicted wait against the objective, and what it was predicted from."""
         if self.why is None:
             return None
-        shard, booked, uncached, rate, budget_s, ttft_s, headroom, reroute = self.why
+        shard, ahead, uncached, rate, budget_s, ttft_s, headroom, reroute = self.why
         where = "no shard meets it" if reroute else f"on shard {shard}"
         return (f"predicted first token in {self.predicted_s:.2f} s > {budget_s:.2f} s ({headroom:g} x the "
-                f"{ttft_s:g} s objective) {where}: {booked} tokens booked + {uncached} uncached at {rate:.0f} tokens/s")
+                f"{ttft_s:g} s objective) {where}: {ahead} prefill tokens ahead + {uncached} uncached at "
+                f"{rate:.0f} prefill tokens/s")
 
 
 class Controller:
     """Bounded admission in front of a router that quotes before it books (parity.prefix_router.PrefixRouter).
 
-    `decide(tokens, now)` per request; `complete(index, now)` when an admitted one finished (from any thread:
-    queued, applied before the next decision, as the router does). `now` is the caller's monotonic clock."""
+    `decide(tokens, now)` per request; `first_token(index, now)` when an admitted one's first token came (a
+    streamed answer), `complete(index, now)` when it finished (from any thread: queued, applied before the next
+    decision, as the router does). `now` is the caller's monotonic clock.
+
+    The first token waits only for the prefill ahead of it (continuous batching runs the answers already
+    decoding beside it), so the controller books each admitted request's uncached prefill on its shard until its
+    first token, apart from the router's booking (prefill plus decode until the whole answer, which places
+    requests), and learns each shard's prefill rate from those first tokens: under decode load, as the engine
+    actually delivers it. An answer not streamed releases its prefill when it completes (a later, so cautious,
+    first token)."""
 
     def __init__(self, router, settings: BoundedSettings = BoundedSettings(), objective: Objective = Objective()):
         if not hasattr(router, "quote"):
@@ -50,53 +60,68 @@ class Controller:
         self.budget_s = objective.ttft_s * settings.headroom
         shards = router.num_shards
         self.rate = ServiceRate(shards, settings.seed_tokens_per_s, settings.alpha, settings.sample_s)
-        self._works: dict[int, tuple[int, int]] = {}  # routing index -> (shard, work) until it completes
-        self._completed: queue.SimpleQueue = queue.SimpleQueue()
+        self.ahead = [0] * shards  # per shard: uncached prefill of admitted requests before their first token
+        self._prefills: dict[int, tuple[int, int]] = {}  # routing index -> (shard, prefill) until its first token
+        self._open: set[int] = set()  # routing indices admitted and not yet complete
+        self._events: queue.SimpleQueue = queue.SimpleQueue()  # (index, now, done) from the answers' threads
         self.admitted = self.refused = self.moved = 0
+
+    def _wait(self, quote, shard: int) -> tuple[int, float]:
+        """The prompt's uncached prefill on `shard`, and its predicted first-token wait there."""
+        own = quote.length - quote.held(shard)
+        return own, (self.ahead[shard] + own) / self.rate.rates[shard]
 
     def decide(self, tokens, now: float) -> Decision:
         """Admit (booked on its shard) or refuse (nothing booked) this prompt, arriving `now`."""
         self._apply()
         quote = self.router.quote(tokens)
-        loads, rates = quote.loads, self.rate.rates
-        shard = quote.shard
-        booked = loads[shard]
-        wait = (booked + quote.length - quote.held(shard)) / rates[shard]
+        shard, ahead, budget_s = quote.shard, self.ahead, self.budget_s
+        own, wait = self._wait(quote, shard)
         moved = False
-        if booked and wait > self.budget_s and self.settings.reroute:
-            best = min(range(len(loads)), key=lambda s: ((loads[s] + quote.length - quote.held(s)) / rates[s], s))
-            best_wait = (loads[best] + quote.length - quote.held(best)) / rates[best]
-            if not loads[best] or best_wait <= self.budget_s:
-                shard, booked, wait, moved = best, loads[best], best_wait, True
-        if booked and wait > self.budget_s:
+        if ahead[shard] and wait > budget_s and self.settings.reroute:
+            best = min(range(len(ahead)), key=lambda s: (self._wait(quote, s)[1], s))
+            best_own, best_wait = self._wait(quote, best)
+            if not ahead[best] or best_wait <= budget_s:
+                shard, own, wait, moved = best, best_own, best_wait, True
+        if ahead[shard] and wait > budget_s:
             self.refused += 1
-            return Decision(None, None, wait, False, (shard, booked, quote.length - quote.held(shard), rates[shard],
-                                                      self.budget_s, self.objective.ttft_s, self.settings.headroom,
+            return Decision(None, None, wait, False, 0, (shard, ahead[shard], own, self.rate.rates[shard], budget_s,
+                                                      self.objective.ttft_s, self.settings.headroom,
                                                       self.settings.reroute))
-        work = quote.work(shard)
         index = self.router.requests  # the routing index this booking gets
         self.router.commit(quote, shard)
-        self._works[index] = (shard, work)
-        self.rate.start(shard, work, now)
+        ahead[shard] += own
+        self._prefills[index] = (shard, own)
+        self._open.add(index)
+        self.rate.start(shard, own, now)
         self.admitted += 1
         self.moved += moved
-        return Decision(shard, index, wait, moved)
+        return Decision(shard, index, wait, moved, own)
+
+    def first_token(self, index: int, now: float) -> None:
+        """The `index`-th admitted request's first token came at `now`: its prefill is done (teaches the rate)."""
+        self._events.put((index, now, False))
 
     def complete(self, index: int, now: float) -> None:
-        """The `index`-th admitted request finished at `now`: its work is released and teaches the shard's rate."""
-        self._completed.put((index, now))
+        """The `index`-th admitted request finished at `now`: the router releases its work (and the controller its
+        prefill, if no first token was reported)."""
+        self._events.put((index, now, True))
 
     def _apply(self) -> None:
-        completed = self._completed
-        while not completed.empty():  # one consumer: what it saw stays there
-            index, now = completed.get_nowait()
-            entry = self._works.pop(index, None)
-            if entry is not None:  # once only
-                self.rate.finish(entry[0], entry[1], now)
+        events = self._events
+        while not events.empty():  # one consumer: what it saw stays there
+            index, now, done = events.get_nowait()
+            prefill = self._prefills.pop(index, None)
+            if prefill is not None:  # once only
+                shard, own = prefill
+                self.ahead[shard] -= own
+                self.rate.finish(shard, own, now)
+            if done and index in self._open:
+                self._open.discard(index)
                 self.router.complete(index)
 
     def stats(self) -> dict:
-        """Counts, each shard's learned rate and the settings, for a trial's record."""
+        """Counts, each shard's learned prefill rate and the settings, for a trial's record."""
         self._apply()
         return {"admitted": self.admitted, "refused": self.refused, "moved": self.moved,
                 "rates_tokens_per_s": [round(r, 1) for r in self.rate.rates], "rate_samples": list(self.rate.samples),

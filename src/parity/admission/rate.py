@@ -1,4 +1,5 @@
-"""Each shard's service rate, learned online from completions: tokens of work per second, as an EWMA.
+"""Each shard's service rate, learned online: tokens of work per second, as an EWMA. The controller's work is
+a request's uncached prefill, finished at its first token (parity.admission.controller).
 
 A sample is the work a shard finished over a stretch of time it was busy (from when it became busy, or the
 last sample, to a completion at least `sample_s` later, or to when it fell idle). Work finished over busy time

@@ -53,8 +53,9 @@ def request_body(model: str, prompt, sampling: dict = SAMPLING, stream: bool = F
     return body
 
 
-async def read_stream(response, request_id: str) -> tuple[dict, list[float]]:
-    """A streamed /v1/completions response folded into the non-streamed shape, with each token's arrival."""
+async def read_stream(response, request_id: str, on_first=None) -> tuple[dict, list[float]]:
+    """A streamed /v1/completions response folded into the non-streamed shape, with each token's arrival;
+    `on_first()` is called as the first token arrives (bounded admission's prefill is done then)."""
     tokens, times, prompt_ids, usage = [], [], None, None
     async for line in response.content:
         if not line.startswith(b"data: "):
@@ -71,6 +72,8 @@ async def read_stream(response, request_id: str) -> tuple[dict, list[float]]:
         now = time.monotonic()
         for choice in chunk.get("choices") or []:
             new = choice.get("token_ids") or []
+            if new and not tokens and on_first is not None:
+                on_first()
             tokens += new
             times += [now] * len(new)
             if choice.get("prompt_token_ids") is not None:
@@ -140,15 +143,17 @@ class NativeClient:
                 if response.status != 200:
                     raise ParityError(f"replica {url} is not healthy (HTTP {response.status})")
 
-    async def _post(self, shard: int, body: dict, request_id: str, release: float, sampling: dict) -> Reply:
+    async def _post(self, shard: int, body: dict, request_id: str, release: float, sampling: dict,
+                    on_first=None) -> Reply:
         task = asyncio.current_task()
         self._inflight.add(task)
         try:
-            return await self._attempts(shard, body, request_id, release, sampling)
+            return await self._attempts(shard, body, request_id, release, sampling, on_first)
         finally:
             self._inflight.discard(task)
 
-    async def _attempts(self, shard: int, body: dict, request_id: str, release: float, sampling: dict) -> Reply:
+    async def _attempts(self, shard: int, body: dict, request_id: str, release: float, sampling: dict,
+                        on_first=None) -> Reply:
         """Send until answered: once more at once after a dropped keep-alive connection, and again after
         `on_lost(shard, request_id)` (a path that restarts a killed replica) says its replacement is up."""
         disconnected = 0
@@ -161,7 +166,7 @@ class NativeClient:
                         text = (await response.text())[:300]
                         raise ParityError(f"request {request_id} to {url}: HTTP {response.status}: {text}")
                     if body.get("stream"):
-                        data, times = await read_stream(response, request_id)
+                        data, times = await read_stream(response, request_id, on_first)
                     else:
                         data = await response.json()
                 reply = parse_reply(data, request_id, release, time.monotonic(), sampling)
@@ -198,6 +203,7 @@ class NativeClient:
         samplings = [self.sampling] * len(prompts) if samplings is None else samplings
         shards, tasks, self.refusals = [], [], {}
         for prompt, request_id, offset, sampling in zip(prompts, request_ids, offsets, samplings, strict=True):
+            first = None
             if offset > 0:
                 await wait_until_async(release + offset)
             if admission is not None:
@@ -207,11 +213,13 @@ class NativeClient:
                     self.refusals[len(shards) - 1] = decision.reason
                     continue
                 done = lambda _, index=decision.index: admission.complete(index, time.monotonic())  # noqa: E731
+                first = lambda index=decision.index: admission.first_token(index, time.monotonic())  # noqa: E731
             else:
                 shards.append(router.route(prompt))
                 done = (lambda _, index=len(tasks): router.complete(index)) if hasattr(router, "complete") else None
             body = request_body(self.model, prompt, sampling, self.stream)
-            tasks.append(asyncio.ensure_future(self._post(shards[-1], body, request_id, release + offset, sampling)))
+            tasks.append(asyncio.ensure_future(self._post(shards[-1], body, request_id, release + offset, sampling,
+                                                          first)))
             if done is not None:  # its load released as its answer comes back
                 tasks[-1].add_done_callback(done)
         try:
