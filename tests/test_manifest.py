@@ -444,3 +444,29 @@ def test_every_command_has_help():
     for args in ([], ["trace"], ["validate"], ["smoke-inputs"], ["bench"], ["bench", "router"]):
         result = runner.invoke(main, args + ["--help"])
         assert result.exit_code == 0 and "Usage:" in result.output, args
+
+
+def test_a_trial_names_the_image_it_ran_in_by_the_sif_files_own_hash(tmp_path, monkeypatch):
+    """Inside Apptainer (its runtime sets APPTAINER_CONTAINER) a trial records the SIF's SHA-256 read from the file;
+    on the host it says so; an image it cannot read is named with why, never given a hash it did not compute.
+    Each form validates; a malformed one is refused."""
+    from parity import record
+
+    sif = tmp_path / "parity.sif"
+    sif.write_bytes(b"not really an image")
+    cases = [({}, {"inside": False}),
+             ({"APPTAINER_CONTAINER": str(sif)}, {"inside": True, "name": "parity.sif", "bytes": 19,
+                                                  "sha256": hashlib.sha256(b"not really an image").hexdigest()}),
+             ({"SINGULARITY_CONTAINER": str(tmp_path)}, {"inside": True, "name": tmp_path.name, "sha256": None})]
+    for env, expected in cases:
+        for name in record.IMAGE_ENV:
+            monkeypatch.delenv(name, raising=False)
+        for name, value in env.items():
+            monkeypatch.setenv(name, value)
+        record.image.cache_clear()
+        got = record.image()
+        assert {k: v for k, v in got.items() if k != "why"} == expected
+        assert manifest.validate_document(trial_doc() | {"image": got}) == []
+    record.image.cache_clear()
+    assert "not a file" in got["why"]
+    assert rules(manifest.validate_document(trial_doc() | {"image": {"inside": True, "sha256": "abc"}}))

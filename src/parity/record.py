@@ -9,13 +9,15 @@ from __future__ import annotations
 import hashlib
 import importlib.metadata
 import json
+import os
 import platform
 from dataclasses import dataclass
+from functools import lru_cache
 from pathlib import Path
 
 from parity import __version__
 from parity.engine import Completion
-from parity.manifest import dumps, file_ref, header
+from parity.manifest import dumps, file_ref, header, sha256_file
 from parity.trace import Trace, token_sha256
 
 
@@ -39,6 +41,23 @@ def package_versions() -> dict[str, str | None]:
         except importlib.metadata.PackageNotFoundError:
             out[name] = None
     return out
+
+
+IMAGE_ENV = ("APPTAINER_CONTAINER", "SINGULARITY_CONTAINER")  # set by Apptainer's runtime inside a container
+
+
+@lru_cache(maxsize=1)
+def image() -> dict:
+    """The Apptainer image this process runs in, by its SIF's SHA-256 read from the file itself (once per
+    process), or that it runs on the host: a trial says which software ran it, not only which versions."""
+    path = next((os.environ[name] for name in IMAGE_ENV if os.environ.get(name)), None)
+    if path is None:
+        return {"inside": False}
+    sif = Path(path)
+    if not sif.is_file():  # a sandbox folder, or an image not bound into the container
+        return {"inside": True, "name": sif.name, "sha256": None,
+                "why": f"{path} is not a file this process can read (a sandbox, or not bound in)"}
+    return {"inside": True, "name": sif.name, "sha256": sha256_file(sif), "bytes": sif.stat().st_size}
 
 
 def config_sha256(config: dict) -> str:
@@ -120,7 +139,7 @@ def trial_manifest(*, trial_id: str, experiment: str, system: str, engine: dict,
                    "simulated": bool(engine.get("simulated"))},
         "trace": file_ref(trace.manifest_path, manifest_path.parent), "trace_name": trace.name,
         "config": config, "config_sha256": config_sha256(config), "versions": package_versions(),
-        "gpus": gpus,
+        "image": image(), "gpus": gpus,
         "timing": timing(records, release_s),
         "records": records,
         "verdict": {"status": "pending", "checks": {}, "reasons": []},
