@@ -302,3 +302,28 @@ def test_the_bounded_arm_runs_on_the_cpu_and_its_trial_says_what_it_refused(smal
 
     table, _ = tables.sustained(load_experiment(tmp_path))  # the report reads it, and names it for what it is
     assert [row[3] for row in table.rows] == ["standalone vLLM (streamed), prefix router, bounded admission"]
+
+
+def test_the_report_names_each_paths_first_saturated_rung_and_draws_the_bounded_arm(tmp_path, monkeypatch):
+    """Measured, not configured: the first rung whose row says saturated, per path and trace; the bounded arm's
+    curve is drawn as its own path (an arm's standalone reference is not)."""
+    from parity.report import plots, tables
+
+    def row(trace, offered, label, saturated):
+        return [trace, offered, 16, label, "ours", "1", "-", "-", "-", "-", "1", "90%", saturated, "0.01"]
+
+    rows = [row("reuse", "4", "standalone vLLM", "No"), row("reuse", "4", "bounded", "No"),
+            row("reuse", "8", "standalone vLLM", "Yes"), row("reuse", "8", "bounded", "No"),
+            row("reuse", "12", "standalone vLLM", "Yes"), row("reuse", "12", "bounded", "Yes")]
+    assert tables._first_saturated(rows) == ("First over-saturated rung (measured: achieved below 90% of offered): "
+                                             "standalone vLLM on reuse: 8 req/s; bounded on reuse: 12 req/s.")
+    assert tables._first_saturated(rows[:2]) is None
+    point = {"offered": 4.0, "achieved": 3.9, "ttft_p50": 0.1, "ttft_p99": 0.5, "e2e_p50": 0.2, "e2e_p99": 0.6,
+             "goodput": 3.8}
+    drawn = []
+    monkeypatch.setattr(plots, "_save", lambda fig, path: drawn.append([line.get_label() for ax in fig.axes
+                                                                       for line in ax.get_lines()]))
+    plots.sustained({"reuse": {"standalone": [point], "standalone-bounded": [point], "standalone-harvest": [point]}},
+                    None, tmp_path / "s.png")
+    assert "standalone vLLM, bounded admission (ours)" in drawn[0]
+    assert not any("harvest" in label for label in drawn[0])

@@ -668,6 +668,8 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
              "ttft_p99": s["ttft_client"]["p99"], "e2e_p50": s["e2e"]["p50"], "e2e_p99": s["e2e"]["p99"],
              "goodput": s["goodput_client_per_s"]})
     table.rows = [row for _, row in sorted(zip(keys, table.rows), key=lambda kr: kr[0])]
+    if saturation := _first_saturated(table.rows):
+        table.notes.append(saturation)
     table.notes.append(
         f"Ours only, beyond the study: {len({c['pair'] for c in experiment.cases})} pair(s) per offered rate, the "
         "two paths under the same seeded arrivals, interleaved, fresh engines per case; every latency from the "
@@ -688,6 +690,19 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
         for points in curves[trace].values():
             points.sort(key=lambda p: p["offered"])
     return table, {"plot": curves}
+
+
+def _first_saturated(rows: list[list]) -> str | None:
+    """Each path's first over-saturated rung per trace, as the measurements found it (achieved below 90% of the
+    offered rate in the row's own window), not as configured; rows in ladder order."""
+    first: dict = {}
+    for trace, offered, tokens, label, *_, saturated, _lag in rows:
+        if saturated == f.yes_no(True):
+            first.setdefault((trace, tokens, label), offered)
+    if not first:
+        return None
+    return ("First over-saturated rung (measured: achieved below 90% of offered): " + "; ".join(
+        f"{label} on {trace}: {offered} req/s" for (trace, _, label), offered in first.items()) + ".")
 
 
 def _step_cell(pairs: list[tuple[dict, dict]], excluded: int) -> tuple[str, str, dict]:
