@@ -266,6 +266,23 @@ def test_post_labels_the_installed_lock_by_hash(final):
     assert 'echo "parity.lock_sha256 $(sha256sum /opt/parity/requirements.lock | cut -d\' \' -f1)" >> "$APPTAINER_LABELS"' in post
 
 
+def test_post_labels_what_is_installed_of_every_dist_a_version_label_names(final):
+    """The version.* labels name the full lock's pins; an image built from a part of the lock (the CPU part, no vLLM
+    or torch) says what it holds in parity.installed.* labels, read from its own environment: `none` for a dist
+    it lacks."""
+    import importlib.metadata
+
+    from parity.container import installed_labels
+
+    post = " ".join(final.lines("post"))
+    call = re.search(r"installed_labels\(sys\.argv\[1:\]\)\)' \\? ?((?:[\w-]+ )+)>> \"\$APPTAINER_LABELS\"", post)
+    assert call, "the %post line that labels what is installed"
+    named = {label[len("version."):] for label in final.labels() if label.startswith("version.")}
+    assert set(call.group(1).split()) == named
+    assert installed_labels(["numpy", "surely-not-a-dist"]) == (f"parity.installed.numpy {importlib.metadata.version('numpy')}\n"
+                                                              "parity.installed.surely-not-a-dist none\n")
+
+
 def test_runscript_runs_parity_and_environment_pins_the_hash_seed(final):
     assert re.fullmatch(r'exec (\S*/)?parity "\$@"', " ".join(final.lines("runscript")))
     environment = "\n".join(final.lines("environment"))

@@ -307,6 +307,22 @@ def read_lock(path: Path | str) -> dict[str, Pin]:
     return parse_lock(path.read_text(encoding="utf-8"), source=str(path))
 
 
+def installed_labels(dists: list[str]) -> str:
+    """`parity.installed.DIST VERSION` label lines, read from the environment that runs it (`none` where a dist
+    is not installed): what an image holds, beside its `version.*` labels, which name the full lock's pins even
+    in an image built from a part of it (build.sh --lock, e.g. the CPU part without vLLM and torch)."""
+    import importlib.metadata
+
+    lines = []
+    for dist in dists:
+        try:
+            version = importlib.metadata.version(dist)
+        except importlib.metadata.PackageNotFoundError:
+            version = "none"
+        lines.append(f"parity.installed.{dist} {version}\n")
+    return "".join(lines)
+
+
 def lock_subset(text: str, names: list[str]) -> str:
     """The lock's entries for `names` only, hashes kept: what `%post` installs before the rest.
 
