@@ -25,26 +25,22 @@ from typing import Callable
 
 import numpy as np
 
+from parity.engine import Completion
 from parity.errors import ParityError
 from parity.flame import codec
 from parity.flame.settings import FlameSettings
 
 
-@dataclass
-class Result:
-    """One prompt's answer from a Flame worker, with the client's clock."""
+@dataclass(kw_only=True)
+class Result(Completion):
+    """One prompt's answer from a Flame worker, with the client's clock (`token_s`: when the worker's engine
+    produced each output token, on the host's clock)."""
 
     request_id: str
-    output_token_ids: list[int]
-    prompt_tokens: int
-    cached_tokens: int
-    submit_s: float
-    complete_s: float
-    batch_id: str
+    batch_id: str | None  # the task that carried it (None: a harvest task's, which carries many requests' events)
     worker: dict = field(default_factory=dict)
     task_timings: dict = field(default_factory=dict)  # the service's per-batch timings and GC pauses
     input_sha256: str | None = None  # of the token IDs the worker decoded
-    token_s: list[float] | None = None  # when the worker's engine produced each output token (the host's clock)
 
 
 class PromptQueue:
@@ -170,9 +166,11 @@ class Batcher(PromptQueue):
             if out.get("request_id") != rid:
                 future.set_exception(ParityError(f"task {batch_id} answered {out.get('request_id')} in place of {rid}"))
                 continue
-            future.set_result(Result(rid, out["output_token_ids"], int(out.get("prompt_tokens", tokens.size)),
-                                     int(out["cached_tokens"]), submitted, complete, batch_id, doc["worker"],
-                                     doc.get("timings", {}), out.get("input_sha256"), out.get("token_s")))
+            future.set_result(Result(
+                request_id=rid, output_token_ids=out["output_token_ids"],
+                prompt_tokens=int(out.get("prompt_tokens", tokens.size)), cached_tokens=int(out["cached_tokens"]),
+                submit_s=submitted, complete_s=complete, batch_id=batch_id, worker=doc["worker"],
+                task_timings=doc.get("timings", {}), input_sha256=out.get("input_sha256"), token_s=out.get("token_s")))
 
     def close(self) -> None:
         with self._lock:

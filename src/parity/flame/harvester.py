@@ -191,9 +191,10 @@ class Harvester(PromptQueue):
             entry = self._open.pop(rid, None)
             if entry is None:
                 continue
-            finished.append((entry, Result(rid, out["output_token_ids"], int(out["prompt_tokens"]),
-                                           int(out["cached_tokens"]), entry.submitted, received, None,
-                                           doc["worker"], {}, out.get("input_sha256"), entry.token_s)))
+            finished.append((entry, Result(
+                request_id=rid, output_token_ids=out["output_token_ids"], prompt_tokens=int(out["prompt_tokens"]),
+                cached_tokens=int(out["cached_tokens"]), submit_s=entry.submitted, complete_s=received, batch_id=None,
+                worker=doc["worker"], input_sha256=out.get("input_sha256"), token_s=entry.token_s)))
             if len(entry.token_s) != len(out["output_token_ids"]):
                 raise ParityError(f"it completed {rid} with {len(out['output_token_ids'])} tokens after "
                                   f"{len(entry.token_s)} token events")

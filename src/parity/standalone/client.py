@@ -24,25 +24,19 @@ from dataclasses import dataclass
 import aiohttp
 import numpy as np
 
-from parity.engine import SAMPLING, length_mismatch
+from parity.engine import SAMPLING, Completion, length_mismatch
 from parity.errors import ParityError
 from parity.schedule import wait_until_async
 
 KEEPALIVE_S = 4.0  # below uvicorn's 5 s idle timeout in `vllm serve`
 
 
-@dataclass
-class Reply:
-    """What one replica answered for one request, with the client's clock."""
+@dataclass(kw_only=True)
+class Reply(Completion):
+    """What one replica answered for one request, with the client's clock (`token_s`, streamed: when each output
+    token arrived; `sent_s`: when the request left)."""
 
-    output_token_ids: list[int]
     prompt_token_ids: list[int] | None
-    prompt_tokens: int
-    cached_tokens: int
-    submit_s: float
-    complete_s: float
-    token_s: list[float] | None = None  # streamed: when each output token arrived
-    sent_s: float | None = None  # when the request left
     url: str | None = None  # the replica that answered
 
 
