@@ -7,16 +7,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from parity.affinity import (
-    BLOCK_TOKENS,
-    DEPTH_TOKENS,
-    POLICIES,
-    AffinityRouter,
-    AlternatingRouter,
-    PLACEMENTS,
-    RouterSettings,
-    prefix_identities,
-)
+from parity.routing import PLACEMENTS, POLICIES, AffinityRouter, AlternatingRouter, RouterSettings
+from parity.routing.sticky import BLOCK_TOKENS, DEPTH_TOKENS, prefix_identities
 
 REV = "a2856192dd7c25b842431f39c179a6c2c2f627d1"
 fast = settings(max_examples=40, deadline=None)

@@ -32,12 +32,12 @@ import time
 from pathlib import Path
 
 from parity import jit
-from parity.affinity import RouterSettings
 from parity.checks import check_trial, read_trial, trace_of, unsupported
 from parity.engine import EngineArgs
 from parity.errors import ParityError
 from parity.manifest import ManifestError, is_file_reference, read_manifest, sha256_file, write_manifest
 from parity.record import cached_share, package_versions, refused_records, request_records, trial_manifest
+from parity.routing import RouterSettings
 from parity.schedule import Schedule
 from parity.trace import check_context, load_trace
 

@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from parity.affinity import DEPTH_TOKENS, AffinityRouter, prefix_identities
+from parity.routing.sticky import DEPTH_TOKENS, AffinityRouter, prefix_identities
 
 TARGET_US = 20.0
 REVISION = "a2856192dd7c25b842431f39c179a6c2c2f627d1"

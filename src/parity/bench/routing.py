@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from parity.affinity import AffinityRouter, AlternatingRouter
-from parity.engine import MODEL_REVISION
 from parity.engine.sim import SimEngine, SimParams
-from parity.prefix_router import DECODE_WEIGHT, OUTPUT_TOKENS, PrefixRouter
+from parity.routing import MODEL_REVISION, AffinityRouter, AlternatingRouter, PrefixRouter
+from parity.routing.prefix import DECODE_WEIGHT
+from parity.study import OUTPUT_TOKENS
 
 PLACEMENTS = ("alternating", "sticky", "prefix", "hindsight")
 FAMILIES = ("study-reuse", "shared-head", "zipf", "working-set", "shards")

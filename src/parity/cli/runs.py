@@ -7,7 +7,7 @@ from pathlib import Path
 
 import click
 
-from parity.affinity import POLICIES
+from parity.routing import POLICIES
 from parity.cli import options
 from parity.cli.app import echo, main
 from parity.cli.errors import friendly_errors
@@ -43,7 +43,7 @@ def engine_run(kind, traces, batches, warmup_rounds, model, load_format, engine_
                clock, backend_text, experiment, out_dir):
     """Warm up, then measure each trace on one engine; a trial manifest per run, a line in summary.jsonl."""
     from parity import trial
-    from parity.affinity import RouterSettings
+    from parity.routing import RouterSettings
     from parity.engine import make_engine
     from parity.paths.engine import EnginePath
 

@@ -137,7 +137,7 @@ def standalone_path(spec: RunSpec, args: EngineArgs, prompts, stack: contextlib.
 @contextlib.contextmanager
 def flame_path(spec: RunSpec, args: EngineArgs, prompts, stack: contextlib.ExitStack):
     """The Flame serving path's cluster and sessions (`parity.paths.flame`), fed by LoadGen instead of a burst."""
-    from parity.affinity import RouterSettings
+    from parity.routing import RouterSettings
     from parity.engine import engine_kind
     from parity.mlperf.sut_flame import FlameSUT
     from parity.paths.flame import FlamePath, cluster

@@ -1,0 +1,18 @@
+"""Routing: which shard each request of a burst goes to, the one home of every router and placement name.
+
+- `registry`: the placement names and `RouterSettings`, which makes the router a name stands for;
+- `sticky`: the study's prefix-affinity router (`sticky`); `alternating`: the base policy;
+- `prefix`: ours, the prefix-aware router; `hashing`: its block hashes, which `parity.kv_events` reads the
+  engines' KV cache events back into;
+- `base`: what every router is given.
+
+Routers see token IDs only: an assignment is not proof of a cache hit (the engines' counts are).
+"""
+
+from parity.routing.alternating import AlternatingRouter
+from parity.routing.prefix import PrefixRouter
+from parity.routing.registry import MODEL_REVISION, PLACEMENTS, POLICIES, RouterSettings, shard_positions
+from parity.routing.sticky import AffinityRouter
+
+__all__ = ["AffinityRouter", "AlternatingRouter", "MODEL_REVISION", "PLACEMENTS", "POLICIES", "PrefixRouter",
+           "RouterSettings", "shard_positions"]
