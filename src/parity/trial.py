@@ -95,7 +95,7 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
             from parity.latency import Objective
 
             own["admission"] = Controller(routed, admission, objective or Objective())
-        events = path.events if hasattr(routed, "follow") else None
+        events = path.events if routed.follows_kv_events else None
         if events is not None:  # the map follows the engines, from what the warmups left in them on
             events.settle()
             routed.follow(events.changes)
@@ -109,7 +109,7 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
         if compiled and compiled["measured"]:
             log(f"  {len(compiled['measured'])} kernel compilations inside the timed window: "
                 f"{', '.join(sorted(set(compiled['measured'])))}")
-        if hasattr(routed, "observe"):  # the router's expected hits beside the engine's, in its stats
+        if routed.observes:  # the router's expected hits beside the engine's, in its stats
             routed.observe([c.cached_tokens for c in burst.completions])
         kv_events = None
         if events is not None:
@@ -119,7 +119,7 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
                 log(f"  KV events: {unreadable}")
             routed.sync()
             kv_events = events.stats(since) | {"router_held_blocks": routed.stats()["held_blocks"]}
-        if getattr(routed, "overflowed", False):
+        if routed.models_cache and routed.overflowed:
             log(f"  the prefix router's map outgrew the engine's cache ({routed.cache_tokens:,} tokens): "
                 f"{routed.stats()['evicted_blocks']} blocks forgotten")
         described = path.describe(burst)

@@ -206,7 +206,7 @@ class FlamePath(ServingPath):
                 sent_to.append(sessions.sessions[shard].id)
             if outage:
                 outage.watch(future, index)
-            if hasattr(router, "complete"):  # its load released as its answer comes back (the batcher's thread)
+            if router.released_on_completion:  # its load released as its answer comes back (the batcher's thread)
                 future.add_done_callback(lambda _, index=index: router.complete(index))
 
         try:

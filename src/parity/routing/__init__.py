@@ -4,15 +4,16 @@
 - `sticky`: the study's prefix-affinity router (`sticky`); `alternating`: the base policy;
 - `prefix`: ours, the prefix-aware router; `hashing`: its block hashes, which `parity.kv_events` reads the
   engines' KV cache events back into;
-- `base`: what every router is given.
+- `base`: the `Router` interface, whose capabilities the callers read instead of probing for methods.
 
 Routers see token IDs only: an assignment is not proof of a cache hit (the engines' counts are).
 """
 
 from parity.routing.alternating import AlternatingRouter
+from parity.routing.base import Router, Tokens
 from parity.routing.prefix import PrefixRouter
 from parity.routing.registry import MODEL_REVISION, PLACEMENTS, POLICIES, RouterSettings, shard_positions
 from parity.routing.sticky import AffinityRouter
 
-__all__ = ["AffinityRouter", "AlternatingRouter", "MODEL_REVISION", "PLACEMENTS", "POLICIES", "PrefixRouter",
-           "RouterSettings", "shard_positions"]
+__all__ = ["AffinityRouter", "AlternatingRouter", "MODEL_REVISION", "PLACEMENTS", "POLICIES", "PrefixRouter", "Router",
+           "RouterSettings", "Tokens", "shard_positions"]

@@ -9,6 +9,8 @@ from parity.routing.base import Tokens
 class AlternatingRouter:
     """Round-robin over `num_shards` shards."""
 
+    follows_kv_events = released_on_completion = observes = models_cache = quotes = False  # parity.routing.base.Router
+
     def __init__(self, num_shards: int):
         if num_shards < 1:
             raise ValueError(f"need at least one shard, got num_shards={num_shards}")

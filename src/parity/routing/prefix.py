@@ -49,6 +49,9 @@ DECODE_WEIGHT = 6.0  # an output token's engine time in prefill tokens: decode_s
 class PrefixRouter:
     """Longest-prefix, least-work routing over `num_shards` shards; see the module docstring."""
 
+    # parity.routing.base.Router: follow/sync, complete, observe, cache_tokens/overflowed, quote/commit
+    follows_kv_events = released_on_completion = observes = models_cache = quotes = True
+
     def __init__(self, num_shards: int, revision: str, *, cache_tokens: int, block_tokens: int = BLOCK_TOKENS,
                  output_tokens: int = OUTPUT_TOKENS, margin: float = 1.0, decode_weight: float = DECODE_WEIGHT):
         if num_shards < 1:

@@ -51,6 +51,8 @@ def prefix_identities(tokens: Tokens, salt: str | bytes, *,
 class AffinityRouter:
     """Sticky-prefix routing over `num_shards` shards with a bounded (LRU) client map."""
 
+    follows_kv_events = released_on_completion = observes = models_cache = quotes = False  # parity.routing.base.Router
+
     def __init__(self, num_shards: int, revision: str, capacity: int = 4096):
         if num_shards < 1:
             raise ValueError(f"need at least one shard, got num_shards={num_shards}")
