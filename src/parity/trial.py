@@ -66,7 +66,7 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
     if router.placement not in path.placements:
         raise ParityError(f"the {path.name} path places requests by {' or '.join(path.placements)}, "
                           f"not {router.placement!r}")
-    if restart is not None and router.placement == "prefix":
+    if restart is not None and router.facts.follows_kv_events:
         raise ParityError("the restart fault runs with the sticky router: a new engine's KV cache events would "
                           "start over under a map that still holds the dead one's")
     started = time.monotonic()
@@ -87,7 +87,7 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
                                      schedule if paced(round_index) else Schedule(), **warm_own)
             log(f"  warmup {round_index}: {warm_count} requests in {burst.duration_s:.2f} s"
                 + (f" (paced, {schedule.kind} {schedule.rate:g}/s)" if paced(round_index) else ""))
-        if router.placement == "prefix" and path.cache_tokens:  # its map sized from the engine's cache
+        if router.facts.models_cache and path.cache_tokens:  # its map sized from the engine's cache
             router = dataclasses.replace(router, cache_tokens=path.cache_tokens)
         routed = router.make(path.shards)
         if admission is not None:  # over the router that books each shard's work (the Controller says so otherwise)
