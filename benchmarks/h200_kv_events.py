@@ -25,9 +25,9 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from parity.engine import MODEL_REVISION, EngineArgs  # noqa: E402
+from parity.engine import EngineArgs  # noqa: E402
 from parity.kv_events import Subscriber  # noqa: E402
-from parity.prefix_router import PrefixRouter  # noqa: E402
+from parity.routing import MODEL_REVISION, PrefixRouter  # noqa: E402
 from parity.standalone.client import parse_reply, request_body  # noqa: E402
 from parity.standalone.replicas import ReplicaSet  # noqa: E402
 

@@ -8,10 +8,9 @@ import numpy as np
 import pytest
 
 from parity.admission import BoundedSettings, Controller, ServiceRate
-from parity.affinity import AffinityRouter
 from parity.errors import ParityError
 from parity.latency import Objective
-from parity.prefix_router import PrefixRouter
+from parity.routing import AffinityRouter, PrefixRouter
 
 RNG = np.random.default_rng(7)
 
@@ -201,7 +200,7 @@ def test_settings_round_trip():
 def test_the_standalone_path_never_sends_a_refused_request(small_reuse_trace, tmp_path):
     """Simulated replicas on the CPU, the whole burst at once: before any answer, each shard's first request is
     admitted (nothing booked there) and every later one is refused with its reason; nothing is left booked."""
-    from parity.affinity import RouterSettings
+    from parity.routing import RouterSettings
     from parity.engine import EngineArgs
     from parity.paths.standalone import StandalonePath
     from parity.schedule import Schedule
@@ -229,7 +228,7 @@ def test_a_trial_records_refusals_apart_and_goodput_counts_them_as_misses(small_
     """A paced trial under bounded admission on simulated replicas: every request is a record or a refusal with its
     reason (coverage passes), the manifest validates, and a refusal is never a completion nor good."""
     from parity import trial
-    from parity.affinity import RouterSettings
+    from parity.routing import RouterSettings
     from parity.engine import EngineArgs
     from parity.latency import summarize
     from parity.paths.standalone import StandalonePath

@@ -7,16 +7,8 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
-from parity.affinity import (
-    BLOCK_TOKENS,
-    DEPTH_TOKENS,
-    POLICIES,
-    AffinityRouter,
-    AlternatingRouter,
-    PLACEMENTS,
-    RouterSettings,
-    prefix_identities,
-)
+from parity.routing import PLACEMENTS, SHARDED, AffinityRouter, AlternatingRouter, RouterSettings
+from parity.routing.sticky import BLOCK_TOKENS, DEPTH_TOKENS, prefix_identities
 
 REV = "a2856192dd7c25b842431f39c179a6c2c2f627d1"
 fast = settings(max_examples=40, deadline=None)
@@ -229,13 +221,13 @@ def test_alternating_is_round_robin():
 def test_router_settings_make_the_router_they_name():
     from parity.errors import ParityError
 
-    assert POLICIES == ("alternating", "sticky", "prefix") and PLACEMENTS == ("alternating", "sticky", "prefix", "global")
+    assert SHARDED == ("alternating", "sticky", "prefix") and tuple(PLACEMENTS) == ("alternating", "global", "sticky", "prefix")
     sticky = RouterSettings("sticky", REV, capacity=7).make(2)
     assert isinstance(sticky, AffinityRouter) and sticky.capacity == 7 and sticky.num_shards == 2
     assert isinstance(RouterSettings("alternating").make(2), AlternatingRouter)
     assert isinstance(RouterSettings("global").make(1), AlternatingRouter)  # one shared queue: nothing to choose
     assert RouterSettings.from_dict(RouterSettings().to_dict()) == RouterSettings()
-    with pytest.raises(ParityError, match="alternating, sticky, prefix, global"):
+    with pytest.raises(ParityError, match="alternating, global, sticky, prefix"):
         RouterSettings("random")
     with pytest.raises(ParityError, match="unknown router setting"):
         RouterSettings.from_dict({"policy": "sticky"})

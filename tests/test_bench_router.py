@@ -27,3 +27,11 @@ def test_out_of_range_options_are_a_usage_error_not_a_traceback(args, option):
     result = CliRunner().invoke(main, ["bench", "router", *args])
     assert result.exit_code == 2 and isinstance(result.exception, SystemExit)
     assert f"Invalid value for '{option}'" in result.output and "Traceback" not in result.output
+
+
+def test_the_shards_option_reaches_the_router():
+    import json
+
+    result = CliRunner().invoke(main, ["bench", "router", "--shards", "64", "--requests", "16", "--repeats", "1", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["shards"] == 64

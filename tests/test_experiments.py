@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from parity.affinity import shard_positions
 from parity.engine import engine_kind
 from parity.errors import ParityError
 from parity.experiments import offline_limit, plan
@@ -17,6 +16,7 @@ from parity.backend import Backend
 from parity.flame.settings import FlameSettings
 from parity.experiments.runner import run_experiment
 from parity.manifest import read_manifest, validate_paths, write_manifest
+from parity.routing import shard_positions
 from parity.trace import TraceSpec, build_trace, load_trace
 
 SIM = Path(__file__).resolve().parents[1] / "config" / "sim" / "h200-llama31-8b.yaml"

@@ -10,9 +10,9 @@ import pytest
 import zmq
 
 from parity import kv_events
-from parity.engine import MODEL_REVISION
 from parity.errors import ParityError
-from parity.prefix_router import PrefixRouter, block_chain
+from parity.routing import MODEL_REVISION, PrefixRouter
+from parity.routing.hashing import block_chain
 
 
 def stored(hashes, parent, tokens) -> list:
@@ -157,7 +157,7 @@ class _Followed:
     def __init__(self, publish: bool):
         from parity.engine.sim import SimEngine
         from parity.paths.engine import EnginePath
-        from parity.prefix_router import salt_of
+        from parity.routing.hashing import salt_of
 
         self.events = kv_events.Subscriber(1, salt_of(MODEL_REVISION))
         self.path = EnginePath(SimEngine(kv_events=self.events.endpoints[0] if publish else None))
@@ -170,7 +170,7 @@ class _Followed:
 
 def test_a_prefix_trial_follows_the_engines_events_and_records_them(small_reuse_trace, tmp_path):
     from parity import trial
-    from parity.affinity import RouterSettings
+    from parity.routing import RouterSettings
 
     followed = _Followed(publish=True)
     try:
@@ -193,7 +193,7 @@ def test_engines_that_were_to_publish_and_sent_nothing_fail_the_trial(small_reus
 def _refused(followed, trace, folder, trial_id: str, message: str) -> None:
     """The trial stops with `message` and leaves no partial trial manifest."""
     from parity import trial
-    from parity.affinity import RouterSettings
+    from parity.routing import RouterSettings
 
     try:
         with pytest.raises(ParityError, match=message):
@@ -303,7 +303,7 @@ def test_a_shard_that_sent_only_garbage_or_unknown_events_fails_the_events_check
 
 def test_a_trial_records_what_it_could_not_read_and_fails_when_that_was_all(small_reuse_trace, tmp_path, monkeypatch):
     from parity import trial
-    from parity.affinity import RouterSettings
+    from parity.routing import RouterSettings
 
     real = kv_events.Publisher.send
 

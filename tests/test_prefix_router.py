@@ -5,11 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from parity.affinity import AffinityRouter, RouterSettings
 from parity.bench import routing
-from parity.engine import MODEL_REVISION
 from parity.engine.sim import SimParams
-from parity.prefix_router import PrefixRouter, block_chain
+from parity.routing import MODEL_REVISION, AffinityRouter, PrefixRouter, RouterSettings
+from parity.routing.hashing import block_chain
 
 PARAMS = SimParams.load()
 

@@ -101,7 +101,7 @@ def test_trial_fails_loudly_when_a_replica_dies(reuse_trace, tmp_path):
     import signal
 
     from parity import trial
-    from parity.affinity import RouterSettings
+    from parity.routing import RouterSettings
     from parity.paths.standalone import StandalonePath
 
     path = StandalonePath("sim", ["sim-0", "sim-1"], EngineArgs(), tmp_path / "logs")
@@ -157,7 +157,7 @@ def test_a_signal_mid_burst_cancels_the_requests_in_flight(reuse_trace, tmp_path
     import threading
 
     from parity import procs
-    from parity.affinity import RouterSettings
+    from parity.routing import RouterSettings
     from parity.paths.standalone import StandalonePath
     from parity.schedule import Schedule
     from parity.standalone import client as client_module
@@ -229,7 +229,7 @@ def test_a_request_registered_nowhere_is_cancelled_before_the_pool_closes(reuse_
     import asyncio
     import gc
 
-    from parity.affinity import RouterSettings
+    from parity.routing import RouterSettings
     from parity.paths.standalone import StandalonePath
     from parity.trace import load_trace
 
@@ -260,7 +260,7 @@ def test_a_request_that_starts_while_others_are_cancelled_is_cancelled_too(reuse
     import asyncio
     import gc
 
-    from parity.affinity import RouterSettings
+    from parity.routing import RouterSettings
     from parity.paths.standalone import StandalonePath
     from parity.trace import load_trace
 

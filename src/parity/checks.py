@@ -27,6 +27,7 @@ from parity.engine import OUTPUT_TOKENS
 from parity.errors import ParityError, first_problem
 from parity.manifest import read_manifest, validate_document, write_manifest
 from parity.record import timing
+from parity.routing import PLACEMENTS
 from parity.trace import Trace, load_trace
 
 CHECKS = ("input", "coverage", "output_length", "placement")
@@ -124,7 +125,8 @@ def _placement(doc: dict, pinning: dict[int, str] | None, exclusive: bool) -> li
 def check_trial(doc: dict, trace: Trace, pinning: dict[int, str] | None = None) -> dict:
     """The verdict of one trial: every check with its outcome, the reasons for any failure, and the
     pinning it was held to (so the verdict can be recomputed from the trial alone)."""
-    exclusive = doc.get("config", {}).get("placement") != "global"  # a global session shares one queue
+    placement = PLACEMENTS.get(doc.get("config", {}).get("placement"))  # None: a name not ours
+    exclusive = placement is None or not placement.shared_session  # a shared session's GPUs take tasks in turn
     found = {"input": _input(doc, trace), "coverage": _coverage(doc, trace),
              "output_length": _output_length(doc), "placement": _placement(doc, pinning, exclusive)}
     if "jit" in doc:  # ours: a trial whose engines watched their kernel compilations (parity.jit)

@@ -10,7 +10,7 @@ number, msgpack `EventBatch(ts, events[, data_parallel_rank])`; each event a tag
 are read by position and the rest ignored; only full blocks are announced.
 
 `EngineBlocks` turns one shard's stored engine blocks (16 tokens each) back into the router's own
-block hashes, with the same fingerprints as `parity.prefix_router.block_chain`, accumulated 16
+block hashes, with the same fingerprints as `parity.routing.hashing.block_chain`, accumulated 16
 tokens at a time, so the router's map follows what the engine holds: stored, evicted, cleared.
 `Subscriber` reads one stream per shard on a thread and queues what it derives; the router applies
 the queue at its next decision (`PrefixRouter.follow`), so the map is only ever changed from the
@@ -34,7 +34,7 @@ from collections import Counter
 import numpy as np
 
 from parity.errors import ParityError
-from parity.prefix_router import BLOCK_TOKENS, _DEPTHS, _weights
+from parity.routing.hashing import BLOCK_TOKENS, DEPTHS, salt_of, weights
 
 ENGINE_BLOCK_TOKENS = 16
 TOPIC = "kv"
@@ -136,8 +136,8 @@ class EngineBlocks:
         if block_tokens % ENGINE_BLOCK_TOKENS:
             raise ValueError(f"the router's blocks ({block_tokens}) must be whole engine blocks of {ENGINE_BLOCK_TOKENS}")
         self.salt, self.per_router_block = salt, block_tokens // ENGINE_BLOCK_TOKENS
-        self.words = _weights(block_tokens // 2)  # block_chain's weights: two token IDs per 64-bit word
-        self.depth_weights = _weights(_DEPTHS)
+        self.words = weights(block_tokens // 2)  # block_chain's weights: two token IDs per 64-bit word
+        self.depth_weights = weights(DEPTHS)
         self._state: dict = {}  # engine hash -> (engine depth, completed sum, partial fingerprint)
         self.orphans = 0  # blocks whose parent was never announced (stored before we listened)
 
@@ -145,7 +145,7 @@ class EngineBlocks:
         if depth % self.per_router_block != self.per_router_block - 1:
             return None
         r = depth // self.per_router_block
-        return (self.salt + done + partial * int(self.depth_weights[r % _DEPTHS])) & _MASK
+        return (self.salt + done + partial * int(self.depth_weights[r % DEPTHS])) & _MASK
 
     def stored(self, hashes: list, parent, token_ids: list[int], block_size: int) -> list[int]:
         """The router blocks these engine blocks complete."""
@@ -172,7 +172,7 @@ class EngineBlocks:
         completed = []
         for engine_hash, piece in zip(hashes, pieces):
             if depth >= 0 and depth % per == per - 1:  # the last ended one
-                done = (done + partial * int(self.depth_weights[(depth // per) % _DEPTHS])) & _MASK
+                done = (done + partial * int(self.depth_weights[(depth // per) % DEPTHS])) & _MASK
                 partial = 0
             depth += 1
             partial = (partial + piece) & _MASK
@@ -233,8 +233,6 @@ class Subscriber:
     @classmethod
     def for_revision(cls, shards: int, revision: str, block_tokens: int = BLOCK_TOKENS) -> "Subscriber":
         """A subscriber whose block hashes are those of a prefix router for the model at `revision`."""
-        from parity.prefix_router import salt_of
-
         return cls(shards, salt_of(revision), block_tokens)
 
     def _run(self) -> None:

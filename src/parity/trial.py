@@ -32,12 +32,12 @@ import time
 from pathlib import Path
 
 from parity import jit
-from parity.affinity import RouterSettings
 from parity.checks import check_trial, read_trial, trace_of, unsupported
 from parity.engine import EngineArgs
 from parity.errors import ParityError
 from parity.manifest import ManifestError, is_file_reference, read_manifest, sha256_file, write_manifest
 from parity.record import cached_share, package_versions, refused_records, request_records, trial_manifest
+from parity.routing import RouterSettings
 from parity.schedule import Schedule
 from parity.trace import check_context, load_trace
 
@@ -66,7 +66,7 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
     if router.placement not in path.placements:
         raise ParityError(f"the {path.name} path places requests by {' or '.join(path.placements)}, "
                           f"not {router.placement!r}")
-    if restart is not None and router.placement == "prefix":
+    if restart is not None and router.facts.follows_kv_events:
         raise ParityError("the restart fault runs with the sticky router: a new engine's KV cache events would "
                           "start over under a map that still holds the dead one's")
     started = time.monotonic()
@@ -87,7 +87,7 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
                                      schedule if paced(round_index) else Schedule(), **warm_own)
             log(f"  warmup {round_index}: {warm_count} requests in {burst.duration_s:.2f} s"
                 + (f" (paced, {schedule.kind} {schedule.rate:g}/s)" if paced(round_index) else ""))
-        if router.placement == "prefix" and path.cache_tokens:  # its map sized from the engine's cache
+        if router.facts.models_cache and path.cache_tokens:  # its map sized from the engine's cache
             router = dataclasses.replace(router, cache_tokens=path.cache_tokens)
         routed = router.make(path.shards)
         if admission is not None:  # over the router that books each shard's work (the Controller says so otherwise)
@@ -95,7 +95,7 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
             from parity.latency import Objective
 
             own["admission"] = Controller(routed, admission, objective or Objective())
-        events = path.events if hasattr(routed, "follow") else None
+        events = path.events if routed.follows_kv_events else None
         if events is not None:  # the map follows the engines, from what the warmups left in them on
             events.settle()
             routed.follow(events.changes)
@@ -109,7 +109,7 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
         if compiled and compiled["measured"]:
             log(f"  {len(compiled['measured'])} kernel compilations inside the timed window: "
                 f"{', '.join(sorted(set(compiled['measured'])))}")
-        if hasattr(routed, "observe"):  # the router's expected hits beside the engine's, in its stats
+        if routed.observes:  # the router's expected hits beside the engine's, in its stats
             routed.observe([c.cached_tokens for c in burst.completions])
         kv_events = None
         if events is not None:
@@ -119,7 +119,7 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
                 log(f"  KV events: {unreadable}")
             routed.sync()
             kv_events = events.stats(since) | {"router_held_blocks": routed.stats()["held_blocks"]}
-        if getattr(routed, "overflowed", False):
+        if routed.models_cache and routed.overflowed:
             log(f"  the prefix router's map outgrew the engine's cache ({routed.cache_tokens:,} tokens): "
                 f"{routed.stats()['evicted_blocks']} blocks forgotten")
         described = path.describe(burst)

@@ -21,9 +21,8 @@ import numpy as np
 
 from parity.admission import BoundedSettings, Controller
 from parity.bench.routing import documents
-from parity.engine import MODEL_REVISION
 from parity.latency import Objective
-from parity.prefix_router import PrefixRouter
+from parity.routing import MODEL_REVISION, PrefixRouter
 
 TARGET_US = 20.0
 

@@ -15,7 +15,7 @@ import statistics
 from pathlib import Path
 
 from parity import trial
-from parity.affinity import shard_positions
+from parity.routing import shard_positions
 from parity.engine import Engine
 from parity.flame.admission import admission_order
 from parity.paths.engine import EnginePath

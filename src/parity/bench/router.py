@@ -13,10 +13,10 @@ import time
 
 import numpy as np
 
-from parity.affinity import DEPTH_TOKENS, AffinityRouter, prefix_identities
+from parity.routing import MODEL_REVISION
+from parity.routing.sticky import DEPTH_TOKENS, AffinityRouter, prefix_identities
 
 TARGET_US = 20.0
-REVISION = "a2856192dd7c25b842431f39c179a6c2c2f627d1"
 VOCAB = 128_000
 SUFFIX_TOKENS = 16
 
@@ -54,13 +54,13 @@ def run(num_requests: int = 512, prompt_tokens: int = 8000, num_shards: int = 2,
     heads = [p[:DEPTH_TOKENS].tobytes() for p in prompts]
 
     def route_all(ps):
-        router = AffinityRouter(num_shards, REVISION, capacity=4 * len(ps) + 16)  # never evicts
+        router = AffinityRouter(num_shards, MODEL_REVISION, capacity=4 * len(ps) + 16)  # never evicts
         for p in ps:
             router.route(p)
 
     def hash_all(ps):
         for p in ps:
-            prefix_identities(p, REVISION)
+            prefix_identities(p, MODEL_REVISION)
 
     def sha_all(blobs):
         for blob in blobs:

@@ -20,12 +20,12 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from parity.affinity import AffinityRouter, AlternatingRouter
-from parity.engine import MODEL_REVISION
 from parity.engine.sim import SimEngine, SimParams
-from parity.prefix_router import DECODE_WEIGHT, OUTPUT_TOKENS, PrefixRouter
+from parity.routing import MODEL_REVISION, SHARDED, PrefixRouter, RouterSettings
+from parity.routing.prefix import DECODE_WEIGHT
+from parity.study import OUTPUT_TOKENS
 
-PLACEMENTS = ("alternating", "sticky", "prefix", "hindsight")
+PLACEMENTS = (*SHARDED, "hindsight")  # every router over a path's shards (parity.routing), and the reference
 FAMILIES = ("study-reuse", "shared-head", "zipf", "working-set", "shards")
 VOCAB = 128_000
 QUESTION_TOKENS = 40
@@ -127,15 +127,11 @@ def whole_documents(w: Workload) -> list[int]:
 
 
 def place(w: Workload, placement: str, params: SimParams) -> tuple[list[int], dict]:
-    """The shard of each request under `placement`, and the router's stats."""
-    if placement == "hindsight":
+    """The shard of each request under `placement` (a router's, or else the hindsight placement), and the router's
+    stats. A router is made as a trial makes it, sized from the family's simulated cache."""
+    if placement not in SHARDED:
         return hindsight(w, params), {"policy": "hindsight"}
-    if placement == "alternating":
-        router = AlternatingRouter(w.shards)
-    elif placement == "sticky":
-        router = AffinityRouter(w.shards, MODEL_REVISION)
-    else:
-        router = PrefixRouter(w.shards, MODEL_REVISION, cache_tokens=w.cache_tokens or params.kv_cache_tokens)
+    router = RouterSettings(placement, cache_tokens=w.cache_tokens or params.kv_cache_tokens).make(w.shards)
     return [router.route(p) for p in w.prompts], router.stats()
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from parity.affinity import RouterSettings
+from parity.routing import RouterSettings
 from parity.schedule import Schedule
 
 PROMPT = np.arange(1000, 1512, dtype=np.uint32)  # 512 tokens: a first request, not a workload

@@ -14,7 +14,7 @@ from parity.cli.app import echo, main
 from parity.cli.errors import friendly_errors
 from parity.mlperf import ARMS, MODES
 from parity.backend import Backend
-from parity.mlperf.run import ENGINES, RunSpec, arm_backend
+from parity.mlperf.run import ENGINES, PLACEMENTS, RunSpec, arm_backend
 
 
 @main.group("mlperf")
@@ -58,7 +58,7 @@ def mlperf_group():
               help="Flame: prompts per task (the workflow's arms: mlperf.flame_arms).")
 @click.option("--window-ms", default=RunSpec.flame.window_ms, show_default=True, type=click.FloatRange(min=0),
               help="Flame: batch window.")
-@click.option("--placement", type=click.Choice(["global", "sticky"]), default=RunSpec.placement, show_default=True)
+@click.option("--placement", type=click.Choice(PLACEMENTS), default=RunSpec.placement, show_default=True)
 @options.cluster(RunSpec.backend.cluster)
 @options.flame_bin_dir
 @click.option("--startup-timeout", default=float(RunSpec.backend.startup_timeout_s), show_default=True, type=click.FloatRange(min=0, min_open=True),

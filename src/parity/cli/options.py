@@ -18,7 +18,6 @@ from parity.netns import MODES as NETWORK_MODES
 from parity.settings import key_values
 
 REPLICA_KINDS = ("sim", "vllm")  # parity.standalone.replicas.KINDS, without importing httpx to build the options
-FLAME_PLACEMENTS = ("global", "sticky", "prefix")  # parity.paths.flame.FlamePath.placements (tests/test_paths.py)
 
 
 def stack(*options):

@@ -7,7 +7,6 @@ from pathlib import Path
 
 import click
 
-from parity.affinity import POLICIES
 from parity.cli import options
 from parity.cli.app import echo, main
 from parity.cli.errors import friendly_errors
@@ -15,6 +14,7 @@ from parity.engine import ENGINES, FAMILIES
 from parity.errors import ParityError
 from parity.backend import Backend
 from parity.flame.settings import APIS, FlameSettings
+from parity.routing import FLAME, SHARDED
 from parity.workflow_config import experiment_names, experiment_settings
 
 
@@ -43,7 +43,7 @@ def engine_run(kind, traces, batches, warmup_rounds, model, load_format, engine_
                clock, backend_text, experiment, out_dir):
     """Warm up, then measure each trace on one engine; a trial manifest per run, a line in summary.jsonl."""
     from parity import trial
-    from parity.affinity import RouterSettings
+    from parity.routing import RouterSettings
     from parity.engine import make_engine
     from parity.paths.engine import EnginePath
 
@@ -99,7 +99,7 @@ def standalone_group():
 @click.option("--replicas", "kind", type=click.Choice(options.REPLICA_KINDS), default="sim", show_default=True,
               help="sim: simulator servers (CPU); vllm: `vllm serve` per GPU.")
 @options.gpus("GPU UUID per replica (repeat); default sim-0, sim-1.")
-@click.option("--placement", "placements", type=click.Choice(POLICIES), multiple=True,
+@click.option("--placement", "placements", type=click.Choice(SHARDED), multiple=True,
               default=("alternating", "sticky"), show_default=True,
               help="Which router places requests (repeat for several): the base policy, the study's, or ours.")
 @options.traces()
@@ -161,7 +161,7 @@ def flame_worker():
                                  "binaries.")
 @options.flame_bin_dir
 @options.gpus("GPU UUID per worker (repeat); default sim-0, sim-1.")
-@click.option("--placement", "placements", type=click.Choice(options.FLAME_PLACEMENTS), multiple=True,
+@click.option("--placement", "placements", type=click.Choice(FLAME), multiple=True,
               default=("sticky",), show_default=True)
 @options.traces()
 @options.flame_settings

@@ -16,9 +16,6 @@ from parity.settings import checked_fields  # noqa: F401  (EngineArgs and SimPar
 from parity.study import MAX_MODEL_LEN, OUTPUT_TOKENS
 
 SAMPLING = {"max_tokens": OUTPUT_TOKENS, "min_tokens": OUTPUT_TOKENS, "ignore_eos": True, "temperature": 0.0}
-# The revision the study pinned. Public code pairs it only with unsloth/Meta-Llama-3.1-8B-Instruct (an ungated
-# copy), not with meta-llama's repository; the study's router salts its block identities with it, so ours does.
-MODEL_REVISION = "a2856192dd7c25b842431f39c179a6c2c2f627d1"
 # The meta-llama/Llama-3.1-8B-Instruct commit the artifact fetches (manifests/pins/llama-3.1-8b-instruct.json,
 # every file's SHA-256 public) and vLLM loads.
 HUB_REVISION = "0e9e39f249a16976918f6564b8830bc894c89659"

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 
 from parity import trial
-from parity.affinity import shard_positions
+from parity.routing import shard_positions
 from parity.checks import check_file
 from parity.errors import ParityError
 from parity.backend import Backend

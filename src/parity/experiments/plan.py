@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from parity.admission import BoundedSettings
-from parity.affinity import RouterSettings
+from parity.routing import RouterSettings
 from parity.errors import ParityError
 from parity.experiments.settings import (AdmissionSettings, Answers, Arrivals, ConfirmationSettings, Evict, ExtraPair,
                                          GcSettings, LengthsPair, LocalitySettings, OfflineLimitSettings, RestartPair,

@@ -18,7 +18,7 @@ from parity import paths, trial
 from parity.checks import check_file, pinning_of
 from parity.errors import ParityError
 from parity.backend import Backend
-from parity.affinity import RouterSettings
+from parity.routing import RouterSettings
 from parity.experiments.plan import (Case, about, for_experiment, paced_span_s, registered, repetition_id, rotate,
                                     runs_cases, settings_of)
 from parity.manifest import file_ref, header, read_manifest, write_manifest

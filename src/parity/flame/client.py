@@ -23,6 +23,7 @@ from parity.flame.batcher import Batcher
 from parity.flame.harvester import Harvester
 from parity.flame.service import FAILURE_DIR_ENV
 from parity.flame.settings import FlameSettings
+from parity.routing import facts_of
 
 
 GLOBAL_APP = "parity-all-gpus"
@@ -88,7 +89,7 @@ class FlameSessions:
     def __enter__(self) -> "FlameSessions":
         self.connection = flamepy.connect(self.cluster.endpoint)
         try:
-            if self.placement == "global":
+            if facts_of(self.placement).shared_session:
                 specs = [(GLOBAL_APP, self.gpus)]
             else:
                 specs = [(shard_app(index), 1) for index in range(self.gpus)]

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
+from parity import routing
 from parity.backend import Backend
 from parity.engine import EngineArgs
 from parity.errors import ParityError
@@ -34,6 +35,9 @@ BACKEND = Backend(gpus=(), startup_timeout_s=600.0)
 # The Flame arm's settings where the workflow (mlperf.flame_arms) names none: the study's larger MLPerf batch, a
 # 4 MiB payload budget; the API each worker drives follows the engine (`flame_settings`).
 FLAME = FlameSettings(batch_limit=64, budget_mib=4)
+# The Flame arm's session layouts: its SUT takes the sessions in turn (no router chooses), so a placement whose router
+# would follow the engines' KV cache events has nothing to follow them.
+PLACEMENTS = tuple(p for p in routing.FLAME if not routing.facts_of(p).follows_kv_events)
 
 
 @dataclass
@@ -137,7 +141,6 @@ def standalone_path(spec: RunSpec, args: EngineArgs, prompts, stack: contextlib.
 @contextlib.contextmanager
 def flame_path(spec: RunSpec, args: EngineArgs, prompts, stack: contextlib.ExitStack):
     """The Flame serving path's cluster and sessions (`parity.paths.flame`), fed by LoadGen instead of a burst."""
-    from parity.affinity import RouterSettings
     from parity.engine import engine_kind
     from parity.mlperf.sut_flame import FlameSUT
     from parity.paths.flame import FlamePath, cluster
@@ -150,7 +153,7 @@ def flame_path(spec: RunSpec, args: EngineArgs, prompts, stack: contextlib.ExitS
                  receipt_path=spec.out / RECEIPTS[1]) as running:
         path = FlamePath(running, gpus, settings, engine=family, engine_args=args,
                          sim_params=str(spec.sim_params) if spec.sim_params else None)
-        with path.trial(f"mlperf-{spec.mode}", RouterSettings(spec.placement)):
+        with path.trial(f"mlperf-{spec.mode}", routing.RouterSettings(spec.placement)):
             sut = FlameSUT(prompts, path.sessions)
             try:
                 yield sut, {"engine": engine, "vllm_version": None if family == "sim" else package_versions()["vllm"],

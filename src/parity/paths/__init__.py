@@ -32,6 +32,7 @@ from typing import ClassVar, Iterator
 from parity.engine import Completion
 from parity.errors import ParityError
 from parity.record import Placement
+from parity.routing import SHARDED
 
 BUILT_IN = ("parity.paths.standalone", "parity.paths.flame", "parity.paths.engine")
 _PATHS: dict[str, type["ServingPath"]] = {}
@@ -68,7 +69,7 @@ class ServingPath:
     """The serving-path interface; see the module docstring."""
 
     name: ClassVar[str] = ""  # set by `register`
-    placements: ClassVar[tuple[str, ...]] = ("alternating", "sticky", "prefix")
+    placements: ClassVar[tuple[str, ...]] = SHARDED  # the placements it takes (parity.routing.PLACEMENTS)
     receipt_path: Path | None = None
     receipt: dict | None = None
     events = None  # a parity.kv_events.Subscriber while the path's engines publish KV cache events (placement prefix)

@@ -22,6 +22,7 @@ from parity.flame.client import FlameSessions, register_applications, verify_pla
 from parity.flame.settings import FlameSettings, session_data
 from parity.paths import Burst, Described, ServingPath, register
 from parity.record import Placement
+from parity.routing import FLAME
 from parity.schedule import wait_until
 from parity.trace import token_sha256
 
@@ -86,7 +87,7 @@ def cluster(kind: str, gpus: list[str], out_dir: Path, *, simulated: bool, bin_d
 
 @register("flame")
 class FlamePath(ServingPath):
-    placements = ("global", "sticky", "prefix")
+    placements = FLAME
 
     def __init__(self, running_cluster, gpus: list[str], settings: FlameSettings, *, engine: str,
                  engine_args: EngineArgs, sim_params: str | None = None, stream: bool = False,
@@ -139,7 +140,7 @@ class FlamePath(ServingPath):
             yield from self._kept(router)
             return
         data = self.data
-        if router.placement == "prefix":
+        if router.facts.follows_kv_events:
             from parity.kv_events import Subscriber
 
             self.events = Subscriber.for_revision(len(self.gpus), router.revision)
@@ -156,7 +157,7 @@ class FlamePath(ServingPath):
 
     def _kept(self, router):
         """A trial on the shared start's sessions: opened by its first trial, reset (cold caches) for later ones."""
-        if router.placement == "prefix":
+        if router.facts.follows_kv_events:
             raise ParityError("a shared engine start runs with the sticky router (the prefix router follows each "
                               "trial's KV cache events from fresh engines)")
         if self.sessions is None:
@@ -206,7 +207,7 @@ class FlamePath(ServingPath):
                 sent_to.append(sessions.sessions[shard].id)
             if outage:
                 outage.watch(future, index)
-            if hasattr(router, "complete"):  # its load released as its answer comes back (the batcher's thread)
+            if router.released_on_completion:  # its load released as its answer comes back (the batcher's thread)
                 future.add_done_callback(lambda _, index=index: router.complete(index))
 
         try:

@@ -23,7 +23,6 @@ from parity.trace import token_sha256
 
 @register("standalone")
 class StandalonePath(ServingPath):
-    placements = ("alternating", "sticky", "prefix")
 
     def __init__(self, kind: str, gpus: list[str], args: EngineArgs, log_dir: Path, *, startup_timeout_s: float = 600,
                  sim_params: Path | None = None, receipt_path: Path | None = None, events_revision: str | None = None,
@@ -44,7 +43,7 @@ class StandalonePath(ServingPath):
         return cls("sim" if b.simulated else "vllm", runner.gpus, runner.args(case), runner.out_dir / "logs" / name,
                    startup_timeout_s=b.startup_timeout_s, sim_params=Path(b.sim_params) if b.sim_params else None,
                    receipt_path=runner.out_dir / "cleanup" / f"{name}.json",
-                   events_revision=case.router.revision if case.placement == "prefix" else None, stream=case.stream)
+                   events_revision=case.router.revision if case.router.facts.follows_kv_events else None, stream=case.stream)
 
     def __enter__(self) -> "StandalonePath":
         if self.events_revision is not None:  # bound before the replicas start: each engine connects to its port

@@ -16,6 +16,7 @@ from parity.engine import OUTPUT_TOKENS, EngineArgs
 from parity.flame.settings import FlameSettings
 from parity.report import format as f
 from parity.report.inputs import Experiment, MlperfRun
+from parity.routing import STUDY
 
 STUDY_GPU = "study (B200, measured)"
 
@@ -512,8 +513,8 @@ def routing(experiment: Experiment | None, confirmation: Experiment | None = Non
                 events = (f"{sum(sum(e.values()) for k in followed for e in k['events']):,} events; "
                           f"{sum(sum(k['router_held_blocks']) for k in followed):,} / "
                           f"{sum(sum(k['engine_held_blocks']) for k in followed):,}" if followed else f.MISSING)
-                vs = (f.signed_pct(medians[placement] / medians["sticky"] - 1, 1)
-                      if placement != "sticky" and medians.get("sticky") and medians.get(placement) else f.MISSING)
+                vs = (f.signed_pct(medians[placement] / medians[STUDY] - 1, 1)
+                      if placement != STUDY and medians.get(STUDY) and medians.get(placement) else f.MISSING)
                 table.rows.append([trace, path, ROUTERS.get(placement, placement), ours(docs),
                                    f.spread(d.get("requests_per_s")), f.pct(d.get("cached_share", {}).get("median")),
                                    " / ".join("+".join(map(str, s)) for s in split) or f.MISSING,

@@ -210,7 +210,7 @@ class NativeClient:
                 first = lambda index=decision.index: admission.first_token(index, time.monotonic())  # noqa: E731
             else:
                 shards.append(router.route(prompt))
-                done = (lambda _, index=len(tasks): router.complete(index)) if hasattr(router, "complete") else None
+                done = (lambda _, index=len(tasks): router.complete(index)) if router.released_on_completion else None
             body = request_body(self.model, prompt, sampling, self.stream)
             tasks.append(asyncio.ensure_future(self._post(shards[-1], body, request_id, release + offset, sampling,
                                                           first)))

@@ -1,4 +1,4 @@
-"""Prefix-affinity routing, as the study describes it, and the alternating base policy.
+"""Prefix-affinity routing, as the study describes it (placement `sticky`, the default of every study table).
 
 Requests that share a document prefix should land on the shard whose prefix cache already holds it.
 A request's identity is a chain of SHA-256 hashes over 256-token blocks of its first 1,024 tokens,
@@ -14,21 +14,14 @@ from __future__ import annotations
 
 import hashlib
 from collections import OrderedDict
-from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
-from parity.engine import MODEL_REVISION
-from parity.settings import Settings
+from parity.routing.base import Tokens
 
 BLOCK_TOKENS = 256
 DEPTH_TOKENS = 1024
-POLICIES = ("alternating", "sticky", "prefix")  # the routers: the base policy, the study's, ours
-PLACEMENTS = (*POLICIES, "global")
 _DOMAIN = b"parity-affinity-v1\0"
-
-Tokens = Sequence[int] | np.ndarray
 
 
 def prefix_identities(tokens: Tokens, salt: str | bytes, *,
@@ -57,6 +50,8 @@ def prefix_identities(tokens: Tokens, salt: str | bytes, *,
 
 class AffinityRouter:
     """Sticky-prefix routing over `num_shards` shards with a bounded (LRU) client map."""
+
+    follows_kv_events = released_on_completion = observes = models_cache = quotes = False  # parity.routing.base.Router
 
     def __init__(self, num_shards: int, revision: str, capacity: int = 4096):
         if num_shards < 1:
@@ -103,71 +98,3 @@ class AffinityRouter:
         return {"policy": "sticky", "requests": self._requests, "hits": self._hits,
                 "misses": self._requests - self._hits, "loads": self.loads, "map_size": self.map_size,
                 "capacity": self.capacity}
-
-
-class AlternatingRouter:
-    """The base policy: round-robin over shards, blind to content."""
-
-    def __init__(self, num_shards: int):
-        if num_shards < 1:
-            raise ValueError(f"need at least one shard, got num_shards={num_shards}")
-        self.num_shards = num_shards
-        self._requests = 0
-        self._loads = [0] * num_shards
-
-    def route(self, tokens: Tokens) -> int:
-        shard = self._requests % self.num_shards
-        self._requests += 1
-        self._loads[shard] += len(tokens)
-        return shard
-
-    @property
-    def loads(self) -> list[int]:
-        """Full prompt tokens sent to each shard so far (this policy estimates no cache)."""
-        return list(self._loads)
-
-    def stats(self) -> dict:
-        return {"policy": "alternating", "requests": self._requests, "loads": self.loads}
-
-
-@dataclass(frozen=True)
-class RouterSettings(Settings):
-    """Where the requests of a burst go: the placement, and its router's settings.
-
-    `alternating`, `sticky` (the study's router, above) and `prefix` (`parity.prefix_router`, ours)
-    name the router; `global` is Flame's one shared queue (a single session whose workers take tasks
-    in turn), so its path has one shard and nothing to choose.
-    """
-
-    what = "router setting"
-    placement: str = "sticky"
-    revision: str = MODEL_REVISION  # salts the block identities: a cache built by another revision is useless
-    capacity: int = 4096  # sticky: entries of the identity map (the study's fixed size)
-    cache_tokens: int = 880_000  # prefix: KV cache tokens per shard (an H200 replica of the 8B model)
-    block_tokens: int = 256  # prefix: tokens per hashed block
-
-    def __post_init__(self):
-        from parity.errors import ParityError
-
-        if self.placement not in PLACEMENTS:
-            raise ParityError(f"unknown placement {self.placement!r}: use one of {', '.join(PLACEMENTS)}")
-
-    def make(self, shards: int):
-        """A fresh router over `shards` shards (each burst gets its own: no memory of an earlier one)."""
-        if self.placement == "sticky":
-            return AffinityRouter(shards, self.revision, self.capacity)
-        if self.placement == "prefix":
-            from parity.prefix_router import PrefixRouter
-
-            return PrefixRouter(shards, self.revision, cache_tokens=self.cache_tokens, block_tokens=self.block_tokens)
-        return AlternatingRouter(shards)
-
-
-def shard_positions(prompts, shards: int) -> list[list[int]]:
-    """Burst positions per shard, as the study's sticky router assigns them (the shards of the offline
-    limit and of `parity bench order` are the serving paths')."""
-    router = RouterSettings().make(shards)
-    out: list[list[int]] = [[] for _ in range(shards)]
-    for position, prompt in enumerate(prompts):
-        out[router.route(prompt)].append(position)
-    return out

@@ -1,8 +1,9 @@
 """The prefix-aware router (placement `prefix`): a policy of our own beside the study's (`sticky`,
-`parity.affinity`), which stays as the study ran it and the default of the study's tables.
+`parity.routing.sticky`), which stays as the study ran it and the default of the study's tables.
 
 - Identity: the chain of hashes over every full block of the whole prompt (`block_tokens` each),
-  salted with the model revision, so a shared head of any length is matched as far as it goes.
+  salted with the model revision, so a shared head of any length is matched as far as it goes
+  (`parity.routing.hashing`, which the engines' KV cache events are read back into).
 - Matching: per shard, the deepest block of the chain it holds; an index maps each block to the
   shards holding it, and each shard's blocks are kept in LRU order within its cache. Past the deepest
   block, the engine also hits the part of the next block two prompts share (a document's last tokens
@@ -30,98 +31,26 @@ The router sees token IDs only; an assignment is not proof of a hit (the engines
 
 from __future__ import annotations
 
-import hashlib
 import heapq
 import queue
 from collections import Counter
-from typing import Sequence
 
 import numpy as np
 
+from parity.routing.base import Tokens
+from parity.routing.hashing import BLOCK_TOKENS, FINE_TOKENS, fine_chain, salt_of, token_words, word_chain
 from parity.study import OUTPUT_TOKENS
 
-Tokens = Sequence[int] | np.ndarray
-BLOCK_TOKENS = 256
 DECODE_WEIGHT = 6.0  # an output token's engine time in prefill tokens: decode_seq_s / prefill_token_s alone is 2.2
 # on the calibrated H200 (config/sim), but a request also adds its share of every decode step's fixed cost and,
 # past max_num_seqs, a wave; 6 is what `parity bench routing` found best (2 to 8 tried) with hot documents
 
 
-FINE_TOKENS = 16  # the engine's KV block: the grain of what a shard is counted as holding past its deepest block
-_WEIGHTS: dict[int, np.ndarray] = {}
-_DEPTHS = 4096  # per-depth multipliers, cycled beyond (a million tokens at 256 per block)
-
-
-def _odd_words(count: int, seed: int) -> np.ndarray:
-    return np.random.default_rng(seed).integers(0, 2**63, count, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
-
-
-def _weights(count: int) -> np.ndarray:
-    """Fixed odd 64-bit weights: a block's fingerprint is their dot product with its words (mod 2**64)."""
-    if count not in _WEIGHTS:
-        _WEIGHTS[count] = _odd_words(count, 0x9A817 + count)
-    return _WEIGHTS[count]
-
-
-def salt_of(revision: str) -> int:
-    """What a router for the model at `revision` salts its block hashes with (a cache another revision built
-    matches nothing); the same in every process, so a KV event subscriber made first agrees."""
-    return int.from_bytes(hashlib.blake2b(f"parity-prefix-v1:{revision}".encode(), digest_size=8).digest(), "little")
-
-
-def _words(tokens: Tokens) -> np.ndarray:
-    """The prompt's token IDs as 64-bit words, two per word (a trailing odd token dropped: no block has it)."""
-    data = np.asarray(tokens)
-    if data.size == 0:
-        raise ValueError("cannot route an empty prompt")
-    if data.dtype.kind not in "iu":
-        raise ValueError(f"token IDs must be integers, got dtype {data.dtype}")
-    head = data[: data.size // 2 * 2]
-    if head.dtype != np.uint32 or not head.flags.c_contiguous:
-        head = np.ascontiguousarray(head, dtype=np.uint32)
-    return head.view(np.uint64)
-
-
-def _chain(words: np.ndarray, salt: int, block_tokens: int) -> list[int]:
-    half = block_tokens // 2
-    blocks = words.size // half
-    depth = _weights(_DEPTHS)
-    multipliers = depth[:blocks] if blocks <= _DEPTHS else np.resize(depth, blocks)
-    fingerprints = words[: blocks * half].reshape(blocks, half) @ _weights(half)
-    return (np.cumsum(fingerprints * multipliers, dtype=np.uint64) + np.uint64(salt)).tolist()
-
-
-def block_chain(tokens: Tokens, salt: int, block_tokens: int = BLOCK_TOKENS) -> list[int]:
-    """Hash k covers tokens [0, (k + 1) * block_tokens): two prompts share hash k exactly when they share
-    that prefix (up to 64-bit collisions). Only full blocks: the engine caches nothing shorter.
-
-    Vectorized: each block's fingerprint is a dot product of its token IDs (two per 64-bit word) with
-    fixed odd weights, and hash k is the salt plus the running sum of fingerprints times per-depth odd
-    multipliers, all mod 2**64, so equal hashes mean equal fingerprints at every depth up to k."""
-    if block_tokens % FINE_TOKENS:
-        raise ValueError(f"block_tokens ({block_tokens}) must be whole engine blocks of {FINE_TOKENS} tokens")
-    return _chain(_words(tokens), salt, block_tokens)
-
-
-def _fine(words: np.ndarray, block: int, before: int, block_tokens: int) -> list[int]:
-    """Hash j covers the first j + 1 engine blocks (FINE_TOKENS tokens each) of router block `block`, after
-    the prefix whose chain hash is `before`; never the whole block (its chain hash says that). The same
-    weights as the block's fingerprint, so the engine's events give the same hashes."""
-    half, per = FINE_TOKENS // 2, block_tokens // FINE_TOKENS
-    start = block * (block_tokens // 2)
-    count = min((words.size - start) // half, per - 1)
-    if count <= 0:
-        return []
-    weights = _weights(block_tokens // 2)[: count * half].reshape(count, half)
-    parts = (words[start: start + count * half].reshape(count, half) * weights).sum(axis=1, dtype=np.uint64)
-    np.cumsum(parts, out=parts)
-    parts *= np.uint64(0x9E3779B97F4A7C15)
-    parts += np.uint64(before)
-    return parts.tolist()
-
-
 class PrefixRouter:
     """Longest-prefix, least-work routing over `num_shards` shards; see the module docstring."""
+
+    # parity.routing.base.Router: follow/sync, complete, observe, cache_tokens/overflowed, quote/commit
+    follows_kv_events = released_on_completion = observes = models_cache = quotes = True
 
     def __init__(self, num_shards: int, revision: str, *, cache_tokens: int, block_tokens: int = BLOCK_TOKENS,
                  output_tokens: int = OUTPUT_TOKENS, margin: float = 1.0, decode_weight: float = DECODE_WEIGHT):
@@ -267,8 +196,8 @@ class PrefixRouter:
         it. Nothing changes until `commit` (so a caller may decline it: parity.admission)."""
         self._apply_changes()
         self._release()
-        words = _words(tokens)
-        chain = _chain(words, self._salt, self.block_tokens)
+        words = token_words(tokens)
+        chain = word_chain(words, self._salt, self.block_tokens)
         depths, shared = self._depths(chain)
         quote = Quote(self, words, chain, depths, shared, len(tokens))
         length, loads, block = quote.length, self._loads, self.block_tokens
@@ -402,7 +331,7 @@ class Quote:
         """Block `at`'s engine-block hashes, computed once per decision."""
         if at not in self._fine:
             r = self._router
-            self._fine[at] = _fine(self._words, at, r._before(self.chain, at), r.block_tokens)
+            self._fine[at] = fine_chain(self._words, at, r._before(self.chain, at), r.block_tokens)
         return self._fine[at]
 
     def held(self, shard: int) -> int:

@@ -1,0 +1,88 @@
+"""The prefix router's block hashes, shared with the engines' KV cache events (`parity.kv_events`), which turn
+the blocks an engine stored back into the same hashes so the router's map follows what the engine holds.
+
+A prompt is hashed as a chain over its full blocks (`BLOCK_TOKENS` each), salted with the model revision
+(`salt_of`): hash k covers tokens [0, (k + 1) * block_tokens). Past a prompt's deepest held block, what two
+prompts share of the next block is hashed in the engine's own blocks (`FINE_TOKENS`, `fine_chain`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+import numpy as np
+
+from parity.routing.base import Tokens
+
+BLOCK_TOKENS = 256
+FINE_TOKENS = 16  # the engine's KV block: the grain of what a shard is counted as holding past its deepest block
+_WEIGHTS: dict[int, np.ndarray] = {}
+DEPTHS = 4096  # per-depth multipliers, cycled beyond (a million tokens at 256 per block)
+
+
+def _odd_words(count: int, seed: int) -> np.ndarray:
+    return np.random.default_rng(seed).integers(0, 2**63, count, dtype=np.uint64) * np.uint64(2) + np.uint64(1)
+
+
+def weights(count: int) -> np.ndarray:
+    """Fixed odd 64-bit weights: a block's fingerprint is their dot product with its words (mod 2**64)."""
+    if count not in _WEIGHTS:
+        _WEIGHTS[count] = _odd_words(count, 0x9A817 + count)
+    return _WEIGHTS[count]
+
+
+def salt_of(revision: str) -> int:
+    """What a router for the model at `revision` salts its block hashes with (a cache another revision built
+    matches nothing); the same in every process, so a KV event subscriber made first agrees."""
+    return int.from_bytes(hashlib.blake2b(f"parity-prefix-v1:{revision}".encode(), digest_size=8).digest(), "little")
+
+
+def token_words(tokens: Tokens) -> np.ndarray:
+    """The prompt's token IDs as 64-bit words, two per word (a trailing odd token dropped: no block has it)."""
+    data = np.asarray(tokens)
+    if data.size == 0:
+        raise ValueError("cannot route an empty prompt")
+    if data.dtype.kind not in "iu":
+        raise ValueError(f"token IDs must be integers, got dtype {data.dtype}")
+    head = data[: data.size // 2 * 2]
+    if head.dtype != np.uint32 or not head.flags.c_contiguous:
+        head = np.ascontiguousarray(head, dtype=np.uint32)
+    return head.view(np.uint64)
+
+
+def word_chain(words: np.ndarray, salt: int, block_tokens: int) -> list[int]:
+    half = block_tokens // 2
+    blocks = words.size // half
+    depth = weights(DEPTHS)
+    multipliers = depth[:blocks] if blocks <= DEPTHS else np.resize(depth, blocks)
+    fingerprints = words[: blocks * half].reshape(blocks, half) @ weights(half)
+    return (np.cumsum(fingerprints * multipliers, dtype=np.uint64) + np.uint64(salt)).tolist()
+
+
+def block_chain(tokens: Tokens, salt: int, block_tokens: int = BLOCK_TOKENS) -> list[int]:
+    """Hash k covers tokens [0, (k + 1) * block_tokens): two prompts share hash k exactly when they share
+    that prefix (up to 64-bit collisions). Only full blocks: the engine caches nothing shorter.
+
+    Vectorized: each block's fingerprint is a dot product of its token IDs (two per 64-bit word) with
+    fixed odd weights, and hash k is the salt plus the running sum of fingerprints times per-depth odd
+    multipliers, all mod 2**64, so equal hashes mean equal fingerprints at every depth up to k."""
+    if block_tokens % FINE_TOKENS:
+        raise ValueError(f"block_tokens ({block_tokens}) must be whole engine blocks of {FINE_TOKENS} tokens")
+    return word_chain(token_words(tokens), salt, block_tokens)
+
+
+def fine_chain(words: np.ndarray, block: int, before: int, block_tokens: int) -> list[int]:
+    """Hash j covers the first j + 1 engine blocks (FINE_TOKENS tokens each) of router block `block`, after
+    the prefix whose chain hash is `before`; never the whole block (its chain hash says that). The same
+    weights as the block's fingerprint, so the engine's events give the same hashes."""
+    half, per = FINE_TOKENS // 2, block_tokens // FINE_TOKENS
+    start = block * (block_tokens // 2)
+    count = min((words.size - start) // half, per - 1)
+    if count <= 0:
+        return []
+    rows = weights(block_tokens // 2)[: count * half].reshape(count, half)
+    parts = (words[start: start + count * half].reshape(count, half) * rows).sum(axis=1, dtype=np.uint64)
+    np.cumsum(parts, out=parts)
+    parts *= np.uint64(0x9E3779B97F4A7C15)
+    parts += np.uint64(before)
+    return parts.tolist()
