@@ -39,7 +39,7 @@ class Decision(NamedTuple):
 
 
 class Controller:
-    """Bounded admission in front of a router that quotes before it books (parity.prefix_router.PrefixRouter).
+    """Bounded admission in front of a router that quotes before it books (parity.routing.prefix.PrefixRouter).
 
     `decide(tokens, now)` per request; `first_token(index, now)` when an admitted one's first token came (a
     streamed answer), `complete(index, now)` when it finished (from any thread: queued, applied before the next
@@ -53,7 +53,7 @@ class Controller:
     first token)."""
 
     def __init__(self, router, settings: BoundedSettings = BoundedSettings(), objective: Objective = Objective()):
-        if not hasattr(router, "quote"):
+        if not router.quotes:  # declared by its class (parity.routing.base.Router)
             raise ParityError(f"bounded admission needs the prefix router (placement prefix), which books each "
                               f"shard's work; got {type(router).__name__}")
         self.router, self.settings, self.objective = router, settings, objective

@@ -30,6 +30,8 @@ TARGET_US = 20.0
 class _Timed:
     """The router with its calls' time summed in `ns` (the proxy's own call is charged to the controller)."""
 
+    quotes = True  # what it proxies declares it (parity.routing.base.Router)
+
     def __init__(self, router: PrefixRouter):
         self.router, self.num_shards, self.ns = router, router.num_shards, 0
 
