@@ -279,7 +279,7 @@ def test_bench_out_is_checked_before_the_benchmark_runs(tmp_path):
     assert afile.read_text() == "not a folder"
 
 
-def test_a_bench_reads_the_study_settings_from_the_workflow_config_it_is_given(tmp_path):
+def test_a_bench_reads_the_study_settings_from_the_workflow_config_it_is_given(tmp_path, monkeypatch):
     """`parity bench schedule`'s default rate is ten times the sustained ladder's top rung of the config it is
     given, merged as Snakemake merges a profile's file (config/host.yaml: reuse-640 up to 12 req/s); a config
     that is not a mapping, or whose setting the schema refuses, is one line naming it."""
@@ -293,9 +293,14 @@ def test_a_bench_reads_the_study_settings_from_the_workflow_config_it_is_given(t
         f"Error: {tmp_path / 'list.yaml'}: a workflow config is a mapping, got list"
     assert one_line_only(invoke("bench", "schedule", "--config", tmp_path / "bad.yaml")).startswith(
         "Error: sustained rates: [-1] is not valid")
+    assert one_line_only(invoke("bench", "schedule", "--config", tmp_path / "gone.yaml")) == \
+        f"Error: {tmp_path / 'gone.yaml'}: no such workflow config (run from the repository root, or name one with --config)"
     (tmp_path / "none.yaml").write_text("experiments: {}\n")
     assert one_line_only(invoke("bench", "startup", "--config", tmp_path / "none.yaml", "--out", tmp_path / "o")) == \
         f"Error: {tmp_path / 'none.yaml'}: no experiments.confirmation in this workflow config"
+    monkeypatch.chdir(tmp_path)  # outside the repository: a given rate needs no config
+    ran = invoke("bench", "schedule", "--rate", 240, "--requests", 2)
+    assert ran.exit_code == 0 and ran.output.startswith("poisson at 240 requests/s"), ran.output
 
 
 def test_a_missing_backend_file_is_named_as_missing_not_as_bad_json(small_reuse_trace, tmp_path):

@@ -90,6 +90,9 @@ def load(files) -> dict:
     for path in files:
         try:
             doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ParityError(f"{path}: no such workflow config (run from the repository root, or name one with "
+                              f"--config)") from None
         except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
             raise ParityError(f"{path}: not a readable workflow config ({first_problem([str(exc)])})") from None
         if not isinstance(doc, dict):

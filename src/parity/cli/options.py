@@ -150,7 +150,7 @@ def out_dir(help: str | None = None):
 
 workflow_config = click.option(
     "--config", "config_files", multiple=True, show_default=True, default=("config/experiments.yaml",),
-    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    type=click.Path(dir_okay=False, path_type=Path),  # read only where a setting is needed (workflow_config.load)
     help="The workflow config the study's settings come from (run from the repo root); repeat to merge a "
          "profile's file over it as Snakemake does, e.g. --config config/experiments.yaml --config config/host.yaml.")
 json_out = click.option("--out", type=click.Path(path_type=Path), default=None,

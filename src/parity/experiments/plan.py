@@ -196,7 +196,8 @@ def gc_diagnostics(trace: Path, flame: FlameSettings, repeats: int = 1) -> list[
     return cases
 
 
-def routing(traces: list[Path], repeats: int, flame: FlameSettings, placements=("sticky", "prefix")) -> list[Case]:
+def routing(traces: list[Path], repeats: int, flame: FlameSettings,
+            placements: tuple[str, ...] = RoutingSettings.placements) -> list[Case]:
     """Ours, beyond the study: each path with the study's router and with ours, interleaved and rotated."""
     return repetitions("routing", [(system, p) for system in ("standalone", "flame") for p in placements],
                        traces, repeats, flame)
