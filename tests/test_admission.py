@@ -258,49 +258,64 @@ def test_the_sustained_plan_adds_a_bounded_case_per_rung_only_when_asked(small_r
     from parity.experiments import plan
     from parity.experiments.settings import SustainedSettings
 
-    flame = plan.FlameSettings()
+    flame = plan.FlameSettings(api="async")
     unbounded = plan.sustained([small_reuse_trace], [4.0, 8.0], flame)
-    default = SustainedSettings.from_dict({"rates": [4, 8]})
+    default = SustainedSettings.from_dict({"rates": [4, 8], "flame": {"api": "async"}})
     assert default.bounded is None and plan._sustained([small_reuse_trace], default) == unbounded  # off by default
     assert all(c.admission is None and "admission" not in c.load for c in unbounded)
-    settings = SustainedSettings.from_dict({"rates": [4, 8], "bounded": {"reroute": True}})
+    settings = SustainedSettings.from_dict({"rates": [4, 8], "bounded": {"reroute": True}, "flame": {"api": "async"}})
     cases = plan._sustained([small_reuse_trace], settings)
     lone = [c for c in cases if c.arm == "bounded"]
     assert [c for c in cases if c.arm != "bounded"] == unbounded  # the study's pairs, untouched
-    assert [c.stage for c in lone] == ["rate-4-bounded", "rate-8-bounded"]
+    assert [c.stage for c in lone] == ["rate-4-bounded"] * 2 + ["rate-8-bounded"] * 2
+    assert [c.system for c in lone] == ["standalone", "flame"] * 2
+    assert all(c.flame.mode == "harvest" for c in lone if c.system == "flame")  # streamed: first tokens come back
     for case in lone:
-        assert (case.system, case.placement, case.pair, case.side, case.stream) == ("standalone", "prefix", None, None,
-                                                                                    True)
+        assert (case.placement, case.pair, case.side, case.stream) == ("prefix", None, None, True)
         assert case.admission == BoundedSettings(reroute=True) and case.objective == settings.objective
         assert case.load["admission"] == BoundedSettings(reroute=True).to_dict() | {"objective": {"ttft_s": 2.0,
                                                                                                   "itl_s": 0.1}}
     with pytest.raises(ParityError, match="admission setting alpha must be in"):
         SustainedSettings.from_dict({"rates": [4], "bounded": {"alpha": 2}})
+    with pytest.raises(ParityError, match="needs the async engine API; the experiment's Flame settings say api 'sync'"):
+        plan.sustained([small_reuse_trace], [4.0], plan.FlameSettings(), bounded=BoundedSettings())
     with pytest.raises(ParityError, match="an arm is named 'bounded'"):
         plan.sustained([small_reuse_trace], [4.0], flame, arms={"bounded": {"inflight": 1}}, bounded=BoundedSettings())
 
 
-def test_the_bounded_arm_runs_on_the_cpu_and_its_trial_says_what_it_refused(small_reuse_trace, sim_backend, tmp_path):
-    """One overloaded rung (a 50 ms objective) through the experiment runner, simulated: the bounded case's trial
-    passes its checks, records what it admitted and refused, and the experiment names its arm."""
+def test_the_bounded_arm_runs_on_the_cpu_on_both_paths_and_each_trial_says_what_it_refused(small_reuse_trace,
+                                                                                            sim_backend, tmp_path):
+    """One overloaded rung (a 50 ms objective) through the experiment runner, simulated, on both paths (Flame: the
+    stand-in, harvest mode, its first tokens releasing their prefill): each bounded case's trial passes its checks,
+    records what it admitted and refused (never a refused request among its records), and the experiment names
+    its arm."""
     from parity.experiments import plan
     from parity.experiments.runner import run_experiment
     from parity.manifest import read_manifest
 
-    cases = [c for c in plan.sustained([small_reuse_trace], [200.0], plan.FlameSettings(), bounded=BoundedSettings(),
+    flame = plan.FlameSettings(api="async", window_ms=5)
+    cases = [c for c in plan.sustained([small_reuse_trace], [200.0], flame, bounded=BoundedSettings(),
                                        objective=Objective(ttft_s=0.05)) if c.arm == "bounded"]
+    assert [c.system for c in cases] == ["standalone", "flame"]
     run_experiment("sustained", cases, sim_backend, tmp_path, settings={"rates": [200.0]}, log=lambda _: None)
-    doc = read_manifest(tmp_path / "trials" / f"{cases[0].trial_id}.json")
-    assert doc["verdict"]["status"] == "passed" and doc["config"]["placement"] == "prefix"
-    assert doc["refused"] and len(doc["records"]) + len(doc["refused"]) == 64
-    assert doc["ran_with"]["load"]["admission"]["objective"]["ttft_s"] == 0.05
-    entry = json.loads((tmp_path / "experiment.json").read_text())["cases"][0]
-    assert (entry["arm"], entry["stage"], entry["pair"]) == ("bounded", "rate-200-bounded", None)
+    for case in cases:
+        doc = read_manifest(tmp_path / "trials" / f"{case.trial_id}.json")
+        assert doc["verdict"]["status"] == "passed", (case.system, doc["verdict"]["reasons"])
+        assert doc["config"]["placement"] == "prefix"
+        assert doc["refused"] and len(doc["records"]) + len(doc["refused"]) == 64
+        assert {r["request_id"] for r in doc["refused"]}.isdisjoint(r["request_id"] for r in doc["records"])
+        assert (doc["admission"]["admitted"], doc["admission"]["refused"]) == (len(doc["records"]), len(doc["refused"]))
+        assert doc["ran_with"]["load"]["admission"]["objective"]["ttft_s"] == 0.05
+    assert read_manifest(tmp_path / "trials" / f"{cases[1].trial_id}.json")["harvest"]["completions"] > 0
+    entries = json.loads((tmp_path / "experiment.json").read_text())["cases"]
+    assert [(e["arm"], e["stage"], e["pair"]) for e in entries] == [("bounded", "rate-200-bounded", None)] * 2
     from parity.report import tables
     from parity.report.inputs import load_experiment
 
-    table, _ = tables.sustained(load_experiment(tmp_path))  # the report reads it, and names it for what it is
-    assert [row[3] for row in table.rows] == ["standalone vLLM (streamed), prefix router, bounded admission"]
+    table, _ = tables.sustained(load_experiment(tmp_path))  # the report reads them, and names each for what it is
+    assert sorted(row[3] for row in table.rows) == [
+        "Flame (tokens timed at the client), prefix router, bounded admission",
+        "standalone vLLM (streamed), prefix router, bounded admission"]
 
 
 def test_the_report_names_each_paths_first_saturated_rung_and_draws_the_bounded_arm(tmp_path, monkeypatch):

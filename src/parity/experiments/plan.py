@@ -232,11 +232,17 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
     length's ladder). Each extra pair (`evict`, `lengths`, `answers`, `restart`) runs on the traces whose ladder
     has its rate, starts fresh engines, and with `arm: NAME` runs that arm's Flame side (stage suffix `-NAME`).
 
-    Ours, with `bounded` (parity.admission.BoundedSettings): at every rung, after its pairs, one more standalone
-    case on fresh engines, unpaired: the prefix router with bounded admission against `objective` (arm `bounded`,
-    stage `rate-R-bounded`; the Flame side is not bounded yet)."""
+    Ours, with `bounded` (parity.admission.BoundedSettings): at every rung, after its pairs, one more case per path
+    on fresh engines, unpaired (each refuses its own requests): the prefix router with bounded admission against
+    `objective`, standalone streamed and Flame in the harvest mode over the experiment's Flame settings (arm
+    `bounded`, stage `rate-R-bounded`)."""
     if bounded is not None and "bounded" in (arms or {}):
         raise ParityError("sustained: an arm is named 'bounded', the name of the bounded-admission arm")
+    if bounded is not None:  # the Flame side streams (harvest mode), so a first token can release its prefill
+        if flame.api != "async":
+            raise ParityError("sustained: bounded admission's Flame side runs the harvest mode, which needs the "
+                              f"async engine API; the experiment's Flame settings say api {flame.api!r}")
+        streaming = replace(flame, mode="harvest", inflight=0)
     variants = [(None, flame)] + [(name, replace(flame, **changes)) for name, changes in (arms or {}).items()]
     if shared_start:  # the newest arm (the last named) first, the study's configuration last
         variants = variants[1:][::-1] + variants[:1]
@@ -291,10 +297,12 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
                 if bounded is not None:
                     for trace in (t for t in traces if rate in per_trace.get(t.stem, [])):
                         stage = f"rate-{rate:g}{length}-bounded"
-                        cases.append(Case(f"sustained-{stage}-{trace.stem}-p{repeat}-vllm", "sustained", "standalone",
-                                          "prefix", trace, flame, stage=stage, schedule=at(rate), stream=True,
-                                          max_tokens=tokens, warmup_requests=warmup_requests, arm="bounded",
-                                          admission=bounded, objective=objective))
+                        lone = Case(f"sustained-{stage}-{trace.stem}-p{repeat}-vllm", "sustained", "standalone",
+                                    "prefix", trace, flame, stage=stage, schedule=at(rate), stream=True,
+                                    max_tokens=tokens, warmup_requests=warmup_requests, arm="bounded",
+                                    admission=bounded, objective=objective)
+                        cases += [lone, replace(lone, trial_id=lone.trial_id.removesuffix("-vllm") + "-flame",
+                                                system="flame", flame=streaming)]
         if evict is not None:
             rate, arm, settings = extra(evict)
             for trace in on(rate):

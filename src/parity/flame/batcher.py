@@ -53,6 +53,9 @@ class PromptQueue:
         self._queue: deque[tuple[str, np.ndarray, float, int | None, Future]] = deque()
         self._lock = threading.Condition()
         self._closed = False
+        # called with a request's id as its first token reaches the client, where answers stream back token by token
+        # (the harvester; a batched task returns whole answers, so a batcher never calls it): bounded admission
+        self.on_first: Callable[[str], None] | None = None
 
     def submit(self, request_id: str, tokens, max_tokens: int | None = None) -> Future:
         """Queue one prompt; `max_tokens`: its exact output length (parity.lengths), else the engine's."""

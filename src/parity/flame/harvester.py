@@ -185,6 +185,8 @@ class Harvester(PromptQueue):
             if event["from"] != len(entry.token_s):
                 raise ParityError(f"it sent tokens of {event['request_id']} from {event['from']}, the client "
                                   f"holds {len(entry.token_s)}: events out of order")
+            if not entry.token_s and event["token_s"] and self.on_first is not None:
+                self.on_first(event["request_id"])
             entry.token_s += [received] * len(event["token_s"])
         for out in doc["outputs"]:
             rid = out["request_id"]

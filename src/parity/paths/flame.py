@@ -181,12 +181,18 @@ class FlamePath(ServingPath):
             return []
         return [Path(folder) / f"{s.id}.jit" for s in [s for s, _ in self.sessions.retired if s] + self.sessions.sessions]
 
-    def release(self, prompts, request_ids, router, schedule, restart=None, lengths=None) -> Burst:
+    def release(self, prompts, request_ids, router, schedule, restart=None, lengths=None, admission=None) -> Burst:
         """Route and submit each prompt at its time; wait for all (a worker's failure is raised); check that
         the cluster lists each prompt's executor under the session it was sent to. `restart` (parity.restart):
         kill that shard's worker mid-run; a new session for the shard (a new worker and engine) gets every
         request whose task failed with the dead worker, and what arrives for the shard from then on.
-        `lengths`: each request's exact output length (parity.lengths), carried in its task's payload."""
+        `lengths`: each request's exact output length (parity.lengths), carried in its task's payload.
+        `admission` (parity.admission.Controller over `router`): bounded admission, the standalone client's own; a
+        refused request never enters a task and is recorded with its reason; a harvested answer's first token
+        releases its prefill, any other's completion does."""
+        if admission is not None and restart is not None:
+            raise ParityError("bounded admission runs without the restart fault: a restarted worker's learned rate "
+                              "and booked work would start over")
         sessions = self.sessions
         sent_before = {id(b): len(b.batch_sizes) for b in sessions.batchers}
         tasks_before = {id(b): len(getattr(b, "tasks", ())) for b in sessions.batchers}
@@ -194,6 +200,13 @@ class FlamePath(ServingPath):
         outage, bound_before = (self._arm(restart, offsets), sessions.executors()) if restart else (None, [])
         release = outage.release_s if outage else time.monotonic()
         shards, futures, sent, sent_to = [], [], [], []
+        refused: dict[int, str] = {}  # burst index -> why bounded admission refused it
+        booking: dict[str, int] = {}  # request id -> the controller's routing index (admitted under admission)
+        if admission is not None:
+            def first(request_id: str) -> None:  # a harvester's thread, its lock held: the controller only queues
+                admission.first_token(booking[request_id], time.monotonic())
+            for batcher in sessions.batchers:
+                batcher.on_first = first
 
         def submit(index: int) -> None:
             shard = shards[index]
@@ -207,7 +220,10 @@ class FlamePath(ServingPath):
                 sent_to.append(sessions.sessions[shard].id)
             if outage:
                 outage.watch(future, index)
-            if router.released_on_completion:  # its load released as its answer comes back (the batcher's thread)
+            if admission is not None:  # its prefill (if not yet) and its router booking released as it comes back
+                future.add_done_callback(lambda _, booked=booking[request_ids[index]]:
+                                         admission.complete(booked, time.monotonic()))
+            elif router.released_on_completion:  # its load released as its answer comes back (the batcher's thread)
                 future.add_done_callback(lambda _, index=index: router.complete(index))
 
         try:
@@ -215,11 +231,21 @@ class FlamePath(ServingPath):
                 if offset > 0:
                     wait_until(release + offset)
                 sent.append(time.monotonic())
-                shards.append(router.route(prompt))
+                if admission is not None:
+                    decision = admission.decide(prompt, sent[-1])
+                    shards.append(decision.shard)
+                    if not decision.admitted:  # never sent: no future, no session
+                        refused[index] = decision.reason
+                        futures.append(None)
+                        sent_to.append(None)
+                        continue
+                    booking[request_ids[index]] = decision.index
+                else:
+                    shards.append(router.route(prompt))
                 submit(index)
                 if outage:
                     self._recover(outage, submit, request_ids, futures, sent_to)
-            deadline, pending = release + RELEASE_TIMEOUT_S, set(futures)
+            deadline, pending = release + RELEASE_TIMEOUT_S, {f for f in futures if f is not None}
             while pending:
                 _, pending = wait(pending, timeout=1.0 if not outage else 0.05)
                 if outage:
@@ -231,6 +257,13 @@ class FlamePath(ServingPath):
         finally:
             if outage:
                 outage.disarm()
+            for batcher in sessions.batchers:
+                batcher.on_first = None
+        if refused:  # from here on, the admitted requests alone
+            kept = [i for i in range(len(futures)) if i not in refused]
+            refused_ids = {request_ids[i]: refused[i] for i in sorted(refused)}
+            prompts, request_ids = [prompts[i] for i in kept], [request_ids[i] for i in kept]
+            shards, futures, sent, sent_to = ([xs[i] for i in kept] for xs in (shards, futures, sent, sent_to))
         results = [f.result() for f in futures]
         executors = sessions.executors()
         extra = {}
@@ -242,6 +275,8 @@ class FlamePath(ServingPath):
         workers = {r.worker.get("executor_id"): r.worker for r in results}
         batches = {r.batch_id: {"batch_id": r.batch_id, "executor_id": r.worker.get("executor_id"), **r.task_timings}
                    for r in results if r.batch_id is not None}  # none in harvest mode: a request spans tasks
+        if admission is not None:
+            extra["admission"] = admission.stats()
         if self.settings.mode == "harvest":
             extra["harvest"] = harvest_summary([t for b in sessions.all_batchers
                                                 for t in b.tasks[tasks_before.get(id(b), 0):]])
@@ -255,7 +290,7 @@ class FlamePath(ServingPath):
             {"workers": sorted(workers.values(), key=lambda w: w["executor_id"]),
              "batch_sizes": [n for b in sessions.all_batchers for n in b.batch_sizes[sent_before.get(id(b), 0):]],
              "batches": [batches[k] for k in sorted(batches)], "executors": executors, "placement_verified": True}
-            | extra)
+            | extra, refused=refused_ids if refused else {})
 
     def _arm(self, restart, offsets):
         """The outage of `restart`, its kill (the shard's bound worker and what it started) timed from now."""

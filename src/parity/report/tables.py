@@ -600,6 +600,8 @@ def _path_label(case: dict, arm: str) -> str:
         return label + (f", the {arm} arm's reference" if arm else "")
     flame = case.get("flame") or {}
     label = HARVESTED if flame_of(flame).mode == "harvest" else dict(PATHS)["flame"]
+    if arm == "bounded" and case.get("pair") is None:
+        return label + ", prefix router, bounded admission"
     label += f", arm {arm}" if arm else f", {BURSTS}"
     return label + (f" ({flame['label']})" if flame.get("label") else "")
 
