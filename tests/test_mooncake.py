@@ -13,7 +13,7 @@ from parity.cli import main
 from parity.errors import ParityError
 from parity.manifest import read_manifest, validate_document
 from parity.schedule import Schedule
-from parity.trace import load_trace, write_subset
+from parity.trace import load_trace, token_sha256, write_subset
 from parity.trace_mooncake import BLOCK_TOKENS, convert, read_mooncake
 
 B = BLOCK_TOKENS
@@ -168,6 +168,10 @@ def test_bench_routing_runs_on_a_tiny_trace(tmp_path):
     result = json.loads(out.read_text())
     assert result["simulated"] is True
     assert set(result["rows"][0]["placements"]) == {"alternating", "sticky", "prefix", "hindsight"}
+    from parity.bench.mooncake import workload
+
+    w, _ = workload(source)  # the bench places the very token IDs the converted trace holds
+    assert [token_sha256(p) for p in w.prompts] == [r.sha256 for r in load_trace(convert(source, tmp_path / "o")).requests]
     run = CliRunner().invoke(main, ["bench", "routing", "--trace-file", str(tmp_path / "none.jsonl")])
     assert run.exit_code != 0 and "Mooncake trace not found" in run.output and "Traceback" not in run.output
 
