@@ -21,6 +21,7 @@ import numpy as np
 from parity.errors import ParityError, first_problem
 from parity.manifest import (
     atomic_write_bytes,
+    dumps,
     file_ref,
     header,
     sha256_file,
@@ -577,13 +578,18 @@ def write_subset(manifest_path: Path, positions: list[int], name: str, out_dir: 
         warmups.append({"round": warm["round"], "shift": warm["shift"], "tokens": file_ref(path, out_dir)})
     tokens_ref = file_ref(tokens_path, out_dir)
     requests = [dict(parent["requests"][i], position=new) for new, i in enumerate(positions)]
-    inputs = {key: value | {"file": rebase(value["file"], manifest_path.parent, out_dir)}
-              for key, value in parent["inputs"].items()}  # the corpus and tokenizer, linked from here
+    inputs = {key: value | ({"file": rebase(value["file"], manifest_path.parent, out_dir)} if "file" in value else {})
+              for key, value in parent["inputs"].items()}  # the corpus (or source) and tokenizer, linked from here
     doc = dict(parent) | {
         "name": name, "inputs": inputs, "tokens": tokens_ref, "trace_sha256": tokens_ref["sha256"], "warmups": warmups,
         "num_requests": len(requests), "total_tokens": sum(r["tokens"] for r in requests), "requests": requests,
         "parent": {"manifest": file_ref(manifest_path, out_dir), "name": parent["name"], "positions": list(positions)},
     }
+    if "replay" in parent:  # a Mooncake trace's arrivals (parity.trace_mooncake): the subset's own, in its order
+        recorded = json.loads((manifest_path.parent / parent["replay"]["path"]).read_text(encoding="utf-8"))
+        replay = out_dir / f"{name}.replay.json"
+        atomic_write_bytes(replay, dumps({key: [values[i] for i in positions] for key, values in recorded.items()}).encode())
+        doc["replay"] = file_ref(replay, out_dir)
     out = out_dir / f"{name}.json"
     write_manifest(out, doc)
     return out

@@ -62,9 +62,15 @@ def bench_admission(num_requests, load, repeats, out):
 @click.option("--quick", is_flag=True, help="Shorter prompts and fewer cases (seconds, for a first look).")
 @click.option("--sim-params", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
               help="Simulator parameter file (default: the calibrated H200 one).")
+@click.option("--trace-file", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Instead of the families: a Mooncake request trace (JSONL, parity trace-mooncake's input).")
+@click.option("--trace-limit", type=click.IntRange(min=1), default=None,
+              help="With --trace-file: its first this many requests that fit the context.")
+@click.option("--shards", type=click.IntRange(min=1), default=2, show_default=True,
+              help="With --trace-file: shards to place it over.")
 @options.json_out
 @friendly_errors
-def bench_routing(only, quick, sim_params, out):
+def bench_routing(only, quick, sim_params, trace_file, trace_limit, shards, out):
     """Routers on traffic the study did not send (simulated): the prefix router against alternating, the
     study's sticky router and a hindsight placement, per workload family; and its cost per request."""
     from parity.bench import routing
@@ -72,6 +78,14 @@ def bench_routing(only, quick, sim_params, out):
 
     if out:
         writable_file(out)
+    if trace_file:
+        from parity.bench import mooncake
+
+        result = mooncake.run(SimParams.load(sim_params), trace_file, shards=shards, limit=trace_limit)
+        for line in mooncake.summary_lines(result):
+            click.echo(line)
+        save(out, result)
+        return
     result = routing.run(SimParams.load(sim_params), quick=quick, only=set(only) or None, log=echo)
     for line in routing.summary_lines(result):
         click.echo(line)

@@ -77,6 +77,35 @@ def trace_cmd(corpus, tokenizer_dir, name, documents, questions, prefix_tokens, 
                f"{len(spec.warmup_shifts)} warmup variants, trace sha256 {trace.sha256}")
 
 
+@main.command("trace-mooncake")
+@click.argument("source", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), required=True,
+              help="Directory for NAME.json, NAME.tokens, NAME.warmupK.tokens and NAME.replay.json.")
+@click.option("--name", default=None, help="Trace name [default: the file's stem].")
+@click.option("--max-model-len", type=click.IntRange(min=1), default=None,
+              help="The context: a request longer (with its output) is counted and excluded, never cut "
+                   "[default: the study's max_model_len].")
+@click.option("--limit", type=click.IntRange(min=1), default=None, help="Keep the first this many requests that fit.")
+@click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed of the blocks' token IDs.")
+@click.option("--tokenizer", "tokenizer_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Draw token IDs from this tokenizer's ordinary IDs [default: 0..127,999, Llama 3.1's].")
+@friendly_errors
+def trace_mooncake_cmd(source, out_dir, name, max_model_len, limit, seed, tokenizer_dir):
+    """A Mooncake request trace (JSONL: timestamp, input_length, output_length, hash_ids) as a parity trace:
+    each 512-token block a seeded block of token IDs, sharing kept exactly, arrivals as a replay file."""
+    from parity.manifest import read_manifest
+    from parity.study import MAX_MODEL_LEN
+    from parity.trace_mooncake import convert
+
+    manifest = convert(source, out_dir, name=name, context_tokens=max_model_len or MAX_MODEL_LEN, limit=limit,
+                       seed=seed, tokenizer_dir=tokenizer_dir)
+    doc = read_manifest(manifest)
+    read = doc["inputs"]["mooncake"]
+    click.echo(f"{manifest}: {doc['num_requests']} requests, {doc['total_tokens']} tokens; {read['over_context']} of "
+               f"{read['requests_read']} read over the context of {doc['context_tokens']}, excluded; "
+               f"trace sha256 {doc['trace_sha256']}")
+
+
 # ---- fetch: pinned, checksum-verified inputs (parity.fetch) -------------------------------------
 
 @main.group("fetch")

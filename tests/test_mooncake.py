@@ -1,0 +1,188 @@
+"""Mooncake request traces (parity.trace_mooncake): sharing kept exactly, partial blocks, requests over the context
+counted and excluded, malformed lines refused by number, the manifest's hashes, the CLI, bench routing on one.
+Every file here is written by the test in Mooncake's format (no part of the published traces)."""
+
+import hashlib
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from parity.cli import main
+from parity.errors import ParityError
+from parity.manifest import read_manifest, validate_document
+from parity.schedule import Schedule
+from parity.trace import load_trace, token_sha256, write_subset
+from parity.trace_mooncake import BLOCK_TOKENS, convert, read_mooncake
+
+B = BLOCK_TOKENS
+ROWS = [  # blocks 0,1 shared by requests 0 and 1; request 2 shares block 0 only; request 3 is alone
+    {"timestamp": 1000, "input_length": 3 * B, "output_length": 10, "hash_ids": [0, 1, 2]},
+    {"timestamp": 1500, "input_length": 2 * B + 7, "output_length": 20, "hash_ids": [0, 1, 3]},
+    {"timestamp": 1500, "input_length": B + 100, "output_length": 5, "hash_ids": [0, 4]},
+    {"timestamp": 4000, "input_length": 300, "output_length": 1, "hash_ids": [9]},
+]
+
+
+def write(path, rows):
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def common_prefix(a, b) -> int:
+    n = min(a.size, b.size)
+    diff = np.nonzero(a[:n] != b[:n])[0]
+    return int(diff[0]) if diff.size else n
+
+
+def test_sharing_is_kept_exactly_and_partial_blocks_are_cut(tmp_path):
+    manifest = convert(write(tmp_path / "t.jsonl", ROWS), tmp_path / "out")
+    trace = load_trace(manifest)
+    p = trace.prompts
+    assert [x.size for x in p] == [3 * B, 2 * B + 7, B + 100, 300]
+    assert common_prefix(p[0], p[1]) == 2 * B  # two shared hash ids: exactly 2 x 512 leading tokens
+    assert common_prefix(p[0], p[2]) == B and common_prefix(p[1], p[2]) == B
+    assert common_prefix(p[0], p[3]) < 4  # nothing shared but by chance
+    assert common_prefix(p[1][2 * B:], p[0][2 * B:]) < 4  # its third block (hash id 3, cut to 7 tokens) is its own
+    assert int(max(x.max() for x in p)) < 128_000
+    again = load_trace(convert(write(tmp_path / "t2.jsonl", ROWS), tmp_path / "again", name="t"))
+    assert again.sha256 == trace.sha256  # deterministic: the same file gives the same token IDs
+    other = load_trace(convert(tmp_path / "t.jsonl", tmp_path / "seeded", seed=1))
+    assert other.sha256 != trace.sha256
+
+
+def test_arrivals_are_a_replay_schedules_file(tmp_path):
+    manifest = convert(write(tmp_path / "t.jsonl", ROWS), tmp_path / "out")
+    doc = read_manifest(manifest)
+    replay = manifest.parent / doc["replay"]["path"]
+    assert Schedule(kind="replay", replay=str(replay)).offsets(4) == [0.0, 0.5, 0.5, 3.0]
+    assert json.loads(replay.read_text())["output_lengths"] == [10, 20, 5, 1]
+
+
+def test_over_context_requests_are_counted_listed_and_excluded_never_cut(tmp_path):
+    rows = ROWS + [{"timestamp": 5000, "input_length": 4 * B, "output_length": 8, "hash_ids": [0, 1, 2, 5]}]
+    manifest = convert(write(tmp_path / "t.jsonl", rows), tmp_path / "out", context_tokens=3 * B + 16)
+    doc = read_manifest(manifest)
+    read = doc["inputs"]["mooncake"]
+    assert (read["requests_read"], read["over_context"], read["over_context_lines"]) == (5, 1, [5])
+    assert "excluded" in read["exclusion"] and "none is cut" in read["exclusion"]
+    assert doc["num_requests"] == 4 and doc["context_tokens"] == 3 * B + 16
+    assert [r["id"] for r in doc["requests"]] == ["t-l000001", "t-l000002", "t-l000003", "t-l000004"]
+    # an output that does not fit counts too (output_length, at least the study's 16 new tokens)
+    assert read_mooncake(tmp_path / "t.jsonl", context_tokens=3 * B + 15).over_context_lines == (1, 5)
+    with pytest.raises(ParityError, match="no request fits a context of 100 tokens"):
+        convert(tmp_path / "t.jsonl", tmp_path / "none", context_tokens=100)
+    assert not (tmp_path / "none").exists()
+
+
+def test_limit_keeps_the_first_requests_that_fit(tmp_path):
+    manifest = convert(write(tmp_path / "t.jsonl", ROWS), tmp_path / "out", limit=2)
+    doc = read_manifest(manifest)
+    assert doc["num_requests"] == 2 and doc["spec"]["limit"] == 2 and doc["inputs"]["mooncake"]["lines_read"] == 2
+
+
+def test_manifest_hashes_source_tokens_and_replay(tmp_path):
+    source = write(tmp_path / "conv trace.jsonl", ROWS)
+    manifest = convert(source, tmp_path / "out")
+    doc = read_manifest(manifest)
+    assert validate_document(doc, path=manifest) == []
+    assert doc["name"] == "conv-trace" and doc["spec"]["source"] == "mooncake" and doc["simulated"] is False
+    read = doc["inputs"]["mooncake"]
+    assert read["name"] == "conv trace.jsonl" and read["distinct_blocks"] == 6
+    assert read["file"]["sha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
+    for ref in (doc["tokens"], doc["replay"], *(w["tokens"] for w in doc["warmups"])):
+        assert hashlib.sha256((manifest.parent / ref["path"]).read_bytes()).hexdigest() == ref["sha256"]
+    trace = load_trace(manifest)
+    warm = load_trace(manifest, "warmup1")
+    assert common_prefix(warm.prompts[0], warm.prompts[1]) == 2 * B  # shifted, sharing kept
+    assert all(common_prefix(w, m) == 0 for w, m in zip(warm.prompts, trace.prompts))
+    sub = read_manifest(write_subset(manifest, [3, 1], "sub", tmp_path / "sub"))
+    assert json.loads((tmp_path / "sub" / sub["replay"]["path"]).read_text())["arrivals"] == [3.0, 0.5]
+
+
+def test_a_study_trace_manifest_still_needs_its_spec(tmp_path):
+    doc = read_manifest(convert(write(tmp_path / "t.jsonl", ROWS), tmp_path / "out"))
+    del doc["spec"]["source"]
+    assert any(p.pointer.startswith("/spec") for p in validate_document(doc))
+    doc = read_manifest(tmp_path / "out" / "t.json")
+    del doc["replay"]
+    assert validate_document(doc)
+
+
+GOOD = json.dumps(ROWS[0])
+BAD = [
+    ("{not json", "not valid JSON"),
+    ("[1, 2]", "expected a JSON object"),
+    ('{"timestamp": 0, "input_length": 10, "output_length": 1}', "missing field 'hash_ids'"),
+    ('{"timestamp": "0", "input_length": 10, "output_length": 1, "hash_ids": [0]}', "timestamp must be an integer"),
+    ('{"timestamp": 0, "input_length": 10.0, "output_length": 1, "hash_ids": [0]}', "input_length must be an integer"),
+    ('{"timestamp": 0, "input_length": 10, "output_length": true, "hash_ids": [0]}', "output_length must be an integer"),
+    ('{"timestamp": -1, "input_length": 10, "output_length": 1, "hash_ids": [0]}', "timestamp must be >= 0"),
+    ('{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": [0]}', "input_length must be >= 1"),
+    ('{"timestamp": 0, "input_length": 10, "output_length": -2, "hash_ids": [0]}', "output_length must be >= 0"),
+    ('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": []}', "hash_ids must be a non-empty list"),
+    ('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [-3]}', "hash_ids must be integers >= 0"),
+    ('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": ["a"]}', "hash_ids must be integers >= 0"),
+    ('{"timestamp": 0, "input_length": 513, "output_length": 1, "hash_ids": [0]}', "is 2 blocks of 512 tokens, hash_ids names 1"),
+    ('{"timestamp": 0, "input_length": 512, "output_length": 1, "hash_ids": [0, 1]}', "is 1 blocks of 512 tokens, hash_ids names 2"),
+    ('{"timestamp": 999, "input_length": 10, "output_length": 1, "hash_ids": [0]}', "timestamp 999 is before the previous request's 1000"),
+]
+
+
+@pytest.mark.parametrize("line,message", BAD)
+def test_each_malformed_line_is_refused_by_number_and_nothing_is_written(tmp_path, line, message):
+    source = write(tmp_path / "t.jsonl", [GOOD, line, GOOD])
+    with pytest.raises(ParityError) as info:
+        convert(source, tmp_path / "out")
+    text = str(info.value)
+    assert text.startswith(f"{source}:2: ") and message in text and "\n" not in text
+    assert not (tmp_path / "out").exists()
+
+
+def test_cli_converts_and_its_errors_are_one_line(tmp_path):
+    source = write(tmp_path / "t.jsonl", ROWS)
+    run = CliRunner().invoke(main, ["trace-mooncake", str(source), "--out", str(tmp_path / "out"),
+                                    "--max-model-len", str(2 * B + 30)])
+    assert run.exit_code == 0, run.output
+    assert "3 requests" in run.output and "1 of 4 read over the context of 1054, excluded" in run.output
+    write(tmp_path / "bad.jsonl", [GOOD, GOOD, "{"])
+    for args, message in [([str(tmp_path / "bad.jsonl")], f"{tmp_path / 'bad.jsonl'}:3: not valid JSON"),
+                          ([str(tmp_path / "missing.jsonl")], "Mooncake trace not found"),
+                          ([str(source), "--name", "a b"], "trace name 'a b' must be")]:
+        run = CliRunner().invoke(main, ["trace-mooncake", *args, "--out", str(tmp_path / "o2")])
+        errors = [line for line in run.output.splitlines() if line.startswith("Error: ")]
+        assert run.exit_code != 0 and "Traceback" not in run.output and len(errors) == 1, run.output
+        assert message in errors[0]
+    assert not (tmp_path / "o2").exists()
+
+
+def test_bench_routing_runs_on_a_tiny_trace(tmp_path):
+    rows = [{"timestamp": 10 * k, "input_length": 3 * B, "output_length": 4, "hash_ids": [0, 100 + k % 6, 200 + k]}
+            for k in range(24)]
+    source = write(tmp_path / "t.jsonl", rows)
+    out = tmp_path / "r.json"
+    run = CliRunner().invoke(main, ["bench", "routing", "--trace-file", str(source), "--shards", "2", "--out", str(out)])
+    assert run.exit_code == 0, run.output
+    assert "24 requests over 2 shards, 6 documents" in run.output and "(simulated)" in run.output
+    result = json.loads(out.read_text())
+    assert result["simulated"] is True
+    assert set(result["rows"][0]["placements"]) == {"alternating", "sticky", "prefix", "hindsight"}
+    from parity.bench.mooncake import workload
+
+    w, _ = workload(source)  # the bench places the very token IDs the converted trace holds
+    assert [token_sha256(p) for p in w.prompts] == [r.sha256 for r in load_trace(convert(source, tmp_path / "o")).requests]
+    run = CliRunner().invoke(main, ["bench", "routing", "--trace-file", str(tmp_path / "none.jsonl")])
+    assert run.exit_code != 0 and "Mooncake trace not found" in run.output and "Traceback" not in run.output
+
+
+def test_a_tokenizers_ordinary_ids_only(small_inputs, tmp_path):
+    corpus, tokenizer = small_inputs
+    manifest = convert(write(tmp_path / "t.jsonl", ROWS), tmp_path / "out", tokenizer_dir=tokenizer)
+    doc = read_manifest(manifest)
+    tok = doc["inputs"]["tokenizer"]
+    assert tok["origin"] == "tokenizer.json" and tok["file"]["sha256"] and tok["special_token_ids"]
+    ids = np.concatenate(load_trace(manifest).prompts)
+    assert int(ids.max()) < tok["vocab_size"] and not set(ids.tolist()) & set(tok["special_token_ids"])
+    with pytest.raises(ParityError, match="a tokenizer or a vocab size, not both"):
+        convert(tmp_path / "t.jsonl", tmp_path / "both", tokenizer_dir=tokenizer, vocab_size=100)
