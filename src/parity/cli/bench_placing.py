@@ -57,7 +57,8 @@ def bench_admission(num_requests, load, repeats, out):
 
 @bench.command("routing")
 @click.option("--family", "only", multiple=True,
-              type=click.Choice(["study-reuse", "shared-head", "zipf", "working-set", "shards"]),  # routing.FAMILIES
+              type=click.Choice(["study-reuse", "shared-head", "zipf", "working-set", "shards", "conversation",
+                                 "tenants", "hot-doc"]),  # routing.FAMILIES
               help="Run only this workload family (repeat); default every one.")
 @click.option("--quick", is_flag=True, help="Shorter prompts and fewer cases (seconds, for a first look).")
 @click.option("--sim-params", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
