@@ -83,7 +83,7 @@ def conversations(family: str, case: str, *, convs: int, turns: int, first_token
                   lockstep: bool, shards: int = 2, seed: int = 0) -> Workload:
     """`convs` conversations of `turns` turns each: turn 1 a document and its question (`first_tokens`), turn
     k + 1 turn k's whole prompt, then its answer and a new question (`grow_tokens` more); arrivals lockstep
-    (every conversation's turn k before any turn k + 1) or interleaved (a shuffle that keeps each
+    (every conversation's turn k, in a shuffled order, before any turn k + 1) or interleaved (a shuffle that keeps each
     conversation's turns in order). Answers are made-up tokens: the simulated engine caches prompts only, and
     each conversation is one document."""
     rng = np.random.default_rng(seed)
@@ -91,7 +91,8 @@ def conversations(family: str, case: str, *, convs: int, turns: int, first_token
     for _ in range(1, turns):
         for chat in chats:
             chat.append(np.concatenate([chat[-1], rng.integers(0, VOCAB, grow_tokens, dtype=np.uint32)]))
-    order = np.tile(np.arange(convs), turns) if lockstep else rng.permutation(np.repeat(np.arange(convs), turns))
+    order = (np.concatenate([rng.permutation(convs) for _ in range(turns)]) if lockstep  # each round reshuffled
+             else rng.permutation(np.repeat(np.arange(convs), turns)))
     turn = [0] * convs
     prompts = []
     for chat in order:
