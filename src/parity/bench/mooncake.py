@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from parity.bench.routing import Workload, evaluate
+from parity.bench.routing import Workload, evaluate, flag_text
 from parity.engine.sim import SimParams
 from parity.study import MAX_MODEL_LEN
 from parity.trace_mooncake import documents, prompts, read_mooncake
@@ -39,4 +39,4 @@ def summary_lines(result: dict) -> list[str]:
             "req/s: " + ", ".join(f"{p} {v:.2f}" for p, v in rps.items()) + " (simulated)",
             f"prefix vs hindsight {r['prefix_vs_hindsight']:.1%}, alternating {r['prefix_vs_alternating']:.1%}, "
             f"sticky {r['prefix_vs_sticky']:.1%}; cached share (prefix) "
-            f"{r['placements']['prefix']['cached_share']:.1%}"]
+            f"{r['placements']['prefix']['cached_share']:.1%} {flag_text(r)}".rstrip()]
