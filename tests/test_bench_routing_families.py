@@ -122,3 +122,15 @@ def test_each_new_family_runs_by_name_in_quick_and_its_rows_carry_the_flag(famil
     assert "flagged:" in result.output
     assert all(r["placements"]["hindsight"]["requests_per_s"] >= r["placements"]["sticky"]["requests_per_s"]
                for r in rows)  # the bound of issue 31's families includes the study's placement
+
+
+def test_an_idle_shard_spreads_as_null_not_infinity():
+    """A router that leaves a shard idle (sticky on a trace whose every request starts alike) writes JSON that a
+    strict reader accepts: no Infinity."""
+    import json
+
+    from parity.bench.routing import spread
+
+    assert spread([1.0, 2.0]) == pytest.approx(1.0)
+    assert spread([0.0, 2.0]) is None
+    json.dumps({"work_spread": spread([0.0, 2.0])}, allow_nan=False)

@@ -286,9 +286,9 @@ def simulate(w: Workload, shard_of: list[int], params: SimParams) -> dict:
             "cached_share": cached / prompt if prompt else 0.0, "cached_tokens": cached}
 
 
-def spread(values: list[float]) -> float:
-    """max / min - 1 over the shards (0: even)."""
-    return max(values) / min(values) - 1 if min(values) > 0 else float("inf")
+def spread(values: list[float]) -> float | None:
+    """max / min - 1 over the shards (0: even); None where a shard got no work (JSON has no infinity)."""
+    return max(values) / min(values) - 1 if min(values) > 0 else None
 
 
 def evaluate(w: Workload, params: SimParams) -> dict:
