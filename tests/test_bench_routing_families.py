@@ -134,3 +134,15 @@ def test_an_idle_shard_spreads_as_null_not_infinity():
     assert spread([1.0, 2.0]) == pytest.approx(1.0)
     assert spread([0.0, 2.0]) is None
     json.dumps({"work_spread": spread([0.0, 2.0])}, allow_nan=False)
+
+
+def test_explain_prints_the_prefix_routers_first_decisions_per_family():
+    from click.testing import CliRunner
+
+    from parity.cli import main
+
+    result = CliRunner().invoke(main, ["bench", "routing", "--quick", "--family", "conversation", "--explain", "3"])
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert lines[0].startswith("conversation: ") and len(lines) == 4
+    assert all(line.startswith("  #") and " -> shard " in line for line in lines[1:])

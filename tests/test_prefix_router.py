@@ -155,3 +155,22 @@ def test_a_completion_from_another_thread_is_released_before_the_next_decision()
     thread.join()
     assert router.loads[0] == 0 and router.loads[1] > 0
     assert router.route(np.arange(2000, dtype=np.uint32) + 90_000) == 0  # shard 0 is idle again
+
+
+def test_explain_says_why_each_decision_went_where_it_did_and_changes_none():
+    """One line per decision (issue 31's --explain): a new document goes to the least loaded shard, its next
+    question is a hit on that shard (what it holds, each weighed shard's load and cost); asking changes nothing."""
+    from parity.bench.routing import Workload, explain, place
+    from parity.engine.sim import SimParams
+
+    rng = np.random.default_rng(3)
+    doc_a, doc_b = rng.integers(0, 30000, 1024), rng.integers(0, 30000, 1024)
+    prompts = [np.concatenate([d, rng.integers(0, 30000, 24)]) for d in (doc_a, doc_b, doc_a, doc_b)]
+    w = Workload("test", "two docs", prompts, [0, 1, 0, 1], 2)
+    params = SimParams()
+    lines = explain(w, params, 4)
+    assert lines[0].startswith("test: two docs (4 requests, 2 shards)") and len(lines) == 5
+    assert "-> shard 0 (new: the least loaded): s0 holds 0, load 0" in lines[1]
+    assert "-> shard 1 (new: the least loaded)" in lines[2]
+    assert "-> shard 0 (a hit): s0 holds 1,024" in lines[3] and "\n" not in "".join(lines)
+    assert place(w, "prefix", params)[0] == [0, 1, 0, 1]

@@ -267,6 +267,18 @@ def place(w: Workload, placement: str, params: SimParams) -> tuple[list[int], di
     return [router.route(p) for p in w.prompts], router.stats()
 
 
+def explain(w: Workload, params: SimParams, limit: int) -> list[str]:
+    """The prefix router's first `limit` decisions on `w`, one line each (PrefixRouter.explain), made as `place`
+    makes them: the whole burst routed before anything completes."""
+    router = RouterSettings("prefix", cache_tokens=w.cache_tokens or params.kv_cache_tokens).make(w.shards)
+    lines = [f"{w.family}: {w.case} ({len(w.prompts)} requests, {w.shards} shards), the prefix router's decisions:"]
+    for i, prompt in enumerate(w.prompts[:limit]):
+        quote = router.quote(prompt)
+        lines.append(f"  #{i} document {w.documents[i]}: " + router.explain(quote))
+        router.commit(quote)
+    return lines
+
+
 def simulate(w: Workload, shard_of: list[int], params: SimParams) -> dict:
     """Each shard's requests at once on a fresh simulated engine (virtual clock)."""
     params = dataclasses.replace(params, kv_cache_tokens=w.cache_tokens) if w.cache_tokens else params

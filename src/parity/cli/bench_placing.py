@@ -69,9 +69,12 @@ def bench_admission(num_requests, load, repeats, out):
               help="With --trace-file: its first this many requests that fit the context.")
 @click.option("--shards", type=click.IntRange(min=1), default=2, show_default=True,
               help="With --trace-file: shards to place it over.")
+@click.option("--explain", type=click.IntRange(min=1), default=None,
+              help="Instead of the bench: the prefix router's first this many decisions on each selected family's "
+                   "first case, one line each.")
 @options.json_out
 @friendly_errors
-def bench_routing(only, quick, sim_params, trace_file, trace_limit, shards, out):
+def bench_routing(only, quick, sim_params, trace_file, trace_limit, shards, explain, out):
     """Routers on traffic the study did not send (simulated): the prefix router against alternating, the
     study's sticky router and a hindsight placement, per workload family; and its cost per request."""
     from parity.bench import routing
@@ -79,6 +82,13 @@ def bench_routing(only, quick, sim_params, trace_file, trace_limit, shards, out)
 
     if out:
         writable_file(out)
+    if explain:
+        params = SimParams.load(sim_params)
+        for family in routing.FAMILIES if not only else [f for f in routing.FAMILIES if f in only]:
+            first = next(w for w in routing.families(quick) if w.family == family)
+            for line in routing.explain(first, params, explain):
+                click.echo(line)
+        return
     if trace_file:
         from parity.bench import mooncake
 

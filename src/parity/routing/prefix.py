@@ -216,8 +216,22 @@ class PrefixRouter:
             # shared heads aside
             return (loads[s] + length - held[s] + self.output_work + self.margin * again * block, loads[s], s)
 
+        quote.candidates = cost  # for `explain` (the same costs, read again only when asked)
         quote.shard = min(candidates, key=cost) if len(candidates) > 1 else candidates.pop()
         return quote
+
+    def explain(self, quote: "Quote") -> str:
+        """One line on `quote`'s decision (before its commit): per shard it weighed, what it holds of the prompt,
+        its booked load and its cost (load + the prompt's work there + any held prefix recomputed, x margin); the
+        chosen one first, and why (a hit, a replica of a held prefix, or the least loaded)."""
+        cost, chosen = quote.candidates, quote.shard
+        weighed = sorted(quote._held, key=lambda s: (s != chosen, cost(s)))
+        parts = [f"s{s} holds {quote._held[s]:,}, load {cost(s)[1]:,}, cost {cost(s)[0]:,.0f}" for s in weighed]
+        here = quote.depths.get(chosen, 0)
+        why = ("a hit" if here and here >= quote.deepest else
+               "replica: its holder was busier" if here < quote.deepest and quote.deepest > quote.shared else
+               "new: the least loaded")
+        return f"{quote.length:,} tokens -> shard {chosen} ({why}): " + "; ".join(parts)
 
     def commit(self, quote: "Quote", shard: int | None = None) -> int:
         """Book `quote` on `shard` (default: the one it chose) and remember its blocks there; the shard. A quote
@@ -317,7 +331,8 @@ class Quote:
     """One prompt's routing decision before it is booked (`PrefixRouter.quote`): the shard chosen, and per shard
     the tokens of the prompt it holds and the work the prompt would add there (uncached prefill plus decode)."""
 
-    __slots__ = ("_router", "_words", "chain", "depths", "shared", "length", "deepest", "shard", "_fine", "_held")
+    __slots__ = ("_router", "_words", "chain", "depths", "shared", "length", "deepest", "shard", "_fine", "_held",
+                 "candidates")
 
     def __init__(self, router: PrefixRouter, words: np.ndarray, chain: list[int], depths: dict[int, int],
                  shared: int, length: int):
