@@ -180,6 +180,14 @@ class TokenShift:
 
 # ---- inputs ------------------------------------------------------------------------------------
 
+def utf8_line(path: Path, number: int, raw: bytes) -> str:
+    """Line `number` of the text file `path`, decoded; one that is not UTF-8 is named by file and number."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise TraceError(f"{path}:{number}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+
+
 def load_articles(corpus: Path, text_field: str = "article") -> list[str]:
     """Article texts from a JSONL corpus, in file order; each bad line is named."""
     if not corpus.is_file():
@@ -187,10 +195,7 @@ def load_articles(corpus: Path, text_field: str = "article") -> list[str]:
     texts = []
     with corpus.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise TraceError(f"{corpus}:{number}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+            line = utf8_line(corpus, number, raw)
             if not line.strip():
                 continue
             try:

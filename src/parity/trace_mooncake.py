@@ -28,6 +28,7 @@ from parity.trace import (
     TraceTokenizer,
     encode_token_file,
     token_sha256,
+    utf8_line,
 )
 
 BLOCK_TOKENS = 512  # what one Mooncake hash id names
@@ -105,10 +106,7 @@ def read_mooncake(path: Path, *, context_tokens: int = MAX_MODEL_LEN, limit: int
             if limit is not None and len(kept) >= limit:
                 break
             lines = number
-            try:
-                text = raw.decode("utf-8")
-            except UnicodeDecodeError as exc:
-                raise TraceError(f"{path}:{number}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+            text = utf8_line(path, number, raw)
             if not text.strip():
                 continue
             request = _parse_line(text, number, str(path))
