@@ -79,8 +79,8 @@ class Controller:
         own, wait = self._wait(quote, shard)
         moved = False
         if ahead[shard] and wait > budget_s and self.settings.reroute:
-            best = min(range(len(ahead)), key=lambda s: (self._wait(quote, s)[1], s))
-            best_own, best_wait = self._wait(quote, best)
+            (best_own, best_wait), best = min(((self._wait(quote, s), s) for s in range(len(ahead))),
+                                              key=lambda option: (option[0][1], option[1]))
             if not ahead[best] or best_wait <= budget_s:
                 shard, own, wait, moved = best, best_own, best_wait, True
         if ahead[shard] and wait > budget_s:
