@@ -53,7 +53,7 @@ def test_the_first_token_frees_the_prefill_before_the_answer_is_back():
     c.first_token(second.index, now=3.6)  # late, or again: nothing more to release
     c.complete(first.index, now=3.7)
     c.stats()
-    assert c.ahead == [0] and c.router.loads == [0] and c.rate.outstanding == [0]
+    assert c.ahead == [0] and c.router.loads == [0]
 
 
 def test_the_prefill_rate_is_learned_from_first_tokens():
@@ -102,7 +102,7 @@ def test_a_burst_of_refusals_leaks_no_booked_work():
         c.complete(d.index, now=5.0)
         c.complete(d.index, now=5.0)  # once only
     c.stats()
-    assert c.router.loads == [0, 0] and c.rate.outstanding == [0, 0] and c.ahead == [0, 0]
+    assert c.router.loads == [0, 0] and c.ahead == [0, 0]
     assert c.decide(_prompt(1200), now=6.0).admitted  # and the next one finds room again
 
 
@@ -120,62 +120,62 @@ def test_reroute_places_a_request_the_sticky_shard_cannot_serve_in_time():
             assert not d.admitted and "on shard 0" in d.reason
 
 
-def _fifo(rate: float, works: list[int], gap_s: float, start_s: float) -> list[tuple[float, str, int]]:
-    """A first-come engine serving `rate` tokens of work per second, sent a request every `gap_s`: (time, event,
-    work) in time order."""
-    events, free = [], start_s
-    for i, work in enumerate(works):
-        arrive = start_s + i * gap_s
-        free = max(free, arrive) + work / rate
-        events += [(arrive, "start", work), (free, "finish", work)]
-    return sorted(events, key=lambda e: (e[0], e[1] == "start"))
+def _serve(learner: ServiceRate, rate: float, latency_s: float, works, gaps, start_s=0.0, admit=lambda work: True):
+    """A first-come engine that serves `rate` prefill tokens per second and gives each first token `latency_s` after
+    its prefill, sent `works` `gaps` apart: the learner is told each first token in time order, as a client is.
+    Returns the time the last arrival came."""
+    firsts, free, now = [], start_s, start_s  # (first token at, ahead at admission, own, predicted)
+    for work, gap in zip(works, gaps):
+        now += gap
+        while firsts and firsts[0][0] <= now:
+            at, ahead, own, predicted = heapq.heappop(firsts)
+            learner.observe(0, ahead, own, at - predicted[1], predicted[0])
+        ahead = sum(own for _, _, own, _ in firsts)
+        if not admit(ahead + work):
+            continue
+        free = max(free, now) + work / rate
+        heapq.heappush(firsts, (free + latency_s, ahead, work, (learner.predict(0, ahead + work), now)))
+    return now
 
 
-def _feed(learner: ServiceRate, events) -> None:
-    for now, kind, work in events:
-        (learner.start if kind == "start" else learner.finish)(0, work, now)
-
-
-def test_the_learned_rate_follows_a_slowed_engine():
-    """Seeded low, it climbs to the engine's rate; when the engine slows to half, it follows it down."""
-    learner = ServiceRate(1, seed=2_000.0, alpha=0.3, sample_s=0.5)
-    fast = _fifo(10_000.0, [1_000] * 300, gap_s=0.08, start_s=0.0)  # offered 12,500/s: always a backlog
-    _feed(learner, fast)
-    assert learner.rates[0] == pytest.approx(10_000.0, rel=0.1)
-    assert learner.outstanding == [0]
-    slow = _fifo(5_000.0, [1_000] * 300, gap_s=0.16, start_s=fast[-1][0] + 1.0)  # offered 6,250/s
-    _feed(learner, slow)
-    assert learner.rates[0] == pytest.approx(5_000.0, rel=0.1)
-
-
-def test_the_rate_follows_an_engine_slower_than_its_estimate_even_when_admission_caps_its_backlog():
-    """Under admission a shard never holds more than the objective's worth of work, here less than one stretch's:
-    what it is offered over the stretch, not what it held at its start, says it had the work and did less."""
-    learner, free, finishing = ServiceRate(1, seed=10_000.0, alpha=0.3, sample_s=0.5), 0.0, []
-    for i in range(400):  # 500 tokens every 40 ms (12,500/s offered) to an engine of 5,000/s
-        now = i * 0.04
-        while finishing and finishing[0] <= now:
-            learner.finish(0, 500, finishing.pop(0))
-        if learner.outstanding[0] + 500 <= 0.3 * learner.rates[0]:  # admitted only within 0.3 s of estimated work
-            learner.start(0, 500, now)
-            free = max(free, now) + 500 / 5_000.0
-            finishing.append(free)
+def test_the_wait_model_follows_a_slowed_engine():
+    """Seeded low, it learns the engine's rate on a varying backlog, and the waits it predicts; when the engine
+    slows to half, it follows it down."""
+    rng = np.random.default_rng(3)
+    learner = ServiceRate(1, seed=2_000.0, alpha=0.05, span=4_000.0)
+    works = rng.choice([100, 2_000], size=600)
+    end = _serve(learner, 10_000.0, 0.03, works, rng.exponential(0.12, 600))  # offered 88% of it
+    assert learner.rates[0] == pytest.approx(10_000.0, rel=0.15)
+    assert learner.predict(0, 8_000) == pytest.approx(0.03 + 0.8, rel=0.2)  # a head half served counts whole
+    _serve(learner, 5_000.0, 0.03, works, rng.exponential(0.24, 600), start_s=end + 5.0)
     assert learner.rates[0] == pytest.approx(5_000.0, rel=0.15)
+    assert learner.predict(0, 8_000) == pytest.approx(0.03 + 1.6, rel=0.2)
 
 
-def test_a_lightly_loaded_shard_does_not_lower_its_rate():
-    """One request at a time, each slow for want of company: no news of the shard's speed."""
-    learner = ServiceRate(1, seed=10_000.0, alpha=0.3, sample_s=0.5)
-    for i in range(50):  # 100 tokens of work in 0.1 s each (1,000/s), one at a time, 0.2 s apart
-        learner.start(0, 100, i * 0.2)
-        learner.finish(0, 100, i * 0.2 + 0.1)
-    assert learner.rates[0] == 10_000.0
+def test_the_wait_model_follows_an_engine_slower_than_its_seed_when_admission_caps_its_backlog():
+    """Under admission a shard holds no more work than its predicted objective allows: the waits it sees still
+    teach it the engine is slower than seeded, so the backlog it admits shrinks to what the engine serves in time."""
+    rng = np.random.default_rng(4)
+    learner = ServiceRate(1, seed=20_000.0, alpha=0.05, span=8_000.0)
+    _serve(learner, 5_000.0, 0.02, rng.choice([100, 1_000], size=800), rng.exponential(0.04, 800),
+           admit=lambda work: learner.predict(0, work) <= 0.4)
+    assert learner.predict(0, 2_000) == pytest.approx(0.02 + 0.4, rel=0.2)
+
+
+def test_a_lightly_loaded_shard_learns_its_latency_not_a_slower_rate():
+    """One request at a time, each 100 tokens in 0.1 s: the wait is latency, not a slower rate."""
+    learner = ServiceRate(1, seed=10_000.0, alpha=0.05, span=8_000.0)
+    for _ in range(200):
+        learner.observe(0, 0, 100, 0.1, learner.predict(0, 100))
+    assert learner.rates[0] == pytest.approx(10_000.0)
+    assert learner.latency_s[0] == pytest.approx(0.09, rel=0.01) and learner.bias == [1.0]
+    assert learner.predict(0, 5_000) == pytest.approx(0.59, rel=0.01)
 
 
 @pytest.mark.parametrize("values, message", [
     ({"headroom": 0}, "admission setting headroom must be above 0, got 0"),
     ({"seed_tokens_per_s": -1}, "admission setting seed_tokens_per_s must be above 0, got -1"),
-    ({"sample_s": 0.0}, "admission setting sample_s must be above 0, got 0.0"),
+    ({"sample_s": 0.5}, "unknown admission setting(s) sample_s: known are"),
     ({"alpha": 1.5}, "admission setting alpha must be in (0, 1], got 1.5"),
     ({"headrom": 0.9}, "unknown admission setting(s) headrom: known are"),
     ({"reroute": "yes"}, "admission setting reroute must be true or false, got 'yes'"),
@@ -220,7 +220,7 @@ def test_the_standalone_path_never_sends_a_refused_request(small_reuse_trace, tm
     assert all(r.startswith("predicted first token in ") and "\n" not in r for r in burst.refused.values())
     stats = burst.extra["admission"]
     assert (stats["admitted"], stats["refused"]) == (2, len(ids) - 2)
-    assert router.loads == [0, 0] and controller.rate.outstanding == [0, 0]  # both answers released their work
+    assert router.loads == [0, 0] and controller.ahead == [0, 0]  # both answers released their work
     assert all(len(c.output_token_ids) == 16 for c in burst.completions)
 
 

@@ -5,12 +5,12 @@ experiment (the Flame batch-limit screening): this decides whether a request is 
 
 - From what it knows: the uncached prefill of the requests admitted on each shard that have no first token yet
   (booked by the controller, apart from the prefix router's placement booking of prefill plus decode), the
-  shard's prefill rate learned online from those first tokens (`rate.ServiceRate`: prefill tokens per second
-  under the decode load the engine runs, seeded low, never a constant), and the request's own uncached prefill
-  after the hit the router expects on that shard. A first token waits only for the prefill ahead of it:
+  shard's first-token wait learned online from those first tokens (`rate.ServiceRate`: a line, latency + prefill
+  ahead / rate, under the decode load the engine runs, times a bias fed back from its recent errors; seeded low,
+  never a constant), and the request's own uncached prefill after the hit the router expects on that shard. A first token waits only for the prefill ahead of it:
   continuous batching decodes the earlier answers beside it.
-- Decision (`controller.Controller`): predicted first token = (prefill ahead + own uncached prefill) / rate; admit
-  when it is within `headroom` x the objective's TTFT, or when the shard has no prefill ahead (refusing there
+- Decision (`controller.Controller`): predicted first token = that model at (prefill ahead + own uncached
+  prefill); admit when it is within `headroom` x the objective's TTFT, or when the shard has no prefill ahead (refusing there
   helps no one and would leave the rate unlearned). Otherwise refuse at once with a one-line reason; with
   `reroute`, a shard that meets it takes the request first (a miss that meets the deadline beats a hit that
   misses it).

@@ -20,7 +20,8 @@ class Decision(NamedTuple):
     predicted_s: float  # the first token's predicted wait on the shard judged last
     moved: bool = False  # placed on another shard than the router chose (`reroute`)
     prefill: int = 0  # an admitted request's uncached prefill, booked on its shard until its first token
-    why: tuple | None = None  # a refusal's facts: (shard, ahead, uncached, rate, budget_s, ttft_s, headroom, reroute)
+    why: tuple | None = None  # a refusal's facts: (shard, ahead, uncached, rate, latency_s, budget_s, ttft_s,
+    # headroom, reroute)
 
     @property
     def admitted(self) -> bool:
@@ -31,11 +32,11 @@ class Decision(NamedTuple):
         """One line: the predicted wait against the objective, and what it was predicted from."""
         if self.why is None:
             return None
-        shard, ahead, uncached, rate, budget_s, ttft_s, headroom, reroute = self.why
+        shard, ahead, uncached, rate, latency_s, budget_s, ttft_s, headroom, reroute = self.why
         where = "no shard meets it" if reroute else f"on shard {shard}"
         return (f"predicted first token in {self.predicted_s:.2f} s > {budget_s:.2f} s ({headroom:g} x the "
                 f"{ttft_s:g} s objective) {where}: {ahead} prefill tokens ahead + {uncached} uncached at "
-                f"{rate:.0f} prefill tokens/s")
+                f"{rate:.0f} prefill tokens/s after {latency_s:.3f} s")
 
 
 class Controller:
@@ -48,9 +49,9 @@ class Controller:
     The first token waits only for the prefill ahead of it (continuous batching runs the answers already
     decoding beside it), so the controller books each admitted request's uncached prefill on its shard until its
     first token, apart from the router's booking (prefill plus decode until the whole answer, which places
-    requests), and learns each shard's prefill rate from those first tokens: under decode load, as the engine
-    actually delivers it. An answer not streamed releases its prefill when it completes (a later, so cautious,
-    first token)."""
+    requests), and learns each shard's first-token wait from those first tokens (`rate.ServiceRate`: a latency
+    plus the prefill ahead over a rate, under the decode load the engine runs, as it actually delivers it). An
+    answer not streamed releases its prefill when it completes (a later, so cautious, first token)."""
 
     def __init__(self, router, settings: BoundedSettings = BoundedSettings(), objective: Objective = Objective()):
         if not router.quotes:  # declared by its class (parity.routing.base.Router)
@@ -59,9 +60,11 @@ class Controller:
         self.router, self.settings, self.objective = router, settings, objective
         self.budget_s = objective.ttft_s * settings.headroom
         shards = router.num_shards
-        self.rate = ServiceRate(shards, settings.seed_tokens_per_s, settings.alpha, settings.sample_s)
+        self.rate = ServiceRate(shards, settings.seed_tokens_per_s, settings.alpha,
+                                span=settings.seed_tokens_per_s * self.budget_s)
         self.ahead = [0] * shards  # per shard: uncached prefill of admitted requests before their first token
-        self._prefills: dict[int, tuple[int, int]] = {}  # routing index -> (shard, prefill) until its first token
+        self._prefills: dict[int, tuple] = {}  # routing index -> (shard, prefill, work ahead, admitted at) until
+        # its first token
         self._open: set[int] = set()  # routing indices admitted and not yet complete
         self._events: queue.SimpleQueue = queue.SimpleQueue()  # (index, now, done) from the answers' threads
         self.admitted = self.refused = self.moved = 0
@@ -69,7 +72,7 @@ class Controller:
     def _wait(self, quote, shard: int) -> tuple[int, float]:
         """The prompt's uncached prefill on `shard`, and its predicted first-token wait there."""
         own = quote.length - quote.held(shard)
-        return own, (self.ahead[shard] + own) / self.rate.rates[shard]
+        return own, self.rate.predict(shard, self.ahead[shard] + own)
 
     def decide(self, tokens, now: float) -> Decision:
         """Admit (booked on its shard) or refuse (nothing booked) this prompt, arriving `now`."""
@@ -85,15 +88,14 @@ class Controller:
                 shard, own, wait, moved = best, best_own, best_wait, True
         if ahead[shard] and wait > budget_s:
             self.refused += 1
-            return Decision(None, None, wait, False, 0, (shard, ahead[shard], own, self.rate.rates[shard], budget_s,
-                                                      self.objective.ttft_s, self.settings.headroom,
-                                                      self.settings.reroute))
+            return Decision(None, None, wait, False, 0, (shard, ahead[shard], own, self.rate.rates[shard],
+                                                      self.rate.latency_s[shard], budget_s, self.objective.ttft_s,
+                                                      self.settings.headroom, self.settings.reroute))
         index = self.router.requests  # the routing index this booking gets
         self.router.commit(quote, shard)
+        self._prefills[index] = (shard, own, ahead[shard], now, wait)
         ahead[shard] += own
-        self._prefills[index] = (shard, own)
         self._open.add(index)
-        self.rate.start(shard, own, now)
         self.admitted += 1
         self.moved += moved
         return Decision(shard, index, wait, moved, own)
@@ -113,9 +115,9 @@ class Controller:
             index, now, done = events.get_nowait()
             prefill = self._prefills.pop(index, None)
             if prefill is not None:  # once only
-                shard, own = prefill
+                shard, own, before, admitted_at, predicted_s = prefill
                 self.ahead[shard] -= own
-                self.rate.finish(shard, own, now)
+                self.rate.observe(shard, before, own, now - admitted_at, predicted_s)
             if done and index in self._open:
                 self._open.discard(index)
                 self.router.complete(index)
@@ -125,4 +127,5 @@ class Controller:
         self._apply()
         return {"admitted": self.admitted, "refused": self.refused, "moved": self.moved,
                 "rates_tokens_per_s": [round(r, 1) for r in self.rate.rates], "rate_samples": list(self.rate.samples),
+                "latency_s": [round(s, 4) for s in self.rate.latency_s], "bias": [round(b, 3) for b in self.rate.bias],
                 "settings": self.settings.to_dict(), "objective": self.objective.to_dict()}

@@ -17,12 +17,11 @@ class BoundedSettings(Settings):
     headroom: float = 0.8  # a prediction must fit this share of the objective's TTFT: it is a mean, the target a p99
     seed_tokens_per_s: float = 16000.0  # a shard's rate before it has finished anything: about a third of the
     # calibrated H200's prefill (config/sim), so an unlearned shard refuses early rather than misses
-    alpha: float = 0.3  # the weight of each new rate sample (an EWMA)
-    sample_s: float = 0.5  # the shortest stretch of a busy shard one rate sample spans
+    alpha: float = 0.05  # the weight of each new first token's (work ahead, wait) in the shard's fit (older fade)
     reroute: bool = False  # a shard that cannot meet the objective passes the request to one that can
 
     def __post_init__(self):
-        for name in ("headroom", "seed_tokens_per_s", "sample_s"):
+        for name in ("headroom", "seed_tokens_per_s"):
             if getattr(self, name) <= 0:
                 raise ParityError(f"admission setting {name} must be above 0, got {getattr(self, name)!r}")
         if not 0 < self.alpha <= 1:
