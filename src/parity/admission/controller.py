@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import queue
+from collections import deque
 from typing import NamedTuple
 
 from parity.admission.rate import ServiceRate
@@ -66,7 +66,7 @@ class Controller:
         self._prefills: dict[int, tuple] = {}  # routing index -> (shard, prefill, work ahead, admitted at) until
         # its first token
         self._open: set[int] = set()  # routing indices admitted and not yet complete
-        self._events: queue.SimpleQueue = queue.SimpleQueue()  # (index, now, done) from the answers' threads
+        self._events: deque = deque()  # (index, now, done) from the answers' threads
         self.admitted = self.refused = self.moved = 0
 
     def _wait(self, quote, shard: int) -> tuple[int, float]:
@@ -102,22 +102,22 @@ class Controller:
 
     def first_token(self, index: int, now: float) -> None:
         """The `index`-th admitted request's first token came at `now`: its prefill is done (teaches the rate)."""
-        self._events.put((index, now, False))
+        self._events.append((index, now, False))
 
     def complete(self, index: int, now: float) -> None:
         """The `index`-th admitted request finished at `now`: the router releases its work (and the controller its
         prefill, if no first token was reported)."""
-        self._events.put((index, now, True))
+        self._events.append((index, now, True))
 
     def _apply(self) -> None:
-        events = self._events
-        while not events.empty():  # one consumer: what it saw stays there
-            index, now, done = events.get_nowait()
-            prefill = self._prefills.pop(index, None)
+        events, prefills, observe = self._events, self._prefills, self.rate.observe
+        while events:  # one consumer (deque's append and popleft are atomic): what it saw stays there
+            index, now, done = events.popleft()
+            prefill = prefills.pop(index, None)
             if prefill is not None:  # once only
                 shard, own, before, admitted_at, predicted_s = prefill
                 self.ahead[shard] -= own
-                self.rate.observe(shard, before, own, now - admitted_at, predicted_s)
+                observe(shard, before, own, now - admitted_at, predicted_s)
             if done and index in self._open:
                 self._open.discard(index)
                 self.router.complete(index)
@@ -125,6 +125,7 @@ class Controller:
     def stats(self) -> dict:
         """Counts, each shard's learned prefill rate and the settings, for a trial's record."""
         self._apply()
+        self.rate.fitted()
         return {"admitted": self.admitted, "refused": self.refused, "moved": self.moved,
                 "rates_tokens_per_s": [round(r, 1) for r in self.rate.rates], "rate_samples": list(self.rate.samples),
                 "latency_s": [round(s, 4) for s in self.rate.latency_s], "bias": [round(b, 3) for b in self.rate.bias],

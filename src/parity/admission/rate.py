@@ -35,8 +35,11 @@ class ServiceRate:
         self._slope0 = 1.0 / seed
         self._prior = 0.01 * alpha * float(span) ** 2  # in tokens squared, as the spread is
         self._sums = [[0.0] * 5 for _ in range(shards)]  # weighted n, x, y, xx, xy
+        self._stale = [False] * shards  # observed since the line was last fitted
 
     def line(self, shard: int, work: float) -> float:
+        if self._stale[shard]:
+            self._fit(shard)
         return self.latency_s[shard] + work / self.rates[shard]
 
     def predict(self, shard: int, work: float) -> float:
@@ -44,17 +47,33 @@ class ServiceRate:
         return self.bias[shard] * self.line(shard, work)
 
     def observe(self, shard: int, ahead: float, own: float, wait_s: float, predicted_s: float = 0.0) -> None:
-        """A request admitted with `ahead` prefill tokens before its `own` had its first token `wait_s` later."""
-        alpha, work = self.alpha, ahead + own
-        if ahead:
+        """A request admitted with `ahead` prefill tokens before its `own` had its first token `wait_s` later,
+        against `predicted_s` then. The line is refitted when next read (several first tokens may come between
+        two decisions: this runs inside the controller's cost)."""
+        alpha, keep, work = self.alpha, 1.0 - self.alpha, ahead + own
+        if ahead and predicted_s > 0:
             self.bias[shard] += alpha * (wait_s / predicted_s - self.bias[shard])
         sums = self._sums[shard]
-        for k, value in enumerate((1.0, work, wait_s, work * work, work * wait_s)):
-            sums[k] = sums[k] * (1.0 - alpha) + alpha * value
-        n, x, y, xx, xy = sums
-        spread, cospread = xx - x * x / n, xy - x * y / n  # about the weighted means
-        slope = max((cospread + self._prior * self._slope0) / (spread + self._prior),
-                    self._slope0 / 100.0)  # more work never means less wait
+        sums[0] = sums[0] * keep + alpha
+        sums[1] = sums[1] * keep + alpha * work
+        sums[2] = sums[2] * keep + alpha * wait_s
+        sums[3] = sums[3] * keep + alpha * work * work
+        sums[4] = sums[4] * keep + alpha * work * wait_s
+        self.samples[shard] += 1
+        self._stale[shard] = True
+
+    def _fit(self, shard: int) -> None:
+        n, x, y, xx, xy = self._sums[shard]
+        prior = self._prior
+        slope = (xy - x * y / n + prior * self._slope0) / (xx - x * x / n + prior)  # about the weighted means
+        slope = max(slope, self._slope0 / 100.0)  # more work never means less wait
         self.rates[shard] = 1.0 / slope
         self.latency_s[shard] = max(0.0, (y - slope * x) / n)
-        self.samples[shard] += 1
+        self._stale[shard] = False
+
+    def fitted(self) -> "ServiceRate":
+        """Itself, every shard's line refitted to what it has observed (for a record)."""
+        for shard, stale in enumerate(self._stale):
+            if stale:
+                self._fit(shard)
+        return self

@@ -1,7 +1,7 @@
 """Admission cost: µs per request the controller adds, against the prefix router's own, timed side by side.
 
 One run, one thread: each request is quoted, judged and (when admitted) booked by `parity.admission.Controller`
-over a router whose calls are timed apart (quote, commit, complete), so per request the router's time and the
+over a router whose calls are timed apart (quote, what a shard holds of the prompt, commit, complete), so per request the router's time and the
 controller's own (the judgment, the learned rate, the event queue: the rest of `decide`, `first_token` and
 `complete`) come from the same calls (the proxy's own calls are charged to the controller: an upper bound). The
 clock the controller sees is simulated: shared-document prompts arrive at `load` x what a first-come engine per
@@ -41,13 +41,13 @@ class _Timed:
 
     def quote(self, tokens):
         start = time.perf_counter_ns()
-        quote = self.router.quote(tokens)
+        quote = _TimedQuote(self.router.quote(tokens), self)
         self.ns += time.perf_counter_ns() - start
         return quote
 
     def commit(self, quote, shard=None):
         start = time.perf_counter_ns()
-        shard = self.router.commit(quote, shard)
+        shard = self.router.commit(quote.quote, shard)
         self.ns += time.perf_counter_ns() - start
         return shard
 
@@ -55,6 +55,22 @@ class _Timed:
         start = time.perf_counter_ns()
         self.router.complete(index)
         self.ns += time.perf_counter_ns() - start
+
+
+class _TimedQuote:
+    """A quote whose `held` (the router's reckoning of what a shard holds of the prompt, computed on demand for
+    the shards the controller weighs) is timed as the router's."""
+
+    __slots__ = ("quote", "length", "shard", "_timed")
+
+    def __init__(self, quote, timed: _Timed):
+        self.quote, self.length, self.shard, self._timed = quote, quote.length, quote.shard, timed
+
+    def held(self, shard: int) -> int:
+        start = time.perf_counter_ns()
+        held = self.quote.held(shard)
+        self._timed.ns += time.perf_counter_ns() - start
+        return held
 
 
 def _percentiles(us: list[float]) -> dict:
