@@ -37,6 +37,23 @@ def test_a_request_that_cannot_meet_the_objective_is_refused_with_its_reason():
     assert "1500 prefill tokens ahead + 1500 uncached at 1000 prefill tokens/s" in second.reason
     assert "\n" not in second.reason
     assert (c.admitted, c.refused) == (1, 1)
+    assert second.retry_after_s == pytest.approx(1.0)  # when 1,000 of the tokens ahead will have drained
+    assert first.retry_after_s is None
+
+
+def test_the_clients_retry_policy_tries_a_refused_request_again_in_its_turn():
+    """Each request's first try at its offset, a retry at the time `again` gives it, in time order with the rest;
+    no more tries than the policy allows, and the final reason says how many it had."""
+    from parity.admission.retry import Attempts
+
+    attempts, seen = Attempts([0.0, 0.1, 0.2], retries=1), []
+    for offset, index, attempt in attempts:
+        seen.append((offset, index, attempt))
+        if index == 0:
+            assert attempts.again(index, attempt, offset + 0.15) == (attempt == 0)
+    assert seen == [(0.0, 0, 0), (0.1, 1, 0), (0.15, 0, 1), (0.2, 2, 0)]
+    assert attempts.final("why", 1) == "why; refused on all 2 tries"
+    assert Attempts([0.0], retries=0).final("why", 0) == "why"
 
 
 def test_the_first_token_frees_the_prefill_before_the_answer_is_back():
@@ -283,18 +300,20 @@ def test_the_sustained_plan_adds_a_bounded_case_per_rung_only_when_asked(small_r
         plan.sustained([small_reuse_trace], [4.0], flame, arms={"bounded": {"inflight": 1}}, bounded=BoundedSettings())
 
 
-def test_the_bounded_arm_runs_on_the_cpu_on_both_paths_and_each_trial_says_what_it_refused(small_reuse_trace,
+@pytest.mark.parametrize("retries", [0, 1])
+def test_the_bounded_arm_runs_on_the_cpu_on_both_paths_and_each_trial_says_what_it_refused(small_reuse_trace, retries,
                                                                                             sim_backend, tmp_path):
     """One overloaded rung (a 50 ms objective) through the experiment runner, simulated, on both paths (Flame: the
     stand-in, harvest mode, its first tokens releasing their prefill): each bounded case's trial passes its checks,
     records what it admitted and refused (never a refused request among its records), and the experiment names
-    its arm."""
+    its arm. With the client's retry policy, a refused request is tried again after its Retry-After: the trial
+    counts tries, and what was admitted on a retry, and a request refused for good says it was tried twice."""
     from parity.experiments import plan
     from parity.experiments.runner import run_experiment
     from parity.manifest import read_manifest
 
     flame = plan.FlameSettings(api="async", window_ms=5)
-    cases = [c for c in plan.sustained([small_reuse_trace], [200.0], flame, bounded=BoundedSettings(),
+    cases = [c for c in plan.sustained([small_reuse_trace], [200.0], flame, bounded=BoundedSettings(retries=retries),
                                        objective=Objective(ttft_s=0.05)) if c.arm == "bounded"]
     assert [c.system for c in cases] == ["standalone", "flame"]
     run_experiment("sustained", cases, sim_backend, tmp_path, settings={"rates": [200.0]}, log=lambda _: None)
@@ -304,7 +323,11 @@ def test_the_bounded_arm_runs_on_the_cpu_on_both_paths_and_each_trial_says_what_
         assert doc["config"]["placement"] == "prefix"
         assert doc["refused"] and len(doc["records"]) + len(doc["refused"]) == 64
         assert {r["request_id"] for r in doc["refused"]}.isdisjoint(r["request_id"] for r in doc["records"])
-        assert (doc["admission"]["admitted"], doc["admission"]["refused"]) == (len(doc["records"]), len(doc["refused"]))
+        stats, refused = doc["admission"], doc["refused"]
+        assert stats["admitted"] == len(doc["records"]) and stats["settings"]["retries"] == retries
+        assert stats["refused"] == (len(refused) if not retries else 2 * len(refused) + stats["retried"])
+        assert all(r["reason"].endswith("; refused on all 2 tries") == bool(retries) for r in refused)
+        assert stats["retried"] > 0 or not retries or case.system == "flame"  # the stand-in's 2 were first tries
         assert doc["ran_with"]["load"]["admission"]["objective"]["ttft_s"] == 0.05
     assert read_manifest(tmp_path / "trials" / f"{cases[1].trial_id}.json")["harvest"]["completions"] > 0
     entries = json.loads((tmp_path / "experiment.json").read_text())["cases"]

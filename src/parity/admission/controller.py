@@ -6,6 +6,7 @@ from collections import deque
 from typing import NamedTuple
 
 from parity.admission.rate import ServiceRate
+from parity.admission.retry import Attempts
 from parity.admission.settings import BoundedSettings
 from parity.errors import ParityError
 from parity.latency import Objective
@@ -26,6 +27,14 @@ class Decision(NamedTuple):
     @property
     def admitted(self) -> bool:
         return self.shard is not None
+
+    @property
+    def retry_after_s(self) -> float | None:
+        """A refusal's Retry-After: how much later the predicted wait would fit the budget (the work ahead
+        drains meanwhile at the predicted pace), at least 10 ms."""
+        if self.why is None:
+            return None
+        return max(0.01, self.predicted_s - self.why[5])
 
     @property
     def reason(self) -> str | None:
@@ -67,15 +76,16 @@ class Controller:
         # its first token
         self._open: set[int] = set()  # routing indices admitted and not yet complete
         self._events: deque = deque()  # (index, now, done) from the answers' threads
-        self.admitted = self.refused = self.moved = 0
+        self.admitted = self.refused = self.moved = self.retried = 0  # tries; retried: admitted on a retry
 
     def _wait(self, quote, shard: int) -> tuple[int, float]:
         """The prompt's uncached prefill on `shard`, and its predicted first-token wait there."""
         own = quote.length - quote.held(shard)
         return own, self.rate.predict(shard, self.ahead[shard] + own)
 
-    def decide(self, tokens, now: float) -> Decision:
-        """Admit (booked on its shard) or refuse (nothing booked) this prompt, arriving `now`."""
+    def decide(self, tokens, now: float, attempt: int = 0) -> Decision:
+        """Admit (booked on its shard) or refuse (nothing booked) this prompt, arriving `now`; `attempt` counts
+        the client's earlier tries of it (parity.admission.retry)."""
         self._apply()
         quote = self.router.quote(tokens)
         shard, ahead, budget_s = quote.shard, self.ahead, self.budget_s
@@ -98,7 +108,12 @@ class Controller:
         self._open.add(index)
         self.admitted += 1
         self.moved += moved
+        self.retried += attempt > 0
         return Decision(shard, index, wait, moved, own)
+
+    def attempts(self, offsets: list[float]) -> Attempts:
+        """A burst's tries under the client's retry policy (`settings.retries`), each request's first at its offset."""
+        return Attempts(offsets, self.settings.retries)
 
     def first_token(self, index: int, now: float) -> None:
         """The `index`-th admitted request's first token came at `now`: its prefill is done (teaches the rate)."""
@@ -126,7 +141,7 @@ class Controller:
         """Counts, each shard's learned prefill rate and the settings, for a trial's record."""
         self._apply()
         self.rate.fitted()
-        return {"admitted": self.admitted, "refused": self.refused, "moved": self.moved,
+        return {"admitted": self.admitted, "refused": self.refused, "moved": self.moved, "retried": self.retried,
                 "rates_tokens_per_s": [round(r, 1) for r in self.rate.rates], "rate_samples": list(self.rate.samples),
                 "latency_s": [round(s, 4) for s in self.rate.latency_s], "bias": [round(b, 3) for b in self.rate.bias],
                 "settings": self.settings.to_dict(), "objective": self.objective.to_dict()}

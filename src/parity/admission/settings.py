@@ -19,10 +19,13 @@ class BoundedSettings(Settings):
     # calibrated H200's prefill (config/sim), so an unlearned shard refuses early rather than misses
     alpha: float = 0.05  # the weight of each new first token's (work ahead, wait) in the shard's fit (older fade)
     reroute: bool = False  # a shard that cannot meet the objective passes the request to one that can
+    retries: int = 0  # the client's policy: tries a refused request gets again, each after its Retry-After
 
     def __post_init__(self):
         for name in ("headroom", "seed_tokens_per_s"):
             if getattr(self, name) <= 0:
                 raise ParityError(f"admission setting {name} must be above 0, got {getattr(self, name)!r}")
+        if self.retries < 0:
+            raise ParityError(f"admission setting retries must be 0 or more, got {self.retries!r}")
         if not 0 < self.alpha <= 1:
             raise ParityError(f"admission setting alpha must be in (0, 1], got {self.alpha!r}")

@@ -188,7 +188,8 @@ class FlamePath(ServingPath):
         request whose task failed with the dead worker, and what arrives for the shard from then on.
         `lengths`: each request's exact output length (parity.lengths), carried in its task's payload.
         `admission` (parity.admission.Controller over `router`): bounded admission, the standalone client's own; a
-        refused request never enters a task and is recorded with its reason; a harvested answer's first token
+        refused request never enters a task (tried again after its Retry-After as the client's policy allows) and
+        one refused for good is recorded with its reason; a harvested answer's first token
         releases its prefill, any other's completion does."""
         if admission is not None and restart is not None:
             raise ParityError("bounded admission runs without the restart fault: a restarted worker's learned rate "
@@ -199,7 +200,7 @@ class FlamePath(ServingPath):
         offsets = schedule.offsets(len(prompts))
         outage, bound_before = (self._arm(restart, offsets), sessions.executors()) if restart else (None, [])
         release = outage.release_s if outage else time.monotonic()
-        shards, futures, sent, sent_to = [], [], [], []
+        shards, futures, sent, sent_to = ([None] * len(prompts) for _ in range(4))  # by burst index
         refused: dict[int, str] = {}  # burst index -> why bounded admission refused it
         booking: dict[str, int] = {}  # request id -> the controller's routing index (admitted under admission)
         if admission is not None:
@@ -212,12 +213,7 @@ class FlamePath(ServingPath):
             shard = shards[index]
             future = sessions.batchers[shard].submit(request_ids[index], prompts[index],
                                                      None if lengths is None else lengths[index])
-            if index < len(futures):
-                futures[index] = future
-                sent_to[index] = sessions.sessions[shard].id
-            else:
-                futures.append(future)
-                sent_to.append(sessions.sessions[shard].id)
+            futures[index], sent_to[index] = future, sessions.sessions[shard].id  # a resend replaces the first
             if outage:
                 outage.watch(future, index)
             if admission is not None:  # its prefill (if not yet) and its router booking released as it comes back
@@ -227,21 +223,22 @@ class FlamePath(ServingPath):
                 future.add_done_callback(lambda _, index=index: router.complete(index))
 
         try:
-            for index, (prompt, offset) in enumerate(zip(prompts, offsets, strict=True)):
+            attempts = admission.attempts(offsets) if admission is not None else \
+                ((offset, index, 0) for index, offset in enumerate(offsets))
+            for offset, index, attempt in attempts:  # a refused try may come again later (the client's policy)
                 if offset > 0:
                     wait_until(release + offset)
-                sent.append(time.monotonic())
+                sent[index] = time.monotonic()
                 if admission is not None:
-                    decision = admission.decide(prompt, sent[-1])
-                    shards.append(decision.shard)
+                    decision = admission.decide(prompts[index], sent[index], attempt)
                     if not decision.admitted:  # never sent: no future, no session
-                        refused[index] = decision.reason
-                        futures.append(None)
-                        sent_to.append(None)
+                        if not attempts.again(index, attempt, sent[index] - release + decision.retry_after_s):
+                            refused[index] = attempts.final(decision.reason, attempt)
                         continue
+                    shards[index] = decision.shard
                     booking[request_ids[index]] = decision.index
                 else:
-                    shards.append(router.route(prompt))
+                    shards[index] = router.route(prompts[index])
                 submit(index)
                 if outage:
                     self._recover(outage, submit, request_ids, futures, sent_to)

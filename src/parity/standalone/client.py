@@ -192,35 +192,39 @@ class NativeClient:
         release (a burst: all now); return (release, shards, replies). Each reply is timed from its scheduled send.
         `samplings`: each request's own (its exact output length, parity.lengths); None: the client's for all.
         `admission` (a parity.admission.Controller over `router`): each request is admitted or refused as it is
-        due; a refused one is never sent, and its shard and reply are None (`refusals` holds its reason)."""
+        due, and tried again after its Retry-After as the client's policy allows (parity.admission.retry); one
+        refused for good is never sent, and its shard and reply are None (`refusals` holds its reason)."""
         release = time.monotonic() if release is None else release
         samplings = [self.sampling] * len(prompts) if samplings is None else samplings
-        shards, tasks, self.refusals = [], [], {}
-        for prompt, request_id, offset, sampling in zip(prompts, request_ids, offsets, samplings, strict=True):
-            first = None
+        shards, tasks, self.refusals = [None] * len(prompts), {}, {}
+        attempts = admission.attempts(offsets) if admission is not None else \
+            ((offset, index, 0) for index, offset in enumerate(offsets))
+        for offset, index, attempt in attempts:
+            prompt, first = prompts[index], None
             if offset > 0:
                 await wait_until_async(release + offset)
             if admission is not None:
-                decision = admission.decide(prompt, time.monotonic())
-                shards.append(decision.shard)
+                decision = admission.decide(prompt, time.monotonic(), attempt)
                 if not decision.admitted:
-                    self.refusals[len(shards) - 1] = decision.reason
+                    if not attempts.again(index, attempt, time.monotonic() - release + decision.retry_after_s):
+                        self.refusals[index] = attempts.final(decision.reason, attempt)
                     continue
+                shards[index] = decision.shard
                 done = lambda _, index=decision.index: admission.complete(index, time.monotonic())  # noqa: E731
                 first = lambda index=decision.index: admission.first_token(index, time.monotonic())  # noqa: E731
             else:
-                shards.append(router.route(prompt))
+                shards[index] = router.route(prompt)
                 done = (lambda _, index=len(tasks): router.complete(index)) if router.released_on_completion else None
-            body = request_body(self.model, prompt, sampling, self.stream)
-            tasks.append(asyncio.ensure_future(self._post(shards[-1], body, request_id, release + offset, sampling,
-                                                          first)))
+            body = request_body(self.model, prompt, samplings[index], self.stream)
+            tasks[index] = asyncio.ensure_future(self._post(shards[index], body, request_ids[index],
+                                                            release + offsets[index], samplings[index], first))
             if done is not None:  # its load released as its answer comes back
-                tasks[-1].add_done_callback(done)
+                tasks[index].add_done_callback(done)
         try:
-            replies = iter(await asyncio.gather(*tasks))
+            replies = dict(zip(tasks, await asyncio.gather(*tasks.values())))
         except BaseException:
-            for task in tasks:
+            for task in tasks.values():
                 task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            await asyncio.gather(*tasks.values(), return_exceptions=True)
             raise
-        return release, shards, [None if i in self.refusals else next(replies) for i in range(len(shards))]
+        return release, shards, [replies.get(i) for i in range(len(prompts))]
