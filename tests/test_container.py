@@ -252,6 +252,16 @@ def test_test_section_checks_the_study_versions(final, pins, pyproject):
     assert expected["parity"][1] == pyproject["project"]["version"] == parity.__version__
 
 
+def test_the_reviewers_image_checks_every_expectation(final, pins):
+    """%test skips a dist its image's lock does not pin (a part lock's image, e.g. the CPU smoke image without vLLM
+    and torch), so the committed lock must pin every dist %test expects, parity (installed from source) aside: the
+    reviewers' image, built from it, then checks every line, vLLM's and torch's imports and CUDA included."""
+    assert {d for d in final.expectations() if d != "parity"} <= set(pins)
+    test = "\n".join(final.lines("test"))
+    assert 'pinned() { [ "$1" = parity ] || grep -qi "^$1==" /opt/parity/requirements.lock; }' in test
+    assert "if pinned torch; then" in test and "if pinned vllm; then" in test
+
+
 def test_test_section_and_labels_agree_with_the_lock(stages, final, pins, pyproject):
     assert version_disagreements(stages, pins) == []
     labels = final.labels()
