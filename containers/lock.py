@@ -10,7 +10,10 @@ and its `gpu`, `workflow` and `mlperf` extras, for that target. Then, for each p
 (or of the sdist when no such wheel exists), and each must be one uv also reported. An sdist's
 note in the lock names its [build-system] requires, read from the sdist itself: `%post` builds it
 with --no-build-isolation, so those must be in the lock too (tests/test_container.py checks). `--check`
-re-checks a committed lock against PyPI without resolving anything.
+re-checks a committed lock against PyPI without resolving anything. `--part-cpu OUT --python PY3.12` writes
+the lock's CPU part (what `.[workflow,mlperf]` and the build backends %post installs first need, resolved by
+that Python's pip against the lock's pins as constraints), for the offline smoke image (`make image
+IMAGE_LOCK=OUT`): every pin and hash copied from the lock, none resolved anew.
 
 Run from the repository root with a Python that has `packaging` (the project's .venv has it) and
 `uv` on PATH (or `--uv PATH`):  .venv/bin/python containers/lock.py
@@ -37,7 +40,8 @@ from packaging.version import Version
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
-from parity.container import lock_problems, parse_lock  # noqa: E402
+from parity.container import (  # noqa: E402
+    build_backends, final_stage, lock_part, lock_problems, parse_lock, read_definition)
 
 IN_FILE = ROOT / "containers" / "requirements.in"
 LOCK_FILE = ROOT / "containers" / "requirements.lock"
@@ -202,13 +206,41 @@ def _version_of(filename: str) -> Version | None:
         return None
 
 
+def part_cpu(python: str, out: Path) -> int:
+    """The CPU part of the committed lock, written to `out` (see the module's docstring)."""
+    version = subprocess.run([python, "-c", "import sys; print(*sys.version_info[:2])"], capture_output=True,
+                             text=True, check=True).stdout.split()
+    if tuple(int(v) for v in version) != PYTHON:
+        sys.exit(f"lock.py: --python must be CPython {PYTHON[0]}.{PYTHON[1]} (the image's), got {'.'.join(version)}")
+    text = LOCK_FILE.read_text(encoding="utf-8")
+    backends = build_backends(final_stage(read_definition(ROOT / "containers" / "parity.def")))
+    with tempfile.TemporaryDirectory() as tmp:
+        constraints, report = Path(tmp, "constraints.txt"), Path(tmp, "report.json")
+        constraints.write_text("".join(f"{p.name}=={p.version}\n" for p in parse_lock(text).values()))
+        subprocess.run([python, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--quiet", "--report",
+                        str(report), "-c", str(constraints), f"{ROOT}[workflow,mlperf]", *backends], check=True)
+        names = [item["metadata"]["name"] for item in json.loads(report.read_text())["install"]]
+    names = [name for name in names if canonicalize_name(name) != "parity"]  # installed from the source
+    out.write_text(lock_part(text, names, backends, "CPU part of containers/requirements.lock: what .[workflow,mlperf] "
+                             "and the build backends %post installs first\nneed on CPython 3.12 (containers/lock.py "
+                             "--part-cpu), for the offline smoke image."), encoding="utf-8")
+    print(f"{out}: {len(parse_lock(out.read_text(encoding='utf-8')))} pins")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--uv", default=shutil.which("uv"), help="the uv executable (default: uv on PATH)")
     parser.add_argument("--check", action="store_true", help="verify the committed lock's hashes against PyPI")
+    parser.add_argument("--part-cpu", type=Path, metavar="OUT", help="write the lock's CPU part here (needs --python)")
+    parser.add_argument("--python", help="a CPython 3.12 whose pip resolves the CPU part")
     args = parser.parse_args(argv)
     if args.check:
         return check()
+    if args.part_cpu:
+        if not args.python:
+            parser.error("--part-cpu needs --python, a CPython 3.12 (the image's)")
+        return part_cpu(args.python, args.part_cpu)
     if not args.uv:
         parser.error("uv not found: pip install uv (a throwaway venv will do) and pass --uv PATH")
     return lock(args.uv)

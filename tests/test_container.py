@@ -231,6 +231,20 @@ def test_post_installs_only_hash_locked_packages(final):
     assert {"--no-index", "--no-deps", "--no-build-isolation"} <= set(project.split())
 
 
+def test_a_part_of_the_lock_copies_its_pins_and_the_build_backends(final):
+    """containers/lock.py --part-cpu writes what a part needs (resolved by pip) through lock_part: each pin and its
+    hashes as the full lock has them, with the backends %post installs first; a name the lock lacks is refused."""
+    text = LOCK.read_text(encoding="utf-8")
+    backends = container.build_backends(final)
+    part_text = container.lock_part(text, ["Click", "flamepy"], backends, "a test part\nof two lines")
+    assert part_text.startswith("# a test part\n# of two lines\n# ")
+    part, full = parse_lock(part_text), parse_lock(text)
+    assert set(part) == {"click", "flamepy"} | {container.canonical_name(b) for b in backends}
+    assert all(part[name].hashes == full[name].hashes and part[name].version == full[name].version for name in part)
+    with pytest.raises(container.ContainerError, match="not in the lock: no-such-dist"):
+        container.lock_part(text, ["no-such-dist"], backends, "x")
+
+
 def test_build_backends_installed_first_are_in_the_lock(final):
     text = LOCK.read_text(encoding="utf-8")
     command = next(cmd for cmd in _joined(final.lines("post")) if "lock_subset" in cmd)

@@ -340,6 +340,17 @@ def lock_subset(text: str, names: list[str]) -> str:
     return "\n".join(out) + "\n"
 
 
+def lock_part(text: str, names: list[str], backends: list[str], what: str) -> str:
+    """A part of the lock for an image that needs less than all of it (`containers/build.sh --lock`, e.g. the CPU
+    smoke image without vLLM and torch): `names` and the build backends `%post` installs first (`backends`,
+    read from the def: `build_backends`), every pin and hash copied from the full lock; `what` heads it."""
+    wanted = sorted({canonical_name(name) for name in [*names, *backends]})
+    header = [f"# {line}" for line in what.splitlines()]
+    header.append(f"# {len(wanted)} of the {len(parse_lock(text))} pins of containers/requirements.lock, each with its "
+                  f"hashes as they are there; do not edit by hand.")
+    return "\n".join(header) + "\n" + lock_subset(text, wanted)
+
+
 def sdist_build_requirements(text: str) -> dict[str, list[str]]:
     """Canonical name → the [build-system] requires of each sdist in the lock, from its note.
 
