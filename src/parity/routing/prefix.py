@@ -73,6 +73,13 @@ class PrefixRouter:
         self._held: list[dict[int, int]] = [{} for _ in range(num_shards)]
         self._tails: list[dict[int, set[int]]] = [{} for _ in range(num_shards)]  # block before -> fine hashes
         self._loads = [0] * num_shards
+        # growth booking (`_grow`, `_refit`): per prefix group, keyed by its first block past any shared head,
+        # [home shard, work booked, requests, its first request's work]; what each group is still expected to add
+        # is booked on its home shard in `_future`
+        self._groups: dict[int, list] = {}
+        self._future = [0.0] * num_shards
+        self._reached = [0, 0]  # groups (ever) that reached n requests, per n
+        self._turns, self._per_turn, self._refit_at = 1, 0.0, 16
         self._completed: queue.SimpleQueue = queue.SimpleQueue()  # routing indices of finished requests
         self._requests = self._replicated = self._evicted = 0
         self._expected: list[int] = []  # cached tokens the router expects, per request in routing order
@@ -129,6 +136,9 @@ class PrefixRouter:
             self._holders[block] = left
         else:
             del self._holders[block]
+            group = self._groups.pop(block, None)  # a group none holds any more is expected to grow no more
+            if group is not None:
+                self._future[group[0]] -= self._ahead(group)
             self._extends.discard(block)
             self._heads.discard(block)
 
@@ -200,33 +210,73 @@ class PrefixRouter:
         chain = word_chain(words, self._salt, self.block_tokens)
         depths, shared = self._depths(chain)
         quote = Quote(self, words, chain, depths, shared, len(tokens))
-        length, loads, block = quote.length, self._loads, self.block_tokens
+        length, block = quote.length, self.block_tokens
+        plan = [load + future for load, future in zip(self._loads, self._future)]
         deepest = quote.deepest
+        # Each shard is weighed by its plan: the work booked there plus what its groups are expected to grow by
+        # (growth booking), so a new group goes where the work will be least once every group has grown, and a
+        # gap that arrival order alone opens (a group's turns arriving before the others') is no reason to move.
         # A shard that would recompute a prefix another holds pays that recompute (1 + margin) times in the
-        # comparison: once as its own work, `margin` times as capacity taken from later requests. So a
-        # burst's later questions stay with their document's shard, and a document is replicated only
-        # when its holder is busier than another shard by more than (1 + margin) times its prefix (the
-        # hot-prefix guard). Of the shards holding nothing, only the least loaded can be cheapest.
+        # comparison: once as its own work, `margin` times as capacity taken from later requests (the
+        # hysteresis). So a document is replicated only when its holder's plan exceeds another shard's by more
+        # than (1 + margin) times its prefix: a hot document spreads as far as its demand needs, one shard at a
+        # time. Of the shards holding nothing, only the least planned can be cheapest.
         candidates = set(depths)
-        candidates.add(loads.index(min(loads)))
+        candidates.add(plan.index(min(plan)))
         held = {s: quote.held(s) for s in candidates}
+        group = quote.group = self._groups.get(self._group(quote))
+        home, ahead = (group[0], self._ahead(group)) if group else (-1, 0.0)
 
         def cost(s: int) -> tuple:
             again = max(0, deepest - max(depths.get(s, 0), shared))  # blocks of a held prefix recomputed,
             # shared heads aside
-            return (loads[s] + length - held[s] + self.output_work + self.margin * again * block, loads[s], s)
+            follows = ahead if home >= 0 and s != home else 0.0  # the group's growth goes where it goes
+            return (plan[s] + follows + length - held[s] + self.output_work + self.margin * again * block, plan[s], s)
 
-        quote.candidates = cost  # for `explain` (the same costs, read again only when asked)
+        quote.candidates, quote.plan = cost, plan  # for `explain` (the same costs, read again only when asked)
         quote.shard = min(candidates, key=cost) if len(candidates) > 1 else candidates.pop()
         return quote
+
+    def _group(self, quote: "Quote") -> int | None:
+        """The key of the prefix group this prompt belongs to: its first block past any shared head (None for a
+        prompt within a shared head or shorter than a block)."""
+        return quote.chain[quote.shared] if quote.shared < len(quote.chain) else None
+
+    def _ahead(self, group: list) -> float:
+        """What `group` is still expected to add: a request per turn until it has had as many as the groups that
+        went furthest (`_turns`), each of what its own later requests added (or, for a group of one request,
+        what every group's later requests added per request: `_per_turn`)."""
+        home, work, turns, first = group
+        left = self._turns - turns
+        if left <= 0:
+            return 0.0
+        return left * ((work - first) / (turns - 1) if turns > 1 else self._per_turn)
+
+    def _refit(self) -> None:
+        """Learn what a later request of a group adds (over all groups so far), and book each group's expected
+        growth again; amortized O(1) per request (every `max(16, groups / 2)` requests, and when `_turns` rises)."""
+        self._refit_at = self._requests + max(16, len(self._groups) // 2)
+        groups = list(self._groups.values())
+        count = len(groups)
+        if not count:
+            return
+        rows = np.array(groups, dtype=float).reshape(count, 4)
+        later = rows[:, 2] - 1
+        self._per_turn = float((rows[:, 1] - rows[:, 3]).sum() / later.sum()) if later.sum() else 0.0
+        each = np.where(later > 0, (rows[:, 1] - rows[:, 3]) / np.maximum(later, 1), self._per_turn)
+        left = np.maximum(self._turns - rows[:, 2], 0.0)
+        self._future = np.bincount(rows[:, 0].astype(np.int64), left * each, self.num_shards).tolist()
 
     def explain(self, quote: "Quote") -> str:
         """One line on `quote`'s decision (before its commit): per shard it weighed, what it holds of the prompt,
         its booked load and its cost (load + the prompt's work there + any held prefix recomputed, x margin); the
-        chosen one first, and why (a hit, a replica of a held prefix, or the least loaded)."""
+        chosen one first, and why (a hit, a replica of a held prefix, or the least loaded). Growth: what the
+        shard's groups are still expected to grow by (booked in its plan, beside its load)."""
         cost, chosen = quote.candidates, quote.shard
         weighed = sorted(quote._held, key=lambda s: (s != chosen, cost(s)))
-        parts = [f"s{s} holds {quote._held[s]:,}, load {cost(s)[1]:,}, cost {cost(s)[0]:,.0f}" for s in weighed]
+        loads, plan = self._loads, quote.plan
+        parts = [f"s{s} holds {quote._held[s]:,}, load {loads[s]:,}, growth {plan[s] - loads[s]:,.0f}, "
+                 f"cost {cost(s)[0]:,.0f}" for s in weighed]
         here = quote.depths.get(chosen, 0)
         why = ("a hit" if here and here >= quote.deepest else
                "replica: its holder was busier" if here < quote.deepest and quote.deepest > quote.shared else
@@ -242,11 +292,43 @@ class PrefixRouter:
         if depths.get(shard, 0) < deepest:
             self._replicated += 1  # a held prefix recomputed elsewhere: its holder was the busier
         self._loads[shard] += work
+        self._grow(self._group(quote), shard, work)
         self._remember(shard, quote.chain, quote.fine, depths.get(shard, 0), deepest)
         self._expected.append(quote.held(shard))
         self._booked.append((shard, work))
         self._requests += 1
+        if self._requests >= self._refit_at:
+            self._refit()
         return shard
+
+    def _grow(self, key: int | None, shard: int, work: int) -> None:
+        """Book `work` to group `key` (a new group's home is `shard`), and what the group is expected to add to its
+        home's plan. The expected turns (`_turns`) are those that at least one group in 16 (and two) reached: a
+        burst's arrival order moves them up turn by turn, and one hot document asked hundreds of times does not."""
+        if key is None:
+            return
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = [shard, work, 1, work]
+            self._reached[1] += 1
+            self._future[shard] += self._ahead(group)
+            return
+        before = self._ahead(group)
+        if shard != group[0]:  # its later requests follow it here (a conversation moved, a document replicated)
+            self._future[group[0]] -= before
+            self._future[shard] += before
+            group[0] = shard
+        group[1] += work
+        group[2] += 1
+        turns = group[2]
+        if turns == len(self._reached):
+            self._reached.append(0)
+        self._reached[turns] += 1
+        if turns == self._turns + 1 and self._reached[turns] >= max(2, self._reached[1] / 16):
+            self._turns = turns
+            self._refit_at = self._requests  # every group's expectation changed: refit at this commit's end
+        else:
+            self._future[group[0]] += self._ahead(group) - before
 
     def _remember(self, shard: int, chain: list[int], fine, here: int, known: int) -> None:
         """`shard` holds this chain now (`here`: how many leading blocks it held; `known`: how many any shard held)."""
@@ -257,8 +339,12 @@ class PrefixRouter:
                 tails.setdefault(self._before(chain, at), set()).update(fine(at))
         # A shared head: a held block after which two different new blocks went on (a question's last block
         # does not go on). Only where a chain leaves what any shard holds can it fork from another.
-        if 0 < known < last and chain[known - 1] in self._extends:
+        if 0 < known < last and chain[known - 1] in self._extends and chain[known - 1] not in self._heads:
             self._heads.add(chain[known - 1])
+            for block in chain[:known]:  # a group keyed within what is now a shared head was several groups
+                group = self._groups.pop(block, None)
+                if group is not None:
+                    self._future[group[0]] -= self._ahead(group)
         if known < last:
             self._extends.update(chain[max(known - 1, 0): last - 1])
         for block in chain[here:]:
@@ -332,13 +418,14 @@ class Quote:
     the tokens of the prompt it holds and the work the prompt would add there (uncached prefill plus decode)."""
 
     __slots__ = ("_router", "_words", "chain", "depths", "shared", "length", "deepest", "shard", "_fine", "_held",
-                 "candidates")
+                 "candidates", "plan", "group")
 
     def __init__(self, router: PrefixRouter, words: np.ndarray, chain: list[int], depths: dict[int, int],
                  shared: int, length: int):
         self._router, self._words, self.chain, self.depths, self.shared = router, words, chain, depths, shared
         self.length, self.deepest = length, max(depths.values(), default=0)
         self.shard = -1
+        self.group: list | None = None
         self._fine: dict[int, list[int]] = {}
         self._held: dict[int, int] = {}
 
