@@ -41,6 +41,8 @@ from parity.routing.base import Tokens
 from parity.routing.hashing import BLOCK_TOKENS, FINE_TOKENS, fine_chain, salt_of, token_words, word_chain
 from parity.study import OUTPUT_TOKENS
 
+STEP_TOKENS = 940  # an engine step's fixed cost in prefill tokens (fixed_s / prefill_token_s on the calibrated H200)
+BATCH_TOKENS, MAX_SEQS = 8192, 64  # what one step computes at most: tokens, sequences (vLLM's defaults here)
 DECODE_WEIGHT = 6.0  # an output token's engine time in prefill tokens: decode_seq_s / prefill_token_s alone is 2.2
 # on the calibrated H200 (config/sim), but a request also adds its share of every decode step's fixed cost and,
 # past max_num_seqs, a wave; 6 is what `parity bench routing` found best (2 to 8 tried) with hot documents
@@ -53,7 +55,8 @@ class PrefixRouter:
     follows_kv_events = released_on_completion = observes = models_cache = quotes = True
 
     def __init__(self, num_shards: int, revision: str, *, cache_tokens: int, block_tokens: int = BLOCK_TOKENS,
-                 output_tokens: int = OUTPUT_TOKENS, margin: float = 1.0, decode_weight: float = DECODE_WEIGHT):
+                 output_tokens: int = OUTPUT_TOKENS, margin: float = 1.0, step_tokens: float = STEP_TOKENS,
+                 batch_tokens: int = BATCH_TOKENS, max_seqs: int = MAX_SEQS):
         if num_shards < 1:
             raise ValueError(f"need at least one shard, got num_shards={num_shards}")
         if cache_tokens < block_tokens:
@@ -61,7 +64,10 @@ class PrefixRouter:
         if block_tokens % FINE_TOKENS:
             raise ValueError(f"block_tokens ({block_tokens}) must be whole engine blocks of {FINE_TOKENS} tokens")
         self.num_shards, self.block_tokens = num_shards, block_tokens
-        self.output_work = round(output_tokens * decode_weight)  # a request's decode, in prefill tokens
+        # a shard's work in prefill tokens: its prefill, plus a step's fixed cost per step, where it takes as many
+        # steps as its prefill needs or its decode does (each request's output, max_seqs at a time), whichever more
+        self._per_token = step_tokens / batch_tokens
+        self._per_seq = step_tokens * output_tokens / max_seqs
         self.margin = margin  # a held prefix recomputed elsewhere counts (1 + margin) times
         self.cache_tokens, self.capacity_blocks = cache_tokens, cache_tokens // block_tokens
         self._salt = salt_of(revision)
@@ -72,7 +78,8 @@ class PrefixRouter:
         # the least is evicted first, so within one prompt its deepest blocks go first, as in vLLM)
         self._held: list[dict[int, int]] = [{} for _ in range(num_shards)]
         self._tails: list[dict[int, set[int]]] = [{} for _ in range(num_shards)]  # block before -> fine hashes
-        self._loads = [0] * num_shards
+        self._loads = [0.0] * num_shards  # `_work` of each shard's booked prefill and requests
+        self._prefill, self._seqs = [0] * num_shards, [0] * num_shards
         # growth booking (`_grow`, `_refit`): per prefix group, keyed by its first block past any shared head,
         # [home shard, work booked, requests, its first request's work]; what each group is still expected to add
         # is booked on its home shard in `_future`
@@ -83,7 +90,7 @@ class PrefixRouter:
         self._completed: queue.SimpleQueue = queue.SimpleQueue()  # routing indices of finished requests
         self._requests = self._replicated = self._evicted = 0
         self._expected: list[int] = []  # cached tokens the router expects, per request in routing order
-        self._booked: list[tuple[int, int]] = []  # (shard, work) per request, until `complete`
+        self._booked: list[tuple[int, int]] = []  # (shard, uncached prefill) per request; prefill -1 once complete
         self._realized: list[int] | None = None
         self._changes: queue.SimpleQueue | None = None  # the engines' cache changes, when following them
         self._followed: Counter = Counter()
@@ -231,11 +238,18 @@ class PrefixRouter:
             again = max(0, deepest - max(depths.get(s, 0), shared))  # blocks of a held prefix recomputed,
             # shared heads aside
             follows = ahead if home >= 0 and s != home else 0.0  # the group's growth goes where it goes
-            return (plan[s] + follows + length - held[s] + self.output_work + self.margin * again * block, plan[s], s)
+            added = self._work(self._prefill[s] + length - held[s], self._seqs[s] + 1) - self._loads[s]
+            return (plan[s] + follows + added + self.margin * again * block, plan[s], s)
 
         quote.candidates, quote.plan = cost, plan  # for `explain` (the same costs, read again only when asked)
         quote.shard = min(candidates, key=cost) if len(candidates) > 1 else candidates.pop()
         return quote
+
+    def _work(self, prefill: int, seqs: int) -> float:
+        """A shard's work in prefill tokens with `prefill` tokens to compute and `seqs` requests to answer: the
+        prefill, and a step's fixed cost for each step it takes (those its prefill needs, or its decode, whichever
+        more: decode rides along with prefill steps, and a hot document's short prompts are decode-bound)."""
+        return prefill + max(prefill * self._per_token, seqs * self._per_seq)
 
     def _group(self, quote: "Quote") -> int | None:
         """The key of the prefix group this prompt belongs to: its first block past any shared head (None for a
@@ -291,11 +305,14 @@ class PrefixRouter:
         depths, deepest = quote.depths, quote.deepest
         if depths.get(shard, 0) < deepest:
             self._replicated += 1  # a held prefix recomputed elsewhere: its holder was the busier
-        self._loads[shard] += work
+        prefill = quote.length - quote.held(shard)
+        self._prefill[shard] += prefill
+        self._seqs[shard] += 1
+        self._loads[shard] = self._work(self._prefill[shard], self._seqs[shard])
         self._grow(self._group(quote), shard, work)
         self._remember(shard, quote.chain, quote.fine, depths.get(shard, 0), deepest)
         self._expected.append(quote.held(shard))
-        self._booked.append((shard, work))
+        self._booked.append((shard, prefill))
         self._requests += 1
         if self._requests >= self._refit_at:
             self._refit()
@@ -374,10 +391,12 @@ class PrefixRouter:
                 index = self._completed.get_nowait()
             except queue.Empty:
                 return
-            shard, work = self._booked[index]
-            if work:
-                self._loads[shard] -= work
-                self._booked[index] = (shard, 0)
+            shard, prefill = self._booked[index]
+            if prefill >= 0:
+                self._prefill[shard] -= prefill
+                self._seqs[shard] -= 1
+                self._loads[shard] = self._work(self._prefill[shard], self._seqs[shard])
+                self._booked[index] = (shard, -1)
 
     def observe(self, cached_tokens: list[int]) -> None:
         """The engine's cached prompt tokens per request, in routing order: the hits that happened."""
@@ -443,9 +462,10 @@ class Quote:
                                                           self.chain)
         return self._held[shard]
 
-    def work(self, shard: int) -> int:
-        """What this prompt would add to `shard`'s booked work: its uncached prefill there plus its decode."""
-        return self.length - self.held(shard) + self._router.output_work
+    def work(self, shard: int) -> float:
+        """What this prompt would add to `shard`'s booked work: its uncached prefill there, and the steps it adds."""
+        r = self._router
+        return r._work(r._prefill[shard] + self.length - self.held(shard), r._seqs[shard] + 1) - r._loads[shard]
 
     @property
     def loads(self) -> list[int]:
