@@ -87,6 +87,7 @@ class PrefixRouter:
         self._future = [0.0] * num_shards
         self._reached = [0, 0]  # groups (ever) that reached n requests, per n
         self._turns, self._per_turn, self._refit_at = 1, 0.0, 16
+        self._settle = 0.0  # what a group's first request adds, on average: a gap arrival order opens is about that
         self._completed: queue.SimpleQueue = queue.SimpleQueue()  # routing indices of finished requests
         self._requests = self._replicated = self._evicted = 0
         self._expected: list[int] = []  # cached tokens the router expects, per request in routing order
@@ -235,11 +236,12 @@ class PrefixRouter:
         home, ahead = (group[0], self._ahead(group)) if group else (-1, 0.0)
 
         def cost(s: int) -> tuple:
-            again = max(0, deepest - max(depths.get(s, 0), shared))  # blocks of a held prefix recomputed,
+            again = max(0, deepest - depths.get(s, 0))  # blocks of a held prefix recomputed,
             # shared heads aside
             follows = ahead if home >= 0 and s != home else 0.0  # the group's growth goes where it goes
             added = self._work(self._prefill[s] + length - held[s], self._seqs[s] + 1) - self._loads[s]
-            return (plan[s] + follows + added + self.margin * again * block, plan[s], s)
+            moved = self.margin * again * block + (self._settle if again else 0.0)
+            return (plan[s] + follows + added + moved, plan[s], s)
 
         quote.candidates, quote.plan = cost, plan  # for `explain` (the same costs, read again only when asked)
         quote.shard = min(candidates, key=cost) if len(candidates) > 1 else candidates.pop()
@@ -277,6 +279,7 @@ class PrefixRouter:
         rows = np.array(groups, dtype=float).reshape(count, 4)
         later = rows[:, 2] - 1
         self._per_turn = float((rows[:, 1] - rows[:, 3]).sum() / later.sum()) if later.sum() else 0.0
+        self._settle = float(rows[:, 3].mean())
         each = np.where(later > 0, (rows[:, 1] - rows[:, 3]) / np.maximum(later, 1), self._per_turn)
         left = np.maximum(self._turns - rows[:, 2], 0.0)
         self._future = np.bincount(rows[:, 0].astype(np.int64), left * each, self.num_shards).tolist()
