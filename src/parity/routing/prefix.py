@@ -33,6 +33,7 @@ from __future__ import annotations
 
 import heapq
 import queue
+from array import array
 from collections import Counter
 
 import numpy as np
@@ -80,11 +81,13 @@ class PrefixRouter:
         self._tails: list[dict[int, set[int]]] = [{} for _ in range(num_shards)]  # block before -> fine hashes
         self._loads = [0.0] * num_shards  # `_work` of each shard's booked prefill and requests
         self._prefill, self._seqs = [0] * num_shards, [0] * num_shards
-        # growth booking (`_grow`, `_refit`): per prefix group, keyed by its first block past any shared head,
-        # [home shard, work booked, requests, its first request's work]; what each group is still expected to add
-        # is booked on its home shard in `_future`
-        self._groups: dict[int, list] = {}
+        # growth booking (`_grow`, `_refit`): per prefix group (an index, keyed by its first block past any shared
+        # head), its home shard (-1: forgotten), work booked, requests and its first request's work, in arrays a
+        # refit reads without copying; what each group is still expected to add is booked on its home in `_future`
+        self._groups: dict[int, int] = {}
+        self._home, self._work_of, self._count, self._first = array("q"), array("d"), array("q"), array("d")
         self._future = [0.0] * num_shards
+        self._plan = [0.0] * num_shards  # per shard, its load plus its future: what decisions weigh
         self._reached = [0, 0]  # groups (ever) that reached n requests, per n
         self._turns, self._per_turn, self._refit_at = 1, 0.0, 16
         self._settle = 0.0  # what a group's first request adds, on average: a gap arrival order opens is about that
@@ -146,7 +149,7 @@ class PrefixRouter:
             del self._holders[block]
             group = self._groups.pop(block, None)  # a group none holds any more is expected to grow no more
             if group is not None:
-                self._future[group[0]] -= self._ahead(group)
+                self._forget(group)
             self._extends.discard(block)
             self._heads.discard(block)
 
@@ -219,7 +222,7 @@ class PrefixRouter:
         depths, shared = self._depths(chain)
         quote = Quote(self, words, chain, depths, shared, len(tokens))
         length, block = quote.length, self.block_tokens
-        plan = [load + future for load, future in zip(self._loads, self._future)]
+        plan = self._plan
         deepest = quote.deepest
         # Each shard is weighed by its plan: the work booked there plus what its groups are expected to grow by
         # (growth booking), so a new group goes where the work will be least once every group has grown, and a
@@ -233,7 +236,7 @@ class PrefixRouter:
         candidates.add(plan.index(min(plan)))
         held = {s: quote.held(s) for s in candidates}
         group = quote.group = self._groups.get(self._group(quote))
-        home, ahead = (group[0], self._ahead(group)) if group else (-1, 0.0)
+        home, ahead = (self._home[group], self._ahead(group)) if group is not None else (-1, 0.0)
 
         def cost(s: int) -> tuple:
             again = max(0, deepest - depths.get(s, 0))  # blocks of a held prefix recomputed,
@@ -258,31 +261,43 @@ class PrefixRouter:
         prompt within a shared head or shorter than a block)."""
         return quote.chain[quote.shared] if quote.shared < len(quote.chain) else None
 
-    def _ahead(self, group: list) -> float:
+    def _ahead(self, group: int) -> float:
         """What `group` is still expected to add: a request per turn until it has had as many as the groups that
         went furthest (`_turns`), each of what its own later requests added (or, for a group of one request,
         what every group's later requests added per request: `_per_turn`)."""
-        home, work, turns, first = group
+        turns = self._count[group]
         left = self._turns - turns
         if left <= 0:
             return 0.0
-        return left * ((work - first) / (turns - 1) if turns > 1 else self._per_turn)
+        return left * ((self._work_of[group] - self._first[group]) / (turns - 1) if turns > 1 else self._per_turn)
+
+    def _forget(self, group: int) -> None:
+        """Group `group` is expected to grow no more (none holds it, or it was several groups)."""
+        self._book(self._home[group], -self._ahead(group))
+        self._home[group] = -1
 
     def _refit(self) -> None:
         """Learn what a later request of a group adds (over all groups so far), and book each group's expected
-        growth again; amortized O(1) per request (every `max(16, groups / 2)` requests, and when `_turns` rises)."""
-        self._refit_at = self._requests + max(16, len(self._groups) // 2)
-        groups = list(self._groups.values())
-        count = len(groups)
-        if not count:
+        growth again; amortized O(1) per request (every `max(64, 2 x groups)` requests, and when `_turns` rises)."""
+        self._refit_at = self._requests + max(64, 2 * len(self._groups))
+        if not self._groups:
             return
-        rows = np.array(groups, dtype=float).reshape(count, 4)
-        later = rows[:, 2] - 1
-        self._per_turn = float((rows[:, 1] - rows[:, 3]).sum() / later.sum()) if later.sum() else 0.0
-        self._settle = float(rows[:, 3].mean())
-        each = np.where(later > 0, (rows[:, 1] - rows[:, 3]) / np.maximum(later, 1), self._per_turn)
-        left = np.maximum(self._turns - rows[:, 2], 0.0)
-        self._future = np.bincount(rows[:, 0].astype(np.int64), left * each, self.num_shards).tolist()
+        home = np.frombuffer(self._home, np.int64)
+        live = home >= 0
+        home, turns = home[live], np.frombuffer(self._count, np.int64)[live]
+        first = np.frombuffer(self._first)[live]
+        added, later = np.frombuffer(self._work_of)[live] - first, turns - 1
+        self._per_turn = float(added.sum() / later.sum()) if later.sum() else 0.0
+        self._settle = float(first.mean())
+        each = np.where(later > 0, added / np.maximum(later, 1), self._per_turn)
+        left = np.maximum(self._turns - turns, 0)
+        self._future = np.bincount(home, left * each, self.num_shards).tolist()
+        self._plan = [load + future for load, future in zip(self._loads, self._future)]
+
+    def _book(self, shard: int, future: float) -> None:
+        """Add `future` to the growth booked on `shard`."""
+        self._future[shard] += future
+        self._plan[shard] += future
 
     def explain(self, quote: "Quote") -> str:
         """One line on `quote`'s decision (before its commit): per shard it weighed, what it holds of the prompt,
@@ -312,6 +327,7 @@ class PrefixRouter:
         self._prefill[shard] += prefill
         self._seqs[shard] += 1
         self._loads[shard] = self._work(self._prefill[shard], self._seqs[shard])
+        self._plan[shard] = self._loads[shard] + self._future[shard]
         self._grow(self._group(quote), shard, work)
         self._remember(shard, quote.chain, quote.fine, depths.get(shard, 0), deepest)
         self._expected.append(quote.held(shard))
@@ -329,18 +345,23 @@ class PrefixRouter:
             return
         group = self._groups.get(key)
         if group is None:
-            group = self._groups[key] = [shard, work, 1, work]
+            group = self._groups[key] = len(self._home)
+            self._home.append(shard)
+            self._work_of.append(work)
+            self._count.append(1)
+            self._first.append(work)
             self._reached[1] += 1
-            self._future[shard] += self._ahead(group)
+            self._book(shard, self._ahead(group))
             return
         before = self._ahead(group)
-        if shard != group[0]:  # its later requests follow it here (a conversation moved, a document replicated)
-            self._future[group[0]] -= before
-            self._future[shard] += before
-            group[0] = shard
-        group[1] += work
-        group[2] += 1
-        turns = group[2]
+        if shard != self._home[group]:  # its later requests follow it here (a conversation moved, a document
+            # replicated)
+            self._book(self._home[group], -before)
+            self._book(shard, before)
+            self._home[group] = shard
+        self._work_of[group] += work
+        self._count[group] += 1
+        turns = self._count[group]
         if turns == len(self._reached):
             self._reached.append(0)
         self._reached[turns] += 1
@@ -348,7 +369,7 @@ class PrefixRouter:
             self._turns = turns
             self._refit_at = self._requests  # every group's expectation changed: refit at this commit's end
         else:
-            self._future[group[0]] += self._ahead(group) - before
+            self._book(shard, self._ahead(group) - before)
 
     def _remember(self, shard: int, chain: list[int], fine, here: int, known: int) -> None:
         """`shard` holds this chain now (`here`: how many leading blocks it held; `known`: how many any shard held)."""
@@ -364,7 +385,7 @@ class PrefixRouter:
             for block in chain[:known]:  # a group keyed within what is now a shared head was several groups
                 group = self._groups.pop(block, None)
                 if group is not None:
-                    self._future[group[0]] -= self._ahead(group)
+                    self._forget(group)
         if known < last:
             self._extends.update(chain[max(known - 1, 0): last - 1])
         for block in chain[here:]:
@@ -399,6 +420,7 @@ class PrefixRouter:
                 self._prefill[shard] -= prefill
                 self._seqs[shard] -= 1
                 self._loads[shard] = self._work(self._prefill[shard], self._seqs[shard])
+                self._plan[shard] = self._loads[shard] + self._future[shard]
                 self._booked[index] = (shard, -1)
 
     def observe(self, cached_tokens: list[int]) -> None:
@@ -447,7 +469,7 @@ class Quote:
         self._router, self._words, self.chain, self.depths, self.shared = router, words, chain, depths, shared
         self.length, self.deepest = length, max(depths.values(), default=0)
         self.shard = -1
-        self.group: list | None = None
+        self.group: int | None = None
         self._fine: dict[int, list[int]] = {}
         self._held: dict[int, int] = {}
 
