@@ -234,13 +234,17 @@ class PrefixRouter:
         # time. Of the shards holding nothing, only the least planned can be cheapest.
         candidates = set(depths)
         candidates.add(plan.index(min(plan)))
-        held = {s: quote.held(s) for s in candidates}
         group = quote.group = self._groups.get(self._group(quote))
         home, ahead = (self._home[group], self._ahead(group)) if group is not None else (-1, 0.0)
+        if group is not None and len(candidates) > 1:  # replication by demand: a group goes to one more shard
+            # only once its work is more than its holders' fair share (the mean plan) each
+            holders = [s for s, d in depths.items() if d >= deepest]
+            if self._work_of[group] <= len(holders) * sum(plan) / self.num_shards:
+                candidates = set(holders)
+        held = {s: quote.held(s) for s in candidates}
 
         def cost(s: int) -> tuple:
-            again = max(0, deepest - depths.get(s, 0))  # blocks of a held prefix recomputed,
-            # shared heads aside
+            again = max(0, deepest - depths.get(s, 0))  # blocks of a held prefix recomputed
             follows = ahead if home >= 0 and s != home else 0.0  # the group's growth goes where it goes
             added = self._work(self._prefill[s] + length - held[s], self._seqs[s] + 1) - self._loads[s]
             moved = self.margin * again * block + (self._settle if again else 0.0)
