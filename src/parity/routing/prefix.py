@@ -10,16 +10,27 @@
   before its question), so each shard also keeps, under the block before them, hashes of the last
   full block and the tail of each prompt it was sent, 16 tokens (the engine's block) at a time: what
   a shard holds is counted in the engine's blocks, not the router's.
-- Decision: the shard with the least cost once this request is added: the work it already has,
-  plus this prompt's work there (the prompt minus what that shard holds, plus its output tokens at
-  `DECODE_WEIGHT` prefill tokens each),
-  plus, where it would recompute a prefix another shard holds, that recompute `margin` (1) times
-  more (capacity taken from later requests). "Any match" never decides, so a shared system prompt
-  held by every shard does not pull every request to one of them (a head many documents go on from
-  is not any one document's); and a document whose shard is busier than another by more than twice
-  its prefix is replicated there (the hot-prefix guard, which works for two shards, where
-  SGLang's 64-request / 1.5x thresholds never fire).
-- Load: booked as the engine's work (uncached prefill plus decode) and released by `complete`.
+- Decision: the shard with the least cost once this request is added: its plan (the work it has, plus the
+  growth its groups are expected to add), plus what this prompt adds there (its uncached prefill, and the
+  engine steps it adds), plus, where it would recompute a prefix another shard holds, that recompute
+  `margin` (1) times more (capacity taken from later requests) and what a group's first request adds on
+  average (the hysteresis: a gap that a burst's arrival order opens is about that size, and the next new
+  group closes it), plus, off its group's home, the growth that would follow it there. "Any match" never
+  decides, so a shared system prompt does not pull every request to one shard once every shard holds it.
+- Growth booking: requests are grouped by their first block past any shared head (a conversation, a
+  document and its questions); per group the router learns its requests so far and what each later one
+  added, and books on the group's home shard what it is still expected to add: a request for each turn
+  that the groups which went furthest reached (at least one group in 16), each of what its own later
+  requests added (one-request groups: what every group's later requests added, on average). A new
+  group so goes where the work will be least once every group has grown, and a shard whose groups'
+  turns came first in the burst is not taken for busier.
+- Replication by demand: a group held by k shards goes to another only once its work is more than k
+  times the mean plan per shard (its fair share each), and then only where that is cheaper: a hot
+  document spreads as far as its load needs, one shard at a time, and an ordinary one never.
+- Load: counted in engine steps (`_work`): a shard's prefill plus a step's fixed cost (`step_tokens`
+  prefill tokens) for each step it takes, as many as its prefill needs or its decode does (each
+  request's output, `max_seqs` requests at a time), whichever more; booked per request and released by
+  `complete`.
 - Capacity: blocks per shard from the engine's KV cache (`cache_tokens`); the oldest blocks of a
   full shard are forgotten as the engine would evict them, and the stats say when the live prefixes
   outgrew it (`overflowed`).
@@ -44,9 +55,6 @@ from parity.study import OUTPUT_TOKENS
 
 STEP_TOKENS = 940  # an engine step's fixed cost in prefill tokens (fixed_s / prefill_token_s on the calibrated H200)
 BATCH_TOKENS, MAX_SEQS = 8192, 64  # what one step computes at most: tokens, sequences (vLLM's defaults here)
-DECODE_WEIGHT = 6.0  # an output token's engine time in prefill tokens: decode_seq_s / prefill_token_s alone is 2.2
-# on the calibrated H200 (config/sim), but a request also adds its share of every decode step's fixed cost and,
-# past max_num_seqs, a wave; 6 is what `parity bench routing` found best (2 to 8 tried) with hot documents
 
 
 class PrefixRouter:
@@ -305,13 +313,13 @@ class PrefixRouter:
 
     def explain(self, quote: "Quote") -> str:
         """One line on `quote`'s decision (before its commit): per shard it weighed, what it holds of the prompt,
-        its booked load and its cost (load + the prompt's work there + any held prefix recomputed, x margin); the
-        chosen one first, and why (a hit, a replica of a held prefix, or the least loaded). Growth: what the
-        shard's groups are still expected to grow by (booked in its plan, beside its load)."""
+        its booked load, the growth its groups are still expected to add, and its cost (load + growth + the
+        prompt's work there + any held prefix recomputed, x margin, + the hysteresis + its group's growth, off
+        its home); the chosen one first, and why (a hit, a replica of a held prefix, or the least loaded)."""
         cost, chosen = quote.candidates, quote.shard
         weighed = sorted(quote._held, key=lambda s: (s != chosen, cost(s)))
         loads, plan = self._loads, quote.plan
-        parts = [f"s{s} holds {quote._held[s]:,}, load {loads[s]:,}, growth {plan[s] - loads[s]:,.0f}, "
+        parts = [f"s{s} holds {quote._held[s]:,}, load {loads[s]:,.0f}, growth {plan[s] - loads[s]:,.0f}, "
                  f"cost {cost(s)[0]:,.0f}" for s in weighed]
         here = quote.depths.get(chosen, 0)
         why = ("a hit" if here and here >= quote.deepest else
@@ -458,7 +466,9 @@ class PrefixRouter:
                 "evicted_blocks": self._evicted, "overflowed": self.overflowed,
                 "expected_cached_tokens": expected, "realized_cached_tokens": realized,
                 "expected_vs_realized": None if not realized else expected / realized,
-                "engine_changes": dict(self._followed) if self._changes is not None else None}
+                "engine_changes": dict(self._followed) if self._changes is not None else None,
+                "growth": {"groups": len(self._groups), "expected_turns": self._turns, "per_turn": self._per_turn,
+                           "hysteresis": self._settle, "booked": list(self._future)}}
 
 
 class Quote:
