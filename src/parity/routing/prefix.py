@@ -21,7 +21,8 @@
   document and its questions); per group the router learns its requests so far and what each later one
   added, and books on the group's home shard what it is still expected to add: a request for each turn
   that the groups which went furthest reached (at least one group in 16), each of what its own later
-  requests added (one-request groups: what every group's later requests added, on average). A new
+  requests added (one-request groups: what every group's later requests added, on average, as often as
+  the groups old enough to have had a second request, twice the mean wait for one, had one). A new
   group so goes where the work will be least once every group has grown, and a shard whose groups'
   turns came first in the burst is not taken for busier.
 - Replication by demand: a group held by k shards goes to another only once its work is more than k
@@ -94,6 +95,8 @@ class PrefixRouter:
         # refit reads without copying; what each group is still expected to add is booked on its home in `_future`
         self._groups: dict[int, int] = {}
         self._home, self._work_of, self._count, self._first = array("q"), array("d"), array("q"), array("d")
+        self._born = array("q")  # the routing index of each group's first request
+        self._gaps = [0, 0]  # requests between a group's first and second, summed; groups that had a second
         self._future = [0.0] * num_shards
         self._plan = [0.0] * num_shards  # per shard, its load plus its future: what decisions weigh
         self._reached = [0, 0]  # groups (ever) that reached n requests, per n
@@ -300,6 +303,11 @@ class PrefixRouter:
         first = np.frombuffer(self._first)[live]
         added, later = np.frombuffer(self._work_of)[live] - first, turns - 1
         self._per_turn = float(added.sum() / later.sum()) if later.sum() else 0.0
+        if self._gaps[1]:  # a group of one request is expected that as often as the groups old enough to have had
+            # a second (twice the mean wait for one) had one
+            old = np.frombuffer(self._born, np.int64)[live] <= self._requests - 2 * self._gaps[0] / self._gaps[1]
+            if old.any():
+                self._per_turn *= float((later[old] > 0).mean())
         self._settle = float(first.mean())
         each = np.where(later > 0, added / np.maximum(later, 1), self._per_turn)
         left = np.maximum(self._turns - turns, 0)
@@ -362,6 +370,7 @@ class PrefixRouter:
             self._work_of.append(work)
             self._count.append(1)
             self._first.append(work)
+            self._born.append(self._requests)
             self._reached[1] += 1
             self._book(shard, self._ahead(group))
             return
@@ -374,6 +383,9 @@ class PrefixRouter:
         self._work_of[group] += work
         self._count[group] += 1
         turns = self._count[group]
+        if turns == 2:
+            self._gaps[0] += self._requests - self._born[group]
+            self._gaps[1] += 1
         if turns == len(self._reached):
             self._reached.append(0)
         self._reached[turns] += 1
