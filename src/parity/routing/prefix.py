@@ -10,16 +10,28 @@
   before its question), so each shard also keeps, under the block before them, hashes of the last
   full block and the tail of each prompt it was sent, 16 tokens (the engine's block) at a time: what
   a shard holds is counted in the engine's blocks, not the router's.
-- Decision: the shard with the least cost once this request is added: the work it already has,
-  plus this prompt's work there (the prompt minus what that shard holds, plus its output tokens at
-  `DECODE_WEIGHT` prefill tokens each),
-  plus, where it would recompute a prefix another shard holds, that recompute `margin` (1) times
-  more (capacity taken from later requests). "Any match" never decides, so a shared system prompt
-  held by every shard does not pull every request to one of them (a head many documents go on from
-  is not any one document's); and a document whose shard is busier than another by more than twice
-  its prefix is replicated there (the hot-prefix guard, which works for two shards, where
-  SGLang's 64-request / 1.5x thresholds never fire).
-- Load: booked as the engine's work (uncached prefill plus decode) and released by `complete`.
+- Decision: the shard with the least cost once this request is added: its plan (the work it has, plus the
+  growth its groups are expected to add), plus what this prompt adds there (its uncached prefill, and the
+  engine steps it adds), plus, where it would recompute a prefix another shard holds, that recompute
+  `margin` (1) times more (capacity taken from later requests) and what a group's first request adds on
+  average (the hysteresis: a gap that a burst's arrival order opens is about that size, and the next new
+  group closes it), plus, off its group's home, the growth that would follow it there. "Any match" never
+  decides, so a shared system prompt does not pull every request to one shard once every shard holds it.
+- Growth booking: requests are grouped by their first block past any shared head (a conversation, a
+  document and its questions); per group the router learns its requests so far and what each later one
+  added, and books on the group's home shard what it is still expected to add: a request for each turn
+  that the groups which went furthest reached (at least one group in 16), each of what its own later
+  requests added (one-request groups: what every group's later requests added, on average, as often as
+  the groups old enough to have had a second request, twice the mean wait for one, had one). A new
+  group so goes where the work will be least once every group has grown, and a shard whose groups'
+  turns came first in the burst is not taken for busier.
+- Replication by demand: a group held by k shards goes to another only once its work is more than k
+  times the mean plan per shard (its fair share each), and then only where that is cheaper: a hot
+  document spreads as far as its load needs, one shard at a time, and an ordinary one never.
+- Load: counted in engine steps (`_work`): a shard's prefill plus a step's fixed cost (`step_tokens`
+  prefill tokens) for each step it takes, as many as its prefill needs or its decode does (each
+  request's output, `max_seqs` requests at a time), whichever more; booked per request and released by
+  `complete`.
 - Capacity: blocks per shard from the engine's KV cache (`cache_tokens`); the oldest blocks of a
   full shard are forgotten as the engine would evict them, and the stats say when the live prefixes
   outgrew it (`overflowed`).
@@ -33,6 +45,7 @@ from __future__ import annotations
 
 import heapq
 import queue
+from array import array
 from collections import Counter
 
 import numpy as np
@@ -41,9 +54,8 @@ from parity.routing.base import Tokens
 from parity.routing.hashing import BLOCK_TOKENS, FINE_TOKENS, fine_chain, salt_of, token_words, word_chain
 from parity.study import OUTPUT_TOKENS
 
-DECODE_WEIGHT = 6.0  # an output token's engine time in prefill tokens: decode_seq_s / prefill_token_s alone is 2.2
-# on the calibrated H200 (config/sim), but a request also adds its share of every decode step's fixed cost and,
-# past max_num_seqs, a wave; 6 is what `parity bench routing` found best (2 to 8 tried) with hot documents
+STEP_TOKENS = 940  # an engine step's fixed cost in prefill tokens (fixed_s / prefill_token_s on the calibrated H200)
+BATCH_TOKENS, MAX_SEQS = 8192, 64  # what one step computes at most: tokens, sequences (vLLM's defaults here)
 
 
 class PrefixRouter:
@@ -53,7 +65,8 @@ class PrefixRouter:
     follows_kv_events = released_on_completion = observes = models_cache = quotes = True
 
     def __init__(self, num_shards: int, revision: str, *, cache_tokens: int, block_tokens: int = BLOCK_TOKENS,
-                 output_tokens: int = OUTPUT_TOKENS, margin: float = 1.0, decode_weight: float = DECODE_WEIGHT):
+                 output_tokens: int = OUTPUT_TOKENS, margin: float = 1.0, step_tokens: float = STEP_TOKENS,
+                 batch_tokens: int = BATCH_TOKENS, max_seqs: int = MAX_SEQS):
         if num_shards < 1:
             raise ValueError(f"need at least one shard, got num_shards={num_shards}")
         if cache_tokens < block_tokens:
@@ -61,7 +74,10 @@ class PrefixRouter:
         if block_tokens % FINE_TOKENS:
             raise ValueError(f"block_tokens ({block_tokens}) must be whole engine blocks of {FINE_TOKENS} tokens")
         self.num_shards, self.block_tokens = num_shards, block_tokens
-        self.output_work = round(output_tokens * decode_weight)  # a request's decode, in prefill tokens
+        # a shard's work in prefill tokens: its prefill, plus a step's fixed cost per step, where it takes as many
+        # steps as its prefill needs or its decode does (each request's output, max_seqs at a time), whichever more
+        self._per_token = step_tokens / batch_tokens
+        self._per_seq = step_tokens * output_tokens / max_seqs
         self.margin = margin  # a held prefix recomputed elsewhere counts (1 + margin) times
         self.cache_tokens, self.capacity_blocks = cache_tokens, cache_tokens // block_tokens
         self._salt = salt_of(revision)
@@ -72,11 +88,24 @@ class PrefixRouter:
         # the least is evicted first, so within one prompt its deepest blocks go first, as in vLLM)
         self._held: list[dict[int, int]] = [{} for _ in range(num_shards)]
         self._tails: list[dict[int, set[int]]] = [{} for _ in range(num_shards)]  # block before -> fine hashes
-        self._loads = [0] * num_shards
+        self._loads = [0.0] * num_shards  # `_work` of each shard's booked prefill and requests
+        self._prefill, self._seqs = [0] * num_shards, [0] * num_shards
+        # growth booking (`_grow`, `_refit`): per prefix group (an index, keyed by its first block past any shared
+        # head), its home shard (-1: forgotten), work booked, requests and its first request's work, in arrays a
+        # refit reads without copying; what each group is still expected to add is booked on its home in `_future`
+        self._groups: dict[int, int] = {}
+        self._home, self._work_of, self._count, self._first = array("q"), array("d"), array("q"), array("d")
+        self._born = array("q")  # the routing index of each group's first request
+        self._gaps = [0, 0]  # requests between a group's first and second, summed; groups that had a second
+        self._future = [0.0] * num_shards
+        self._plan = [0.0] * num_shards  # per shard, its load plus its future: what decisions weigh
+        self._reached = [0, 0]  # groups (ever) that reached n requests, per n
+        self._turns, self._per_turn, self._refit_at = 1, 0.0, 16
+        self._settle = 0.0  # what a group's first request adds, on average: a gap arrival order opens is about that
         self._completed: queue.SimpleQueue = queue.SimpleQueue()  # routing indices of finished requests
         self._requests = self._replicated = self._evicted = 0
         self._expected: list[int] = []  # cached tokens the router expects, per request in routing order
-        self._booked: list[tuple[int, int]] = []  # (shard, work) per request, until `complete`
+        self._booked: list[tuple[int, int]] = []  # (shard, uncached prefill) per request; prefill -1 once complete
         self._realized: list[int] | None = None
         self._changes: queue.SimpleQueue | None = None  # the engines' cache changes, when following them
         self._followed: Counter = Counter()
@@ -129,6 +158,9 @@ class PrefixRouter:
             self._holders[block] = left
         else:
             del self._holders[block]
+            group = self._groups.pop(block, None)  # a group none holds any more is expected to grow no more
+            if group is not None:
+                self._forget(group)
             self._extends.discard(block)
             self._heads.discard(block)
 
@@ -200,33 +232,103 @@ class PrefixRouter:
         chain = word_chain(words, self._salt, self.block_tokens)
         depths, shared = self._depths(chain)
         quote = Quote(self, words, chain, depths, shared, len(tokens))
-        length, loads, block = quote.length, self._loads, self.block_tokens
+        length, block = quote.length, self.block_tokens
+        plan = self._plan
         deepest = quote.deepest
+        # Each shard is weighed by its plan: the work booked there plus what its groups are expected to grow by
+        # (growth booking), so a new group goes where the work will be least once every group has grown, and a
+        # gap that arrival order alone opens (a group's turns arriving before the others') is no reason to move.
         # A shard that would recompute a prefix another holds pays that recompute (1 + margin) times in the
-        # comparison: once as its own work, `margin` times as capacity taken from later requests. So a
-        # burst's later questions stay with their document's shard, and a document is replicated only
-        # when its holder is busier than another shard by more than (1 + margin) times its prefix (the
-        # hot-prefix guard). Of the shards holding nothing, only the least loaded can be cheapest.
+        # comparison: once as its own work, `margin` times as capacity taken from later requests (the
+        # hysteresis). So a document is replicated only when its holder's plan exceeds another shard's by more
+        # than (1 + margin) times its prefix: a hot document spreads as far as its demand needs, one shard at a
+        # time. Of the shards holding nothing, only the least planned can be cheapest.
         candidates = set(depths)
-        candidates.add(loads.index(min(loads)))
+        candidates.add(plan.index(min(plan)))
+        group = quote.group = self._groups.get(self._group(quote))
+        home, ahead = (self._home[group], self._ahead(group)) if group is not None else (-1, 0.0)
+        if group is not None and len(candidates) > 1:  # replication by demand: a group goes to one more shard
+            # only once its work is more than its holders' fair share (the mean plan) each
+            holders = [s for s, d in depths.items() if d >= deepest]
+            if self._work_of[group] <= len(holders) * sum(plan) / self.num_shards:
+                candidates = set(holders)
         held = {s: quote.held(s) for s in candidates}
 
         def cost(s: int) -> tuple:
-            again = max(0, deepest - max(depths.get(s, 0), shared))  # blocks of a held prefix recomputed,
-            # shared heads aside
-            return (loads[s] + length - held[s] + self.output_work + self.margin * again * block, loads[s], s)
+            again = max(0, deepest - depths.get(s, 0))  # blocks of a held prefix recomputed
+            follows = ahead if home >= 0 and s != home else 0.0  # the group's growth goes where it goes
+            added = self._work(self._prefill[s] + length - held[s], self._seqs[s] + 1) - self._loads[s]
+            moved = self.margin * again * block + (self._settle if again else 0.0)
+            return (plan[s] + follows + added + moved, plan[s], s)
 
-        quote.candidates = cost  # for `explain` (the same costs, read again only when asked)
+        quote.candidates, quote.plan = cost, plan  # for `explain` (the same costs, read again only when asked)
         quote.shard = min(candidates, key=cost) if len(candidates) > 1 else candidates.pop()
         return quote
 
+    def _work(self, prefill: int, seqs: int) -> float:
+        """A shard's work in prefill tokens with `prefill` tokens to compute and `seqs` requests to answer: the
+        prefill, and a step's fixed cost for each step it takes (those its prefill needs, or its decode, whichever
+        more: decode rides along with prefill steps, and a hot document's short prompts are decode-bound)."""
+        return prefill + max(prefill * self._per_token, seqs * self._per_seq)
+
+    def _group(self, quote: "Quote") -> int | None:
+        """The key of the prefix group this prompt belongs to: its first block past any shared head (None for a
+        prompt within a shared head or shorter than a block)."""
+        return quote.chain[quote.shared] if quote.shared < len(quote.chain) else None
+
+    def _ahead(self, group: int) -> float:
+        """What `group` is still expected to add: a request per turn until it has had as many as the groups that
+        went furthest (`_turns`), each of what its own later requests added (or, for a group of one request,
+        what every group's later requests added per request: `_per_turn`)."""
+        turns = self._count[group]
+        left = self._turns - turns
+        if left <= 0:
+            return 0.0
+        return left * ((self._work_of[group] - self._first[group]) / (turns - 1) if turns > 1 else self._per_turn)
+
+    def _forget(self, group: int) -> None:
+        """Group `group` is expected to grow no more (none holds it, or it was several groups)."""
+        self._book(self._home[group], -self._ahead(group))
+        self._home[group] = -1
+
+    def _refit(self) -> None:
+        """Learn what a later request of a group adds (over all groups so far), and book each group's expected
+        growth again; amortized O(1) per request (every `max(64, 2 x groups)` requests, and when `_turns` rises)."""
+        self._refit_at = self._requests + max(64, 2 * len(self._groups))
+        if not self._groups:
+            return
+        home = np.frombuffer(self._home, np.int64)
+        live = home >= 0
+        home, turns = home[live], np.frombuffer(self._count, np.int64)[live]
+        first = np.frombuffer(self._first)[live]
+        added, later = np.frombuffer(self._work_of)[live] - first, turns - 1
+        self._per_turn = float(added.sum() / later.sum()) if later.sum() else 0.0
+        if self._gaps[1]:  # a group of one request is expected that as often as the groups old enough to have had
+            # a second (twice the mean wait for one) had one
+            old = np.frombuffer(self._born, np.int64)[live] <= self._requests - 2 * self._gaps[0] / self._gaps[1]
+            if old.any():
+                self._per_turn *= float((later[old] > 0).mean())
+        self._settle = float(first.mean())
+        each = np.where(later > 0, added / np.maximum(later, 1), self._per_turn)
+        left = np.maximum(self._turns - turns, 0)
+        self._future = np.bincount(home, left * each, self.num_shards).tolist()
+        self._plan = [load + future for load, future in zip(self._loads, self._future)]
+
+    def _book(self, shard: int, future: float) -> None:
+        """Add `future` to the growth booked on `shard`."""
+        self._future[shard] += future
+        self._plan[shard] += future
+
     def explain(self, quote: "Quote") -> str:
         """One line on `quote`'s decision (before its commit): per shard it weighed, what it holds of the prompt,
-        its booked load and its cost (load + the prompt's work there + any held prefix recomputed, x margin); the
-        chosen one first, and why (a hit, a replica of a held prefix, or the least loaded)."""
+        its booked load, the growth its groups are still expected to add, and its cost (load + growth + the
+        prompt's work there + any held prefix recomputed, x margin, + the hysteresis + its group's growth, off
+        its home); the chosen one first, and why (a hit, a replica of a held prefix, or the least loaded)."""
         cost, chosen = quote.candidates, quote.shard
         weighed = sorted(quote._held, key=lambda s: (s != chosen, cost(s)))
-        parts = [f"s{s} holds {quote._held[s]:,}, load {cost(s)[1]:,}, cost {cost(s)[0]:,.0f}" for s in weighed]
+        loads, plan = self._loads, quote.plan
+        parts = [f"s{s} holds {quote._held[s]:,}, load {loads[s]:,.0f}, growth {plan[s] - loads[s]:,.0f}, "
+                 f"cost {cost(s)[0]:,.0f}" for s in weighed]
         here = quote.depths.get(chosen, 0)
         why = ("a hit" if here and here >= quote.deepest else
                "replica: its holder was busier" if here < quote.deepest and quote.deepest > quote.shared else
@@ -241,12 +343,57 @@ class PrefixRouter:
         depths, deepest = quote.depths, quote.deepest
         if depths.get(shard, 0) < deepest:
             self._replicated += 1  # a held prefix recomputed elsewhere: its holder was the busier
-        self._loads[shard] += work
+        prefill = quote.length - quote.held(shard)
+        self._prefill[shard] += prefill
+        self._seqs[shard] += 1
+        self._loads[shard] = self._work(self._prefill[shard], self._seqs[shard])
+        self._plan[shard] = self._loads[shard] + self._future[shard]
+        self._grow(self._group(quote), shard, work)
         self._remember(shard, quote.chain, quote.fine, depths.get(shard, 0), deepest)
         self._expected.append(quote.held(shard))
-        self._booked.append((shard, work))
+        self._booked.append((shard, prefill))
         self._requests += 1
+        if self._requests >= self._refit_at:
+            self._refit()
         return shard
+
+    def _grow(self, key: int | None, shard: int, work: int) -> None:
+        """Book `work` to group `key` (a new group's home is `shard`), and what the group is expected to add to its
+        home's plan. The expected turns (`_turns`) are those that at least one group in 16 (and two) reached: a
+        burst's arrival order moves them up turn by turn, and one hot document asked hundreds of times does not."""
+        if key is None:
+            return
+        group = self._groups.get(key)
+        if group is None:
+            group = self._groups[key] = len(self._home)
+            self._home.append(shard)
+            self._work_of.append(work)
+            self._count.append(1)
+            self._first.append(work)
+            self._born.append(self._requests)
+            self._reached[1] += 1
+            self._book(shard, self._ahead(group))
+            return
+        before = self._ahead(group)
+        if shard != self._home[group]:  # its later requests follow it here (a conversation moved, a document
+            # replicated)
+            self._book(self._home[group], -before)
+            self._book(shard, before)
+            self._home[group] = shard
+        self._work_of[group] += work
+        self._count[group] += 1
+        turns = self._count[group]
+        if turns == 2:
+            self._gaps[0] += self._requests - self._born[group]
+            self._gaps[1] += 1
+        if turns == len(self._reached):
+            self._reached.append(0)
+        self._reached[turns] += 1
+        if turns == self._turns + 1 and self._reached[turns] >= max(2, self._reached[1] / 16):
+            self._turns = turns
+            self._refit_at = self._requests  # every group's expectation changed: refit at this commit's end
+        else:
+            self._book(shard, self._ahead(group) - before)
 
     def _remember(self, shard: int, chain: list[int], fine, here: int, known: int) -> None:
         """`shard` holds this chain now (`here`: how many leading blocks it held; `known`: how many any shard held)."""
@@ -257,8 +404,12 @@ class PrefixRouter:
                 tails.setdefault(self._before(chain, at), set()).update(fine(at))
         # A shared head: a held block after which two different new blocks went on (a question's last block
         # does not go on). Only where a chain leaves what any shard holds can it fork from another.
-        if 0 < known < last and chain[known - 1] in self._extends:
+        if 0 < known < last and chain[known - 1] in self._extends and chain[known - 1] not in self._heads:
             self._heads.add(chain[known - 1])
+            for block in chain[:known]:  # a group keyed within what is now a shared head was several groups
+                group = self._groups.pop(block, None)
+                if group is not None:
+                    self._forget(group)
         if known < last:
             self._extends.update(chain[max(known - 1, 0): last - 1])
         for block in chain[here:]:
@@ -288,10 +439,13 @@ class PrefixRouter:
                 index = self._completed.get_nowait()
             except queue.Empty:
                 return
-            shard, work = self._booked[index]
-            if work:
-                self._loads[shard] -= work
-                self._booked[index] = (shard, 0)
+            shard, prefill = self._booked[index]
+            if prefill >= 0:
+                self._prefill[shard] -= prefill
+                self._seqs[shard] -= 1
+                self._loads[shard] = self._work(self._prefill[shard], self._seqs[shard])
+                self._plan[shard] = self._loads[shard] + self._future[shard]
+                self._booked[index] = (shard, -1)
 
     def observe(self, cached_tokens: list[int]) -> None:
         """The engine's cached prompt tokens per request, in routing order: the hits that happened."""
@@ -324,7 +478,9 @@ class PrefixRouter:
                 "evicted_blocks": self._evicted, "overflowed": self.overflowed,
                 "expected_cached_tokens": expected, "realized_cached_tokens": realized,
                 "expected_vs_realized": None if not realized else expected / realized,
-                "engine_changes": dict(self._followed) if self._changes is not None else None}
+                "engine_changes": dict(self._followed) if self._changes is not None else None,
+                "growth": {"groups": len(self._groups), "expected_turns": self._turns, "per_turn": self._per_turn,
+                           "hysteresis": self._settle, "booked": list(self._future)}}
 
 
 class Quote:
@@ -332,13 +488,14 @@ class Quote:
     the tokens of the prompt it holds and the work the prompt would add there (uncached prefill plus decode)."""
 
     __slots__ = ("_router", "_words", "chain", "depths", "shared", "length", "deepest", "shard", "_fine", "_held",
-                 "candidates")
+                 "candidates", "plan", "group")
 
     def __init__(self, router: PrefixRouter, words: np.ndarray, chain: list[int], depths: dict[int, int],
                  shared: int, length: int):
         self._router, self._words, self.chain, self.depths, self.shared = router, words, chain, depths, shared
         self.length, self.deepest = length, max(depths.values(), default=0)
         self.shard = -1
+        self.group: int | None = None
         self._fine: dict[int, list[int]] = {}
         self._held: dict[int, int] = {}
 
@@ -356,9 +513,10 @@ class Quote:
                                                           self.chain)
         return self._held[shard]
 
-    def work(self, shard: int) -> int:
-        """What this prompt would add to `shard`'s booked work: its uncached prefill there plus its decode."""
-        return self.length - self.held(shard) + self._router.output_work
+    def work(self, shard: int) -> float:
+        """What this prompt would add to `shard`'s booked work: its uncached prefill there, and the steps it adds."""
+        r = self._router
+        return r._work(r._prefill[shard] + self.length - self.held(shard), r._seqs[shard] + 1) - r._loads[shard]
 
     @property
     def loads(self) -> list[int]:

@@ -1,0 +1,112 @@
+"""Issue 31's placement in the prefix router: growth booking, hysteresis, replication by demand."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from parity.bench import routing
+from parity.routing import MODEL_REVISION, PrefixRouter
+
+
+def route(w: routing.Workload) -> tuple[PrefixRouter, list[int]]:
+    router = PrefixRouter(w.shards, MODEL_REVISION, cache_tokens=880_000)
+    return router, [router.route(p) for p in w.prompts]
+
+
+def shards_of(w: routing.Workload, shard_of: list[int]) -> dict[int, set]:
+    out: dict[int, set] = {}
+    for doc, shard in zip(w.documents, shard_of):
+        out.setdefault(doc, set()).add(shard)
+    return out
+
+
+def chat(rng, turns: int, tokens: int = 512) -> list[np.ndarray]:
+    prompts = [rng.integers(0, 30000, tokens, dtype=np.uint32)]
+    for _ in range(1, turns):
+        prompts.append(np.concatenate([prompts[-1], rng.integers(0, 30000, tokens, dtype=np.uint32)]))
+    return prompts
+
+
+def test_growth_is_booked_for_groups_that_have_not_had_the_turns_others_had():
+    """Two conversations grow to three turns on shard 0; three others of one turn each on shard 1 are expected to
+    grow by two turns each, of what a later turn added, and that is booked on shard 1 (its plan), not only the
+    work seen: a new conversation goes to shard 0, though shard 1 has less work booked now."""
+    rng = np.random.default_rng(0)
+    a, b, c, d, e = (chat(rng, 3) for _ in range(5))
+    router = PrefixRouter(2, MODEL_REVISION, cache_tokens=880_000)
+    for prompt, shard in ((a[0], 0), (b[0], 0), (c[0], 1), (d[0], 1), (e[0], 1)):
+        router.commit(router.quote(prompt), shard)
+    assert [router.route(p) for p in (a[1], b[1], a[2], b[2])] == [0, 0, 0, 0]
+    growth = router.stats()["growth"]
+    assert growth["groups"] == 5 and growth["expected_turns"] == 3
+    assert growth["booked"][0] == 0 and growth["booked"][1] == pytest.approx(3 * 2 * growth["per_turn"])
+    assert growth["per_turn"] > 512  # a turn adds its new tokens and its decode steps
+    loads = router.loads
+    assert loads[1] < loads[0] < loads[1] + growth["booked"][1]
+    assert router.route(chat(rng, 1)[0]) == 0
+
+
+@pytest.mark.parametrize("shards", [2, 8])
+def test_interleaved_conversations_are_placed_for_their_growth_and_kept_whole(shards):
+    w = routing.conversations("conversation", "", convs=24, turns=4, first_tokens=500, grow_tokens=500,
+                              lockstep=False, shards=shards, seed=0)
+    _, shard_of = route(w)
+    per = shards_of(w, shard_of)
+    assert all(len(s) == 1 for s in per.values())  # no conversation split
+    assert {sum(s in v for v in per.values()) for s in range(shards)} == {24 // shards}  # even counts
+
+
+@pytest.mark.parametrize("seed", [0, 1, 2, 3])
+def test_arrival_order_alone_never_splits_a_conversation(seed):
+    """Lockstep arrivals (every conversation's turn k, shuffled, before any turn k + 1) open gaps between the
+    shards' booked work as large as several turns; each ordering keeps every conversation on one shard."""
+    w = routing.conversations("conversation", "", convs=24, turns=4, first_tokens=500, grow_tokens=500,
+                              lockstep=True, shards=8, seed=seed)
+    router, shard_of = route(w)
+    assert all(len(s) == 1 for s in shards_of(w, shard_of).values())
+    assert router.stats()["replicated"] == 0
+
+
+def test_a_move_pays_the_hysteresis_as_explain_shows():
+    """explain prints each weighed shard's load and growth; a document's next question stays with it."""
+    rng = np.random.default_rng(1)
+    docs = [rng.integers(0, 30000, 1024, dtype=np.uint32) for _ in range(4)]
+    router = PrefixRouter(2, MODEL_REVISION, cache_tokens=880_000)
+    for doc in docs:
+        router.route(np.concatenate([doc, rng.integers(0, 30000, 24, dtype=np.uint32)]))
+    quote = router.quote(np.concatenate([docs[0], rng.integers(0, 30000, 24, dtype=np.uint32)]))
+    line = router.explain(quote)
+    assert "(a hit)" in line and ", growth " in line and ", load " in line
+    assert router.commit(quote) == 0
+
+
+@pytest.mark.parametrize("hot, least, most", [(1, 1, 1), (10, 1, 1), (120, 2, 4), (600, 4, 7)])
+def test_a_hot_document_spreads_over_as_many_shards_as_its_demand_needs(hot, least, most):
+    w = routing.documents("hot-doc", "", docs=33, questions=[hot] + [3] * 32, prefix_tokens=2000, shards=8, seed=8)
+    router, shard_of = route(w)
+    per = shards_of(w, shard_of)
+    hot_doc = max(per, key=lambda d: w.documents.count(d))
+    assert least <= len(per[hot_doc]) <= most
+    assert all(len(s) == 1 for d, s in per.items() if d != hot_doc)  # the others are never replicated
+
+
+def test_growth_is_forgotten_with_the_groups_blocks():
+    """A group none holds any more (here: the engine cleared its cache) is expected to grow no more."""
+    import queue
+
+    rng = np.random.default_rng(2)
+    router = PrefixRouter(2, MODEL_REVISION, cache_tokens=880_000)
+    for conversation in (chat(rng, 2) for _ in range(2)):
+        for prompt in conversation:
+            router.route(prompt)
+    router.route(chat(rng, 1)[0])  # a new group, expected to have a second turn like the others
+    growth = router.stats()["growth"]
+    assert growth["groups"] == 3 and sum(growth["booked"]) == pytest.approx(growth["per_turn"])
+    changes: queue.SimpleQueue = queue.SimpleQueue()
+    router.follow(changes)
+    for shard in (0, 1):
+        changes.put((shard, "cleared", []))
+    router.sync()
+    growth = router.stats()["growth"]
+    assert growth["groups"] == 0 and growth["booked"] == [0.0, 0.0]
