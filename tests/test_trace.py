@@ -343,6 +343,32 @@ def test_a_shared_head_opens_every_document_and_each_keeps_its_own_text(inputs, 
         small_spec(head_tokens=590).check()
 
 
+def test_a_conversation_trace_grows_turn_by_turn_and_asks_each_turn_after_the_one_before(inputs, tmp_path):
+    """Conversations (ours, issue 31): a document's questions are one chat's turns; each turn's prompt is the turn
+    before it, its answer and the new question, so the earlier turn is its prefix; every first turn is asked before
+    any second; the manifest says so (and a plain trace's does not), and a spec that cannot be is refused."""
+    corpus, tokenizer = inputs
+    chats = load_trace(build_trace(small_spec(name="chats", answer_tokens=120), corpus, tokenizer, tmp_path))
+    plain = load_trace(build_trace(small_spec(name="plain"), corpus, tokenizer, tmp_path))
+    turns = {(r.document, r.question): p for r, p in zip(chats.requests, chats.prompts)}
+    firsts = {(r.document, r.question): p for r, p in zip(plain.requests, plain.prompts)}
+    for (d, q), prompt in turns.items():
+        if q == 0:
+            assert np.array_equal(prompt, firsts[(d, 0)])  # the first turn is the study's question
+        else:
+            before = turns[(d, q - 1)]
+            assert np.array_equal(prompt[: before.size], before)  # the turn before is its prefix
+            question = firsts[(d, q)][firsts[(d, q)].size - (prompt.size - before.size - 120):]
+            assert np.array_equal(prompt[before.size + 120:], question)  # then an answer of 120, then its question
+    assert [r.question for r in chats.requests] == sorted(r.question for r in chats.requests)  # turn by turn
+    assert json.loads(Path(chats.manifest_path).read_text())["spec"]["answer_tokens"] == 120
+    assert "answer_tokens" not in json.loads(Path(plain.manifest_path).read_text())["spec"]
+    with pytest.raises(TraceError, match="answer tokens must be 0..600"):
+        small_spec(answer_tokens=601).check()
+    with pytest.raises(TraceError, match="do not go together"):
+        small_spec(answer_tokens=10, zipf=1.0).check()
+
+
 def test_a_zipf_trace_is_seeded_skewed_toward_hot_documents_and_the_studys_manifests_do_not_change(small_inputs,
                                                                                                    tmp_path):
     """Hot-prefix queueing's trace (ours): each request's document drawn from a Zipf law, seeded; the study's

@@ -69,6 +69,8 @@ class TraceSpec:
     head_tokens: int = 0  # a head shared by every document (a system prompt), within prefix_tokens
     zipf: float = 0.0  # hot documents: each request's document drawn from a Zipf law of this exponent (0: uniform)
     blocks: int = 1  # ours: the trace is this many blocks of the shape above, one after another (BLOCK_SHIFT)
+    answer_tokens: int = 0  # ours, conversations: each document's questions are one chat's turns, a turn's prompt
+    # carrying the earlier turns, each question followed by an answer of this many tokens (conversation_prompt)
 
     def check(self) -> None:
         if not self.name or not self.name.replace("-", "").replace("_", "").isalnum():
@@ -86,6 +88,12 @@ class TraceSpec:
             raise TraceError(f"zipf must be 0 (every document asked alike) or an exponent in (0, 4], got {self.zipf}")
         if self.blocks < 1:
             raise TraceError(f"blocks must be >= 1, got {self.blocks}")
+        if not 0 <= self.answer_tokens <= self.prefix_tokens - self.head_tokens:
+            raise TraceError(f"answer tokens must be 0..{self.prefix_tokens - self.head_tokens} (taken from a document's "
+                             f"own text), got {self.answer_tokens}")
+        if self.answer_tokens and self.zipf:
+            raise TraceError("answer tokens (conversations: a document's questions are its turns, in order) and zipf "
+                             "(each request's document drawn at random) do not go together")
         if len(set(self.warmup_shifts)) != len(self.warmup_shifts) or any(s <= 0 for s in self.warmup_shifts):
             raise TraceError(f"warmup shifts must be distinct positive integers, got {list(self.warmup_shifts)}")
 
@@ -309,8 +317,23 @@ def asked(spec: TraceSpec) -> list[tuple[int, int, int]]:
 
 
 def burst_order(spec: TraceSpec, request_ids: list[str]) -> list[str]:
-    """Shuffle by SHA-256 of (seed, id): recorded, version-independent, and blind to other requests."""
-    return sorted(request_ids, key=lambda rid: hashlib.sha256(f"{spec.seed}:{rid}".encode()).digest())
+    """Shuffle by SHA-256 of (seed, id): recorded, version-independent, and blind to other requests. Conversations
+    (`answer_tokens`): every chat's first turn, then every second turn, each turn's requests shuffled so: a turn is
+    asked after the answer before it."""
+    def turn(rid: str) -> int:
+        return int(rid.rsplit("-q", 1)[1]) if spec.answer_tokens else 0
+    return sorted(request_ids, key=lambda rid: (turn(rid), hashlib.sha256(f"{spec.seed}:{rid}".encode()).digest()))
+
+
+def conversation_prompt(documents: list[np.ndarray], questions: list[np.ndarray], d: int, q: int,
+                        answer_tokens: int) -> np.ndarray:
+    """Turn `q` of document `d`'s chat: the document, each earlier question with its answer, then question `q`.
+    An answer is `answer_tokens` of real text, the end of another document (the one `j + 1` after it for turn
+    `j`), so a chat's prompt grows by a question and an answer a turn and its earlier turns are its prefix."""
+    parts = [documents[d]]
+    for j in range(q):
+        parts += [questions[j], documents[(d + 1 + j) % len(documents)][-answer_tokens:]]
+    return np.concatenate([*parts, questions[q]])
 
 
 # ---- building ----------------------------------------------------------------------------------
@@ -339,7 +362,8 @@ def build_trace(spec: TraceSpec, corpus: Path, tokenizer_dir: Path, out_dir: Pat
         questions = tokenizer.encode([QUESTION_TEMPLATE.format(question=q) for q in QUESTIONS], "question")
     for d, q, n in asked(spec):
         prompts_by_id[f"{spec.name}-d{d:04d}-q{q}" + (f"-n{n}" if n else "")] = (
-            d, q, np.concatenate([documents[d], questions[q]]))
+            d, q, conversation_prompt(documents, questions, d, q, spec.answer_tokens) if spec.answer_tokens
+            else np.concatenate([documents[d], questions[q]]))
     order = burst_order(spec, list(prompts_by_id))
     prompts = [prompts_by_id[rid][2] for rid in order]
 
@@ -375,7 +399,8 @@ def build_trace(spec: TraceSpec, corpus: Path, tokenizer_dir: Path, out_dir: Pat
                  "prefix_tokens": spec.prefix_tokens, "seed": spec.seed,
                  "warmup_shifts": list(spec.warmup_shifts), "pack_articles": spec.pack_articles,
                  "head_tokens": spec.head_tokens, **({"zipf": spec.zipf} if spec.zipf else {}),
-                 **({"blocks": spec.blocks, "block_shift": BLOCK_SHIFT} if spec.blocks > 1 else {})},
+                 **({"blocks": spec.blocks, "block_shift": BLOCK_SHIFT} if spec.blocks > 1 else {}),
+                 **({"answer_tokens": spec.answer_tokens} if spec.answer_tokens else {})},
         "inputs": {
             "corpus": {"file": file_ref(corpus, out_dir), "origin": corpus_origin,
                        "text_field": text_field, "articles": len(texts), "articles_used": articles_used},

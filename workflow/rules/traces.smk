@@ -45,6 +45,8 @@ rule trace:
         if TRACE_SPECS[wildcards.name].get("head_tokens") else "",
         zipf=lambda wildcards: f"--zipf {TRACE_SPECS[wildcards.name]['zipf']}" if TRACE_SPECS[wildcards.name].get("zipf") else "",
         blocks=lambda wildcards: f"--blocks {TRACE_SPECS[wildcards.name]['blocks']}" if TRACE_SPECS[wildcards.name].get("blocks", 1) > 1 else "",
+        answers=lambda wildcards: f"--answer-tokens {TRACE_SPECS[wildcards.name]['answer_tokens']}"
+        if TRACE_SPECS[wildcards.name].get("answer_tokens") else "",
         tokenizer_dir=lambda wildcards, input: os.path.dirname(input.tokenizer),
         out=lambda wildcards, output: os.path.dirname(output.manifest),
         corpus_origin=INPUTS["corpus_origin"],
@@ -54,7 +56,8 @@ rule trace:
     shell:
         "parity trace --corpus {input.corpus:q} --tokenizer {params.tokenizer_dir:q} --name {wildcards.name:q}"
         " --documents {params.spec[documents]} --questions {params.spec[questions]}"
-        " --prefix-tokens {params.spec[prefix_tokens]} --seed {params.spec[seed]} {params.head} {params.zipf} {params.blocks} {params.shifts}"
+        " --prefix-tokens {params.spec[prefix_tokens]} --seed {params.spec[seed]} {params.head} {params.zipf} {params.blocks} {params.answers}"
+        " {params.shifts}"
         " --corpus-origin {params.corpus_origin:q} --tokenizer-origin {params.tokenizer_origin:q}"
         " --out {params.out:q} > {log:q} 2>&1"
 

@@ -45,6 +45,9 @@ def smoke_inputs_cmd(out_dir: Path, articles: int, seed: int, vocab_size: int):
 @click.option("--blocks", default=1, show_default=True, type=click.IntRange(min=1),
               help="This many blocks of the shape above, one after another, each block's prefixes its own "
                    "(the first block token-shifted): a long rung of the same shape.")
+@click.option("--answer-tokens", default=0, show_default=True, type=click.IntRange(min=0),
+              help="Conversations: each document's questions are one chat's turns, a turn's prompt carrying the "
+                   "earlier questions, each with an answer of this many tokens (0: each question alone).")
 @click.option("--warmup-shift", "warmup_shifts", type=int, multiple=True, default=(1009, 2027),
               show_default=True, help="Token-ID shift of each warmup round (repeat the option).")
 @click.option("--pack/--no-pack", "pack_articles", default=True, show_default=True,
@@ -60,14 +63,16 @@ def smoke_inputs_cmd(out_dir: Path, articles: int, seed: int, vocab_size: int):
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
               help="Directory for NAME.json, NAME.tokens and NAME.warmupK.tokens.")
 @friendly_errors
-def trace_cmd(corpus, tokenizer_dir, name, documents, questions, prefix_tokens, seed, head_tokens, zipf, blocks, warmup_shifts,
+def trace_cmd(corpus, tokenizer_dir, name, documents, questions, prefix_tokens, seed, head_tokens, zipf, blocks, answer_tokens,
+              warmup_shifts,
               pack_articles, text_field, corpus_origin, tokenizer_origin, context_tokens, out_dir):
     """Build one burst (token IDs, shuffled) and its warmup variants, with a trace manifest."""
     from parity.trace import TraceSpec, build_trace, load_trace
 
     spec = TraceSpec(name=name, documents=documents, questions_per_document=questions,
                      prefix_tokens=prefix_tokens, seed=seed, warmup_shifts=tuple(warmup_shifts),
-                     pack_articles=pack_articles, head_tokens=head_tokens, zipf=zipf, blocks=blocks)
+                     pack_articles=pack_articles, head_tokens=head_tokens, zipf=zipf, blocks=blocks,
+                     answer_tokens=answer_tokens)
     manifest = build_trace(spec, corpus, tokenizer_dir, out_dir, text_field=text_field,
                            corpus_origin=corpus_origin, tokenizer_origin=tokenizer_origin,
                            context_tokens=context_tokens)
