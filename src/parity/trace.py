@@ -89,8 +89,8 @@ class TraceSpec:
         if self.blocks < 1:
             raise TraceError(f"blocks must be >= 1, got {self.blocks}")
         if not 0 <= self.answer_tokens <= self.prefix_tokens - self.head_tokens:
-            raise TraceError(f"answer tokens must be 0..{self.prefix_tokens - self.head_tokens} (taken from a document's "
-                             f"own text), got {self.answer_tokens}")
+            raise TraceError(f"answer tokens must be 0..{self.prefix_tokens - self.head_tokens} (taken from a "
+                             f"document's own text), got {self.answer_tokens}")
         if self.answer_tokens and self.zipf:
             raise TraceError("answer tokens (conversations: a document's questions are its turns, in order) and zipf "
                              "(each request's document drawn at random) do not go together")
@@ -316,13 +316,12 @@ def asked(spec: TraceSpec) -> list[tuple[int, int, int]]:
     return out
 
 
-def burst_order(spec: TraceSpec, request_ids: list[str]) -> list[str]:
+def burst_order(spec: TraceSpec, request_ids: list[str], turns: dict[str, int] | None = None) -> list[str]:
     """Shuffle by SHA-256 of (seed, id): recorded, version-independent, and blind to other requests. Conversations
-    (`answer_tokens`): every chat's first turn, then every second turn, each turn's requests shuffled so: a turn is
-    asked after the answer before it."""
-    def turn(rid: str) -> int:
-        return int(rid.rsplit("-q", 1)[1]) if spec.answer_tokens else 0
-    return sorted(request_ids, key=lambda rid: (turn(rid), hashlib.sha256(f"{spec.seed}:{rid}".encode()).digest()))
+    (`turns`: each request's turn): every chat's first turn, then every second turn, each turn's requests shuffled
+    so: a turn is asked after the answer before it."""
+    return sorted(request_ids, key=lambda rid: ((turns or {}).get(rid, 0),
+                                                hashlib.sha256(f"{spec.seed}:{rid}".encode()).digest()))
 
 
 def conversation_prompt(documents: list[np.ndarray], questions: list[np.ndarray], d: int, q: int,
@@ -364,7 +363,8 @@ def build_trace(spec: TraceSpec, corpus: Path, tokenizer_dir: Path, out_dir: Pat
         prompts_by_id[f"{spec.name}-d{d:04d}-q{q}" + (f"-n{n}" if n else "")] = (
             d, q, conversation_prompt(documents, questions, d, q, spec.answer_tokens) if spec.answer_tokens
             else np.concatenate([documents[d], questions[q]]))
-    order = burst_order(spec, list(prompts_by_id))
+    order = burst_order(spec, list(prompts_by_id),
+                        {rid: q for rid, (_, q, _) in prompts_by_id.items()} if spec.answer_tokens else None)
     prompts = [prompts_by_id[rid][2] for rid in order]
 
     shift = TokenShift(tokenizer.vocab_size, tokenizer.special_ids)

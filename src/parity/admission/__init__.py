@@ -7,13 +7,13 @@ experiment (the Flame batch-limit screening): this decides whether a request is 
   (booked by the controller, apart from the prefix router's placement booking of prefill plus decode), the
   shard's first-token wait learned online from those first tokens (`rate.ServiceRate`: a line, latency + prefill
   ahead / rate, under the decode load the engine runs, times a bias fed back from its recent errors; seeded low,
-  never a constant), and the request's own uncached prefill after the hit the router expects on that shard. A first token waits only for the prefill ahead of it:
-  continuous batching decodes the earlier answers beside it.
+  never a constant), and the request's own uncached prefill after the hit the router expects on that shard. A
+  first token waits only for the prefill ahead of it: continuous batching decodes the earlier answers beside it.
 - Decision (`controller.Controller`): predicted first token = that model at (prefill ahead + own uncached
-  prefill); admit when it is within `headroom` x the objective's TTFT, or when the shard has no prefill ahead (refusing there
-  helps no one and would leave the rate unlearned). Otherwise refuse at once with a one-line reason; with
-  `reroute`, a shard that meets it takes the request first (a miss that meets the deadline beats a hit that
-  misses it).
+  prefill); admit when it is within `headroom` x the objective's TTFT, or when the shard has no prefill ahead
+  (refusing there helps no one and would leave the rate unlearned). Otherwise refuse at once with a one-line
+  reason; with `reroute`, a shard that meets it takes the request first (a miss that meets the deadline beats a
+  hit that misses it).
 - No queue in front of the engine (yet): under a first-come engine, a request whose first token is predicted past
   the objective is no earlier for waiting in front of the engine than inside it; a bounded queue helps only where
   the prediction is wrong, so it waits for measurements of how often that is.

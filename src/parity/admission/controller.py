@@ -34,7 +34,8 @@ class Decision(NamedTuple):
         drains meanwhile at the predicted pace), at least 10 ms."""
         if self.why is None:
             return None
-        return max(0.01, self.predicted_s - self.why[5])
+        _shard, _ahead, _uncached, _rate, _latency_s, budget_s, *_ = self.why
+        return max(0.01, self.predicted_s - budget_s)
 
     @property
     def reason(self) -> str | None:
@@ -138,7 +139,7 @@ class Controller:
                 self.router.complete(index)
 
     def stats(self) -> dict:
-        """Counts, each shard's learned prefill rate and the settings, for a trial's record."""
+        """Counts, each shard's learned wait model (rate, latency, bias) and the settings, for a trial's record."""
         self._apply()
         self.rate.fitted()
         return {"admitted": self.admitted, "refused": self.refused, "moved": self.moved, "retried": self.retried,

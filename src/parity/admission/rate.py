@@ -38,6 +38,7 @@ class ServiceRate:
         self._stale = [False] * shards  # observed since the line was last fitted
 
     def line(self, shard: int, work: float) -> float:
+        """The fitted line's wait for `work` prefill tokens ahead (the bias not applied)."""
         if self._stale[shard]:
             self._fit(shard)
         return self.latency_s[shard] + work / self.rates[shard]
@@ -46,7 +47,7 @@ class ServiceRate:
         """The predicted first-token wait of a request with `work` prefill tokens ahead of it (its own included)."""
         return self.bias[shard] * self.line(shard, work)
 
-    def observe(self, shard: int, ahead: float, own: float, wait_s: float, predicted_s: float = 0.0) -> None:
+    def observe(self, shard: int, ahead: float, own: float, wait_s: float, predicted_s: float) -> None:
         """A request admitted with `ahead` prefill tokens before its `own` had its first token `wait_s` later,
         against `predicted_s` then. The line is refitted when next read (several first tokens may come between
         two decisions: this runs inside the controller's cost)."""

@@ -1,9 +1,10 @@
 """Admission cost: µs per request the controller adds, against the prefix router's own, timed side by side.
 
 One run, one thread: each request is quoted, judged and (when admitted) booked by `parity.admission.Controller`
-over a router whose calls are timed apart (quote, what a shard holds of the prompt, commit, complete), so per request the router's time and the
-controller's own (the judgment, the learned rate, the event queue: the rest of `decide`, `first_token` and
-`complete`) come from the same calls (the proxy's own calls are charged to the controller: an upper bound). The
+over a router whose calls are timed apart (quote, what a shard holds of the prompt, commit, complete), so per
+request the router's time and the controller's own (the judgment, the learned wait model, the event queue: the
+rest of `decide`, `first_token` and `complete`) come from the same calls (the proxy's own calls are charged to
+the controller: an upper bound). The
 clock the controller sees is simulated: shared-document prompts arrive at `load` x what a first-come engine per
 shard prefills at `engine_tokens_per_s` (the first token), and each answer ends 0.32 s later (16 tokens decoded
 beside later prefills), so some requests are refused and the rate is learned as it runs. The target is 20 µs

@@ -63,9 +63,9 @@ def smoke_inputs_cmd(out_dir: Path, articles: int, seed: int, vocab_size: int):
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
               help="Directory for NAME.json, NAME.tokens and NAME.warmupK.tokens.")
 @friendly_errors
-def trace_cmd(corpus, tokenizer_dir, name, documents, questions, prefix_tokens, seed, head_tokens, zipf, blocks, answer_tokens,
-              warmup_shifts,
-              pack_articles, text_field, corpus_origin, tokenizer_origin, context_tokens, out_dir):
+def trace_cmd(corpus, tokenizer_dir, name, documents, questions, prefix_tokens, seed, head_tokens, zipf, blocks,
+              answer_tokens, warmup_shifts, pack_articles, text_field, corpus_origin, tokenizer_origin, context_tokens,
+              out_dir):
     """Build one burst (token IDs, shuffled) and its warmup variants, with a trace manifest."""
     from parity.trace import TraceSpec, build_trace, load_trace
 
