@@ -194,6 +194,8 @@ def test_a_lightly_loaded_shard_learns_its_latency_not_a_slower_rate():
     ({"seed_tokens_per_s": -1}, "admission setting seed_tokens_per_s must be above 0, got -1"),
     ({"sample_s": 0.5}, "unknown admission setting(s) sample_s: known are"),
     ({"alpha": 1.5}, "admission setting alpha must be in (0, 1], got 1.5"),
+    ({"retries": -1}, "admission setting retries must be 0 or more, got -1"),
+    ({"retries": 1.5}, "admission setting retries must be an integer, got 1.5"),
     ({"headrom": 0.9}, "unknown admission setting(s) headrom: known are"),
     ({"reroute": "yes"}, "admission setting reroute must be true or false, got 'yes'"),
 ])
