@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Issue 28's one-GPU ladder on a real H200 (real vLLM 0.26.0, dummy Llama 3.1 8B weights, real Flame v0.6.0),
 # through the workflow's host profile, from the repo root:
-#   benchmarks/h200-ladder.sh OUTDIR [LIMIT_S]
+#   benchmarks/h200-ladder.sh OUTDIR [LIMIT_S] [EXPERIMENT]
+# EXPERIMENT is sustained (the default: the ladder) or confirmation (the study's bursts, with the harvest arm;
+# only its experiment manifest is made, not the offline-limit run the whole `confirmation` target also needs).
 # The first call of a device session carries .gpu/b, .whl and .flame, after one that carried .gpu/a and
 # results/host/sustained (the slim vLLM bundle's two halves, shared/gpu/README.md; each call's carry must stay
 # under 64 MiB with the tracked tree); later calls of the same warm machine reuse what they left in /tmp. Runs `benchmarks/host.sh sustained` (config/host.yaml: 640-request rungs, each path's rungs on one engine
@@ -15,6 +17,12 @@
 set -uo pipefail
 out=$1
 limit=${2:-540}
+experiment=${3:-sustained}
+case $experiment in
+  sustained) target=sustained ;;
+  confirmation) target=results/host/confirmation/experiment.json ;;
+  *) echo "h200-ladder.sh: EXPERIMENT must be sustained or confirmation, not '$experiment'" >&2; exit 2 ;;
+esac
 if [ -d /tmp/site/vllm ] && [ -f /tmp/site/vllm/_C_stable_libtorch.abi3.so ]; then  # set up by an earlier call
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 HF_HUB_OFFLINE=1
 else
@@ -25,10 +33,11 @@ export FLAME_BIN_DIR=/tmp/flame-bin
 nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt"
 cat "$out/gpu.txt"
 start=$(date +%s)
-timeout "$limit" benchmarks/host.sh sustained
+timeout "$limit" benchmarks/host.sh "$target"
 echo "rc=$? in $(( $(date +%s) - start )) s"
-grep -hE "^\[|req/s|kernel compilations|started|Error|error:" results/host/logs/experiment_sustained.log | tail -n 60
-tar czf "$out/ladder.tgz" results/host/sustained/trials results/host/sustained/experiment.json \
-  results/host/sustained/pairs results/host/sustained/cleanup results/host/logs/experiment_sustained.log \
-  $(find results/host/sustained/logs -name '*.jit' -o -name 'replica-*.log' -o -name '*.txt' 2>/dev/null) 2>/dev/null
+log=results/host/logs/experiment_$experiment.log
+grep -hE "^\[|req/s|kernel compilations|started|Error|error:" "$log" | tail -n 60
+dir=results/host/$experiment
+tar czf "$out/ladder.tgz" $dir/trials $dir/experiment.json $dir/pairs $dir/cleanup "$log" \
+  $(find $dir/logs -name '*.jit' -o -name 'replica-*.log' -o -name '*.txt' 2>/dev/null) 2>/dev/null
 ls -la "$out"
