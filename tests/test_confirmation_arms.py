@@ -48,11 +48,34 @@ def test_flame_arms_rerun_the_pairs_with_only_the_flame_side_changed_pair_by_pai
         plan.for_experiment("confirmation", TRACES, STUDY | {"arms": ["prefix"], "flame_arms": {"prefix": {}}})
 
 
+def test_a_sweep_is_recorded_on_every_case_and_unset_it_changes_nothing():
+    """`sweep` (ours) goes into every case's load, so a trial run without it is never kept for a run with it;
+    unset, the cases are the study's exactly."""
+    settings = STUDY | {"pairs": 2, "flame_arms": {"harvest": {"mode": "harvest"}}}
+    cases = plan.for_experiment("confirmation", TRACES, settings)
+    swept = plan.for_experiment("confirmation", TRACES, settings | {"sweep": 64})
+    assert [c.trial_id for c in swept] == [c.trial_id for c in cases]
+    assert all(c.sweep == 64 and c.load["sweep"] == 64 for c in swept)
+    assert all(c.sweep is None and "sweep" not in c.load for c in cases)
+
+
+def test_a_bad_sweep_is_refused_by_the_config_schema():
+    import jsonschema
+    import yaml
+
+    schema = yaml.safe_load((ROOT / "schemas/config.schema.yaml").read_text())
+    part = {"$defs": schema["$defs"], **schema["$defs"]["experiments"]["confirmation"]}
+    jsonschema.validate({"sweep": 64}, part)
+    for bad in (0, -1, "64", 1.5):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"sweep": bad}, part)
+
+
 def test_host_profile_runs_harvest_confirmation_pairs_on_one_shard_and_smoke_does_not():
     import yaml
 
     host = yaml.safe_load((ROOT / "config/host.yaml").read_text())["experiments"]["confirmation"]
-    assert host == {"shards": 1, "pairs": 2, "flame_arms": {"harvest": {"mode": "harvest"}}}
+    assert host == {"shards": 1, "pairs": 2, "flame_arms": {"harvest": {"mode": "harvest"}}, "sweep": 64}
     smoke = yaml.safe_load((ROOT / "config/smoke.yaml").read_text())["experiments"]["confirmation"]
     assert "flame_arms" not in smoke and "shards" not in smoke  # the smoke run is at its 10-minute limit
 
@@ -65,7 +88,8 @@ def test_a_one_shard_confirmation_with_a_harvest_arm_runs_reports_apart_and_is_n
     from parity.manifest import read_manifest
     from parity.report import write_report
 
-    settings = {"pairs": 1, "shards": 1, "flame": STUDY["flame"], "flame_arms": {"harvest": {"mode": "harvest"}}}
+    settings = {"pairs": 1, "shards": 1, "flame": STUDY["flame"], "flame_arms": {"harvest": {"mode": "harvest"}},
+                "sweep": 2}
     cases = plan.for_experiment("confirmation", [tiny_reuse_trace], settings)
     assert [c.stage for c in cases] == ["final", "final", "final-harvest", "final-harvest"]
     out = tmp_path / "confirmation"
@@ -76,6 +100,7 @@ def test_a_one_shard_confirmation_with_a_harvest_arm_runs_reports_apart_and_is_n
         trial = read_manifest(out / "trials" / f"{case.trial_id}.json")
         assert trial["verdict"]["status"] == "passed", (case.trial_id, trial["verdict"]["reasons"])
         assert trial["ran_with"]["gpus"] == ["sim-0"] and {r["shard"] for r in trial["records"]} == {0}
+        assert trial["warmup_sweep"]["groups"] == 2 and trial["ran_with"]["load"]["sweep"] == 2  # fresh engines each
     harvested = read_manifest(out / "trials" / "confirmation-final-harvest-reuse-p0-flame.json")
     assert harvested["config"]["flame"]["mode"] == "harvest" and "harvest" in harvested
     assert sorted(p.name for p in (out / "pairs").glob("*.json")) == ["final-harvest-reuse-p0.json",

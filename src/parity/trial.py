@@ -55,7 +55,8 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
     and every later one under the measured arrival schedule (the measured phase's mix of prefill and decode).
     Where the path's engines are vLLM, the manifest records the kernels its JIT monitor saw compiled in the
     warm-ups and inside the timed window (`jit`, parity.jit); one inside the window fails the trial.
-    `sweep` (ours, once per engine start: parity.experiments.runner): before the warm-ups, groups of 1, 2, ...,
+    `sweep` (ours, once per engine start, or per case where the confirmation's `sweep` is set:
+    parity.experiments.runner): before the warm-ups, groups of 1, 2, ...,
     `sweep` short requests, one group at a time, so the engine runs decode steps of exactly each batch size (a
     burst's tail skips sizes, and vLLM's attention kernels compile a variant per batch-size class); recorded
     as `warmup_sweep`. `admission` (ours: parity.admission.BoundedSettings, placement prefix, a path whose

@@ -49,6 +49,7 @@ class Case:
     arm: str | None = None  # ours: the arm it belongs to, as the settings name it (None: the study's configuration)
     admission: BoundedSettings | None = None  # ours: bounded admission against `objective` (parity.admission)
     objective: Objective | None = None  # what bounded admission holds each request to (None: no admission)
+    sweep: int | None = None  # ours: a fresh engine's decode sweep of groups 1..N before its warm-ups (parity.trial)
 
     @property
     def load(self) -> dict:
@@ -59,6 +60,7 @@ class Case:
                 | ({"lengths": self.lengths.to_dict()} if self.lengths else {})
                 | ({"start": self.start} if self.start else {})
                 | ({"warmup_requests": self.warmup_requests} if self.warmup_requests is not None else {})
+                | ({"sweep": self.sweep} if self.sweep else {})
                 | ({"admission": self.admission.to_dict() | {"objective": self.objective.to_dict()}}
                    if self.admission else {}))
 
@@ -164,13 +166,18 @@ def admission(traces: list[Path], settings: AdmissionSettings) -> list[Case]:
 
 
 def confirmation(traces: list[Path], count: int | dict[str, int], flame: FlameSettings,
-                 arms: tuple[str, ...] = (), flame_arms: dict[str, dict] | None = None) -> list[Case]:
+                 arms: tuple[str, ...] = (), flame_arms: dict[str, dict] | None = None,
+                 sweep: int | None = None) -> list[Case]:
     """The final configuration against the fixed sticky vLLM reference, shards pinned to the same GPUs; then,
     for each extra arm (ours: `prefix`), the same pairs with both sides placed by that router (stage
     `final-<arm>`), which the study's table never counts. For each Flame arm (ours; NAME: Flame setting changes,
     e.g. `harvest: {mode: harvest}`), the same pairs again with only the Flame side changed (stage `final-NAME`,
     sticky, pinned); with Flame arms, pair k of every stage runs before pair k+1 of any, so a run cut short
-    (device time) holds as many pairs of each arm."""
+    (device time) holds as many pairs of each arm. `sweep` (ours, unset: the study's warm-ups alone): every
+    case's fresh engines first decode groups of 1..sweep short requests (parity.trial.decode_sweep), since two
+    whole-burst warm-ups may skip a batch size whose attention kernel then compiles inside the timed window."""
+    if sweep:
+        return [replace(case, sweep=sweep) for case in confirmation(traces, count, flame, arms, flame_arms)]
     cases = pairs("confirmation", "final", traces, count, flame, pinned=True)
     for arm in arms:
         cases += [replace(case, arm=arm) for case in
@@ -398,7 +405,8 @@ EXPERIMENTS: dict[str, Experiment] = {
     "locality": Experiment(LocalitySettings, lambda traces, s: locality(traces, s.repeats, s.flame)),
     "admission": Experiment(AdmissionSettings, admission),
     "confirmation": Experiment(ConfirmationSettings,
-                               lambda traces, s: confirmation(traces, s.pairs, s.flame, s.arms, s.flame_arms)),
+                               lambda traces, s: confirmation(traces, s.pairs, s.flame, s.arms, s.flame_arms,
+                                                                            s.sweep)),
     "gc": Experiment(GcSettings, lambda traces, s: gc_diagnostics(pick_trace(traces, s.trace), s.flame, s.repeats)),
     "offline-limit": Experiment(OfflineLimitSettings, None),  # shards on the engine (experiments.offline_limit)
     "routing": Experiment(RoutingSettings, _routing),

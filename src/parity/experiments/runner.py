@@ -119,7 +119,7 @@ class Runner:
             return path
         self._close_start()
         with paths.get(case.system).for_case(case, self) as serving:
-            trial.run(serving, case.trace, self.trials_dir, **options)
+            trial.run(serving, case.trace, self.trials_dir, sweep=case.sweep, **options)
         return path
 
     def moved_pair(self, case: Case, partner: Case) -> list[str] | None:
