@@ -54,9 +54,11 @@ def word_chain(words: np.ndarray, salt: int, block_tokens: int) -> list[int]:
     half = block_tokens // 2
     blocks = words.size // half
     depth = weights(DEPTHS)
-    multipliers = depth[:blocks] if blocks <= DEPTHS else np.resize(depth, blocks)
     fingerprints = words[: blocks * half].reshape(blocks, half) @ weights(half)
-    return (np.cumsum(fingerprints * multipliers, dtype=np.uint64) + np.uint64(salt)).tolist()
+    fingerprints *= depth[:blocks] if blocks <= DEPTHS else np.resize(depth, blocks)
+    fingerprints.cumsum(out=fingerprints)  # in place, mod 2**64
+    fingerprints += np.uint64(salt)
+    return fingerprints.tolist()
 
 
 def block_chain(tokens: Tokens, salt: int, block_tokens: int = BLOCK_TOKENS) -> list[int]:
@@ -80,9 +82,8 @@ def fine_chain(words: np.ndarray, block: int, before: int, block_tokens: int) ->
     count = min((words.size - start) // half, per - 1)
     if count <= 0:
         return []
-    rows = weights(block_tokens // 2)[: count * half].reshape(count, half)
-    parts = (words[start: start + count * half].reshape(count, half) * rows).sum(axis=1, dtype=np.uint64)
-    np.cumsum(parts, out=parts)
+    # a running sum of the block's weighted words, read at each engine block's end (mod 2**64, as a row sum)
+    parts = (words[start: start + count * half] * weights(block_tokens // 2)[: count * half]).cumsum()[half - 1::half]
     parts *= np.uint64(0x9E3779B97F4A7C15)
     parts += np.uint64(before)
     return parts.tolist()
