@@ -20,6 +20,8 @@ def test_router_benchmark_reports_each_router_per_request_against_hashing():
             assert r[f"ratio_{stat}_to_hash"] == r[f"{stat}_us"] / hashed[f"{stat}_us"]
         assert r["p50_us"] <= r["p99_us"] and r["meets_target"] == (r["p99_us"] <= 20.0)
     assert len(router.summary_lines(result)) == len(result["routers"]) + 3
+    assert result["garbage_collector"] == "paused"
+    assert router.run(num_requests=4, repeats=1, collect=True)["garbage_collector"] == "running"
 
 
 @pytest.mark.parametrize("args, option", [

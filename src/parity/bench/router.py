@@ -7,6 +7,7 @@ bookkeeping and the Python around the hashing add; the target is 20 µs/request 
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import platform
 import time
@@ -30,18 +31,27 @@ def _prompts(num_requests: int, prompt_tokens: int, documents: int, seed: int) -
     return [prompts[i] for i in rng.permutation(num_requests)]
 
 
-def _timed(make, items, repeats: int) -> dict:
+def _timed(make, items, repeats: int, collect: bool) -> dict:
     """µs per call of make()(item) over `items` (a fresh callable each repeat): mean, p50 and p99, each the best
-    of `repeats`."""
+    of `repeats`. Unless `collect`, the cyclic garbage collector is paused while timing (as timeit does): its
+    pauses are the whole process's, not the router's."""
     best = {"mean_us": float("inf"), "p50_us": float("inf"), "p99_us": float("inf")}
     clock = time.perf_counter_ns
     for _ in range(repeats):
         fn = make()
         times = []
-        for item in items:
-            start = clock()
-            fn(item)
-            times.append(clock() - start)
+        gc.collect()
+        paused = gc.isenabled() and not collect
+        if paused:
+            gc.disable()
+        try:
+            for item in items:
+                start = clock()
+                fn(item)
+                times.append(clock() - start)
+        finally:
+            if paused:
+                gc.enable()
         times.sort()
         seen = {"mean_us": sum(times) / len(times), "p50_us": times[len(times) // 2],
                 "p99_us": times[min(len(times) - 1, int(len(times) * 0.99))]}
@@ -56,8 +66,9 @@ def _router(placement: str, num_shards: int, num_requests: int):
 
 
 def run(num_requests: int = 512, prompt_tokens: int = 8000, num_shards: int = 2, documents: int | None = None,
-        seed: int = 0, repeats: int = 5) -> dict:
-    """Time each router and the hashing on the same deterministic prompts; `documents` defaults to requests // 4."""
+        seed: int = 0, repeats: int = 5, collect: bool = False) -> dict:
+    """Time each router and the hashing on the same deterministic prompts; `documents` defaults to requests // 4;
+    `collect`: leave the garbage collector running while timing."""
     if num_requests < 1 or repeats < 1:
         raise ValueError(f"need num_requests >= 1 and repeats >= 1, got {num_requests} and {repeats}")
     if prompt_tokens <= SUFFIX_TOKENS:
@@ -67,16 +78,17 @@ def run(num_requests: int = 512, prompt_tokens: int = 8000, num_shards: int = 2,
         raise ValueError(f"need at least one document, got {documents}")
     prompts = _prompts(num_requests, prompt_tokens, documents, seed)
     heads = [p[:DEPTH_TOKENS].tobytes() for p in prompts]
-    hashed = _timed(lambda: lambda p: prefix_identities(p, MODEL_REVISION), prompts, repeats)
-    sha = _timed(lambda: lambda blob: hashlib.sha256(blob).digest(), heads, repeats)
+    hashed = _timed(lambda: lambda p: prefix_identities(p, MODEL_REVISION), prompts, repeats, collect)
+    sha = _timed(lambda: lambda blob: hashlib.sha256(blob).digest(), heads, repeats, collect)
     routers = {}
     for name in SHARDED:
-        timed = _timed(lambda: _router(name, num_shards, num_requests), prompts, repeats)
+        timed = _timed(lambda: _router(name, num_shards, num_requests), prompts, repeats, collect)
         routers[name] = {**timed, **{f"ratio_{k[:-3]}_to_hash": v / hashed[k] for k, v in timed.items()},
                          "meets_target": timed["p99_us"] <= TARGET_US}
     return {"requests": num_requests, "prompt_tokens": prompt_tokens, "shards": num_shards, "documents": documents,
             "routers": routers, "hash": hashed, "raw_sha256": sha, "target_us_per_request": TARGET_US,
-            "repeats": repeats, "python": platform.python_version()}
+            "repeats": repeats, "garbage_collector": "running" if collect else "paused",
+            "python": platform.python_version()}
 
 
 def summary_lines(result: dict) -> list[str]:
@@ -92,5 +104,6 @@ def summary_lines(result: dict) -> list[str]:
                  f"{DEPTH_TOKENS:,} tokens, sticky's identities; raw SHA-256 of them: p50 "
                  f"{result['raw_sha256']['p50_us']:.2f} us)")
     lines.append(f"({result['requests']} requests of {result['prompt_tokens']} tokens over {result['shards']} shards, "
-                 f"{result['documents']} documents; best of {result['repeats']} repeats, one core, python {result['python']})")
+                 f"{result['documents']} documents; best of {result['repeats']} repeats, one core, garbage collector "
+                 f"{result['garbage_collector']}, python {result['python']})")
     return lines
