@@ -17,6 +17,7 @@ from parity.routing.base import Tokens
 BLOCK_TOKENS = 256
 FINE_TOKENS = 16  # the engine's KV block: the grain of what a shard is counted as holding past its deepest block
 _WEIGHTS: dict[int, np.ndarray] = {}
+_MIXED: dict[int, np.ndarray] = {}  # weights times the mixer
 DEPTHS = 4096  # per-depth multipliers, cycled beyond (a million tokens at 256 per block)
 
 
@@ -48,6 +49,13 @@ def token_words(tokens: Tokens) -> np.ndarray:
     if head.dtype != np.uint32 or not head.flags.c_contiguous:
         head = np.ascontiguousarray(head, dtype=np.uint32)
     return head.view(np.uint64)
+
+
+def _mixed(count: int) -> np.ndarray:
+    """weights(count) times fine_chain's odd mixer, mod 2**64 (cached)."""
+    if count not in _MIXED:
+        _MIXED[count] = weights(count) * np.uint64(0x9E3779B97F4A7C15)
+    return _MIXED[count]
 
 
 def word_chain(words: np.ndarray, salt: int, block_tokens: int) -> list[int]:
@@ -82,8 +90,8 @@ def fine_chain(words: np.ndarray, block: int, before: int, block_tokens: int) ->
     count = min((words.size - start) // half, per - 1)
     if count <= 0:
         return []
-    # a running sum of the block's weighted words, read at each engine block's end (mod 2**64, as a row sum)
-    parts = (words[start: start + count * half] * weights(block_tokens // 2)[: count * half]).cumsum()[half - 1::half]
-    parts *= np.uint64(0x9E3779B97F4A7C15)
+    # a running sum of the block's words times its weights (times the mixer, folded in: mod 2**64 it distributes),
+    # read at each engine block's end
+    parts = (words[start: start + count * half] * _mixed(block_tokens // 2)[: count * half]).cumsum()[half - 1::half]
     parts += np.uint64(before)
     return parts.tolist()
