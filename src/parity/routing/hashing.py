@@ -64,7 +64,7 @@ def word_chain(words: np.ndarray, salt: int, block_tokens: int) -> list[int]:
     depth = weights(DEPTHS)
     fingerprints = words[: blocks * half].reshape(blocks, half) @ weights(half)
     fingerprints *= depth[:blocks] if blocks <= DEPTHS else np.resize(depth, blocks)
-    fingerprints.cumsum(out=fingerprints)  # in place, mod 2**64
+    np.add.accumulate(fingerprints, out=fingerprints)  # the running sum in place, mod 2**64 (cumsum's core)
     fingerprints += np.uint64(salt)
     return fingerprints.tolist()
 
@@ -92,6 +92,7 @@ def fine_chain(words: np.ndarray, block: int, before: int, block_tokens: int) ->
         return []
     # a running sum of the block's words times its weights (times the mixer, folded in: mod 2**64 it distributes),
     # read at each engine block's end
-    parts = (words[start: start + count * half] * _mixed(block_tokens // 2)[: count * half]).cumsum()[half - 1::half]
+    parts = np.add.accumulate(words[start: start + count * half] * _mixed(block_tokens // 2)[: count * half])
+    parts = parts[half - 1::half]
     parts += np.uint64(before)
     return parts.tolist()
