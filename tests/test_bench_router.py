@@ -9,14 +9,19 @@ from parity.bench import router
 from parity.cli import main
 
 
-def test_router_benchmark_reports_a_ratio():
+def test_router_benchmark_reports_each_router_per_request_against_hashing():
     result = router.run(num_requests=16, repeats=1)
-    assert {"requests", "prompt_tokens", "route_us_per_request", "hash_us_per_request",
-            "ratio_route_to_hash", "target_us_per_request", "meets_target", "python"} <= result.keys()
-    assert result["requests"] == 16 and result["prompt_tokens"] == 8000
-    assert result["route_us_per_request"] > 0 and result["hash_us_per_request"] > 0
-    assert result["ratio_route_to_hash"] == result["route_us_per_request"] / result["hash_us_per_request"]
-    assert result["target_us_per_request"] == 20.0 and isinstance(result["meets_target"], bool)
+    assert result["requests"] == 16 and result["prompt_tokens"] == 8000 and result["target_us_per_request"] == 20.0
+    assert set(result["routers"]) == {"alternating", "sticky", "prefix"}
+    hashed = result["hash"]
+    for r in result["routers"].values():
+        for stat in ("mean", "p50", "p99"):
+            assert r[f"{stat}_us"] > 0 and hashed[f"{stat}_us"] > 0
+            assert r[f"ratio_{stat}_to_hash"] == r[f"{stat}_us"] / hashed[f"{stat}_us"]
+        assert r["p50_us"] <= r["p99_us"] and r["meets_target"] == (r["p99_us"] <= 20.0)
+    assert len(router.summary_lines(result)) == len(result["routers"]) + 3
+    assert result["garbage_collector"] == "paused"
+    assert router.run(num_requests=4, repeats=1, collect=True)["garbage_collector"] == "running"
 
 
 @pytest.mark.parametrize("args, option", [

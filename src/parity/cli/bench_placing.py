@@ -20,21 +20,21 @@ from parity.cli.errors import friendly_errors, writable_file
               help="Tokens per prompt: a shared document and a 16-token question.")
 @click.option("--shards", default=2, show_default=True, type=click.IntRange(min=1), help="Shards to route over.")
 @options.repeats(5)
+@click.option("--gc", "collect", is_flag=True, help="Leave Python's garbage collector running while timing "
+              "(default: paused, as timeit does).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @friendly_errors
-def bench_router(num_requests, prompt_tokens, shards, repeats, as_json):
-    """Routing cost per request, and its ratio to hashing the first 1,024 tokens once."""
+def bench_router(num_requests, prompt_tokens, shards, repeats, collect, as_json):
+    """Each router's cost per request (p50, p99, mean), and its ratio to hashing the first 1,024 tokens once."""
     from parity.bench import router
 
-    result = router.run(num_requests=num_requests, prompt_tokens=prompt_tokens, num_shards=shards, repeats=repeats)
+    result = router.run(num_requests=num_requests, prompt_tokens=prompt_tokens, num_shards=shards, repeats=repeats,
+                        collect=collect)
     if as_json:
         click.echo(json.dumps(result, indent=1, sort_keys=True))
         return
-    verdict = "meets" if result["meets_target"] else "MISSES"
-    click.echo(f"route: {result['route_us_per_request']:.2f} us/request; hash 1,024 tokens once: "
-               f"{result['hash_us_per_request']:.2f} us; ratio {result['ratio_route_to_hash']:.2f}; "
-               f"{verdict} the {result['target_us_per_request']:.0f} us target ({result['requests']} requests of "
-               f"{result['prompt_tokens']} tokens over {result['shards']} shards, one core)")
+    for line in router.summary_lines(result):
+        click.echo(line)
 
 
 @bench.command("admission")

@@ -17,6 +17,7 @@ from parity.routing.base import Tokens
 BLOCK_TOKENS = 256
 FINE_TOKENS = 16  # the engine's KV block: the grain of what a shard is counted as holding past its deepest block
 _WEIGHTS: dict[int, np.ndarray] = {}
+_MIXED: dict[int, np.ndarray] = {}  # weights times the mixer
 DEPTHS = 4096  # per-depth multipliers, cycled beyond (a million tokens at 256 per block)
 
 
@@ -50,13 +51,22 @@ def token_words(tokens: Tokens) -> np.ndarray:
     return head.view(np.uint64)
 
 
+def _mixed(count: int) -> np.ndarray:
+    """weights(count) times fine_chain's odd mixer, mod 2**64 (cached)."""
+    if count not in _MIXED:
+        _MIXED[count] = weights(count) * np.uint64(0x9E3779B97F4A7C15)
+    return _MIXED[count]
+
+
 def word_chain(words: np.ndarray, salt: int, block_tokens: int) -> list[int]:
     half = block_tokens // 2
     blocks = words.size // half
     depth = weights(DEPTHS)
-    multipliers = depth[:blocks] if blocks <= DEPTHS else np.resize(depth, blocks)
     fingerprints = words[: blocks * half].reshape(blocks, half) @ weights(half)
-    return (np.cumsum(fingerprints * multipliers, dtype=np.uint64) + np.uint64(salt)).tolist()
+    fingerprints *= depth[:blocks] if blocks <= DEPTHS else np.resize(depth, blocks)
+    np.add.accumulate(fingerprints, out=fingerprints)  # the running sum in place, mod 2**64 (cumsum's core)
+    fingerprints += np.uint64(salt)
+    return fingerprints.tolist()
 
 
 def block_chain(tokens: Tokens, salt: int, block_tokens: int = BLOCK_TOKENS) -> list[int]:
@@ -80,9 +90,9 @@ def fine_chain(words: np.ndarray, block: int, before: int, block_tokens: int) ->
     count = min((words.size - start) // half, per - 1)
     if count <= 0:
         return []
-    rows = weights(block_tokens // 2)[: count * half].reshape(count, half)
-    parts = (words[start: start + count * half].reshape(count, half) * rows).sum(axis=1, dtype=np.uint64)
-    np.cumsum(parts, out=parts)
-    parts *= np.uint64(0x9E3779B97F4A7C15)
+    # a running sum of the block's words times its weights (times the mixer, folded in: mod 2**64 it distributes),
+    # read at each engine block's end
+    parts = np.add.accumulate(words[start: start + count * half] * _mixed(block_tokens // 2)[: count * half])
+    parts = parts[half - 1::half]
     parts += np.uint64(before)
     return parts.tolist()

@@ -193,7 +193,8 @@ class PrefixRouter:
                         low = middle
                     else:
                         high = middle - 1
-                shared = max([shared] + [d + 1 for d in range(depth + 1, low) if chain[d] in heads])
+                if heads:
+                    shared = max([shared] + [d + 1 for d in range(depth + 1, low) if chain[d] in heads])
                 settle(still, low)
                 return depths, shared
             depth += 1
@@ -232,8 +233,7 @@ class PrefixRouter:
         chain = word_chain(words, self._salt, self.block_tokens)
         depths, shared = self._depths(chain)
         quote = Quote(self, words, chain, depths, shared, len(tokens))
-        length, block = quote.length, self.block_tokens
-        plan = self._plan
+        block, plan = self.block_tokens, self._plan
         deepest = quote.deepest
         # Each shard is weighed by its plan: the work booked there plus what its groups are expected to grow by
         # (growth booking), so a new group goes where the work will be least once every group has grown, and a
@@ -252,14 +252,14 @@ class PrefixRouter:
             holders = [s for s, d in depths.items() if d >= deepest]
             if self._work_of[group] <= len(holders) * sum(plan) / self.num_shards:
                 candidates = set(holders)
-        held = {s: quote.held(s) for s in candidates}
+        for s in candidates:  # what each holds, computed once (`explain` lists these shards)
+            quote.held(s)
 
         def cost(s: int) -> tuple:
             again = max(0, deepest - depths.get(s, 0))  # blocks of a held prefix recomputed
             follows = ahead if home >= 0 and s != home else 0.0  # the group's growth goes where it goes
-            added = self._work(self._prefill[s] + length - held[s], self._seqs[s] + 1) - self._loads[s]
             moved = self.margin * again * block + (self._settle if again else 0.0)
-            return (plan[s] + follows + added + moved, plan[s], s)
+            return (plan[s] + follows + quote.work(s) + moved, plan[s], s)
 
         quote.candidates, quote.plan = cost, plan  # for `explain` (the same costs, read again only when asked)
         quote.shard = min(candidates, key=cost) if len(candidates) > 1 else candidates.pop()
@@ -434,11 +434,8 @@ class PrefixRouter:
         self._completed.put(index)
 
     def _release(self) -> None:
-        while True:
-            try:
-                index = self._completed.get_nowait()
-            except queue.Empty:
-                return
+        while not self._completed.empty():  # the one consumer: what it saw queued is there to get
+            index = self._completed.get_nowait()
             shard, prefill = self._booked[index]
             if prefill >= 0:
                 self._prefill[shard] -= prefill
