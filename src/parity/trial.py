@@ -86,7 +86,8 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
                 burst = path.release(list(warm.prompts[:warm_count]), ids[:warm_count], router.make(path.shards),
                                      schedule if paced(round_index) else Schedule(), **warm_own)
             log(f"  warmup {round_index}: {warm_count} requests in {burst.duration_s:.2f} s"
-                + (f" (paced, {schedule.kind} {schedule.rate:g}/s)" if paced(round_index) else ""))
+                + (f" (paced, {schedule.kind}" + (f" {schedule.rate:g}/s)" if schedule.rate else ")")
+                   if paced(round_index) else ""))
         if router.facts.models_cache and path.cache_tokens:  # its map sized from the engine's cache
             router = dataclasses.replace(router, cache_tokens=path.cache_tokens)
         routed = router.make(path.shards)
