@@ -215,7 +215,8 @@ def test_the_sustained_experiment_replays_a_mooncake_trace_on_both_paths(tmp_pat
     path = tmp_path / "out" / "trials" / f"{cases[0].trial_id}.json"
     doc = read_manifest(path)
     doc["records"][1]["max_tokens"] = doc["records"][1]["max_tokens"] + 1  # asked for another length than the file's
-    assert "not the ones the trial's output_lengths settings draw" in " ".join(check_trial(doc, trace_of(path, doc))["reasons"])
+    reasons = " ".join(check_trial(doc, trace_of(path, doc))["reasons"])
+    assert "not the ones the trial's output_lengths settings draw" in reasons
     assert "replay" not in OutputLengths().to_dict()  # drawn lengths record what they always did
 
 

@@ -328,7 +328,8 @@ def test_a_synthetic_mlperf_dataset_needs_generated_inputs(checkout):
 
 
 def test_a_mooncake_file_is_made_a_trace_and_replayed_by_the_sustained_experiment_only_when_given(checkout):
-    """Ours (issue 31): mooncake.file (none by default: no such job) becomes a trace the sustained experiment replays."""
+    """Ours (issue 31): mooncake.file (none by default: no such job) becomes a trace the sustained experiment
+    replays."""
     run = snakemake(checkout, "-n", "-p", "--workflow-profile", "smoke", "sustained")
     assert run.returncode == 0, run.stderr[-2000:]
     assert not [c for c in shell_commands(run.stdout + run.stderr) if c[:2] == ["parity", "trace-mooncake"]]

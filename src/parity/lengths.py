@@ -47,7 +47,9 @@ class OutputLengths(Settings):
     @property
     def ceiling(self) -> int:
         """The longest answer it asks for: `high`, or the replay file's longest (the engine's max_tokens)."""
-        return max(self.draw(len(replayed_lengths(self.replay))), default=self.low) if self.replay else self.high
+        if not self.replay:
+            return self.high
+        return max((max(n, self.low) for n in replayed_lengths(self.replay)), default=self.low)
 
     def draw(self, count: int) -> list[int]:
         """The exact output length of each of `count` requests, in burst order."""
@@ -60,11 +62,10 @@ class OutputLengths(Settings):
     def describe(self, count: int) -> dict:
         """As a trial records it: the settings, the SHA-256 of the lengths drawn, and their mean and range."""
         lengths = self.draw(count)
-        return self.to_dict() | ({"replay_sha256": hashlib.sha256(Path(self.replay).read_bytes()).hexdigest()}
-                                 if self.replay else {}) | {"requests": count, "lengths_sha256": lengths_sha256(lengths),
-                                 "mean": float(np.mean(lengths)) if lengths else 0.0,
-                                 "min": min(lengths, default=0), "max": max(lengths, default=0)}
-
+        replayed = {"replay_sha256": hashlib.sha256(Path(self.replay).read_bytes()).hexdigest()} if self.replay else {}
+        return self.to_dict() | replayed | {"requests": count, "lengths_sha256": lengths_sha256(lengths),
+                                            "mean": float(np.mean(lengths)) if lengths else 0.0,
+                                            "min": min(lengths, default=0), "max": max(lengths, default=0)}
 
     def to_dict(self) -> dict:
         """Every setting; `replay` only when set, so drawn lengths record what they always did."""
@@ -75,7 +76,8 @@ class OutputLengths(Settings):
 
 
 def replayed_lengths(path: str, count: int | None = None) -> list[int]:
-    """The first `count` (None: all) of a replay file's `output_lengths`; ParityError in one line if it has fewer or not those."""
+    """The first `count` (None: all) of a replay file's `output_lengths`; ParityError, in one line, for fewer
+    or for anything but integers >= 0."""
     try:
         data = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:

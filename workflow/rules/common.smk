@@ -75,7 +75,8 @@ def _check_references():
         if name not in TRACE_SPECS:
             raise WorkflowError(f"{key}: no trace {name!r} in traces or bench.traces ({', '.join(TRACE_SPECS)})")
     if MOONCAKE_NAME in TRACE_SPECS:
-        raise WorkflowError(f"mooncake.name: {MOONCAKE_NAME!r} is already in traces or bench.traces; give it another name")
+        raise WorkflowError(f"mooncake.name: {MOONCAKE_NAME!r} is already in traces or bench.traces; "
+                            "give it another name")
     if MODEL_CONFIG is not None:
         if not backend.get("model") or backend.get("load_format") != "dummy":
             raise WorkflowError("inputs.model_config makes a model folder of a config.json alone: it needs "

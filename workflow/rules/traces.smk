@@ -80,8 +80,8 @@ if MOONCAKE_NAME is not None:
         log:
             f"{LOGS}/trace_mooncake.log",
         shell:
-            "parity trace-mooncake {input:q} --out {params.out:q} --name {MOONCAKE_NAME:q} {params.limit} {params.context}"
-            " > {log:q} 2>&1"
+            "parity trace-mooncake {input:q} --out {params.out:q} --name {MOONCAKE_NAME:q}"
+            " {params.limit} {params.context} > {log:q} 2>&1"
 
 
 rule traces:

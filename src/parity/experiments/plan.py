@@ -237,9 +237,10 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
     `objective`, standalone streamed and Flame in the harvest mode over the experiment's Flame settings (arm
     `bounded`, stage `rate-R-bounded`).
 
-    Ours, with `replay` ({trace, arm}): one more pair per repeat on that trace, a recorded one (`parity trace-mooncake`),
-    fresh engines, its arrivals replayed and each request asking for its own recorded output length, both from the
-    trace's NAME.replay.json (stage `replay`, `replay-ARM` with an arm); the ladder never runs on that trace."""
+    Ours, with `replay` ({trace, arm}): one more pair per repeat on that trace, a recorded one (`parity
+    trace-mooncake`), fresh engines, its arrivals replayed and each request asking for its own recorded output
+    length, both from the trace's NAME.replay.json (stage `replay`, `replay-ARM` with an arm); the ladder never
+    runs on that trace."""
     if bounded is not None and "bounded" in (arms or {}):
         raise ParityError("sustained: an arm is named 'bounded', the name of the bounded-admission arm")
     if bounded is not None:  # the Flame side streams (harvest mode), so a first token can release its prefill
