@@ -246,3 +246,19 @@ def test_replayed_output_lengths_are_the_files_and_a_short_or_bad_file_is_refuse
     path.write_text(json.dumps({"output_lengths": [1, "two"]}))
     with pytest.raises(ParityError, match="integers >= 0"):
         lengths.draw(2)
+
+
+def test_a_replay_pair_beside_a_shared_start_ladder_runs_fresh_and_never_on_the_ladder(tmp_path):
+    from pathlib import Path
+
+    from parity.experiments import plan
+
+    manifest = convert(write(tmp_path / "t.jsonl", ROWS), tmp_path / "traces")
+    settings = {"rates": [4, 8], "shared_start": True, "arms": {"harvest": {"mode": "harvest"}},
+                "flame": {"api": "async"}, "replay": {"trace": "t", "arm": "harvest"}}
+    cases = plan.for_experiment("sustained", [Path("elsewhere/reuse.json"), manifest], settings)
+    replayed = [c for c in cases if c.stage == "replay-harvest"]
+    assert {c.trace for c in replayed} == {manifest} and {c.start for c in replayed} == {None}
+    assert {c.trace.stem for c in cases if c not in replayed} == {"reuse"}  # the ladder never runs on it
+    assert replayed[0].schedule.replay == replayed[0].lengths.replay == str(tmp_path / "traces" / "t.replay.json")
+    assert replayed[0].flame.mode == "harvest"
