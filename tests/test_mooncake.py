@@ -186,3 +186,79 @@ def test_a_tokenizers_ordinary_ids_only(small_inputs, tmp_path):
     assert int(ids.max()) < tok["vocab_size"] and not set(ids.tolist()) & set(tok["special_token_ids"])
     with pytest.raises(ParityError, match="a tokenizer or a vocab size, not both"):
         convert(tmp_path / "t.jsonl", tmp_path / "both", tokenizer_dir=tokenizer, vocab_size=100)
+
+
+def test_the_sustained_experiment_replays_a_mooncake_trace_on_both_paths(tmp_path, sim_backend):
+    """Ours (issue 31): a Mooncake trace as the sustained experiment's `replay` pair: its arrivals and each request's
+    output length the file's, on both paths, checked; the ladder never runs on it, and without `replay` no case does."""
+    from parity.checks import check_trial, trace_of
+    from parity.experiments import plan
+    from parity.experiments.runner import run_experiment
+    from parity.lengths import OutputLengths
+
+    rows = ROWS + [{"timestamp": 4200, "input_length": 40 * B, "output_length": 3, "hash_ids": list(range(10, 50))}]
+    manifest = convert(write(tmp_path / "t.jsonl", rows), tmp_path / "traces", context_tokens=8192)
+    assert read_manifest(manifest)["inputs"]["mooncake"]["over_context_lines"] == [5]  # counted, excluded
+    settings = {"rates": [4], "replay": {"trace": "t"}, "flame": {"window_ms": 5}}
+    cases = plan.for_experiment("sustained", [manifest], settings)
+    assert [c.stage for c in cases] == ["replay", "replay"] and {c.system for c in cases} == {"standalone", "flame"}
+    assert plan.for_experiment("sustained", [manifest], {"rates": [4]})[0].stage == "rate-4"  # unset: the ladder's
+    run_experiment("sustained", cases, sim_backend, tmp_path / "out", settings=settings, log=lambda m: None)
+    docs = {c.system: read_manifest(tmp_path / "out" / "trials" / f"{c.trial_id}.json") for c in cases}
+    assert docs["standalone"]["schedule"] == docs["flame"]["schedule"]  # the same arrivals, by hash
+    for system, doc in docs.items():
+        assert doc["verdict"]["status"] == "passed", system
+        assert [len(r["output_token_ids"]) for r in doc["records"]] == [10, 20, 5, 1], system  # the file's, exact
+        assert doc["output_lengths"]["replay"].endswith("t.replay.json") and doc["output_lengths"]["max"] == 20
+        offsets = [r["arrival_s"] - doc["timing"]["release_s"] for r in doc["records"]]
+        assert offsets == pytest.approx([0.0, 0.5, 0.5, 3.0])
+    path = tmp_path / "out" / "trials" / f"{cases[0].trial_id}.json"
+    doc = read_manifest(path)
+    doc["records"][1]["max_tokens"] = doc["records"][1]["max_tokens"] + 1  # asked for another length than the file's
+    reasons = " ".join(check_trial(doc, trace_of(path, doc))["reasons"])
+    assert "not the ones the trial's output_lengths settings draw" in reasons
+    assert "replay" not in OutputLengths().to_dict()  # drawn lengths record what they always did
+
+
+@pytest.mark.parametrize("settings, says", [
+    ({"rates": [4], "replay": {"trace": "other"}}, "replay names trace 'other', which is not among the traces given"),
+    ({"rates": [4], "replay": {"trace": "t", "arm": "harvest"}}, "replay names arm 'harvest'; the arms are none"),
+    ({"rates": [4], "replay": {}}, "trace must be given"),
+])
+def test_a_replay_pair_naming_what_is_not_there_is_refused_in_one_line(tmp_path, settings, says):
+    from parity.experiments import plan
+
+    manifest = convert(write(tmp_path / "t.jsonl", ROWS), tmp_path / "traces")
+    with pytest.raises(ParityError, match=says):
+        plan.for_experiment("sustained", [manifest], settings)
+
+
+def test_replayed_output_lengths_are_the_files_and_a_short_or_bad_file_is_refused(tmp_path):
+    from parity.lengths import OutputLengths
+
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"arrivals": [0, 1, 2], "output_lengths": [700, 0, 3]}))
+    lengths = OutputLengths(replay=str(path))
+    assert lengths.draw(3) == [700, 1, 3]  # exact, high not applied; a 0 asks for one token
+    assert lengths.describe(3)["replay_sha256"] == hashlib.sha256(path.read_bytes()).hexdigest()
+    with pytest.raises(ParityError, match="3 lengths for 4 requests"):
+        lengths.draw(4)
+    path.write_text(json.dumps({"output_lengths": [1, "two"]}))
+    with pytest.raises(ParityError, match="integers >= 0"):
+        lengths.draw(2)
+
+
+def test_a_replay_pair_beside_a_shared_start_ladder_runs_fresh_and_never_on_the_ladder(tmp_path):
+    from pathlib import Path
+
+    from parity.experiments import plan
+
+    manifest = convert(write(tmp_path / "t.jsonl", ROWS), tmp_path / "traces")
+    settings = {"rates": [4, 8], "shared_start": True, "arms": {"harvest": {"mode": "harvest"}},
+                "flame": {"api": "async"}, "replay": {"trace": "t", "arm": "harvest"}}
+    cases = plan.for_experiment("sustained", [Path("elsewhere/reuse.json"), manifest], settings)
+    replayed = [c for c in cases if c.stage == "replay-harvest"]
+    assert {c.trace for c in replayed} == {manifest} and {c.start for c in replayed} == {None}
+    assert {c.trace.stem for c in cases if c not in replayed} == {"reuse"}  # the ladder never runs on it
+    assert replayed[0].schedule.replay == replayed[0].lengths.replay == str(tmp_path / "traces" / "t.replay.json")
+    assert replayed[0].flame.mode == "harvest"

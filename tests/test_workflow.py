@@ -325,3 +325,25 @@ def test_a_synthetic_mlperf_dataset_needs_generated_inputs(checkout):
     run = snakemake(checkout, "-n", "--cores", "20", "all")
     assert run.returncode != 0
     assert "mlperf.synthetic needs inputs.generate: true" in run.stdout + run.stderr
+
+
+def test_a_mooncake_file_is_made_a_trace_and_replayed_by_the_sustained_experiment_only_when_given(checkout):
+    """Ours (issue 31): mooncake.file (none by default: no such job) becomes a trace the sustained experiment
+    replays."""
+    run = snakemake(checkout, "-n", "-p", "--workflow-profile", "smoke", "sustained")
+    assert run.returncode == 0, run.stderr[-2000:]
+    assert not [c for c in shell_commands(run.stdout + run.stderr) if c[:2] == ["parity", "trace-mooncake"]]
+    (checkout / "mc.jsonl").write_text('{"timestamp": 0, "input_length": 10, "output_length": 3, "hash_ids": [0]}\n')
+    edit_config(checkout, "smoke", lambda doc: doc.update(mooncake={"file": "mc.jsonl", "name": "mc", "limit": 5}))
+    run = snakemake(checkout, "-n", "-p", "--workflow-profile", "smoke", "sustained")
+    assert run.returncode == 0, run.stderr[-2000:]
+    commands = shell_commands(run.stdout + run.stderr)
+    (made,) = [c for c in commands if c[:2] == ["parity", "trace-mooncake"]]
+    assert made[2] == "mc.jsonl" and made[made.index("--name") + 1] == "mc" and "--limit" in made
+    (command,) = [c for c in commands if c[:4] == ["parity", "experiment", "run", "sustained"]]
+    assert yaml.safe_load(command[command.index("--settings") + 1])["replay"] == {"trace": "mc"}
+    traces = [command[i + 1] for i, arg in enumerate(command) if arg == "--trace"]
+    assert traces == ["results/smoke/traces/reuse-32.json", "results/smoke/traces/mc.json"]
+    edit_config(checkout, "smoke", lambda doc: doc["mooncake"].update(name="reuse-32"))
+    run = snakemake(checkout, "-n", "--workflow-profile", "smoke", "sustained")
+    assert run.returncode != 0 and "mooncake.name: 'reuse-32' is already in traces" in run.stdout + run.stderr

@@ -90,7 +90,8 @@ def _own_lengths(doc: dict) -> list[str]:
     if unasked := [r["request_id"] for r in records if "max_tokens" not in r]:
         return [f"{len(unasked)} request(s) without the output length they asked for, e.g. {unasked[0]}"]
     reasons = []
-    settings = OutputLengths.from_dict({f.name: block[f.name] for f in dataclasses.fields(OutputLengths)})
+    settings = OutputLengths.from_dict({f.name: block[f.name] for f in dataclasses.fields(OutputLengths)
+                                        if f.name in block})  # replay: only where set
     if lengths_sha256([r["max_tokens"] for r in records]) != lengths_sha256(settings.draw(len(records))):
         reasons.append("the records' output lengths are not the ones the trial's output_lengths settings draw")
     bad = [r for r in records if len(r["output_token_ids"]) != r["max_tokens"]]

@@ -87,7 +87,8 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
                 burst = path.release(list(warm.prompts[:warm_count]), ids[:warm_count], router.make(path.shards),
                                      schedule if paced(round_index) else Schedule(), **warm_own)
             log(f"  warmup {round_index}: {warm_count} requests in {burst.duration_s:.2f} s"
-                + (f" (paced, {schedule.kind} {schedule.rate:g}/s)" if paced(round_index) else ""))
+                + (f" (paced, {schedule.kind}" + (f" {schedule.rate:g}/s)" if schedule.rate else ")")
+                   if paced(round_index) else ""))
         if router.facts.models_cache and path.cache_tokens:  # its map sized from the engine's cache
             router = dataclasses.replace(router, cache_tokens=path.cache_tokens)
         routed = router.make(path.shards)
@@ -199,9 +200,17 @@ def log_summary(out_dir: Path, summary: dict) -> None:
             raise
 
 
-def fits_engine(trace: Path, args: EngineArgs) -> None:
-    """A trace the engine can serve: valid, and every prompt with its new tokens within max_model_len."""
-    check_context(load_trace(trace), args.max_model_len, args.max_tokens, "the engine's max_model_len")
+def fits_engine(trace: Path, args: EngineArgs, lengths=None) -> None:
+    """A trace the engine can serve: valid, and every prompt with its new tokens within max_model_len (with
+    `lengths`, parity.lengths.OutputLengths: each prompt with its own answer's)."""
+    loaded = load_trace(trace)
+    if lengths is None:
+        check_context(loaded, args.max_model_len, args.max_tokens, "the engine's max_model_len")
+        return
+    for request, tokens in zip(loaded.requests, lengths.draw(len(loaded.requests))):
+        if request.tokens + tokens > args.max_model_len:
+            raise ParityError(f"trace {trace}: request {request.id} has {request.tokens} prompt tokens; with its "
+                              f"{tokens} new tokens it does not fit the engine's max_model_len {args.max_model_len}")
 
 
 # ---- what a trial ran with, and whether one on disk is kept ------------------------------------

@@ -48,6 +48,10 @@ FETCH_RECORD = "--record-pins" if config.get("fetch", {}).get("record_pins", Fal
 BENCH = config.get("bench", {})
 # Every trace the workflow may build: the experiments' (`traces`) and the engine-only runs' (`bench.traces`).
 TRACE_SPECS = {**BENCH.get("traces", {}), **config["traces"]}
+# Ours (issue 31): a Mooncake request trace (mooncake.file; none by default, and then nothing of it runs), made a
+# trace (parity trace-mooncake) that the sustained experiment replays as one more pair (experiments.sustained.replay).
+MOONCAKE = config.get("mooncake") or {}
+MOONCAKE_NAME = MOONCAKE.get("name", "mooncake") if MOONCAKE.get("file") else None
 # A model folder the workflow makes from a config.json alone (inputs.model_config), for dummy weights.
 MODEL_CONFIG = INPUTS.get("model_config")
 MLPERF_SYNTHETIC = MLPERF.get("synthetic", "smoke") if INPUTS["generate"] else None
@@ -70,6 +74,9 @@ def _check_references():
     for key, name in named:
         if name not in TRACE_SPECS:
             raise WorkflowError(f"{key}: no trace {name!r} in traces or bench.traces ({', '.join(TRACE_SPECS)})")
+    if MOONCAKE_NAME in TRACE_SPECS:
+        raise WorkflowError(f"mooncake.name: {MOONCAKE_NAME!r} is already in traces or bench.traces; "
+                            "give it another name")
     if MODEL_CONFIG is not None:
         if not backend.get("model") or backend.get("load_format") != "dummy":
             raise WorkflowError("inputs.model_config makes a model folder of a config.json alone: it needs "
@@ -103,9 +110,12 @@ def trace_manifests():
 
 
 def experiment_traces(wildcards):
-    """An experiment's traces: those its settings name (the routing and sustained experiments'), else the study's."""
+    """An experiment's traces: those its settings name (the routing and sustained experiments'), else the study's;
+    the sustained experiment's, with a Mooncake file given, and its trace."""
     names = config["experiments"][wildcards.experiment].get("traces")
-    return [trace_manifest(name) for name in names] if isinstance(names, list) else trace_manifests()
+    traces = [trace_manifest(name) for name in names] if isinstance(names, list) else trace_manifests()
+    replayed = wildcards.experiment == "sustained" and MOONCAKE_NAME is not None
+    return traces + [trace_manifest(MOONCAKE_NAME)] if replayed else traces
 
 
 def trace_options(wildcards, input):
@@ -113,8 +123,12 @@ def trace_options(wildcards, input):
 
 
 def experiment_settings(wildcards):
-    """The merged config's settings of one experiment, as the JSON `parity experiment run` records."""
-    return as_json(config["experiments"][wildcards.experiment])
+    """The merged config's settings of one experiment, as the JSON `parity experiment run` records; the sustained
+    experiment's, with a Mooncake file given and no replay of its own, replay that trace."""
+    settings = config["experiments"][wildcards.experiment]
+    if wildcards.experiment == "sustained" and MOONCAKE_NAME is not None and "replay" not in settings:
+        settings = settings | {"replay": {"trace": MOONCAKE_NAME}}
+    return as_json(settings)
 
 
 def experiment_manifest(name):

@@ -62,6 +62,28 @@ rule trace:
         " --out {params.out:q} > {log:q} 2>&1"
 
 
+if MOONCAKE_NAME is not None:
+
+    ruleorder: trace_mooncake > trace
+
+    rule trace_mooncake:
+        """Ours (issue 31): a Mooncake request trace as a parity trace, its arrivals and output lengths beside it."""
+        input:
+            MOONCAKE["file"],
+        output:
+            manifest=trace_manifest(MOONCAKE_NAME),
+            replay=f"{TRACES}/{MOONCAKE_NAME}.replay.json",
+        params:
+            out=lambda wildcards, output: os.path.dirname(output.manifest),
+            limit=f"--limit {MOONCAKE['limit']}" if MOONCAKE.get("limit") else "",
+            context=f"--max-model-len {MOONCAKE['max_model_len']}" if MOONCAKE.get("max_model_len") else "",
+        log:
+            f"{LOGS}/trace_mooncake.log",
+        shell:
+            "parity trace-mooncake {input:q} --out {params.out:q} --name {MOONCAKE_NAME:q}"
+            " {params.limit} {params.context} > {log:q} 2>&1"
+
+
 rule traces:
     """The experiments' bursts alone (no run)."""
     input:

@@ -16,8 +16,8 @@ from parity.admission import BoundedSettings
 from parity.routing import RouterSettings
 from parity.errors import ParityError
 from parity.experiments.settings import (AdmissionSettings, Answers, Arrivals, ConfirmationSettings, Evict, ExtraPair,
-                                         GcSettings, LengthsPair, LocalitySettings, OfflineLimitSettings, RestartPair,
-                                         RoutingSettings, Section, SustainedSettings)
+                                         GcSettings, LengthsPair, LocalitySettings, OfflineLimitSettings, ReplayPair,
+                                         RestartPair, RoutingSettings, Section, SustainedSettings)
 from parity.flame.admission import ORDERS
 from parity.flame.settings import FlameSettings
 from parity.latency import Objective
@@ -215,7 +215,7 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
               output_tokens: list[int] = (16,), restart: RestartPair | None = None, evict: Evict | None = None,
               lengths: LengthsPair | None = None, shared_start: bool = False, warmup_requests: int | None = None,
               answers: Answers | None = None, bounded: BoundedSettings | None = None,
-              objective: Objective = Objective()) -> list[Case]:
+              objective: Objective = Objective(), replay: ReplayPair | None = None) -> list[Case]:
     """Ours, the study's named next step: a rate ladder, each rate a pair (sticky standalone vLLM, the
     Flame configuration) under the same seeded arrivals, streamed, fresh engines per case; then, for each
     extra arm (name: Flame setting changes, e.g. `gathered: {inflight: 1}`), the same pair again with the
@@ -242,7 +242,12 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
     Ours, with `bounded` (parity.admission.BoundedSettings): at every rung, after its pairs, one more case per path
     on fresh engines, unpaired (each refuses its own requests): the prefix router with bounded admission against
     `objective`, standalone streamed and Flame in the harvest mode over the experiment's Flame settings (arm
-    `bounded`, stage `rate-R-bounded`)."""
+    `bounded`, stage `rate-R-bounded`).
+
+    Ours, with `replay` ({trace, arm}): one more pair per repeat on that trace, a recorded one (`parity
+    trace-mooncake`), fresh engines, its arrivals replayed and each request asking for its own recorded output
+    length, both from the trace's NAME.replay.json (stage `replay`, `replay-ARM` with an arm); the ladder never
+    runs on that trace."""
     if bounded is not None and "bounded" in (arms or {}):
         raise ParityError("sustained: an arm is named 'bounded', the name of the bounded-admission arm")
     if bounded is not None:  # the Flame side streams (harvest mode), so a first token can release its prefill
@@ -254,6 +259,12 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
     if shared_start:  # the newest arm (the last named) first, the study's configuration last
         variants = variants[1:][::-1] + variants[:1]
     names = [name for name, _ in variants]  # an arm's place among the blocks (None: the study's configuration)
+    replayed = None if replay is None else next((t for t in traces if t.stem == replay.trace), None)
+    if replay is not None and replayed is None:
+        raise ParityError(f"sustained: replay names trace {replay.trace!r}, which is not among the traces given")
+    if replay is not None and replay.arm is not None and replay.arm not in (arms or {}):
+        raise ParityError(f"sustained: replay names arm {replay.arm!r}; the arms are {sorted(arms or {}) or 'none'}")
+    traces = [t for t in traces if t != replayed]  # the ladder's
     per_trace = rates if isinstance(rates, dict) else {trace.stem: rates for trace in traces}
     cases, turn, blocks = [], [0], {}  # blocks: a start (or a fresh case's trial id) -> its place (by_start)
     ladder = list(dict.fromkeys(r for trace in traces for r in per_trace.get(trace.stem, [])))
@@ -328,11 +339,22 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
             rate, arm, settings = extra(restart)
             for trace in on(rate):
                 pair(f"restart-{rate:g}", trace, settings, repeat, at(rate), arm, restart=restart.restart)
+        if replay is not None:
+            settings = flame if replay.arm is None else replace(flame, **arms[replay.arm])
+            recorded = str(replay_file(replayed))
+            pair("replay", replayed, settings, repeat, Schedule(kind="replay", replay=recorded), replay.arm,
+                 lengths=OutputLengths(replay=recorded))
     if not shared_start:
         return cases
     for number, case in enumerate(c for c in cases if c.start is None):  # an arm's extra pairs right after its blocks
         blocks[case.trial_id] = (names.index(case.arm), repeats, number) if case.arm in names[:-1] else (len(names),)
     return by_start(cases, blocks)
+
+
+def replay_file(trace: Path) -> Path:
+    """A recorded trace's arrivals and output lengths: NAME.replay.json beside its manifest NAME.json
+    (parity.trace_mooncake writes both)."""
+    return trace.with_name(f"{trace.stem}.replay.json")
 
 
 def by_start(cases: list[Case], place: dict[str, tuple]) -> list[Case]:
@@ -391,7 +413,8 @@ def _sustained(traces: list[Path], s: SustainedSettings) -> list[Case]:
     if isinstance(s.rates, dict) and (unknown := set(s.rates) - {t.stem for t in traces}):
         raise ParityError(f"sustained: rates name trace {sorted(unknown)[0]!r}, which is not among the traces given")
     return sustained(traces, s.rates, s.flame, s.schedule, s.repeats, s.arms, s.output_tokens, s.restart, s.evict,
-                     s.lengths, s.shared_start, s.warmup_requests, s.answers, s.bounded, s.objective)
+                     s.lengths, s.shared_start, s.warmup_requests, s.answers, s.bounded, s.objective,
+                     s.replay)
 
 
 class Experiment(NamedTuple):

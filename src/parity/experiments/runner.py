@@ -92,6 +92,8 @@ class Runner:
         args = self.backend.args()
         if case.max_tokens is not None:
             args = dataclasses.replace(args, max_tokens=case.max_tokens)
+        elif case.lengths is not None:  # answers of their own, none set: the longest of them (a replayed trace's)
+            args = dataclasses.replace(args, max_tokens=case.lengths.ceiling)
         if case.cache_blocks is not None:
             args = dataclasses.replace(args, num_gpu_blocks_override=case.cache_blocks)
         return args
@@ -196,6 +198,8 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
     for trace, tokens in sorted({(c.trace, c.max_tokens or 0) for c in cases}):  # before anything is written
         args = backend.args()
         trial.fits_engine(trace, dataclasses.replace(args, max_tokens=tokens) if tokens else args)
+    for trace, lengths in dict.fromkeys((c.trace, c.lengths) for c in cases if c.lengths is not None):
+        trial.fits_engine(trace, backend.args(), lengths)  # each prompt with its own answer
     paced = paced_span_s(cases, {t: len(load_trace(t).requests) for t in {c.trace for c in cases}})
     if paced:
         log(f"{experiment}: {len(cases)} cases; their arrival schedules take about {about(paced)} in all "

@@ -184,6 +184,16 @@ class LengthsPair(ExtraPair):
     lengths: OutputLengths = OutputLengths()
 
 
+@dataclass(frozen=True, kw_only=True)
+class ReplayPair(Section):
+    """Ours: one more pair per repeat on a recorded trace (`parity trace-mooncake`), its arrivals and each request's
+    output length the trace's own, from NAME.replay.json beside it; that trace never runs the ladder."""
+
+    what = "sustained replay"
+    trace: str  # the workflow's name of the trace (its file stem)
+    arm: str | None = None  # the arm whose Flame side it runs (unset: the experiment's own)
+
+
 @dataclass(frozen=True)
 class LocalitySettings(Section):
     what = experiment = "locality"
@@ -253,6 +263,7 @@ class SustainedSettings(Section):
     answers: Answers | None = None
     arms: dict[str, FlameChanges] = field(default_factory=dict)
     bounded: BoundedSettings | None = None  # ours: the bounded arm, standalone first (plan.sustained); unset: none
+    replay: ReplayPair | None = None  # ours: a recorded trace's arrivals and lengths as one more pair; unset: none
 
     @property
     def highest_rate(self) -> float:
