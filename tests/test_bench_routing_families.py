@@ -146,3 +146,19 @@ def test_explain_prints_the_prefix_routers_first_decisions_per_family():
     lines = result.output.splitlines()
     assert lines[0].startswith("conversation: ") and len(lines) == 4
     assert all(line.startswith("  #") and " -> shard " in line for line in lines[1:])
+
+
+def test_case_picks_rows_and_the_case_explain_reads():
+    """--case runs only the cases whose name contains it (one row in seconds, not the whole printout)."""
+    from click.testing import CliRunner
+
+    from parity.cli import main
+
+    result = CliRunner().invoke(main, ["bench", "routing", "--quick", "--family", "conversation", "--case", "8 sh"])
+    assert result.exit_code == 0, result.output
+    rows = [line for line in result.output.splitlines() if line.startswith("conversation ")]
+    assert rows and all("8 sh" in line for line in rows) and not any("2 sh" in line for line in rows)
+    result = CliRunner().invoke(main, ["bench", "routing", "--quick", "--family", "conversation", "--case", "8 sh",
+                                       "--explain", "2"])
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[0].startswith("conversation: 12x3 lockstep 8 sh")

@@ -110,3 +110,28 @@ def test_growth_is_forgotten_with_the_groups_blocks():
     router.sync()
     growth = router.stats()["growth"]
     assert growth["groups"] == 0 and growth["booked"] == [0.0, 0.0]
+
+
+def test_a_hot_document_spreads_when_its_holders_are_busy_with_other_documents_too():
+    """Replication by demand weighs the holders' whole plan, not the hot group's work alone: a document with more
+    than a shard's fair share of work, held by two shards that are also busy with other documents, goes to a
+    third shard (the old rule waited until its own work was more than two fair shares)."""
+    rng = np.random.default_rng(3)
+    hot = rng.integers(0, 30000, 2000, dtype=np.uint32)
+
+    def ask(doc):
+        return np.concatenate([doc, rng.integers(0, 30000, 40, dtype=np.uint32)])
+
+    router = PrefixRouter(4, MODEL_REVISION, cache_tokens=880_000)
+    for k in range(60):
+        router.commit(router.quote(ask(hot)), k % 2)
+    for k in range(20):
+        router.commit(router.quote(ask(rng.integers(0, 30000, 2000, dtype=np.uint32))), k % 2)
+    for shard in (2, 3):
+        router.commit(router.quote(ask(rng.integers(0, 30000, 2000, dtype=np.uint32))), shard)
+    plan = router._plan
+    fair = sum(plan) / 4
+    work = router._work_of[router._groups[next(iter(router._groups))]]
+    assert fair < work < 2 * fair and plan[0] + plan[1] > 2 * fair
+    quote = router.quote(ask(hot))
+    assert quote.shard in (2, 3), router.explain(quote)

@@ -361,10 +361,15 @@ def router_cost(shards: int = 64, requests: int = 2048, prefix_tokens: int = 800
             "p50_us": times[len(times) // 2], "p99_us": times[int(len(times) * 0.99)], "max_us": times[-1]}
 
 
-def run(params: SimParams, *, quick: bool = False, only: set[str] | None = None, log=print) -> dict:
+def chosen(w: Workload, cases=()) -> bool:
+    """Whether `w` is one of `cases` (substrings of a case's name; none: every case)."""
+    return not cases or any(c in w.case for c in cases)
+
+
+def run(params: SimParams, *, quick: bool = False, only: set[str] | None = None, cases=(), log=print) -> dict:
     rows = []
     for w in families(quick):
-        if only and w.family not in only:
+        if only and w.family not in only or not chosen(w, cases):
             continue
         rows.append(evaluate(w, params))
         r = rows[-1]

@@ -61,6 +61,9 @@ def bench_admission(num_requests, load, repeats, out):
                                  "tenants", "hot-doc"]),  # routing.FAMILIES
               help="Run only this workload family (repeat); default every one.")
 @click.option("--quick", is_flag=True, help="Shorter prompts and fewer cases (seconds, for a first look).")
+@click.option("--case", "cases", multiple=True, metavar="TEXT",
+              help="Run only the cases whose name contains this (repeat; with --family, within it), "
+                   "e.g. --case '8 sh'; with --explain, the first such case.")
 @click.option("--sim-params", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
               help="Simulator parameter file (default: the calibrated H200 one).")
 @click.option("--trace-file", type=click.Path(path_type=Path, dir_okay=False), default=None,
@@ -74,7 +77,7 @@ def bench_admission(num_requests, load, repeats, out):
                    "first case, one line each.")
 @options.json_out
 @friendly_errors
-def bench_routing(only, quick, sim_params, trace_file, trace_limit, shards, explain, out):
+def bench_routing(only, quick, cases, sim_params, trace_file, trace_limit, shards, explain, out):
     """Routers on traffic the study did not send (simulated): the prefix router against alternating, the
     study's sticky router and a hindsight placement, per workload family; and its cost per request."""
     from parity.bench import routing
@@ -85,8 +88,9 @@ def bench_routing(only, quick, sim_params, trace_file, trace_limit, shards, expl
     if explain:
         params = SimParams.load(sim_params)
         for family in routing.FAMILIES if not only else [f for f in routing.FAMILIES if f in only]:
-            first = next(w for w in routing.families(quick) if w.family == family)
-            for line in routing.explain(first, params, explain):
+            first = next((w for w in routing.families(quick) if w.family == family and routing.chosen(w, cases)),
+                         None)
+            for line in routing.explain(first, params, explain) if first else []:
                 click.echo(line)
         return
     if trace_file:
@@ -97,7 +101,8 @@ def bench_routing(only, quick, sim_params, trace_file, trace_limit, shards, expl
             click.echo(line)
         save(out, result)
         return
-    result = routing.run(SimParams.load(sim_params), quick=quick, only=set(only) or None, log=echo)
+    result = routing.run(SimParams.load(sim_params), quick=quick, only=set(only) or None, cases=cases,
+                         log=echo)
     for line in routing.summary_lines(result):
         click.echo(line)
     save(out, result)

@@ -25,9 +25,11 @@
   the groups old enough to have had a second request, twice the mean wait for one, had one). A new
   group so goes where the work will be least once every group has grown, and a shard whose groups'
   turns came first in the burst is not taken for busier.
-- Replication by demand: a group held by k shards goes to another only once its work is more than k
-  times the mean plan per shard (its fair share each), and then only where that is cheaper: a hot
-  document spreads as far as its load needs, one shard at a time, and an ordinary one never.
+- Replication by demand: a group goes to another shard only once its work is more than a shard's fair
+  share (the mean plan) and its holders' plans, together, are more than their fair shares (what else
+  they hold counts: a hot document's holders busy with other documents too are full before its own work
+  is k fair shares), and then only where that is cheaper: a hot document spreads as far as its load
+  needs, one shard at a time, and an ordinary one never.
 - Load: counted in engine steps (`_work`): a shard's prefill plus a step's fixed cost (`step_tokens`
   prefill tokens) for each step it takes, as many as its prefill needs or its decode does (each
   request's output, `max_seqs` requests at a time), whichever more; booked per request and released by
@@ -248,9 +250,11 @@ class PrefixRouter:
         group = quote.group = self._groups.get(self._group(quote))
         home, ahead = (self._home[group], self._ahead(group)) if group is not None else (-1, 0.0)
         if group is not None and len(candidates) > 1:  # replication by demand: a group goes to one more shard
-            # only once its work is more than its holders' fair share (the mean plan) each
+            # only once its work is more than a shard's fair share (the mean plan), and its holders are, together,
+            # above theirs (their other work counts too)
             holders = [s for s, d in depths.items() if d >= deepest]
-            if self._work_of[group] <= len(holders) * sum(plan) / self.num_shards:
+            fair = sum(plan) / self.num_shards
+            if self._work_of[group] <= fair or sum(plan[h] for h in holders) <= len(holders) * fair:
                 candidates = set(holders)
         for s in candidates:  # what each holds, computed once (`explain` lists these shards)
             quote.held(s)
