@@ -4,6 +4,7 @@ Every file here is written by the test in Mooncake's format (no part of the publ
 
 import hashlib
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -212,6 +213,12 @@ def test_the_sustained_experiment_replays_a_mooncake_trace_on_both_paths(tmp_pat
         assert doc["output_lengths"]["replay"].endswith("t.replay.json") and doc["output_lengths"]["max"] == 20
         offsets = [r["arrival_s"] - doc["timing"]["release_s"] for r in doc["records"]]
         assert offsets == pytest.approx([0.0, 0.5, 0.5, 3.0])
+    from parity.report import write_report  # the report's sustained table gives the pair its rows, offered `replay`
+
+    md = write_report([tmp_path / "out"], None, Path(__file__).resolve().parents[1] / "config/study-reference.yaml",
+                      tmp_path / "report")["markdown"]
+    rows = [line for line in md.splitlines() if line.startswith("| t | replay |")]
+    assert len(rows) == 2 and all("per request, the trace's: mean 9, 1-20" in row for row in rows), rows
     path = tmp_path / "out" / "trials" / f"{cases[0].trial_id}.json"
     doc = read_manifest(path)
     doc["records"][1]["max_tokens"] = doc["records"][1]["max_tokens"] + 1  # asked for another length than the file's

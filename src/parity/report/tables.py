@@ -568,11 +568,17 @@ def _offered_arm(case: dict) -> tuple[str, str]:
     """(offered rate as its stage writes it, arm or "") of a sustained case, from the fields its entry records
     (`rate`, `arm`: parity.experiments.runner.ran). Fallback, only for a manifest written before entries recorded
     them: both parsed from its stage `KIND-R{-outN}{-ARM}` (plan.sustained; an arm's name has no hyphen, by the
-    config schema)."""
+    config schema). A replayed case (stage `replay`, `replay-ARM`: its trace's own arrivals) offers no one rate:
+    its offered rate reads `replay`."""
+    if case["stage"] == "replay" or case["stage"].startswith("replay-"):
+        return REPLAY, case.get("arm") or case["stage"].removeprefix("replay").removeprefix("-")
     if "rate" in case:
         return f"{case['rate']:g}", case["arm"] or ""
     offered, *rest = case["stage"].split("-", 1)[1].split("-")
     return offered, "-".join(p for p in rest if not (p.startswith("out") and p[3:].isdigit()))
+
+
+REPLAY = "replay"  # a replayed case's offered rate, as the table writes it (sorted after every rung)
 
 
 def _output_tokens(case: dict, doc: dict) -> int:
@@ -642,7 +648,8 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
     objective = latency.Objective.from_dict(experiment.doc["settings"].get("objective"))
     order = {arm: i for i, arm in enumerate(_arms(experiment))}
     keys = []
-    for case in (c for c in experiment.cases if c["stage"].startswith(("rate-", "evict-", "lengths-"))):  # restarts: own table
+    sustained_stages = ("rate-", "evict-", "lengths-", "replay")  # restarts: their own table
+    for case in (c for c in experiment.cases if c["stage"].startswith(sustained_stages)):
         doc = experiment.trials[case["trial_id"]]
         s = latency.summarize(doc, objective) if stats.passed(doc) else None
         offered, arm = _offered_arm(case)
@@ -652,8 +659,11 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
         tokens = _output_tokens(case, doc)
         if own := doc.get("output_lengths"):  # lengths per request (parity.lengths)
             tokens = f"per request: median {own['median']}, mean {own['mean']:.0f}, {own['min']}-{own['max']}"
+            if own.get("replay"):  # the recorded trace's own lengths: no drawn median
+                tokens = f"per request, the trace's: mean {own['mean']:.0f}, {own['min']}-{own['max']}"
         label = _path_label(case, arm)
-        keys.append((case["trace_name"] + cache, str(tokens).zfill(8), float(offered), order.get(arm, len(order)),
+        rung = float("inf") if offered == REPLAY else float(offered)
+        keys.append((case["trace_name"] + cache, str(tokens).zfill(8), rung, order.get(arm, len(order)),
                      case["system"] == "flame"))
         if s is None:
             table.rows.append([case["trace_name"] + cache, offered, tokens, label, ours([doc]), *[f.MISSING] * 9])
@@ -663,6 +673,8 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
                            _ms(s["e2e"], "p50", "p99"), _ms(s["itl"], "p99"), f.rate(s["goodput_client_per_s"], 2),
                            f.pct(s["good_share_client"], 0), f.yes_no(s["saturated"]),
                            f"{s['lag']['p99_s'] * 1e3:.2f}" if s["lag"] else f.MISSING])
+        if offered == REPLAY:  # no offered rate to draw it against: a row, not a curve
+            continue
         trace = case["trace_name"] + ("" if tokens == OUTPUT_TOKENS else f", {tokens} output tokens") + cache
         if own:
             trace = case["trace_name"] + f", output lengths per request (median {own['median']})" + cache
@@ -687,6 +699,8 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
         + " A row with a KV cache size ran each engine with that small a "
         "cache (the eviction case: the trace's documents do not all fit, so prefixes are evicted and prefilled again). A row of output lengths per request asked each request for its "
         "own exact length (EOS ignored), drawn seeded from a log-normal law, the same lengths on both sides. "
+        "A row offered `replay` ran a recorded trace (parity trace-mooncake) at its own arrivals, each request "
+        "asking for its recorded answer length, the same on both sides. "
         "Achieved: the window's requests over the time from the first's "
         "arrival to the last's answer; saturated: below 90% of the offered rate.")
     for trace in curves:
@@ -700,7 +714,7 @@ def _first_saturated(rows: list[list]) -> str | None:
     offered rate in the row's own window), not as configured; rows in ladder order."""
     first: dict = {}
     for trace, offered, tokens, label, *_, saturated, _lag in rows:
-        if saturated == f.yes_no(True):
+        if saturated == f.yes_no(True) and offered != REPLAY:  # a replay is no rung of the ladder
             first.setdefault((trace, tokens, label), offered)
     if not first:
         return None
