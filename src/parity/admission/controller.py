@@ -79,37 +79,44 @@ class Controller:
         self._events: deque = deque()  # (index, now, done) from the answers' threads
         self.admitted = self.refused = self.moved = self.retried = 0  # tries; retried: admitted on a retry
 
-    def _wait(self, quote, shard: int) -> tuple[int, float]:
-        """The prompt's uncached prefill on `shard`, and its predicted first-token wait there."""
-        own = quote.length - quote.held(shard)
-        return own, self.rate.predict(shard, self.ahead[shard] + own)
-
     def decide(self, tokens, now: float, attempt: int = 0) -> Decision:
         """Admit (booked on its shard) or refuse (nothing booked) this prompt, arriving `now`; `attempt` counts
-        the client's earlier tries of it (parity.admission.retry)."""
-        self._apply()
+        the client's earlier tries of it (parity.admission.retry). Written for its cost (a few microseconds, issue
+        30): the wait model read inline, the other shards weighed only when the router's cannot meet the budget."""
+        if self._events:
+            self._apply()
         quote = self.router.quote(tokens)
-        shard, ahead, budget_s = quote.shard, self.ahead, self.budget_s
-        own, wait = self._wait(quote, shard)
+        shard, ahead, budget_s, predict = quote.shard, self.ahead, self.budget_s, self.rate.predict
+        own = quote.length - quote.held(shard)
+        wait = predict(shard, ahead[shard] + own)
         moved = False
-        if ahead[shard] and wait > budget_s and self.settings.reroute:
-            (best_own, best_wait), best = min(((self._wait(quote, s), s) for s in range(len(ahead))),
-                                              key=lambda option: (option[0][1], option[1]))
-            if not ahead[best] or best_wait <= budget_s:
-                shard, own, wait, moved = best, best_own, best_wait, True
-        if ahead[shard] and wait > budget_s:
-            self.refused += 1
-            return Decision(None, None, wait, False, 0, (shard, ahead[shard], own, self.rate.rates[shard],
-                                                      self.rate.latency_s[shard], budget_s, self.objective.ttft_s,
-                                                      self.settings.headroom, self.settings.reroute))
+        if wait > budget_s and ahead[shard]:
+            if self.settings.reroute:  # the least predicted wait, the lowest shard on a tie
+                best, best_own, best_wait = shard, own, wait
+                for other in range(len(ahead)):
+                    if other != shard:
+                        other_own = quote.length - quote.held(other)
+                        other_wait = predict(other, ahead[other] + other_own)
+                        if other_wait < best_wait or (other_wait == best_wait and other < best):
+                            best, best_own, best_wait = other, other_own, other_wait
+                if best != shard and (not ahead[best] or best_wait <= budget_s):
+                    shard, own, wait, moved = best, best_own, best_wait, True
+            if ahead[shard] and wait > budget_s:
+                self.refused += 1
+                settings = self.settings
+                return Decision(None, None, wait, False, 0, (shard, ahead[shard], own, self.rate.rates[shard],
+                                                          self.rate.latency_s[shard], budget_s, self.objective.ttft_s,
+                                                          settings.headroom, settings.reroute))
         index = self.router.requests  # the routing index this booking gets
         self.router.commit(quote, shard)
         self._prefills[index] = (shard, own, ahead[shard], now, wait)
         ahead[shard] += own
         self._open.add(index)
         self.admitted += 1
-        self.moved += moved
-        self.retried += attempt > 0
+        if moved:
+            self.moved += 1
+        if attempt:
+            self.retried += 1
         return Decision(shard, index, wait, moved, own)
 
     def attempts(self, offsets: list[float]) -> Attempts:
@@ -126,17 +133,18 @@ class Controller:
         self._events.append((index, now, True))
 
     def _apply(self) -> None:
-        events, prefills, observe = self._events, self._prefills, self.rate.observe
+        events, prefills, observe, ahead = self._events, self._prefills, self.rate.observe, self.ahead
+        opened, complete = self._open, self.router.complete
         while events:  # one consumer (deque's append and popleft are atomic): what it saw stays there
             index, now, done = events.popleft()
             prefill = prefills.pop(index, None)
             if prefill is not None:  # once only
                 shard, own, before, admitted_at, predicted_s = prefill
-                self.ahead[shard] -= own
+                ahead[shard] -= own
                 observe(shard, before, own, now - admitted_at, predicted_s)
-            if done and index in self._open:
-                self._open.discard(index)
-                self.router.complete(index)
+            if done and index in opened:
+                opened.discard(index)
+                complete(index)
 
     def stats(self) -> dict:
         """Counts, each shard's learned wait model (rate, latency, bias) and the settings, for a trial's record."""

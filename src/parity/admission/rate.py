@@ -31,10 +31,11 @@ class ServiceRate:
         self.latency_s = [0.0] * shards  # a first token's wait with nothing ahead
         self.bias = [1.0] * shards  # recent waits over the line's (requests with work ahead)
         self.samples = [0] * shards  # how many (work, wait) pairs each fit has taken
-        self.alpha = alpha
+        self.alpha, self._keep = alpha, 1.0 - alpha
         self._slope0 = 1.0 / seed
         self._prior = 0.01 * alpha * float(span) ** 2  # in tokens squared, as the spread is
-        self._sums = [[0.0] * 5 for _ in range(shards)]  # weighted n, x, y, xx, xy
+        self._pull, self._floor = self._prior * self._slope0, self._slope0 / 100.0  # the prior's, the least slope
+        self._sums = [(0.0,) * 5] * shards  # weighted n, x, y, xx, xy (tuples: replaced, never changed)
         self._stale = [False] * shards  # observed since the line was last fitted
 
     def line(self, shard: int, work: float) -> float:
@@ -45,31 +46,32 @@ class ServiceRate:
 
     def predict(self, shard: int, work: float) -> float:
         """The predicted first-token wait of a request with `work` prefill tokens ahead of it (its own included)."""
-        return self.bias[shard] * self.line(shard, work)
+        if self._stale[shard]:
+            self._fit(shard)
+        return self.bias[shard] * (self.latency_s[shard] + work / self.rates[shard])
 
     def observe(self, shard: int, ahead: float, own: float, wait_s: float, predicted_s: float) -> None:
         """A request admitted with `ahead` prefill tokens before its `own` had its first token `wait_s` later,
         against `predicted_s` then. The line is refitted when next read (several first tokens may come between
         two decisions: this runs inside the controller's cost)."""
-        alpha, keep, work = self.alpha, 1.0 - self.alpha, ahead + own
+        alpha, keep, work = self.alpha, self._keep, ahead + own
         if ahead and predicted_s > 0:
-            self.bias[shard] += alpha * (wait_s / predicted_s - self.bias[shard])
-        sums = self._sums[shard]
-        sums[0] = sums[0] * keep + alpha
-        sums[1] = sums[1] * keep + alpha * work
-        sums[2] = sums[2] * keep + alpha * wait_s
-        sums[3] = sums[3] * keep + alpha * work * work
-        sums[4] = sums[4] * keep + alpha * work * wait_s
+            bias = self.bias
+            bias[shard] += alpha * (wait_s / predicted_s - bias[shard])
+        n, x, y, xx, xy = self._sums[shard]
+        self._sums[shard] = (n * keep + alpha, x * keep + alpha * work, y * keep + alpha * wait_s,
+                             xx * keep + alpha * work * work, xy * keep + alpha * work * wait_s)
         self.samples[shard] += 1
         self._stale[shard] = True
 
     def _fit(self, shard: int) -> None:
         n, x, y, xx, xy = self._sums[shard]
-        prior = self._prior
-        slope = (xy - x * y / n + prior * self._slope0) / (xx - x * x / n + prior)  # about the weighted means
-        slope = max(slope, self._slope0 / 100.0)  # more work never means less wait
+        slope = (xy - x * y / n + self._pull) / (xx - x * x / n + self._prior)  # about the weighted means
+        if self._floor > slope:  # more work never means less wait
+            slope = self._floor
         self.rates[shard] = 1.0 / slope
-        self.latency_s[shard] = max(0.0, (y - slope * x) / n)
+        latency_s = (y - slope * x) / n
+        self.latency_s[shard] = latency_s if latency_s > 0.0 else 0.0
         self._stale[shard] = False
 
     def fitted(self) -> "ServiceRate":
