@@ -22,7 +22,7 @@ class Decision(NamedTuple):
     moved: bool = False  # placed on another shard than the router chose (`reroute`)
     prefill: int = 0  # an admitted request's uncached prefill, booked on its shard until its first token
     why: tuple | None = None  # a refusal's facts: (shard, ahead, uncached, rate, latency_s, budget_s, ttft_s,
-    # headroom, reroute)
+    # headroom, reroute, margin_s, quantile)
 
     @property
     def admitted(self) -> bool:
@@ -42,11 +42,13 @@ class Decision(NamedTuple):
         """One line: the predicted wait against the objective, and what it was predicted from."""
         if self.why is None:
             return None
-        shard, ahead, uncached, rate, latency_s, budget_s, ttft_s, headroom, reroute = self.why
+        shard, ahead, uncached, rate, latency_s, budget_s, ttft_s, headroom, reroute, margin_s, quantile = self.why
         where = "no shard meets it" if reroute else f"on shard {shard}"
+        margin = (f", plus a margin of {margin_s:.3f} s for the {quantile * 100:g}th percentile of its errors"
+                  if quantile else "")
         return (f"predicted first token in {self.predicted_s:.2f} s > {budget_s:.2f} s ({headroom:g} x the "
                 f"{ttft_s:g} s objective) {where}: {ahead} prefill tokens ahead + {uncached} uncached at "
-                f"{rate:.0f} prefill tokens/s after {latency_s:.3f} s")
+                f"{rate:.0f} prefill tokens/s after {latency_s:.3f} s{margin}")
 
 
 class Controller:
@@ -71,7 +73,7 @@ class Controller:
         self.budget_s = objective.ttft_s * settings.headroom
         shards = router.num_shards
         self.rate = ServiceRate(shards, settings.seed_tokens_per_s, settings.alpha,
-                                span=settings.seed_tokens_per_s * self.budget_s)
+                                span=settings.seed_tokens_per_s * self.budget_s, z=settings.z)
         self.ahead = [0] * shards  # per shard: uncached prefill of admitted requests before their first token
         self._prefills: dict[int, tuple] = {}  # routing index -> (shard, prefill, work ahead, admitted at) until
         # its first token
@@ -103,13 +105,14 @@ class Controller:
                     shard, own, wait, moved = best, best_own, best_wait, True
             if ahead[shard] and wait > budget_s:
                 self.refused += 1
-                settings = self.settings
-                return Decision(None, None, wait, False, 0, (shard, ahead[shard], own, self.rate.rates[shard],
-                                                          self.rate.latency_s[shard], budget_s, self.objective.ttft_s,
-                                                          settings.headroom, settings.reroute))
+                settings, rate, work = self.settings, self.rate, ahead[shard] + own
+                return Decision(None, None, wait, False, 0, (shard, ahead[shard], own, rate.rates[shard],
+                                                          rate.latency_s[shard], budget_s, self.objective.ttft_s,
+                                                          settings.headroom, settings.reroute,
+                                                          wait - rate.line(shard, work), settings.quantile))
         index = self.router.requests  # the routing index this booking gets
         self.router.commit(quote, shard)
-        self._prefills[index] = (shard, own, ahead[shard], now, wait)
+        self._prefills[index] = (shard, own, ahead[shard], now)
         ahead[shard] += own
         self._open.add(index)
         self.admitted += 1
@@ -139,18 +142,21 @@ class Controller:
             index, now, done = events.popleft()
             prefill = prefills.pop(index, None)
             if prefill is not None:  # once only
-                shard, own, before, admitted_at, predicted_s = prefill
+                shard, own, before, admitted_at = prefill
                 ahead[shard] -= own
-                observe(shard, before, own, now - admitted_at, predicted_s)
+                observe(shard, before, own, now - admitted_at)
             if done and index in opened:
                 opened.discard(index)
                 complete(index)
 
     def stats(self) -> dict:
-        """Counts, each shard's learned wait model (rate, latency, bias) and the settings, for a trial's record."""
+        """Counts, each shard's learned wait model (rate, latency, the waits' bias and spread about it) and the
+        settings, for a trial's record."""
         self._apply()
-        self.rate.fitted()
+        rate = self.rate.fitted()
+        errors = [rate.errors(shard) for shard in range(len(self.ahead))]
         return {"admitted": self.admitted, "refused": self.refused, "moved": self.moved, "retried": self.retried,
                 "rates_tokens_per_s": [round(r, 1) for r in self.rate.rates], "rate_samples": list(self.rate.samples),
-                "latency_s": [round(s, 4) for s in self.rate.latency_s], "bias": [round(b, 3) for b in self.rate.bias],
+                "latency_s": [round(s, 4) for s in self.rate.latency_s], "bias_s": [round(b, 4) for b, _ in errors],
+                "spread_s": [round(sd, 4) for _, sd in errors],
                 "settings": self.settings.to_dict(), "objective": self.objective.to_dict()}
