@@ -22,7 +22,7 @@ class Decision(NamedTuple):
     moved: bool = False  # placed on another shard than the router chose (`reroute`)
     prefill: int = 0  # an admitted request's uncached prefill, booked on its shard until its first token
     why: tuple | None = None  # a refusal's facts: (shard, ahead, uncached, rate, latency_s, budget_s, ttft_s,
-    # headroom, reroute, margin_s, quantile)
+    # headroom, reroute, quantile)
 
     @property
     def admitted(self) -> bool:
@@ -42,8 +42,9 @@ class Decision(NamedTuple):
         """One line: the predicted wait against the objective, and what it was predicted from."""
         if self.why is None:
             return None
-        shard, ahead, uncached, rate, latency_s, budget_s, ttft_s, headroom, reroute, margin_s, quantile = self.why
+        shard, ahead, uncached, rate, latency_s, budget_s, ttft_s, headroom, reroute, quantile = self.why
         where = "no shard meets it" if reroute else f"on shard {shard}"
+        margin_s = self.predicted_s - latency_s - (ahead + uncached) / rate  # over the line
         margin = (f", plus a margin of {margin_s:.3f} s for the {quantile * 100:g}th percentile of its errors"
                   if quantile else "")
         return (f"predicted first token in {self.predicted_s:.2f} s > {budget_s:.2f} s ({headroom:g} x the "
@@ -105,11 +106,10 @@ class Controller:
                     shard, own, wait, moved = best, best_own, best_wait, True
             if ahead[shard] and wait > budget_s:
                 self.refused += 1
-                settings, rate, work = self.settings, self.rate, ahead[shard] + own
+                settings, rate = self.settings, self.rate
                 return Decision(None, None, wait, False, 0, (shard, ahead[shard], own, rate.rates[shard],
                                                           rate.latency_s[shard], budget_s, self.objective.ttft_s,
-                                                          settings.headroom, settings.reroute,
-                                                          wait - rate.line(shard, work), settings.quantile))
+                                                          settings.headroom, settings.reroute, settings.quantile))
         index = self.router.requests  # the routing index this booking gets
         self.router.commit(quote, shard)
         self._prefills[index] = (shard, own, ahead[shard], now)
