@@ -71,8 +71,8 @@ class ServiceRate:
         alpha, keep, work = self.alpha, self._keep, ahead + own
         n, n2, x, y, xx, xy, yy = self._sums[shard]
         self._sums[shard] = (n * keep + alpha, n2 * keep * keep + alpha * alpha, x * keep + alpha * work,
-                             y * keep + alpha * wait_s, xx * keep + alpha * work * work, xy * keep + alpha * work * wait_s,
-                             yy * keep + alpha * wait_s * wait_s)
+                             y * keep + alpha * wait_s, xx * keep + alpha * work * work,
+                             xy * keep + alpha * work * wait_s, yy * keep + alpha * wait_s * wait_s)
         self.samples[shard] += 1
         self._stale[shard] = True
 
