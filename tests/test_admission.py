@@ -142,17 +142,17 @@ def _serve(learner: ServiceRate, rate: float, latency_s: float, works, gaps, sta
     """A first-come engine that serves `rate` prefill tokens per second and gives each first token `latency_s` after
     its prefill, sent `works` `gaps` apart: the learner is told each first token in time order, as a client is.
     Returns the time the last arrival came."""
-    firsts, free, now = [], start_s, start_s  # (first token at, ahead at admission, own, admitted at)
+    firsts, free, now = [], start_s, start_s  # (first token at, ahead at admission, own, (central wait, admitted at))
     for work, gap in zip(works, gaps):
         now += gap
         while firsts and firsts[0][0] <= now:
             at, ahead, own, admitted = heapq.heappop(firsts)
-            learner.observe(0, ahead, own, at - admitted)
+            learner.observe(0, ahead, own, at - admitted[1], admitted[0])
         ahead = sum(own for _, _, own, _ in firsts)
-        if not admit(ahead + work):
+        if ahead and not admit(ahead + work):  # an idle shard admits, as the controller's does
             continue
         free = max(free, now) + work / rate
-        heapq.heappush(firsts, (free + latency_s, ahead, work, now))
+        heapq.heappush(firsts, (free + latency_s, ahead, work, (learner.central(0, ahead + work), now)))
     return now
 
 
@@ -178,7 +178,8 @@ def test_the_wait_model_follows_an_engine_slower_than_its_seed_when_admission_ca
     rng = np.random.default_rng(4)
     learner = ServiceRate(1, seed=20_000.0, alpha=0.05, span=8_000.0, z=2.3263478740408408)
     waits, observe = [], learner.observe
-    learner.observe = lambda shard, ahead, own, wait_s: (waits.append(wait_s), observe(shard, ahead, own, wait_s))
+    learner.observe = lambda shard, ahead, own, wait_s, central_s: (waits.append(wait_s),
+                                                                   observe(shard, ahead, own, wait_s, central_s))
     _serve(learner, 5_000.0, 0.02, rng.choice([100, 1_000], size=800), rng.exponential(0.04, 800),
            admit=lambda work: learner.predict(0, work) <= 0.4)
     assert 300 < len(waits) < 700  # capped: some refused, most admitted
@@ -190,11 +191,10 @@ def test_a_lightly_loaded_shard_learns_its_latency_not_a_slower_rate():
     """One request at a time, each 100 tokens in 0.1 s: the wait is latency, not a slower rate."""
     learner = ServiceRate(1, seed=10_000.0, alpha=0.05, span=8_000.0)
     for _ in range(200):
-        learner.observe(0, 0, 100, 0.1)
+        learner.observe(0, 0, 100, 0.1, learner.central(0, 100))
     learner.fitted()
     assert learner.rates[0] == pytest.approx(10_000.0)
-    assert learner.latency_s[0] == pytest.approx(0.09, rel=0.01)
-    assert learner.errors(0)[0] == pytest.approx(0.0, abs=0.01)
+    assert learner.latency_s[0] == pytest.approx(0.09, rel=0.01) and learner.bias == [1.0]
     assert learner.predict(0, 5_000) == pytest.approx(0.59, rel=0.01)
 
 

@@ -1,6 +1,6 @@
 """Bounded admission judged at a quantile (issue 30): a shard's predicted first token is the wait it stays within
-`quantile` of the time, the line plus its recent bias plus a margin from its error spread and the line's own
-uncertainty where the work is far from what it has seen. Nothing is timed: every `now` is given."""
+`quantile` of the time: the central wait (the line times its recent bias) plus a margin from the spread of its
+errors and the line's own uncertainty where the work is far from what it has seen. Nothing is timed: every `now` is given."""
 
 import math
 
@@ -16,23 +16,23 @@ Z99 = 2.3263478740408408  # the standard normal score of 0.99
 
 
 def _scattered(z: float, sd: float, seed: int = 1, count: int = 2000) -> ServiceRate:
-    """A shard whose waits are 20 ms + work / 40,000 tokens/s, scattered by `sd` seconds, work 0-12,000 tokens."""
+    """A shard whose waits are 20 ms + work / 40,000 tokens/s, scattered by `sd` seconds, work 2,000-12,000 tokens."""
     rng = np.random.default_rng(seed)
     learner = ServiceRate(1, seed=16_000.0, alpha=0.05, span=8_000.0, z=z)
-    for work in rng.uniform(0, 12_000, count):
-        learner.observe(0, work, 0.0, 0.02 + work / 40_000.0 + rng.normal(0.0, sd))
+    for work in rng.uniform(2_000, 12_000, count):
+        learner.observe(0, work, 0.0, 0.02 + work / 40_000.0 + rng.normal(0.0, sd), learner.central(0, work))
     return learner
 
 
 def test_the_margin_is_the_quantile_of_the_errors_the_shard_has_shown():
-    """Where the work is what the shard has seen, the predicted wait is the line plus z standard deviations of the
-    waits about it; without a quantile, the line alone."""
+    """Where the work is what the shard has seen, the predicted wait is the central wait plus z standard deviations
+    of its errors; without a quantile, the central wait alone."""
     plain, judged = _scattered(0.0, 0.05), _scattered(Z99, 0.05)
     work = 6_000.0  # about the mean work seen
-    line = judged.line(0, work)
-    assert line == pytest.approx(0.02 + work / 40_000.0, abs=0.02)
-    assert plain.predict(0, work) == pytest.approx(line) and plain.errors(0)[0] == 0.0  # latency above 0: no bias
-    margin = judged.predict(0, work) - line
+    central = judged.central(0, work)
+    assert central == pytest.approx(0.02 + work / 40_000.0, abs=0.02)
+    assert plain.predict(0, work) == plain.central(0, work)
+    margin = judged.predict(0, work) - central
     assert margin == pytest.approx(Z99 * 0.05, rel=0.3)
     assert judged.errors(0)[1] == pytest.approx(0.05, rel=0.3)
 
@@ -40,20 +40,19 @@ def test_the_margin_is_the_quantile_of_the_errors_the_shard_has_shown():
 def test_the_margin_grows_with_the_spread_and_away_from_the_work_seen():
     """A noisier shard gets a wider margin; a work far past what the line was fitted on is less certain."""
     calm, noisy = _scattered(Z99, 0.02), _scattered(Z99, 0.08)
-    margin = lambda learner, work: learner.predict(0, work) - learner.line(0, work)
+    margin = lambda learner, work: learner.predict(0, work) - learner.central(0, work)
     assert margin(noisy, 6_000) > 3 * margin(calm, 6_000)
     assert margin(calm, 60_000) > margin(calm, 6_000) * 1.2
 
 
-def test_a_shard_refuses_work_ahead_until_its_waits_say_something_of_their_spread():
-    """A line goes through any two waits: until a third, at a quantile the margin is infinite (an idle shard still
+def test_a_shard_refuses_work_ahead_until_its_errors_say_something_of_their_spread():
+    """One error says nothing of a spread: until a second, at a quantile the margin is infinite (an idle shard still
     admits, so the waits come)."""
     learner = ServiceRate(1, seed=16_000.0, alpha=0.05, span=8_000.0, z=Z99)
     assert learner.predict(0, 1_000) == pytest.approx(1_000 / 16_000.0)  # nothing seen: the seed line, no margin
-    learner.observe(0, 0, 1_000, 0.1)
-    learner.observe(0, 1_000, 1_000, 0.2)
+    learner.observe(0, 0, 1_000, 0.1, learner.central(0, 1_000))
     assert learner.predict(0, 1_000) == math.inf
-    learner.observe(0, 2_000, 1_000, 0.25)
+    learner.observe(0, 1_000, 1_000, 0.2, learner.central(0, 2_000))
     assert math.isfinite(learner.predict(0, 1_000))
 
 

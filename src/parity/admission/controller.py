@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from math import inf
 from typing import NamedTuple
 
 from parity.admission.rate import ServiceRate
@@ -22,7 +23,7 @@ class Decision(NamedTuple):
     moved: bool = False  # placed on another shard than the router chose (`reroute`)
     prefill: int = 0  # an admitted request's uncached prefill, booked on its shard until its first token
     why: tuple | None = None  # a refusal's facts: (shard, ahead, uncached, rate, latency_s, budget_s, ttft_s,
-    # headroom, reroute, quantile)
+    # headroom, reroute, quantile, bias)
 
     @property
     def admitted(self) -> bool:
@@ -42,14 +43,14 @@ class Decision(NamedTuple):
         """One line: the predicted wait against the objective, and what it was predicted from."""
         if self.why is None:
             return None
-        shard, ahead, uncached, rate, latency_s, budget_s, ttft_s, headroom, reroute, quantile = self.why
+        shard, ahead, uncached, rate, latency_s, budget_s, ttft_s, headroom, reroute, quantile, bias = self.why
         where = "no shard meets it" if reroute else f"on shard {shard}"
-        margin_s = self.predicted_s - latency_s - (ahead + uncached) / rate  # over the line
+        margin_s = self.predicted_s - bias * (latency_s + (ahead + uncached) / rate)  # over the central wait
         margin = (f", plus a margin of {margin_s:.3f} s for the {quantile * 100:g}th percentile of its errors"
                   if quantile else "")
         return (f"predicted first token in {self.predicted_s:.2f} s > {budget_s:.2f} s ({headroom:g} x the "
                 f"{ttft_s:g} s objective) {where}: {ahead} prefill tokens ahead + {uncached} uncached at "
-                f"{rate:.0f} prefill tokens/s after {latency_s:.3f} s{margin}")
+                f"{rate:.0f} prefill tokens/s after {latency_s:.3f} s, x {bias:.2f} (its recent bias){margin}")
 
 
 class Controller:
@@ -109,10 +110,11 @@ class Controller:
                 settings, rate = self.settings, self.rate
                 return Decision(None, None, wait, False, 0, (shard, ahead[shard], own, rate.rates[shard],
                                                           rate.latency_s[shard], budget_s, self.objective.ttft_s,
-                                                          settings.headroom, settings.reroute, settings.quantile))
+                                                          settings.headroom, settings.reroute, settings.quantile,
+                                                          rate.bias[shard]))
         index = self.router.requests  # the routing index this booking gets
         self.router.commit(quote, shard)
-        self._prefills[index] = (shard, own, ahead[shard], now)
+        self._prefills[index] = (shard, own, ahead[shard], now, self.rate.central(shard, ahead[shard] + own))
         ahead[shard] += own
         self._open.add(index)
         self.admitted += 1
@@ -142,21 +144,21 @@ class Controller:
             index, now, done = events.popleft()
             prefill = prefills.pop(index, None)
             if prefill is not None:  # once only
-                shard, own, before, admitted_at = prefill
+                shard, own, before, admitted_at, central_s = prefill
                 ahead[shard] -= own
-                observe(shard, before, own, now - admitted_at)
+                observe(shard, before, own, now - admitted_at, central_s)
             if done and index in opened:
                 opened.discard(index)
                 complete(index)
 
     def stats(self) -> dict:
-        """Counts, each shard's learned wait model (rate, latency, the waits' bias and spread about it) and the
+        """Counts, each shard's learned wait model (rate, latency, bias, its errors' mean and spread) and the
         settings, for a trial's record."""
         self._apply()
         rate = self.rate.fitted()
         errors = [rate.errors(shard) for shard in range(len(self.ahead))]
         return {"admitted": self.admitted, "refused": self.refused, "moved": self.moved, "retried": self.retried,
                 "rates_tokens_per_s": [round(r, 1) for r in self.rate.rates], "rate_samples": list(self.rate.samples),
-                "latency_s": [round(s, 4) for s in self.rate.latency_s], "bias_s": [round(b, 4) for b, _ in errors],
-                "spread_s": [round(sd, 4) for _, sd in errors],
+                "latency_s": [round(s, 4) for s in self.rate.latency_s], "bias": [round(b, 3) for b in self.rate.bias],
+                "error_mean_s": [round(m, 4) for m, _ in errors], "error_sd_s": [round(sd, 4) if sd < inf else None for _, sd in errors],  # None: one seen
                 "settings": self.settings.to_dict(), "objective": self.objective.to_dict()}
