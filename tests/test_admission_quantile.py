@@ -1,6 +1,7 @@
 """Bounded admission judged at a quantile (issue 30): a shard's predicted first token is the wait it stays within
 `quantile` of the time: the central wait (the line times its recent bias) plus a margin from the spread of its
-errors and the line's own uncertainty where the work is far from what it has seen. Nothing is timed: every `now` is given."""
+errors and the line's own uncertainty where the work is far from what it has seen. Nothing is timed: every `now`
+is given."""
 
 import math
 

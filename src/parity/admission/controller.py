@@ -160,5 +160,6 @@ class Controller:
         return {"admitted": self.admitted, "refused": self.refused, "moved": self.moved, "retried": self.retried,
                 "rates_tokens_per_s": [round(r, 1) for r in self.rate.rates], "rate_samples": list(self.rate.samples),
                 "latency_s": [round(s, 4) for s in self.rate.latency_s], "bias": [round(b, 3) for b in self.rate.bias],
-                "error_mean_s": [round(m, 4) for m, _ in errors], "error_sd_s": [round(sd, 4) if sd < inf else None for _, sd in errors],  # None: one seen
+                "error_mean_s": [round(m, 4) for m, _ in errors],
+                "error_sd_s": [round(sd, 4) if sd < inf else None for _, sd in errors],  # None: one error seen
                 "settings": self.settings.to_dict(), "objective": self.objective.to_dict()}
