@@ -114,7 +114,7 @@ class Controller:
                                                           rate.bias[shard]))
         index = self.router.requests  # the routing index this booking gets
         self.router.commit(quote, shard)
-        self._prefills[index] = (shard, own, ahead[shard], now, self.rate.central(shard, ahead[shard] + own))
+        self._prefills[index] = (shard, own, ahead[shard], now, self.rate.centrals[shard])  # its latest predict
         ahead[shard] += own
         self._open.add(index)
         self.admitted += 1
@@ -138,7 +138,7 @@ class Controller:
         self._events.append((index, now, True))
 
     def _apply(self) -> None:
-        events, prefills, observe, ahead = self._events, self._prefills, self.rate.observe, self.ahead
+        events, prefills, ahead, seen = self._events, self._prefills, self.ahead, []
         opened, complete = self._open, self.router.complete
         while events:  # one consumer (deque's append and popleft are atomic): what it saw stays there
             index, now, done = events.popleft()
@@ -146,10 +146,12 @@ class Controller:
             if prefill is not None:  # once only
                 shard, own, before, admitted_at, central_s = prefill
                 ahead[shard] -= own
-                observe(shard, before, own, now - admitted_at, central_s)
+                seen.append((shard, before, own, now - admitted_at, central_s))
             if done and index in opened:
                 opened.discard(index)
                 complete(index)
+        if seen:
+            self.rate.observe_all(seen)
 
     def stats(self) -> dict:
         """Counts, each shard's learned wait model (rate, latency, bias, its errors' mean and spread) and the

@@ -47,6 +47,7 @@ class ServiceRate:
         self._margin = [(0.0, 0.0, 0.0)] * shards  # the margin's square at a work: the work's mean, a flat and a
         # growing term
         self.bias = [1.0] * shards  # recent waits over the central predictions (requests with work ahead)
+        self.centrals = [0.0] * shards  # each shard's central wait at its latest `predict`
         self._errors = [(0.0,) * 4] * shards  # weighted n, n squared, sum and sum of squares of wait - central
         self.samples = [0] * shards  # how many (work, wait) pairs each fit has taken
         self.alpha, self._keep, self.z = alpha, 1.0 - alpha, z
@@ -70,32 +71,40 @@ class ServiceRate:
 
     def predict(self, shard: int, work: float) -> float:
         """The wait the first token of a request with `work` prefill tokens ahead of it (its own included) stays
-        within at the quantile: the central wait and the margin its errors' spread and the line's uncertainty at
-        `work` call for."""
+        within at the quantile: the central wait (kept in `centrals`, for the controller to book with a request it
+        admits) and the margin its errors' spread and the line's uncertainty at `work` call for."""
         if self._stale[shard]:
             self._fit(shard)
         centre, flat, tilt = self._margin[shard]
         off = work - centre
-        return self.bias[shard] * (self.latency_s[shard] + work / self.rates[shard]) + sqrt(flat + tilt * off * off)
+        central = self.centrals[shard] = self.bias[shard] * (self.latency_s[shard] + work / self.rates[shard])
+        return central + sqrt(flat + tilt * off * off)
 
     def observe(self, shard: int, ahead: float, own: float, wait_s: float, central_s: float) -> None:
         """A request admitted with `ahead` prefill tokens before its `own` had its first token `wait_s` later,
-        against the central wait `central_s` predicted then. The line and margin are refitted when next read
-        (several first tokens may come between two decisions: this runs inside the controller's cost)."""
-        alpha, keep, work = self.alpha, self._keep, ahead + own
-        if ahead and central_s > 0:
-            bias = self.bias
-            bias[shard] += alpha * (wait_s / central_s - bias[shard])
-        w, w2, e, ee = self._errors[shard]
-        error = wait_s - central_s
-        self._errors[shard] = (w * keep + alpha, w2 * keep * keep + alpha * alpha, e * keep + alpha * error,
-                               ee * keep + alpha * error * error)
-        n, n2, x, y, xx, xy = self._sums[shard]
-        self._sums[shard] = (n * keep + alpha, n2 * keep * keep + alpha * alpha, x * keep + alpha * work,
-                             y * keep + alpha * wait_s, xx * keep + alpha * work * work,
-                             xy * keep + alpha * work * wait_s)
-        self.samples[shard] += 1
-        self._stale[shard] = True
+        against the central wait `central_s` predicted then."""
+        self.observe_all([(shard, ahead, own, wait_s, central_s)])
+
+    def observe_all(self, seen: list) -> None:
+        """`observe` each of `seen`'s (shard, ahead, own, wait_s, central_s) in turn, in one call: several first
+        tokens may come between two decisions, and this runs inside the controller's cost. The line and margin
+        are refitted when next read."""
+        alpha, keep, bias, errors, sums, samples, stale = (self.alpha, self._keep, self.bias, self._errors,
+                                                           self._sums, self.samples, self._stale)
+        for shard, ahead, own, wait_s, central_s in seen:
+            work = ahead + own
+            if ahead and central_s > 0:
+                bias[shard] += alpha * (wait_s / central_s - bias[shard])
+            w, w2, e, ee = errors[shard]
+            error = wait_s - central_s
+            errors[shard] = (w * keep + alpha, w2 * keep * keep + alpha * alpha, e * keep + alpha * error,
+                             ee * keep + alpha * error * error)
+            n, n2, x, y, xx, xy = sums[shard]
+            sums[shard] = (n * keep + alpha, n2 * keep * keep + alpha * alpha, x * keep + alpha * work,
+                           y * keep + alpha * wait_s, xx * keep + alpha * work * work,
+                           xy * keep + alpha * work * wait_s)
+            samples[shard] += 1
+            stale[shard] = True
 
     def _fit(self, shard: int) -> None:
         n, n2, x, y, xx, xy = self._sums[shard]
@@ -107,9 +116,14 @@ class ServiceRate:
         latency_s = (y - slope * x) / n
         self.latency_s[shard] = latency_s if latency_s > 0.0 else 0.0
         if self.z:  # a weighted fit's prediction error at work X: var x (1 + n2 / n^2 + n2 / n (X - mean)^2 / spread)
-            scale = self.z * self.z * self.errors(shard)[1] ** 2
-            self._margin[shard] = ((0.0, inf, 0.0) if scale == inf else
-                                   (x / n, scale * (1.0 + n2 / (n * n)), scale * n2 / n / spread))
+            w, w2, e, ee = self._errors[shard]  # as `errors` reads them, inline (this runs inside a decision)
+            mean, unbiased = e / w, w * w - w2
+            if unbiased <= 1e-9 * w * w:
+                self._margin[shard] = (0.0, inf, 0.0)
+            else:
+                square = ee / w - mean * mean
+                scale = self.z * self.z * sqrt((square if square > 0.0 else 0.0) * w * w / unbiased) ** 2
+                self._margin[shard] = (x / n, scale * (1.0 + n2 / (n * n)), scale * n2 / n / spread)
         self._stale[shard] = False
 
     def errors(self, shard: int) -> tuple[float, float]:
