@@ -48,13 +48,13 @@ class ServiceRate:
         # growing term
         self.bias = [1.0] * shards  # recent waits over the central predictions (requests with work ahead)
         self.centrals = [0.0] * shards  # each shard's central wait at its latest `predict`
-        self._errors = [(0.0,) * 4] * shards  # weighted n, n squared, sum and sum of squares of wait - central
         self.samples = [0] * shards  # how many (work, wait) pairs each fit has taken
         self.alpha, self._keep, self.z = alpha, 1.0 - alpha, z
         self._slope0 = 1.0 / seed
         self._prior = 0.01 * alpha * float(span) ** 2  # in tokens squared, as the spread is
         self._pull, self._floor = self._prior * self._slope0, self._slope0 / 100.0  # the prior's, the least slope
-        self._sums = [(0.0,) * 6] * shards  # weighted n, n squared, x, y, xx, xy (tuples: replaced, never changed)
+        self._sums = [(0.0,) * 8] * shards  # weighted n, n squared, x, y, xx, xy, and the sum and sum of squares
+        # of the errors wait - central (one tuple a shard: replaced, never changed)
         self._stale = [False] * shards  # observed since the line was last fitted
 
     def line(self, shard: int, work: float) -> float:
@@ -89,25 +89,22 @@ class ServiceRate:
         """`observe` each of `seen`'s (shard, ahead, own, wait_s, central_s) in turn, in one call: several first
         tokens may come between two decisions, and this runs inside the controller's cost. The line and margin
         are refitted when next read."""
-        alpha, keep, bias, errors, sums, samples, stale = (self.alpha, self._keep, self.bias, self._errors,
-                                                           self._sums, self.samples, self._stale)
+        alpha, keep, bias, sums, samples, stale = (self.alpha, self._keep, self.bias, self._sums, self.samples,
+                                                   self._stale)
         for shard, ahead, own, wait_s, central_s in seen:
-            work = ahead + own
+            work, error = ahead + own, wait_s - central_s
             if ahead and central_s > 0:
                 bias[shard] += alpha * (wait_s / central_s - bias[shard])
-            w, w2, e, ee = errors[shard]
-            error = wait_s - central_s
-            errors[shard] = (w * keep + alpha, w2 * keep * keep + alpha * alpha, e * keep + alpha * error,
-                             ee * keep + alpha * error * error)
-            n, n2, x, y, xx, xy = sums[shard]
+            n, n2, x, y, xx, xy, e, ee = sums[shard]
             sums[shard] = (n * keep + alpha, n2 * keep * keep + alpha * alpha, x * keep + alpha * work,
                            y * keep + alpha * wait_s, xx * keep + alpha * work * work,
-                           xy * keep + alpha * work * wait_s)
+                           xy * keep + alpha * work * wait_s, e * keep + alpha * error,
+                           ee * keep + alpha * error * error)
             samples[shard] += 1
             stale[shard] = True
 
     def _fit(self, shard: int) -> None:
-        n, n2, x, y, xx, xy = self._sums[shard]
+        n, n2, x, y, xx, xy, e, ee = self._sums[shard]
         spread = xx - x * x / n + self._prior  # the work's about its weighted mean, with the ridge prior
         slope = (xy - x * y / n + self._pull) / spread
         if self._floor > slope:  # more work never means less wait
@@ -116,7 +113,7 @@ class ServiceRate:
         latency_s = (y - slope * x) / n
         self.latency_s[shard] = latency_s if latency_s > 0.0 else 0.0
         if self.z:  # a weighted fit's prediction error at work X: var x (1 + n2 / n^2 + n2 / n (X - mean)^2 / spread)
-            w, w2, e, ee = self._errors[shard]  # as `errors` reads them, inline (this runs inside a decision)
+            w, w2 = n, n2  # the errors' weights are the pairs' (as `errors` reads them, inline: inside a decision)
             mean, unbiased = e / w, w * w - w2
             if unbiased <= 1e-9 * w * w:
                 self._margin[shard] = (0.0, inf, 0.0)
@@ -129,7 +126,7 @@ class ServiceRate:
     def errors(self, shard: int) -> tuple[float, float]:
         """The central prediction's recent errors (wait - central, in seconds): their mean and standard deviation
         (weighted, unbiased: infinite until two have been seen)."""
-        w, w2, e, ee = self._errors[shard]
+        w, w2, *_, e, ee = self._sums[shard]
         if not w:
             return 0.0, 0.0
         mean = e / w
