@@ -91,3 +91,19 @@ def test_the_default_judges_at_the_99th_percentile_against_the_whole_objective()
     assert (settings.quantile, settings.headroom) == (0.99, 1.0)
     assert settings.z == pytest.approx(Z99)
     assert BoundedSettings(quantile=0).z == 0.0
+
+
+def test_a_refusal_while_the_margin_is_unknown_says_when_to_retry_by_the_central_wait():
+    """Refused on a shard that has seen a single first token (its margin infinite), a request is told to retry
+    when the central wait would fit, never after an infinite Retry-After (a client would wait for ever)."""
+    c = Controller(PrefixRouter(1, "rev", cache_tokens=1_000_000),
+                   BoundedSettings(seed_tokens_per_s=10_000.0), Objective(ttft_s=0.5))
+    prompt = lambda seed: np.random.default_rng(seed).integers(0, 32_000, 2_000, dtype=np.uint32)
+    first = c.decide(prompt(1), 0.0)
+    c.first_token(first.index, 0.2)
+    c.complete(first.index, 0.3)
+    assert c.decide(prompt(2), 1.0).admitted  # idle: admitted whatever the margin
+    refused = c.decide(prompt(3), 1.0)  # 2,000 ahead, one error seen: the margin is not known
+    assert not refused.admitted and refused.predicted_s == math.inf
+    assert math.isfinite(refused.retry_after_s) and refused.retry_after_s >= 0.01
+    assert "inf s" in refused.reason and "\n" not in refused.reason

@@ -32,11 +32,13 @@ class Decision(NamedTuple):
     @property
     def retry_after_s(self) -> float | None:
         """A refusal's Retry-After: how much later the predicted wait would fit the budget (the work ahead
-        drains meanwhile at the predicted pace), at least 10 ms."""
+        drains meanwhile at the predicted pace), at least 10 ms; by the central wait where the margin is not yet
+        known (infinite: a shard that has seen too few first tokens), so that a retry is never put off for ever."""
         if self.why is None:
             return None
-        _shard, _ahead, _uncached, _rate, _latency_s, budget_s, *_ = self.why
-        return max(0.01, self.predicted_s - budget_s)
+        _shard, ahead, uncached, rate, latency_s, budget_s, *_, bias = self.why
+        predicted_s = self.predicted_s if self.predicted_s < inf else bias * (latency_s + (ahead + uncached) / rate)
+        return max(0.01, predicted_s - budget_s)
 
     @property
     def reason(self) -> str | None:
