@@ -6,11 +6,13 @@ experiment (the Flame batch-limit screening): this decides whether a request is 
 - From what it knows: the uncached prefill of the requests admitted on each shard that have no first token yet
   (booked by the controller, apart from the prefix router's placement booking of prefill plus decode), the
   shard's first-token wait learned online from those first tokens (`rate.ServiceRate`: a line, latency + prefill
-  ahead / rate, under the decode load the engine runs, times a bias fed back from its recent errors; seeded low,
-  never a constant), and the request's own uncached prefill after the hit the router expects on that shard. A
-  first token waits only for the prefill ahead of it: continuous batching decodes the earlier answers beside it.
-- Decision (`controller.Controller`): predicted first token = that model at (prefill ahead + own uncached
-  prefill); admit when it is within `headroom` x the objective's TTFT, or when the shard has no prefill ahead
+  ahead / rate, under the decode load the engine runs; seeded low, never a constant), and the request's own
+  uncached prefill after the hit the router expects on that shard. A first token waits only for the prefill ahead
+  of it: continuous batching decodes the earlier answers beside it.
+- Decision (`controller.Controller`): predicted first token = the wait that model says the first token stays
+  within at `quantile` (0.99: the line plus the margin its waits' spread about it, and its own uncertainty at
+  that much work, call for) at (prefill ahead + own uncached prefill); admit when it is within `headroom` (1) x
+  the objective's TTFT, or when the shard has no prefill ahead
   (refusing there helps no one and would leave the rate unlearned). Otherwise refuse at once with a one-line
   reason; with `reroute`, a shard that meets it takes the request first (a miss that meets the deadline beats a
   hit that misses it).

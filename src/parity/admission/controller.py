@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections import deque
+from math import inf
 from typing import NamedTuple
 
 from parity.admission.rate import ServiceRate
@@ -22,7 +23,7 @@ class Decision(NamedTuple):
     moved: bool = False  # placed on another shard than the router chose (`reroute`)
     prefill: int = 0  # an admitted request's uncached prefill, booked on its shard until its first token
     why: tuple | None = None  # a refusal's facts: (shard, ahead, uncached, rate, latency_s, budget_s, ttft_s,
-    # headroom, reroute)
+    # headroom, reroute, quantile, bias)
 
     @property
     def admitted(self) -> bool:
@@ -31,22 +32,27 @@ class Decision(NamedTuple):
     @property
     def retry_after_s(self) -> float | None:
         """A refusal's Retry-After: how much later the predicted wait would fit the budget (the work ahead
-        drains meanwhile at the predicted pace), at least 10 ms."""
+        drains meanwhile at the predicted pace), at least 10 ms; by the central wait where the margin is not yet
+        known (infinite: a shard that has seen too few first tokens), so that a retry is never put off for ever."""
         if self.why is None:
             return None
-        _shard, _ahead, _uncached, _rate, _latency_s, budget_s, *_ = self.why
-        return max(0.01, self.predicted_s - budget_s)
+        _shard, ahead, uncached, rate, latency_s, budget_s, *_, bias = self.why
+        predicted_s = self.predicted_s if self.predicted_s < inf else bias * (latency_s + (ahead + uncached) / rate)
+        return max(0.01, predicted_s - budget_s)
 
     @property
     def reason(self) -> str | None:
         """One line: the predicted wait against the objective, and what it was predicted from."""
         if self.why is None:
             return None
-        shard, ahead, uncached, rate, latency_s, budget_s, ttft_s, headroom, reroute = self.why
+        shard, ahead, uncached, rate, latency_s, budget_s, ttft_s, headroom, reroute, quantile, bias = self.why
         where = "no shard meets it" if reroute else f"on shard {shard}"
+        margin_s = self.predicted_s - bias * (latency_s + (ahead + uncached) / rate)  # over the central wait
+        margin = (f", plus a margin of {margin_s:.3f} s for the {quantile * 100:g}th percentile of its errors"
+                  if quantile else "")
         return (f"predicted first token in {self.predicted_s:.2f} s > {budget_s:.2f} s ({headroom:g} x the "
                 f"{ttft_s:g} s objective) {where}: {ahead} prefill tokens ahead + {uncached} uncached at "
-                f"{rate:.0f} prefill tokens/s after {latency_s:.3f} s")
+                f"{rate:.0f} prefill tokens/s after {latency_s:.3f} s, x {bias:.2f} (its recent bias){margin}")
 
 
 class Controller:
@@ -71,7 +77,7 @@ class Controller:
         self.budget_s = objective.ttft_s * settings.headroom
         shards = router.num_shards
         self.rate = ServiceRate(shards, settings.seed_tokens_per_s, settings.alpha,
-                                span=settings.seed_tokens_per_s * self.budget_s)
+                                span=settings.seed_tokens_per_s * self.budget_s, z=settings.z)
         self.ahead = [0] * shards  # per shard: uncached prefill of admitted requests before their first token
         self._prefills: dict[int, tuple] = {}  # routing index -> (shard, prefill, work ahead, admitted at) until
         # its first token
@@ -79,37 +85,45 @@ class Controller:
         self._events: deque = deque()  # (index, now, done) from the answers' threads
         self.admitted = self.refused = self.moved = self.retried = 0  # tries; retried: admitted on a retry
 
-    def _wait(self, quote, shard: int) -> tuple[int, float]:
-        """The prompt's uncached prefill on `shard`, and its predicted first-token wait there."""
-        own = quote.length - quote.held(shard)
-        return own, self.rate.predict(shard, self.ahead[shard] + own)
-
     def decide(self, tokens, now: float, attempt: int = 0) -> Decision:
         """Admit (booked on its shard) or refuse (nothing booked) this prompt, arriving `now`; `attempt` counts
-        the client's earlier tries of it (parity.admission.retry)."""
-        self._apply()
+        the client's earlier tries of it (parity.admission.retry). Written for its cost (a few microseconds, issue
+        30): the wait model read inline, the other shards weighed only when the router's cannot meet the budget."""
+        if self._events:
+            self._apply()
         quote = self.router.quote(tokens)
-        shard, ahead, budget_s = quote.shard, self.ahead, self.budget_s
-        own, wait = self._wait(quote, shard)
+        shard, ahead, budget_s, predict = quote.shard, self.ahead, self.budget_s, self.rate.predict
+        own = quote.length - quote.held(shard)
+        wait = predict(shard, ahead[shard] + own)
         moved = False
-        if ahead[shard] and wait > budget_s and self.settings.reroute:
-            (best_own, best_wait), best = min(((self._wait(quote, s), s) for s in range(len(ahead))),
-                                              key=lambda option: (option[0][1], option[1]))
-            if not ahead[best] or best_wait <= budget_s:
-                shard, own, wait, moved = best, best_own, best_wait, True
-        if ahead[shard] and wait > budget_s:
-            self.refused += 1
-            return Decision(None, None, wait, False, 0, (shard, ahead[shard], own, self.rate.rates[shard],
-                                                      self.rate.latency_s[shard], budget_s, self.objective.ttft_s,
-                                                      self.settings.headroom, self.settings.reroute))
+        if wait > budget_s and ahead[shard]:
+            if self.settings.reroute:  # the least predicted wait, the lowest shard on a tie
+                best, best_own, best_wait = shard, own, wait
+                for other in range(len(ahead)):
+                    if other != shard:
+                        other_own = quote.length - quote.held(other)
+                        other_wait = predict(other, ahead[other] + other_own)
+                        if other_wait < best_wait or (other_wait == best_wait and other < best):
+                            best, best_own, best_wait = other, other_own, other_wait
+                if best != shard and (not ahead[best] or best_wait <= budget_s):
+                    shard, own, wait, moved = best, best_own, best_wait, True
+            if ahead[shard] and wait > budget_s:
+                self.refused += 1
+                settings, rate = self.settings, self.rate
+                return Decision(None, None, wait, False, 0, (shard, ahead[shard], own, rate.rates[shard],
+                                                          rate.latency_s[shard], budget_s, self.objective.ttft_s,
+                                                          settings.headroom, settings.reroute, settings.quantile,
+                                                          rate.bias[shard]))
         index = self.router.requests  # the routing index this booking gets
         self.router.commit(quote, shard)
-        self._prefills[index] = (shard, own, ahead[shard], now, wait)
+        self._prefills[index] = (shard, own, ahead[shard], now, self.rate.centrals[shard])  # its latest predict
         ahead[shard] += own
         self._open.add(index)
         self.admitted += 1
-        self.moved += moved
-        self.retried += attempt > 0
+        if moved:
+            self.moved += 1
+        if attempt:
+            self.retried += 1
         return Decision(shard, index, wait, moved, own)
 
     def attempts(self, offsets: list[float]) -> Attempts:
@@ -126,23 +140,30 @@ class Controller:
         self._events.append((index, now, True))
 
     def _apply(self) -> None:
-        events, prefills, observe = self._events, self._prefills, self.rate.observe
+        events, prefills, ahead, seen = self._events, self._prefills, self.ahead, []
+        opened, complete = self._open, self.router.complete
         while events:  # one consumer (deque's append and popleft are atomic): what it saw stays there
             index, now, done = events.popleft()
             prefill = prefills.pop(index, None)
             if prefill is not None:  # once only
-                shard, own, before, admitted_at, predicted_s = prefill
-                self.ahead[shard] -= own
-                observe(shard, before, own, now - admitted_at, predicted_s)
-            if done and index in self._open:
-                self._open.discard(index)
-                self.router.complete(index)
+                shard, own, before, admitted_at, central_s = prefill
+                ahead[shard] -= own
+                seen.append((shard, before, own, now - admitted_at, central_s))
+            if done and index in opened:
+                opened.discard(index)
+                complete(index)
+        if seen:
+            self.rate.observe_all(seen)
 
     def stats(self) -> dict:
-        """Counts, each shard's learned wait model (rate, latency, bias) and the settings, for a trial's record."""
+        """Counts, each shard's learned wait model (rate, latency, bias, its errors' mean and spread) and the
+        settings, for a trial's record."""
         self._apply()
-        self.rate.fitted()
+        rate = self.rate.fitted()
+        errors = [rate.errors(shard) for shard in range(len(self.ahead))]
         return {"admitted": self.admitted, "refused": self.refused, "moved": self.moved, "retried": self.retried,
                 "rates_tokens_per_s": [round(r, 1) for r in self.rate.rates], "rate_samples": list(self.rate.samples),
                 "latency_s": [round(s, 4) for s in self.rate.latency_s], "bias": [round(b, 3) for b in self.rate.bias],
+                "error_mean_s": [round(m, 4) for m, _ in errors],
+                "error_sd_s": [round(sd, 4) if sd < inf else None for _, sd in errors],  # None: one error seen
                 "settings": self.settings.to_dict(), "objective": self.objective.to_dict()}

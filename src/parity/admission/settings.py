@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from statistics import NormalDist
 
 from parity.errors import ParityError
 from parity.settings import Settings
@@ -14,12 +15,19 @@ class BoundedSettings(Settings):
     `bounded`). Not the `admission` experiment's settings (the Flame batch screening)."""
 
     what = "admission setting"
-    headroom: float = 0.8  # a prediction must fit this share of the objective's TTFT: it is a mean, the target a p99
+    headroom: float = 1.0  # a prediction must fit this share of the objective's TTFT (the quantile is the margin)
+    quantile: float = 0.99  # judge a request by the wait its first token stays within this often, under the error
+    # its shard has shown (parity.admission.rate); 0: by the fitted line alone
     seed_tokens_per_s: float = 16000.0  # a shard's rate before it has finished anything: about a third of the
     # calibrated H200's prefill (config/sim), so an unlearned shard refuses early rather than misses
     alpha: float = 0.05  # the weight of each new first token's (work ahead, wait) in the shard's fit (older fade)
     reroute: bool = False  # a shard that cannot meet the objective passes the request to one that can
     retries: int = 0  # the client's policy: tries a refused request gets again, each after its Retry-After
+
+    @property
+    def z(self) -> float:
+        """The quantile's standard normal score (0 for none: the errors' mean alone)."""
+        return NormalDist().inv_cdf(self.quantile) if self.quantile else 0.0
 
     def __post_init__(self):
         for name in ("headroom", "seed_tokens_per_s"):
@@ -27,5 +35,7 @@ class BoundedSettings(Settings):
                 raise ParityError(f"admission setting {name} must be above 0, got {getattr(self, name)!r}")
         if self.retries < 0:
             raise ParityError(f"admission setting retries must be 0 or more, got {self.retries!r}")
+        if not (self.quantile == 0 or 0.5 <= self.quantile < 1):
+            raise ParityError(f"admission setting quantile must be 0 or in [0.5, 1), got {self.quantile!r}")
         if not 0 < self.alpha <= 1:
             raise ParityError(f"admission setting alpha must be in (0, 1], got {self.alpha!r}")

@@ -1,0 +1,85 @@
+"""Bounded admission's decisions on a fixed seeded sequence, pinned: a change made for speed must leave every
+decision (shard, index, predicted wait to the last bit, move, booked prefill, a refusal's one-line reason) as it was.
+A stub router (not parity.routing.prefix) so that only the controller's own arithmetic is pinned."""
+
+import hashlib
+import heapq
+
+import numpy as np
+import pytest
+
+from parity.admission import BoundedSettings, Controller
+from parity.latency import Objective
+
+
+class _Quote:
+    __slots__ = ("length", "shard", "_held")
+
+    def __init__(self, length, shard, held):
+        self.length, self.shard, self._held = length, shard, held
+
+    def held(self, shard):
+        return self._held[shard]
+
+
+class _Router:
+    """Quotes drawn from a seeded stream: a prompt of `length` tokens, the shard its document lives on and what
+    each shard holds of it (the document's 2,000 tokens there, a little elsewhere)."""
+
+    quotes = True
+
+    def __init__(self, shards):
+        self.num_shards, self.requests = shards, 0
+
+    def quote(self, spec):
+        length, home, held = spec
+        return _Quote(length, home, held)
+
+    def commit(self, quote, shard=None):
+        self.requests += 1
+        return shard
+
+    def complete(self, index):
+        pass
+
+
+def decisions(reroute: bool, count: int = 3000, shards: int = 2, seed: int = 11) -> tuple[list, Controller]:
+    """Every decision over a seeded arrival stream at about 1.6 x what first-come engines of 40,000 prefill tokens
+    a second serve (each first token a step of 20-60 ms after its prefill, each answer 0.32 s after that)."""
+    rng = np.random.default_rng(seed)
+    controller = Controller(_Router(shards), BoundedSettings(reroute=reroute), Objective(ttft_s=0.5))
+    free, events, out, now = [0.0] * shards, [], [], 0.0
+    for _ in range(count):
+        now += float(rng.exponential(0.012))
+        while events and events[0][0] <= now:
+            at, index, done = heapq.heappop(events)
+            (controller.complete if done else controller.first_token)(index, at)
+        home = int(rng.integers(shards))
+        own = int(rng.choice([40, 2040], p=[0.75, 0.25]))
+        held = [2000 if s == home and own == 40 else int(rng.integers(0, 64)) for s in range(shards)]
+        decision = controller.decide((2040, home, held), now)
+        out.append((*decision[:5], decision.reason))  # a refusal's facts as the one line that says them
+        if decision.admitted:
+            shard = decision.shard
+            free[shard] = max(free[shard], now) + decision.prefill / 40_000.0 + float(rng.uniform(0.02, 0.06))
+            heapq.heappush(events, (free[shard], decision.index, False))
+            heapq.heappush(events, (free[shard] + 0.32, decision.index, True))
+    return out, controller
+
+
+def digest(rows: list) -> str:
+    return hashlib.sha256(repr(rows).encode()).hexdigest()
+
+
+# the model judged at the 99th percentile (issue 30); re-pinned only when a decision is meant to change
+GOLDEN = {False: "fa53ef0297e82c00f17088957ff7d1a72647d6629a1553c759902ae6454d84de",
+          True: "001942f9ac87e10fc914972303721dc82156c4f940044504831082695730cd04"}
+
+
+@pytest.mark.parametrize("reroute", [False, True])
+def test_decisions_on_a_fixed_seeded_sequence_are_pinned(reroute):
+    rows, controller = decisions(reroute)
+    assert controller.refused > 100 and controller.admitted > 100  # the sequence exercises both outcomes
+    if reroute:
+        assert controller.moved > 10
+    assert digest(rows) == GOLDEN[reroute]
