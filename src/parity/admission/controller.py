@@ -36,9 +36,15 @@ class Decision(NamedTuple):
         known (infinite: a shard that has seen too few first tokens), so that a retry is never put off for ever."""
         if self.why is None:
             return None
-        _shard, ahead, uncached, rate, latency_s, budget_s, *_, bias = self.why
-        predicted_s = self.predicted_s if self.predicted_s < inf else bias * (latency_s + (ahead + uncached) / rate)
-        return max(0.01, predicted_s - budget_s)
+        predicted_s = self.predicted_s if self.predicted_s < inf else self._central_s
+        return max(0.01, predicted_s - self.why[5])  # over the budget
+
+    @property
+    def _central_s(self) -> float:
+        """A refusal's central wait (the line times its bias) at the work it was judged with: the prediction
+        without the quantile's margin."""
+        _shard, ahead, uncached, rate, latency_s, *_, bias = self.why
+        return bias * (latency_s + (ahead + uncached) / rate)
 
     @property
     def reason(self) -> str | None:
@@ -47,7 +53,7 @@ class Decision(NamedTuple):
             return None
         shard, ahead, uncached, rate, latency_s, budget_s, ttft_s, headroom, reroute, quantile, bias = self.why
         where = "no shard meets it" if reroute else f"on shard {shard}"
-        margin_s = self.predicted_s - bias * (latency_s + (ahead + uncached) / rate)  # over the central wait
+        margin_s = self.predicted_s - self._central_s
         margin = (f", plus a margin of {margin_s:.3f} s for the {quantile * 100:g}th percentile of its errors"
                   if quantile else "")
         return (f"predicted first token in {self.predicted_s:.2f} s > {budget_s:.2f} s ({headroom:g} x the "

@@ -57,12 +57,6 @@ class ServiceRate:
         # of the errors wait - central (one tuple a shard: replaced, never changed)
         self._stale = [False] * shards  # observed since the line was last fitted
 
-    def line(self, shard: int, work: float) -> float:
-        """The fitted line's wait for `work` prefill tokens ahead (its error not applied)."""
-        if self._stale[shard]:
-            self._fit(shard)
-        return self.latency_s[shard] + work / self.rates[shard]
-
     def central(self, shard: int, work: float) -> float:
         """The mean wait of a request with `work` prefill tokens ahead of it: the line times its recent bias."""
         if self._stale[shard]:
@@ -113,13 +107,11 @@ class ServiceRate:
         latency_s = (y - slope * x) / n
         self.latency_s[shard] = latency_s if latency_s > 0.0 else 0.0
         if self.z:  # a weighted fit's prediction error at work X: var x (1 + n2 / n^2 + n2 / n (X - mean)^2 / spread)
-            w, w2 = n, n2  # the errors' weights are the pairs' (as `errors` reads them, inline: inside a decision)
-            mean, unbiased = e / w, w * w - w2
-            if unbiased <= 1e-9 * w * w:
+            sd = _error_sd(n, n2, e, ee)  # the errors' weights are the pairs'
+            if sd == inf:
                 self._margin[shard] = (0.0, inf, 0.0)
             else:
-                square = ee / w - mean * mean
-                scale = self.z * self.z * sqrt((square if square > 0.0 else 0.0) * w * w / unbiased) ** 2
+                scale = self.z * self.z * sd ** 2
                 self._margin[shard] = (x / n, scale * (1.0 + n2 / (n * n)), scale * n2 / n / spread)
         self._stale[shard] = False
 
@@ -129,10 +121,7 @@ class ServiceRate:
         w, w2, *_, e, ee = self._sums[shard]
         if not w:
             return 0.0, 0.0
-        mean = e / w
-        if w * w - w2 <= 1e-9 * w * w:
-            return mean, inf
-        return mean, sqrt(max(0.0, ee / w - mean * mean) * w * w / (w * w - w2))
+        return e / w, _error_sd(w, w2, e, ee)
 
     def fitted(self) -> "ServiceRate":
         """Itself, every shard's line refitted to what it has observed (for a record)."""
@@ -140,3 +129,14 @@ class ServiceRate:
             if stale:
                 self._fit(shard)
         return self
+
+
+def _error_sd(w: float, w2: float, e: float, ee: float) -> float:
+    """The weighted, unbiased standard deviation of errors summed as `e` and `ee` under weights summing to `w` (their
+    squares to `w2`): infinite until two have been seen (one says nothing of a spread)."""
+    unbiased = w * w - w2
+    if unbiased <= 1e-9 * w * w:
+        return inf
+    mean = e / w
+    square = ee / w - mean * mean
+    return sqrt((square if square > 0.0 else 0.0) * w * w / unbiased)
