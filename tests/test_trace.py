@@ -456,6 +456,21 @@ def test_engine_problems_name_a_prompt_longer_than_the_studys_context(inputs, tm
         f"the study's max_model_len 32768")
 
 
+def test_a_context_check_with_answers_of_their_own_names_the_first_request_that_overflows(inputs, tmp_path):
+    from parity.trace import check_context
+
+    corpus, tokenizer = inputs
+    trace = load_trace(build_trace(small_spec(), corpus, tokenizer, tmp_path))
+    context = max(r.tokens for r in trace.requests) + 10
+    lengths = [10] * len(trace.requests)
+    check_context(trace, context, lengths, "a context")  # each fits
+    k = next(i for i, r in enumerate(trace.requests) if r.tokens + 10 < context)  # not the longest prompt
+    lengths[k] = context - trace.requests[k].tokens + 1  # one token too many
+    with pytest.raises(TraceError, match=rf"request {trace.requests[k].id} has {trace.requests[k].tokens} prompt "
+                                         rf"tokens; with {lengths[k]} new tokens it does not fit a context {context}$"):
+        check_context(trace, context, lengths, "a context")
+
+
 def test_engine_problems_hold_a_trace_to_the_context_it_records(inputs, tmp_path):
     corpus, tokenizer = inputs
     path = build_trace(small_spec(), corpus, tokenizer, tmp_path, context_tokens=700)

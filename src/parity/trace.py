@@ -571,13 +571,18 @@ def _check_manifest(manifest: dict, manifest_path: Path) -> None:
             raise TraceError(f"trace {manifest_path}: {key} is {manifest[key]}, its requests give {value}")
 
 
-def check_context(trace: Trace, context_tokens: int, new_tokens: int, context_name: str) -> None:
-    """Every prompt with the new tokens it asks for fits a context of `context_tokens` (the engine's, named)."""
+def check_context(trace: Trace, context_tokens: int, new_tokens: int | list[int], context_name: str) -> None:
+    """Every prompt with the new tokens it asks for (the same for all, or each its own in burst order) fits a
+    context of `context_tokens` (the engine's, named)."""
     _check_fits(trace.requests, context_tokens, new_tokens, context_name, f"trace {trace.manifest_path}")
 
 
-def _check_fits(requests, context_tokens: int, new_tokens: int, context_name: str, where: str) -> None:
-    longest = max(requests, key=lambda r: r.tokens)
+def _check_fits(requests, context_tokens: int, new_tokens: int | list[int], context_name: str, where: str) -> None:
+    if isinstance(new_tokens, list):  # each its own: the first that does not fit
+        longest, new_tokens = next(((r, n) for r, n in zip(requests, new_tokens) if r.tokens + n > context_tokens),
+                                   (requests[0], 0))
+    else:
+        longest = max(requests, key=lambda r: r.tokens)
     if longest.tokens + new_tokens > context_tokens:
         raise TraceError(f"{where}: request {longest.id} has {longest.tokens} prompt tokens; with "
                          f"{new_tokens} new tokens it does not fit {context_name} {context_tokens}")

@@ -204,13 +204,8 @@ def fits_engine(trace: Path, args: EngineArgs, lengths=None) -> None:
     """A trace the engine can serve: valid, and every prompt with its new tokens within max_model_len (with
     `lengths`, parity.lengths.OutputLengths: each prompt with its own answer's)."""
     loaded = load_trace(trace)
-    if lengths is None:
-        check_context(loaded, args.max_model_len, args.max_tokens, "the engine's max_model_len")
-        return
-    for request, tokens in zip(loaded.requests, lengths.draw(len(loaded.requests))):
-        if request.tokens + tokens > args.max_model_len:
-            raise ParityError(f"trace {trace}: request {request.id} has {request.tokens} prompt tokens; with its "
-                              f"{tokens} new tokens it does not fit the engine's max_model_len {args.max_model_len}")
+    new_tokens = args.max_tokens if lengths is None else lengths.draw(len(loaded.requests))
+    check_context(loaded, args.max_model_len, new_tokens, "the engine's max_model_len")
 
 
 # ---- what a trial ran with, and whether one on disk is kept ------------------------------------
