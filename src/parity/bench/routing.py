@@ -21,11 +21,11 @@ Everything here is simulated.
 from __future__ import annotations
 
 import dataclasses
-import time
 from dataclasses import dataclass
 
 import numpy as np
 
+from parity.bench.router import per_call_us
 from parity.engine.sim import SimEngine, SimParams
 from parity.routing import MODEL_REVISION, SHARDED, PrefixRouter, RouterSettings
 from parity.study import OUTPUT_TOKENS
@@ -350,15 +350,9 @@ def router_cost(shards: int = 64, requests: int = 2048, prefix_tokens: int = 800
     """The prefix router's time per request (µs, this process, one core) at `shards` shards."""
     w = documents("cost", f"{shards} shards", docs=requests // 4, questions=4, prefix_tokens=prefix_tokens,
                   shards=shards, seed=5)
-    router = PrefixRouter(shards, MODEL_REVISION, cache_tokens=SimParams().kv_cache_tokens)
-    times = []
-    for prompt in w.prompts:
-        start = time.perf_counter()
-        router.route(prompt)
-        times.append((time.perf_counter() - start) * 1e6)
-    times.sort()
-    return {"shards": shards, "requests": requests, "prompt_tokens": prefix_tokens + QUESTION_TOKENS,
-            "p50_us": times[len(times) // 2], "p99_us": times[int(len(times) * 0.99)], "max_us": times[-1]}
+    timed = per_call_us(lambda: PrefixRouter(shards, MODEL_REVISION, cache_tokens=SimParams().kv_cache_tokens).route,
+                        w.prompts, repeats=1, collect=True)
+    return {"shards": shards, "requests": requests, "prompt_tokens": prefix_tokens + QUESTION_TOKENS, **timed}
 
 
 def chosen(w: Workload, cases=()) -> bool:
