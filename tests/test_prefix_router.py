@@ -18,13 +18,6 @@ def route(w: routing.Workload, **options) -> tuple[PrefixRouter, list[int]]:
     return router, [router.route(p) for p in w.prompts]
 
 
-def shards_per_document(w: routing.Workload, shard_of: list[int]) -> dict[int, set]:
-    out: dict[int, set] = {}
-    for doc, shard in zip(w.documents, shard_of):
-        out.setdefault(doc, set()).add(shard)
-    return out
-
-
 def test_the_chain_covers_full_blocks_of_the_whole_prompt_and_shares_exactly_the_shared_prefix():
     rng = np.random.default_rng(0)
     head, a, b = (rng.integers(0, 1000, n, dtype=np.uint32) for n in (600, 300, 300))
@@ -39,8 +32,9 @@ def test_the_study_burst_splits_evenly_with_every_document_on_one_shard():
     w = routing.documents("study-reuse", "", docs=16, questions=4, prefix_tokens=2000, seed=1)
     _, shard_of = route(w)
     assert [shard_of.count(s) for s in (0, 1)] == [32, 32]
-    assert all(len(s) == 1 for s in shards_per_document(w, shard_of).values())
-    assert sorted(len([d for d, s in shards_per_document(w, shard_of).items() if shard in s]) for shard in (0, 1)) == [8, 8]
+    per_doc = routing.shards_per_document(w, shard_of)
+    assert all(len(s) == 1 for s in per_doc.values())
+    assert sorted(len([d for d, s in per_doc.items() if shard in s]) for shard in (0, 1)) == [8, 8]
 
 
 @pytest.mark.parametrize("head", [256, 1024, 4096])
@@ -51,14 +45,14 @@ def test_a_shared_system_prompt_does_not_pull_every_request_to_one_shard(head):
     router, shard_of = route(w)
     loads = router.loads
     assert max(loads) / min(loads) - 1 < 0.10  # work within 10%
-    assert all(len(s) == 1 for s in shards_per_document(w, shard_of).values())
+    assert all(len(s) == 1 for s in routing.shards_per_document(w, shard_of).values())
 
 
 def test_a_hot_document_is_replicated_to_the_second_of_two_shards_and_others_stay_put():
     counts = [600] + [2] * 10  # one document asked 600 times, ten asked twice
     w = routing.documents("zipf", "", docs=len(counts), questions=counts, prefix_tokens=2000, seed=3)
     router, shard_of = route(w)
-    per_doc = shards_per_document(w, shard_of)
+    per_doc = routing.shards_per_document(w, shard_of)
     assert per_doc[0] == {0, 1} and router.stats()["replicated"] >= 1
     assert sum(len(s) > 1 for d, s in per_doc.items() if d) <= 1  # cold documents are not spread
     simulated = {p: routing.simulate(w, routing.place(w, p, PARAMS)[0], PARAMS)["requests_per_s"]
@@ -82,7 +76,7 @@ def test_many_shards_are_all_used_and_documents_stay_whole():
     w = routing.documents("shards", "", docs=8 * 16, questions=4, prefix_tokens=2000, shards=16, seed=5)
     _, shard_of = route(w)
     assert set(shard_of) == set(range(16))
-    assert all(len(s) == 1 for s in shards_per_document(w, shard_of).values())
+    assert all(len(s) == 1 for s in routing.shards_per_document(w, shard_of).values())
 
 
 def test_load_is_released_when_a_request_completes_and_hits_are_observed():

@@ -14,13 +14,6 @@ def route(w: routing.Workload) -> tuple[PrefixRouter, list[int]]:
     return router, [router.route(p) for p in w.prompts]
 
 
-def shards_of(w: routing.Workload, shard_of: list[int]) -> dict[int, set]:
-    out: dict[int, set] = {}
-    for doc, shard in zip(w.documents, shard_of):
-        out.setdefault(doc, set()).add(shard)
-    return out
-
-
 def chat(rng, turns: int, tokens: int = 512) -> list[np.ndarray]:
     prompts = [rng.integers(0, 30000, tokens, dtype=np.uint32)]
     for _ in range(1, turns):
@@ -52,7 +45,7 @@ def test_interleaved_conversations_are_placed_for_their_growth_and_kept_whole(sh
     w = routing.conversations("conversation", "", convs=24, turns=4, first_tokens=500, grow_tokens=500,
                               lockstep=False, shards=shards, seed=0)
     _, shard_of = route(w)
-    per = shards_of(w, shard_of)
+    per = routing.shards_per_document(w, shard_of)
     assert all(len(s) == 1 for s in per.values())  # no conversation split
     assert {sum(s in v for v in per.values()) for s in range(shards)} == {24 // shards}  # even counts
 
@@ -64,7 +57,7 @@ def test_arrival_order_alone_never_splits_a_conversation(seed):
     w = routing.conversations("conversation", "", convs=24, turns=4, first_tokens=500, grow_tokens=500,
                               lockstep=True, shards=8, seed=seed)
     router, shard_of = route(w)
-    assert all(len(s) == 1 for s in shards_of(w, shard_of).values())
+    assert all(len(s) == 1 for s in routing.shards_per_document(w, shard_of).values())
     assert router.stats()["replicated"] == 0
 
 
@@ -85,7 +78,7 @@ def test_a_move_pays_the_hysteresis_as_explain_shows():
 def test_a_hot_document_spreads_over_as_many_shards_as_its_demand_needs(hot, least, most):
     w = routing.documents("hot-doc", "", docs=33, questions=[hot] + [3] * 32, prefix_tokens=2000, shards=8, seed=8)
     router, shard_of = route(w)
-    per = shards_of(w, shard_of)
+    per = routing.shards_per_document(w, shard_of)
     hot_doc = max(per, key=lambda d: w.documents.count(d))
     assert least <= len(per[hot_doc]) <= most
     assert all(len(s) == 1 for d, s in per.items() if d != hot_doc)  # the others are never replicated

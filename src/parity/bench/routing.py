@@ -304,6 +304,14 @@ def spread(values: list[float]) -> float | None:
     return max(values) / min(values) - 1 if min(values) > 0 else None
 
 
+def shards_per_document(w: Workload, shard_of: list[int]) -> dict[int, set]:
+    """Each document of `w` and the shards a placement (`shard_of`, per request) sent its requests to."""
+    out: dict[int, set] = {}
+    for doc, shard in zip(w.documents, shard_of):
+        out.setdefault(doc, set()).add(shard)
+    return out
+
+
 def evaluate(w: Workload, params: SimParams) -> dict:
     """Every placement of one workload: throughput, requests and documents per shard, split documents."""
     row = {"family": w.family, "case": w.case, "shards": w.shards, "requests": len(w.prompts),
@@ -311,9 +319,7 @@ def evaluate(w: Workload, params: SimParams) -> dict:
     for placement in PLACEMENTS:
         shard_of, stats = place(w, placement, params)
         ran = simulate(w, shard_of, params)
-        per_doc: dict[int, set] = {}
-        for doc, shard in zip(w.documents, shard_of):
-            per_doc.setdefault(doc, set()).add(shard)
+        per_doc = shards_per_document(w, shard_of)
         row["placements"][placement] = ran | {
             "requests_per_shard": [shard_of.count(s) for s in range(w.shards)],
             "documents_per_shard": [sum(s in shards for shards in per_doc.values()) for s in range(w.shards)],
