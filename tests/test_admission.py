@@ -352,6 +352,37 @@ def test_the_bounded_arm_runs_on_the_cpu_on_both_paths_and_each_trial_says_what_
         "standalone vLLM (streamed), prefix router, bounded admission"]
 
 
+def test_with_a_shared_start_each_paths_bounded_rungs_share_one_start_of_their_own(small_reuse_trace, sim_backend,
+                                                                                      tmp_path):
+    """The host ladder's device time: a shared-start ladder runs each path's bounded rungs on one engine start of
+    their own, after every arm's blocks (not a fresh start per rung and path); each rung's trial still has its own
+    controller, passes its checks and says which start it shared (simulated)."""
+    from parity.experiments import plan
+    from parity.experiments.runner import run_experiment
+    from parity.manifest import read_manifest
+
+    flame = plan.FlameSettings(api="async", window_ms=5)
+    cases = plan.sustained([small_reuse_trace], [100.0, 200.0], flame, arms={"harvest": {"mode": "harvest"}},
+                           shared_start=True, warmup_requests=4, bounded=BoundedSettings(),
+                           objective=Objective(ttft_s=0.05))
+    starts = list(dict.fromkeys(c.start for c in cases))
+    assert starts[-2:] == ["sustained-start-bounded-p0-vllm", "sustained-start-bounded-p0-flame"]
+    lone = [c for c in cases if c.arm == "bounded"]
+    assert cases[-4:] == lone and [c.stage for c in lone] == ["rate-100-bounded", "rate-200-bounded"] * 2
+    assert [c.load["start"] for c in lone] == ["sustained-start-bounded-p0-vllm"] * 2 + [
+        "sustained-start-bounded-p0-flame"] * 2  # a block is its start's rungs, in order
+    assert all(c.start is None for c in plan.sustained([small_reuse_trace], [100.0], flame, bounded=BoundedSettings()))
+    lines: list[str] = []
+    run_experiment("sustained", lone, sim_backend, tmp_path, settings={"rates": [100.0, 200.0]}, log=lines.append)
+    assert sum("started sustained-start-bounded-p0-vllm" in line for line in lines) == 1
+    assert sum("started sustained-start-bounded-p0-flame" in line for line in lines) == 1
+    for case in lone:
+        doc = read_manifest(tmp_path / "trials" / f"{case.trial_id}.json")
+        assert doc["verdict"]["status"] == "passed", (case.trial_id, doc["verdict"]["reasons"])
+        assert doc["ran_with"]["load"]["start"] == case.start and doc["config"]["placement"] == "prefix"
+        assert doc["admission"]["admitted"] == len(doc["records"])
+
+
 def test_the_report_names_each_paths_first_saturated_rung_and_draws_the_bounded_arm(tmp_path, monkeypatch):
     """Measured, not configured: the first rung whose row says saturated, per path and trace; the bounded arm's
     curve is drawn as its own path (an arm's standalone reference is not)."""

@@ -242,7 +242,9 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
     Ours, with `bounded` (parity.admission.BoundedSettings): at every rung, after its pairs, one more case per path
     on fresh engines, unpaired (each refuses its own requests): the prefix router with bounded admission against
     `objective`, standalone streamed and Flame in the harvest mode over the experiment's Flame settings (arm
-    `bounded`, stage `rate-R-bounded`).
+    `bounded`, stage `rate-R-bounded`). With `shared_start`, each path's bounded rungs share one start of their
+    own instead (`sustained-start-bounded-pK-vllm`/`-flame`), after every arm's blocks: a device session runs
+    the bounded ladder on two engine starts, not one per rung and path.
 
     Ours, with `replay` ({trace, arm}): one more pair per repeat on that trace, a recorded one (`parity
     trace-mooncake`), fresh engines, its arrivals replayed and each request asking for its own recorded output
@@ -319,8 +321,15 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
                                     "prefix", trace, flame, stage=stage, schedule=at(rate), stream=True,
                                     max_tokens=tokens, warmup_requests=warmup_requests, arm="bounded",
                                     admission=bounded, objective=objective)
-                        cases += [lone, replace(lone, trial_id=lone.trial_id.removesuffix("-vllm") + "-flame",
-                                                system="flame", flame=streaming)]
+                        other = replace(lone, trial_id=lone.trial_id.removesuffix("-vllm") + "-flame", system="flame",
+                                        flame=streaming)
+                        if shared_start:  # each path's bounded rungs on one start of their own, after the arms' blocks
+                            lone = replace(lone, start=f"sustained-start-bounded{length}-p{repeat}-vllm")
+                            other = replace(other, start=f"sustained-start-bounded{length}-p{repeat}-flame")
+                            place = (len(names), repeat, output_tokens.index(tokens))
+                            blocks.setdefault(lone.start, (*place, 0))
+                            blocks.setdefault(other.start, (*place, 1))
+                        cases += [lone, other]
         if evict is not None:
             rate, arm, settings = extra(evict)
             for trace in on(rate):

@@ -156,23 +156,36 @@ class FlamePath(ServingPath):
                 self.events = None
 
     def _kept(self, router):
-        """A trial on the shared start's sessions: opened by its first trial, reset (cold caches) for later ones."""
-        if router.facts.follows_kv_events:
-            raise ParityError("a shared engine start runs with the sticky router (the prefix router follows each "
-                              "trial's KV cache events from fresh engines)")
+        """A trial on the shared start's sessions: opened by its first trial, reset (cold caches) for later ones.
+        Under the prefix router (the bounded arm's) one subscriber lives as long as the sessions, as a standalone
+        start's does: each trial's router follows it from what the reset and its warm-ups left."""
         if self.sessions is None:
-            self.sessions = FlameSessions(self.cluster, len(self.gpus), self.settings, self.data,
+            data = self.data
+            if router.facts.follows_kv_events:
+                from parity.kv_events import Subscriber
+
+                self.events = Subscriber.for_revision(len(self.gpus), router.revision)
+                data = [self._data(kv_events=e) for e in self.events.endpoints]
+            self.sessions = FlameSessions(self.cluster, len(self.gpus), self.settings, data,
                                           placement=router.placement, name=self.shared_start,
                                           output_tokens=self.engine_args.max_tokens).__enter__()
         else:
+            if (self.events is not None) != router.facts.follows_kv_events:
+                raise ParityError(f"shared start {self.shared_start}: its trials' routers must all follow KV cache "
+                                  "events or none (its sessions were opened for the first trial's)")
             self.sessions.reset_prefix_caches()
         yield
 
     def close(self, *exc) -> None:
-        """A shared start's sessions close with it (a fresh-start path's close with each trial)."""
+        """A shared start's sessions close with it (a fresh-start path's close with each trial), then its subscriber."""
         if self.shared_start is not None and self.sessions is not None:
             sessions, self.sessions = self.sessions, None
-            sessions.__exit__(*exc)
+            try:
+                sessions.__exit__(*exc)
+            finally:
+                if self.events is not None:
+                    self.events.close()
+                    self.events = None
 
     def jit_logs(self) -> list[Path]:
         """Each session's worker engine's file of JIT compilations (parity.jit), for vLLM workers."""
