@@ -45,7 +45,9 @@ The router sees token IDs only; an assignment is not proof of a hit (the engines
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import operator
 import queue
 from array import array
 from collections import Counter
@@ -297,26 +299,33 @@ class PrefixRouter:
 
     def _refit(self) -> None:
         """Learn what a later request of a group adds (over all groups so far), and book each group's expected
-        growth again; amortized O(1) per request (every `max(64, 2 x groups)` requests, and when `_turns` rises)."""
-        self._refit_at = self._requests + max(64, 2 * len(self._groups))
-        if not self._groups:
+        growth again; amortized O(1) per request (every `max(64, 2 x groups)` requests, and when `_turns` rises).
+        As few numpy calls as the arithmetic allows (each costs about a microsecond on arrays this small, and a
+        refit is a decision's tail): the same operations on the same arrays, so the same bits."""
+        groups = len(self._groups)
+        self._refit_at = self._requests + max(64, 2 * groups)
+        if not groups:
             return
-        home = np.frombuffer(self._home, np.int64)
-        live = home >= 0
-        home, turns = home[live], np.frombuffer(self._count, np.int64)[live]
-        first = np.frombuffer(self._first)[live]
-        added, later = np.frombuffer(self._work_of)[live] - first, turns - 1
-        self._per_turn = float(added.sum() / later.sum()) if later.sum() else 0.0
+        home, turns = np.frombuffer(self._home, np.int64), np.frombuffer(self._count, np.int64)
+        first, work, born = np.frombuffer(self._first), np.frombuffer(self._work_of), self._born
+        if groups < len(self._home):  # some were forgotten (home -1): only the live ones count
+            live = home >= 0
+            home, turns, first, work = home[live], turns[live], first[live], work[live]
+            born = np.frombuffer(self._born, np.int64)[live]
+        added, later = work - first, turns - 1
+        grown = later > 0
+        total = int(np.add.reduce(later))
+        self._per_turn = float(np.add.reduce(added)) / total if total else 0.0
         if self._gaps[1]:  # a group of one request is expected that as often as the groups old enough to have had
-            # a second (twice the mean wait for one) had one
-            old = np.frombuffer(self._born, np.int64)[live] <= self._requests - 2 * self._gaps[0] / self._gaps[1]
-            if old.any():
-                self._per_turn *= float((later[old] > 0).mean())
-        self._settle = float(first.mean())
-        each = np.where(later > 0, added / np.maximum(later, 1), self._per_turn)
+            # a second (twice the mean wait for one) had one; groups are born in order, so the old ones lead
+            old = bisect.bisect_right(born, self._requests - 2 * self._gaps[0] / self._gaps[1])
+            if old:
+                self._per_turn *= int(np.count_nonzero(grown[:old])) / old
+        self._settle = float(np.add.reduce(first)) / groups
+        each = np.where(grown, added / np.maximum(later, 1), self._per_turn)
         left = np.maximum(self._turns - turns, 0)
         self._future = np.bincount(home, left * each, self.num_shards).tolist()
-        self._plan = [load + future for load, future in zip(self._loads, self._future)]
+        self._plan = list(map(operator.add, self._loads, self._future))
 
     def _book(self, shard: int, future: float) -> None:
         """Add `future` to the growth booked on `shard`."""
