@@ -179,13 +179,6 @@ class PrefixRouter:
         depths: dict[int, int] = {}
         shared, depth = 0, 0
         still = holders.get(chain[0], 0) if chain else 0  # shards holding every block so far
-
-        def settle(mask: int, at: int) -> None:  # these shards hold `at` leading blocks
-            while mask:
-                low = mask & -mask
-                depths[low.bit_length() - 1] = at
-                mask ^= low
-
         while still and depth < len(chain):
             if chain[depth] in heads:
                 shared = depth + 1
@@ -199,11 +192,15 @@ class PrefixRouter:
                         high = middle - 1
                 if heads:
                     shared = max([shared] + [d + 1 for d in range(depth + 1, low) if chain[d] in heads])
-                settle(still, low)
+                depths[still.bit_length() - 1] = low
                 return depths, shared
             depth += 1
             after = still & holders.get(chain[depth], 0) if depth < len(chain) else 0
-            settle(still & ~after, depth)
+            left = still & ~after  # these shards hold `depth` leading blocks
+            while left:
+                low = left & -left
+                depths[low.bit_length() - 1] = depth
+                left ^= low
             still = after
         return depths, shared
 
@@ -247,17 +244,20 @@ class PrefixRouter:
         # hysteresis). So a document is replicated only when its holder's plan exceeds another shard's by more
         # than (1 + margin) times its prefix: a hot document spreads as far as its demand needs, one shard at a
         # time. Of the shards holding nothing, only the least planned can be cheapest.
-        candidates = set(depths)
-        candidates.add(plan.index(min(plan)))
         group = quote.group = self._groups.get(self._group(quote))
         home, ahead = (self._home[group], self._ahead(group)) if group is not None else (-1, 0.0)
-        if group is not None and len(candidates) > 1:  # replication by demand: a group goes to one more shard
-            # only once its work is more than a shard's fair share (the mean plan), and its holders are, together,
-            # above theirs (their other work counts too)
-            holders = [s for s, d in depths.items() if d >= deepest]
+        # replication by demand: a group goes to one more shard only once its work is more than a shard's fair
+        # share (the mean plan), and its holders are, together, above theirs (their other work counts too); else
+        # its holders are the candidates (and the least planned shard need not be found)
+        holders, stays = [s for s, d in depths.items() if d >= deepest] if group is not None else None, False
+        if holders:
             fair = sum(plan) / self.num_shards
-            if self._work_of[group] <= fair or sum(plan[h] for h in holders) <= len(holders) * fair:
-                candidates = set(holders)
+            stays = self._work_of[group] <= fair or sum(plan[h] for h in holders) <= len(holders) * fair
+        if stays:
+            candidates = set(holders)
+        else:
+            candidates = set(depths)
+            candidates.add(plan.index(min(plan)))
         for s in candidates:  # what each holds, computed once (`explain` lists these shards)
             quote.held(s)
 
@@ -352,15 +352,16 @@ class PrefixRouter:
         """Book `quote` on `shard` (default: the one it chose) and remember its blocks there; the shard. A quote
         is good until the next `quote` or `commit`."""
         shard = quote.shard if shard is None else shard
-        work = quote.work(shard)
         depths, deepest = quote.depths, quote.deepest
         if depths.get(shard, 0) < deepest:
             self._replicated += 1  # a held prefix recomputed elsewhere: its holder was the busier
         prefill = quote.length - quote.held(shard)
         self._prefill[shard] += prefill
         self._seqs[shard] += 1
-        self._loads[shard] = self._work(self._prefill[shard], self._seqs[shard])
-        self._plan[shard] = self._loads[shard] + self._future[shard]
+        load = self._work(self._prefill[shard], self._seqs[shard])
+        work = load - self._loads[shard]  # what `quote.work(shard)` says, computed once
+        self._loads[shard] = load
+        self._plan[shard] = load + self._future[shard]
         self._grow(self._group(quote), shard, work)
         self._remember(shard, quote.chain, quote.fine, depths.get(shard, 0), deepest)
         self._expected.append(quote.held(shard))
