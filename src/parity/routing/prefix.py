@@ -101,6 +101,7 @@ class PrefixRouter:
         self._home, self._work_of, self._count, self._first = array("q"), array("d"), array("q"), array("d")
         self._born = array("q")  # the routing index of each group's first request
         self._gaps = [0, 0]  # requests between a group's first and second, summed; groups that had a second
+        self._later = 0  # the live groups' requests after their first, summed (what `_refit` divides by)
         self._future = [0.0] * num_shards
         self._plan = [0.0] * num_shards  # per shard, its load plus its future: what decisions weigh
         self._reached = [0, 0]  # groups (ever) that reached n requests, per n
@@ -296,6 +297,7 @@ class PrefixRouter:
         """Group `group` is expected to grow no more (none holds it, or it was several groups)."""
         self._book(self._home[group], -self._ahead(group))
         self._home[group] = -1
+        self._later -= self._count[group] - 1
 
     def _refit(self) -> None:
         """Learn what a later request of a group adds (over all groups so far), and book each group's expected
@@ -312,17 +314,15 @@ class PrefixRouter:
             live = home >= 0
             home, turns, first, work = home[live], turns[live], first[live], work[live]
             born = np.frombuffer(self._born, np.int64)[live]
-        added, later = work - first, turns - 1
-        grown = later > 0
-        total = int(np.add.reduce(later))
-        self._per_turn = float(np.add.reduce(added)) / total if total else 0.0
+        added, grown = work - first, turns > 1
+        self._per_turn = float(np.add.reduce(added)) / self._later if self._later else 0.0
         if self._gaps[1]:  # a group of one request is expected that as often as the groups old enough to have had
             # a second (twice the mean wait for one) had one; groups are born in order, so the old ones lead
             old = bisect.bisect_right(born, self._requests - 2 * self._gaps[0] / self._gaps[1])
             if old:
                 self._per_turn *= int(np.count_nonzero(grown[:old])) / old
         self._settle = float(np.add.reduce(first)) / groups
-        each = np.where(grown, added / np.maximum(later, 1), self._per_turn)
+        each = np.where(grown, added / (turns - grown), self._per_turn)  # turns - grown: later requests, or 1
         left = np.maximum(self._turns - turns, 0)
         self._future = np.bincount(home, left * each, self.num_shards).tolist()
         self._plan = list(map(operator.add, self._loads, self._future))
@@ -396,6 +396,7 @@ class PrefixRouter:
             self._home[group] = shard
         self._work_of[group] += work
         self._count[group] += 1
+        self._later += 1
         turns = self._count[group]
         if turns == 2:
             self._gaps[0] += self._requests - self._born[group]
