@@ -128,3 +128,42 @@ def test_a_hot_document_spreads_when_its_holders_are_busy_with_other_documents_t
     assert fair < work < 2 * fair and plan[0] + plan[1] > 2 * fair
     quote = router.quote(ask(hot))
     assert quote.shard in (2, 3), router.explain(quote)
+
+
+def _refit_as_written(router: PrefixRouter) -> tuple[float, float, list[float]]:
+    """The refit written out plainly (every array masked to the live groups, numpy's own sum and mean), as it was
+    before it was cut to fewer numpy calls: (per-turn, hysteresis, growth booked per shard)."""
+    home = np.frombuffer(router._home, np.int64)
+    live = home >= 0
+    home, turns = home[live], np.frombuffer(router._count, np.int64)[live]
+    first = np.frombuffer(router._first)[live]
+    added, later = np.frombuffer(router._work_of)[live] - first, turns - 1
+    per_turn = float(added.sum() / later.sum()) if later.sum() else 0.0
+    if router._gaps[1]:
+        old = np.frombuffer(router._born, np.int64)[live] <= router._requests - 2 * router._gaps[0] / router._gaps[1]
+        if old.any():
+            per_turn *= float((later[old] > 0).mean())
+    each = np.where(later > 0, added / np.maximum(later, 1), per_turn)
+    left = np.maximum(router._turns - turns, 0)
+    return per_turn, float(first.mean()), np.bincount(home, left * each, router.num_shards).tolist()
+
+
+@pytest.mark.parametrize("cache_tokens", [880_000, 6 * 256])  # the small cache evicts: groups are forgotten
+def test_the_refit_gives_the_same_bits_as_written_plainly(cache_tokens):
+    """A refit is the p99 of a decision at 64 shards, so it makes as few numpy calls as it can; what it learns and
+    books must be bit for bit what the plain formulation gives (the router's decisions depend on them), with
+    groups forgotten too, and the later requests it counts as they come must be the live groups' own."""
+    rng = np.random.default_rng(5)
+    w = routing.documents("t", "t", docs=40, questions=[int(q) for q in rng.integers(1, 6, 40)], prefix_tokens=1000,
+                          shards=8, seed=5)
+    router, refits = PrefixRouter(8, MODEL_REVISION, cache_tokens=cache_tokens), 0
+    for prompt in w.prompts:
+        router.route(prompt)
+        live = np.frombuffer(router._home, np.int64) >= 0
+        assert router._later == int((np.frombuffer(router._count, np.int64)[live] - 1).sum())
+        if router._groups:
+            expected = _refit_as_written(router)
+            router._refit()
+            refits += 1
+            assert (router._per_turn, router._settle, router._future) == expected
+    assert refits > 100 and (cache_tokens > 100_000 or len(router._groups) < len(router._home))

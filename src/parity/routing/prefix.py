@@ -45,7 +45,9 @@ The router sees token IDs only; an assignment is not proof of a hit (the engines
 
 from __future__ import annotations
 
+import bisect
 import heapq
+import operator
 import queue
 from array import array
 from collections import Counter
@@ -99,6 +101,7 @@ class PrefixRouter:
         self._home, self._work_of, self._count, self._first = array("q"), array("d"), array("q"), array("d")
         self._born = array("q")  # the routing index of each group's first request
         self._gaps = [0, 0]  # requests between a group's first and second, summed; groups that had a second
+        self._later = 0  # the live groups' requests after their first, summed (what `_refit` divides by)
         self._future = [0.0] * num_shards
         self._plan = [0.0] * num_shards  # per shard, its load plus its future: what decisions weigh
         self._reached = [0, 0]  # groups (ever) that reached n requests, per n
@@ -177,13 +180,6 @@ class PrefixRouter:
         depths: dict[int, int] = {}
         shared, depth = 0, 0
         still = holders.get(chain[0], 0) if chain else 0  # shards holding every block so far
-
-        def settle(mask: int, at: int) -> None:  # these shards hold `at` leading blocks
-            while mask:
-                low = mask & -mask
-                depths[low.bit_length() - 1] = at
-                mask ^= low
-
         while still and depth < len(chain):
             if chain[depth] in heads:
                 shared = depth + 1
@@ -197,11 +193,15 @@ class PrefixRouter:
                         high = middle - 1
                 if heads:
                     shared = max([shared] + [d + 1 for d in range(depth + 1, low) if chain[d] in heads])
-                settle(still, low)
+                depths[still.bit_length() - 1] = low
                 return depths, shared
             depth += 1
             after = still & holders.get(chain[depth], 0) if depth < len(chain) else 0
-            settle(still & ~after, depth)
+            left = still & ~after  # these shards hold `depth` leading blocks
+            while left:
+                low = left & -left
+                depths[low.bit_length() - 1] = depth
+                left ^= low
             still = after
         return depths, shared
 
@@ -245,17 +245,21 @@ class PrefixRouter:
         # hysteresis). So a document is replicated only when its holder's plan exceeds another shard's by more
         # than (1 + margin) times its prefix: a hot document spreads as far as its demand needs, one shard at a
         # time. Of the shards holding nothing, only the least planned can be cheapest.
-        candidates = set(depths)
-        candidates.add(plan.index(min(plan)))
         group = quote.group = self._groups.get(self._group(quote))
         home, ahead = (self._home[group], self._ahead(group)) if group is not None else (-1, 0.0)
-        if group is not None and len(candidates) > 1:  # replication by demand: a group goes to one more shard
-            # only once its work is more than a shard's fair share (the mean plan), and its holders are, together,
-            # above theirs (their other work counts too)
-            holders = [s for s, d in depths.items() if d >= deepest]
+        # replication by demand: a group goes to one more shard only once its work is more than a shard's fair
+        # share (the mean plan), and its holders are, together, above theirs (their other work counts too); else
+        # its holders are the candidates (and the least planned shard need not be found)
+        holders = [s for s, d in depths.items() if d >= deepest] if group is not None else []
+        stays = False
+        if holders:
             fair = sum(plan) / self.num_shards
-            if self._work_of[group] <= fair or sum(plan[h] for h in holders) <= len(holders) * fair:
-                candidates = set(holders)
+            stays = self._work_of[group] <= fair or sum(plan[h] for h in holders) <= len(holders) * fair
+        if stays:
+            candidates = set(holders)
+        else:
+            candidates = set(depths)
+            candidates.add(plan.index(min(plan)))
         for s in candidates:  # what each holds, computed once (`explain` lists these shards)
             quote.held(s)
 
@@ -294,29 +298,35 @@ class PrefixRouter:
         """Group `group` is expected to grow no more (none holds it, or it was several groups)."""
         self._book(self._home[group], -self._ahead(group))
         self._home[group] = -1
+        self._later -= self._count[group] - 1
 
     def _refit(self) -> None:
         """Learn what a later request of a group adds (over all groups so far), and book each group's expected
-        growth again; amortized O(1) per request (every `max(64, 2 x groups)` requests, and when `_turns` rises)."""
-        self._refit_at = self._requests + max(64, 2 * len(self._groups))
-        if not self._groups:
+        growth again; amortized O(1) per request (every `max(64, 2 x groups)` requests, and when `_turns` rises).
+        As few numpy calls as the arithmetic allows (each costs a microsecond or more on arrays this small, and a
+        refit is the p99 of a decision at 64 shards): the same operations on the same arrays, so the same bits."""
+        groups = len(self._groups)
+        self._refit_at = self._requests + max(64, 2 * groups)
+        if not groups:
             return
-        home = np.frombuffer(self._home, np.int64)
-        live = home >= 0
-        home, turns = home[live], np.frombuffer(self._count, np.int64)[live]
-        first = np.frombuffer(self._first)[live]
-        added, later = np.frombuffer(self._work_of)[live] - first, turns - 1
-        self._per_turn = float(added.sum() / later.sum()) if later.sum() else 0.0
+        home, turns = np.frombuffer(self._home, np.int64), np.frombuffer(self._count, np.int64)
+        first, work, born = np.frombuffer(self._first), np.frombuffer(self._work_of), self._born
+        if groups < len(self._home):  # some were forgotten (home -1): only the live ones count
+            live = home >= 0
+            home, turns, first, work = home[live], turns[live], first[live], work[live]
+            born = np.frombuffer(self._born, np.int64)[live]
+        added, grown = work - first, turns > 1
+        self._per_turn = float(np.add.reduce(added)) / self._later if self._later else 0.0
         if self._gaps[1]:  # a group of one request is expected that as often as the groups old enough to have had
-            # a second (twice the mean wait for one) had one
-            old = np.frombuffer(self._born, np.int64)[live] <= self._requests - 2 * self._gaps[0] / self._gaps[1]
-            if old.any():
-                self._per_turn *= float((later[old] > 0).mean())
-        self._settle = float(first.mean())
-        each = np.where(later > 0, added / np.maximum(later, 1), self._per_turn)
+            # a second (twice the mean wait for one) had one; groups are born in order, so the old ones lead
+            old = bisect.bisect_right(born, self._requests - 2 * self._gaps[0] / self._gaps[1])
+            if old:
+                self._per_turn *= int(np.count_nonzero(grown[:old])) / old
+        self._settle = float(np.add.reduce(first)) / groups
+        each = np.where(grown, added / (turns - grown), self._per_turn)  # turns - grown: later requests, or 1
         left = np.maximum(self._turns - turns, 0)
         self._future = np.bincount(home, left * each, self.num_shards).tolist()
-        self._plan = [load + future for load, future in zip(self._loads, self._future)]
+        self._plan = list(map(operator.add, self._loads, self._future))
 
     def _book(self, shard: int, future: float) -> None:
         """Add `future` to the growth booked on `shard`."""
@@ -343,15 +353,16 @@ class PrefixRouter:
         """Book `quote` on `shard` (default: the one it chose) and remember its blocks there; the shard. A quote
         is good until the next `quote` or `commit`."""
         shard = quote.shard if shard is None else shard
-        work = quote.work(shard)
         depths, deepest = quote.depths, quote.deepest
         if depths.get(shard, 0) < deepest:
             self._replicated += 1  # a held prefix recomputed elsewhere: its holder was the busier
         prefill = quote.length - quote.held(shard)
         self._prefill[shard] += prefill
         self._seqs[shard] += 1
-        self._loads[shard] = self._work(self._prefill[shard], self._seqs[shard])
-        self._plan[shard] = self._loads[shard] + self._future[shard]
+        load = self._work(self._prefill[shard], self._seqs[shard])
+        work = load - self._loads[shard]  # what `quote.work(shard)` says, computed once
+        self._loads[shard] = load
+        self._plan[shard] = load + self._future[shard]
         self._grow(self._group(quote), shard, work)
         self._remember(shard, quote.chain, quote.fine, depths.get(shard, 0), deepest)
         self._expected.append(quote.held(shard))
@@ -386,6 +397,7 @@ class PrefixRouter:
             self._home[group] = shard
         self._work_of[group] += work
         self._count[group] += 1
+        self._later += 1
         turns = self._count[group]
         if turns == 2:
             self._gaps[0] += self._requests - self._born[group]
