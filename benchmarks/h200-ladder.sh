@@ -12,8 +12,9 @@
 # and OUTDIR/gpu.txt. A later session continues the ladder from the trials an earlier one archived
 # (benchmarks/measured/h200-ladder-*-trials*.tar.xz): extract them at the repo root in the order they were made,
 # a later archive over an earlier one (its pair replaces one that failed), and carry results/host/sustained
-# in the first call; the run keeps each one whose ran_with is what it would run now (the same traces, generated
-# again from the same seeds, and the same bundle), a pair that ran whole on an earlier session's GPU included.
+# (results/host/confirmation/trials for the confirmation bursts) in the first call; the run keeps each one whose
+# ran_with is what it would run now (the same traces, generated again from the same seeds, and the same bundle),
+# a pair that ran whole on an earlier session's GPU included.
 set -uo pipefail
 out=$1
 limit=${2:-540}
