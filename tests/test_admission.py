@@ -142,17 +142,19 @@ def _serve(learner: ServiceRate, rate: float, latency_s: float, works, gaps, sta
     """A first-come engine that serves `rate` prefill tokens per second and gives each first token `latency_s` after
     its prefill, sent `works` `gaps` apart: the learner is told each first token in time order, as a client is.
     Returns the time the last arrival came."""
-    firsts, free, now = [], start_s, start_s  # (first token at, ahead at admission, own, (central wait, admitted at))
+    firsts, free, now = [], start_s, start_s  # (first token at, ahead at admission, own, (central wait, admitted at,
+    # the bias in that central))
     for work, gap in zip(works, gaps):
         now += gap
         while firsts and firsts[0][0] <= now:
             at, ahead, own, admitted = heapq.heappop(firsts)
-            learner.observe(0, ahead, own, at - admitted[1], admitted[0])
+            learner.observe(0, ahead, own, at - admitted[1], admitted[0], admitted[2])
         ahead = sum(own for _, _, own, _ in firsts)
         if ahead and not admit(ahead + work):  # an idle shard admits, as the controller's does
             continue
         free = max(free, now) + work / rate
-        heapq.heappush(firsts, (free + latency_s, ahead, work, (learner.central(0, ahead + work), now)))
+        heapq.heappush(firsts, (free + latency_s, ahead, work, (learner.central(0, ahead + work), now,
+                                                                learner.bias[0])))
     return now
 
 
@@ -178,8 +180,8 @@ def test_the_wait_model_follows_an_engine_slower_than_its_seed_when_admission_ca
     rng = np.random.default_rng(4)
     learner = ServiceRate(1, seed=20_000.0, alpha=0.05, span=8_000.0, z=2.3263478740408408)
     waits, observe = [], learner.observe
-    learner.observe = lambda shard, ahead, own, wait_s, central_s: (waits.append(wait_s),
-                                                                   observe(shard, ahead, own, wait_s, central_s))
+    learner.observe = lambda shard, ahead, own, wait_s, central_s, bias: (
+        waits.append(wait_s), observe(shard, ahead, own, wait_s, central_s, bias))
     _serve(learner, 5_000.0, 0.02, rng.choice([100, 1_000], size=800), rng.exponential(0.04, 800),
            admit=lambda work: learner.predict(0, work) <= 0.4)
     assert 300 < len(waits) < 700  # capped: some refused, most admitted

@@ -71,9 +71,13 @@ def digest(rows: list) -> str:
     return hashlib.sha256(repr(rows).encode()).hexdigest()
 
 
-# the model judged at the 99th percentile (issue 30); re-pinned only when a decision is meant to change
-GOLDEN = {False: "fa53ef0297e82c00f17088957ff7d1a72647d6629a1553c759902ae6454d84de",
-          True: "001942f9ac87e10fc914972303721dc82156c4f940044504831082695730cd04"}
+# the model judged at the 99th percentile (issue 30); re-pinned only when a decision is meant to change.
+# Re-pinned (adm16-bias) because the bias now learns the waits over the line, not over the biased central it
+# already scaled (whose fixed point was the square root of the line's error, and which decayed to 1 when right):
+# on this sequence it refuses more (1828 / 1871 of 3000 against 1719 / 1789) and the admitted waits' p99 falls
+# from 0.73 to 0.60 s (objective 0.5 s)
+GOLDEN = {False: "e9cf29f1d18ba6c9a1a7b6a99c2f4493c3c8fdbf47081175d20d3e5a9e8c4302",
+          True: "582aba3b04fa01c784d0614a624d9eed4f561bdab8101fc6fadb835753eaee1d"}
 
 
 @pytest.mark.parametrize("reroute", [False, True])

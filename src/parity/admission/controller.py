@@ -122,7 +122,8 @@ class Controller:
                                                           rate.bias[shard]))
         index = self.router.requests  # the routing index this booking gets
         self.router.commit(quote, shard)
-        self._prefills[index] = (shard, own, ahead[shard], now, self.rate.centrals[shard])  # its latest predict
+        self._prefills[index] = (shard, own, ahead[shard], now, self.rate.centrals[shard], self.rate.bias[shard])
+        # its latest predict, and the bias in it
         ahead[shard] += own
         self._open.add(index)
         self.admitted += 1
@@ -152,9 +153,9 @@ class Controller:
             index, now, done = events.popleft()
             prefill = prefills.pop(index, None)
             if prefill is not None:  # once only
-                shard, own, before, admitted_at, central_s = prefill
+                shard, own, before, admitted_at, central_s, bias = prefill
                 ahead[shard] -= own
-                seen.append((shard, before, own, now - admitted_at, central_s))
+                seen.append((shard, before, own, now - admitted_at, central_s, bias))
             if done and index in opened:
                 opened.discard(index)
                 complete(index)

@@ -13,10 +13,11 @@ from admission to first token against the uncached prefill booked ahead of it th
   served). A weak ridge prior (a hundredth of one pair spread over `span` tokens, the objective's budget at the
   seed rate) holds the rate at its seed until the observed work varies enough to say otherwise, so a shard that
   only ever sees one request at a time learns its latency, not a slower rate.
-- `bias`: the recent waits of requests that had work ahead, over the central waits predicted for them when they
-  were admitted (the same weights). A line fitted over the recent past lags a backlog that is growing: under
-  overload the controller admits by a line learned at lighter load and the waits overshoot. The bias feeds the
-  central prediction's own error back (it settles where that error and the admission it causes balance).
+- `bias`: the recent waits of requests that had work ahead, over the line's waits predicted for them when they
+  were admitted (the central without the bias it carried then; the same weights). A line fitted over the recent
+  past lags a backlog that is growing: under overload the controller admits by a line learned at lighter load and
+  the waits overshoot; the bias scales the line by how far it has recently fallen short (or over). Taken over the
+  biased central instead, it settled at the square root of that ratio and fell back to 1 whenever it was right.
 - The margin: the central prediction is a mean, the objective a p99. An engine makes first tokens only at the
   end of a step, and a step full of prefill is a large share of a short objective (about 0.1-0.25 s against
   0.5 s on the simulator), so where in the running step a request arrives moves its wait by up to a step
@@ -74,21 +75,23 @@ class ServiceRate:
         central = self.centrals[shard] = self.bias[shard] * (self.latency_s[shard] + work / self.rates[shard])
         return central + sqrt(flat + tilt * off * off)
 
-    def observe(self, shard: int, ahead: float, own: float, wait_s: float, central_s: float) -> None:
+    def observe(self, shard: int, ahead: float, own: float, wait_s: float, central_s: float,
+                bias: float = 1.0) -> None:
         """A request admitted with `ahead` prefill tokens before its `own` had its first token `wait_s` later,
-        against the central wait `central_s` predicted then."""
-        self.observe_all([(shard, ahead, own, wait_s, central_s)])
+        against the central wait `central_s` predicted then under the bias `bias` of then (its line: the central
+        over that bias)."""
+        self.observe_all([(shard, ahead, own, wait_s, central_s, bias)])
 
     def observe_all(self, seen: list) -> None:
-        """`observe` each of `seen`'s (shard, ahead, own, wait_s, central_s) in turn, in one call: several first
+        """`observe` each of `seen`'s (shard, ahead, own, wait_s, central_s, bias) in turn, in one call: several first
         tokens may come between two decisions, and this runs inside the controller's cost. The line and margin
         are refitted when next read."""
         alpha, keep, bias, sums, samples, stale = (self.alpha, self._keep, self.bias, self._sums, self.samples,
                                                    self._stale)
-        for shard, ahead, own, wait_s, central_s in seen:
+        for shard, ahead, own, wait_s, central_s, then in seen:
             work, error = ahead + own, wait_s - central_s
-            if ahead and central_s > 0:
-                bias[shard] += alpha * (wait_s / central_s - bias[shard])
+            if ahead and central_s > 0:  # the wait over the line (the central without the bias it had then)
+                bias[shard] += alpha * (wait_s * then / central_s - bias[shard])
             n, n2, x, y, xx, xy, e, ee = sums[shard]
             sums[shard] = (n * keep + alpha, n2 * keep * keep + alpha * alpha, x * keep + alpha * work,
                            y * keep + alpha * wait_s, xx * keep + alpha * work * work,
