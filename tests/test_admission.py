@@ -408,3 +408,30 @@ def test_the_report_names_each_paths_first_saturated_rung_and_draws_the_bounded_
                     None, tmp_path / "s.png")
     assert "standalone vLLM, bounded admission (ours)" in drawn[0]
     assert not any("harvest" in label for label in drawn[0])
+
+
+def test_a_flame_shared_start_whose_sessions_fail_to_open_closes_its_kv_event_subscriber(monkeypatch):
+    """The prefix router's subscriber is made before a shared start's sessions; if they fail to open, nothing is
+    left to close it later, so it is closed at once and the failure goes on (no socket outlives the start)."""
+    from parity.engine import EngineArgs
+    from parity.experiments import plan
+    from parity.kv_events import Subscriber
+    from parity.paths import flame as flame_path
+    from parity.routing import RouterSettings
+
+    class Broken:
+        def __init__(self, *args, **kwargs):
+            pass
+
+        def __enter__(self):
+            raise ParityError("no executor came")
+
+    closed, close = [], Subscriber.close
+    monkeypatch.setattr(Subscriber, "close", lambda self: (closed.append(self), close(self)))
+    monkeypatch.setattr(flame_path, "FlameSessions", Broken)
+    path = flame_path.FlamePath(None, ["sim-0"], plan.FlameSettings(api="async", mode="harvest"), engine="sim",
+                                engine_args=EngineArgs(), shared_start="sustained-start-bounded-p0-flame")
+    with pytest.raises(ParityError, match="no executor came"):
+        with path.trial("t", RouterSettings("prefix", cache_tokens=100_000)):
+            pass
+    assert len(closed) == 1 and path.events is None and path.sessions is None

@@ -166,9 +166,15 @@ class FlamePath(ServingPath):
 
                 self.events = Subscriber.for_revision(len(self.gpus), router.revision)
                 data = [self._data(kv_events=e) for e in self.events.endpoints]
-            self.sessions = FlameSessions(self.cluster, len(self.gpus), self.settings, data,
-                                          placement=router.placement, name=self.shared_start,
-                                          output_tokens=self.engine_args.max_tokens).__enter__()
+            try:
+                self.sessions = FlameSessions(self.cluster, len(self.gpus), self.settings, data,
+                                              placement=router.placement, name=self.shared_start,
+                                              output_tokens=self.engine_args.max_tokens).__enter__()
+            except BaseException:  # no sessions to close later: the subscriber goes now
+                if self.events is not None:
+                    self.events.close()
+                    self.events = None
+                raise
         else:
             if (self.events is not None) != router.facts.follows_kv_events:
                 raise ParityError(f"shared start {self.shared_start}: its trials' routers must all follow KV cache "
