@@ -162,3 +162,9 @@ def test_case_picks_rows_and_the_case_explain_reads():
                                        "--explain", "2"])
     assert result.exit_code == 0, result.output
     assert result.output.splitlines()[0].startswith("conversation: 12x3 lockstep 8 sh")
+    for explain in ([], ["--explain", "2"]):  # a case that names nothing is refused, not run as an empty bench
+        result = CliRunner().invoke(main, ["bench", "routing", "--quick", "--family", "tenants", "--case", "8 sh",
+                                           *explain])
+        assert result.exit_code == 1, result.output
+        assert result.output.strip().splitlines() == [
+            "Error: bench routing: no case of tenants has '8 sh' in its name; the cases: 4 heads 512 +16 2 sh"]

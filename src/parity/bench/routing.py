@@ -27,6 +27,7 @@ import numpy as np
 
 from parity.bench.router import per_call_us
 from parity.engine.sim import SimEngine, SimParams
+from parity.errors import ParityError
 from parity.routing import MODEL_REVISION, SHARDED, PrefixRouter, RouterSettings
 from parity.study import OUTPUT_TOKENS
 
@@ -361,16 +362,21 @@ def router_cost(shards: int = 64, requests: int = 2048, prefix_tokens: int = 800
     return {"shards": shards, "requests": requests, "prompt_tokens": prefix_tokens + QUESTION_TOKENS, **timed}
 
 
-def chosen(w: Workload, cases=()) -> bool:
-    """Whether `w` is one of `cases` (substrings of a case's name; none: every case)."""
-    return not cases or any(c in w.case for c in cases)
+def select(quick: bool = False, only=None, cases=()) -> list[Workload]:
+    """The workloads of the families `only` names (none: every family) whose case name contains one of `cases`
+    (none: every case), in printout order; ParityError, one line, where they name no workload at all."""
+    chosen = [w for w in families(quick)
+              if (not only or w.family in only) and (not cases or any(c in w.case for c in cases))]
+    if not chosen:
+        within = [w.case for w in families(quick) if not only or w.family in only]
+        raise ParityError(f"bench routing: no case{' of ' + ', '.join(sorted(only)) if only else ''} has "
+                          f"{' or '.join(repr(c) for c in cases)} in its name; the cases: {'; '.join(within)}")
+    return chosen
 
 
 def run(params: SimParams, *, quick: bool = False, only: set[str] | None = None, cases=(), log=print) -> dict:
     rows = []
-    for w in families(quick):
-        if only and w.family not in only or not chosen(w, cases):
-            continue
+    for w in select(quick, only, cases):
         rows.append(evaluate(w, params))
         r = rows[-1]
         log(f"{r['family']:<12} {r['case']:<22} prefix/hindsight {r['prefix_vs_hindsight']:.1%}, "

@@ -87,10 +87,11 @@ def bench_routing(only, quick, cases, sim_params, trace_file, trace_limit, shard
         writable_file(out)
     if explain:
         params = SimParams.load(sim_params)
-        for family in routing.FAMILIES if not only else [f for f in routing.FAMILIES if f in only]:
-            first = next((w for w in routing.families(quick) if w.family == family and routing.chosen(w, cases)),
-                         None)
-            for line in routing.explain(first, params, explain) if first else []:
+        firsts: dict = {}  # each family's first chosen case
+        for w in routing.select(quick, set(only) or None, cases):
+            firsts.setdefault(w.family, w)
+        for w in firsts.values():
+            for line in routing.explain(w, params, explain):
                 click.echo(line)
         return
     if trace_file:
