@@ -47,7 +47,7 @@ class ServiceRate:
         self.latency_s = [0.0] * shards  # a first token's wait with nothing ahead
         self._margin = [(0.0, 0.0, 0.0)] * shards  # the margin's square at a work: the work's mean, a flat and a
         # growing term
-        self.bias = [1.0] * shards  # recent waits over the central predictions (requests with work ahead)
+        self.bias = [1.0] * shards  # recent waits over the line's predictions (requests with work ahead)
         self.centrals = [0.0] * shards  # each shard's central wait at its latest `predict`
         self.samples = [0] * shards  # how many (work, wait) pairs each fit has taken
         self.alpha, self._keep, self.z = alpha, 1.0 - alpha, z

@@ -564,6 +564,9 @@ def _ms(summary: dict | None, *keys: str) -> str:
     return " / ".join(f"{summary[k] * 1e3:,.0f}" for k in keys)
 
 
+REPLAY = "replay"  # a replayed case's offered rate, as the table writes it (sorted after every rung)
+
+
 def _offered_arm(case: dict) -> tuple[str, str]:
     """(offered rate as its stage writes it, arm or "") of a sustained case, from the fields its entry records
     (`rate`, `arm`: parity.experiments.runner.ran). Fallback, only for a manifest written before entries recorded
@@ -576,9 +579,6 @@ def _offered_arm(case: dict) -> tuple[str, str]:
         return f"{case['rate']:g}", case["arm"] or ""
     offered, *rest = case["stage"].split("-", 1)[1].split("-")
     return offered, "-".join(p for p in rest if not (p.startswith("out") and p[3:].isdigit()))
-
-
-REPLAY = "replay"  # a replayed case's offered rate, as the table writes it (sorted after every rung)
 
 
 def _output_tokens(case: dict, doc: dict) -> int:
