@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Issue 28's one-GPU ladder on a real H200 (real vLLM 0.26.0, dummy Llama 3.1 8B weights, real Flame v0.6.0),
 # through the workflow's host profile, from the repo root:
-#   benchmarks/h200-ladder.sh OUTDIR [LIMIT_S] [EXPERIMENT]
+#   benchmarks/h200-ladder.sh OUTDIR [LIMIT_S] [EXPERIMENT] [CUTOFF_S]
 # EXPERIMENT is sustained (the default: the ladder) or confirmation (the study's bursts, with the harvest arm;
 # only its experiment manifest is made, not the offline-limit run the whole `confirmation` target also needs).
+# CUTOFF_S: start no trial after that many seconds: the run is stopped as soon as a trial finishes past it, so a
+# trial longer than the time left is not begun only to be killed at LIMIT_S (default: no cutoff).
 # The first call of a device session carries .gpu/b, .whl and .flame, after one that carried .gpu/a and
 # results/host/sustained (the slim vLLM bundle's two halves, shared/gpu/README.md; each call's carry must stay
 # under 64 MiB with the tracked tree); later calls of the same warm machine reuse what they left in /tmp. Runs `benchmarks/host.sh sustained` (config/host.yaml: 640-request rungs, each path's rungs on one engine
@@ -19,6 +21,7 @@ set -uo pipefail
 out=$1
 limit=${2:-540}
 experiment=${3:-sustained}
+cutoff=${4:-}
 case $experiment in
   sustained) target=sustained ;;
   confirmation) target=results/host/confirmation/experiment.json ;;
@@ -34,7 +37,22 @@ export FLAME_BIN_DIR=/tmp/flame-bin
 nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt"
 cat "$out/gpu.txt"
 start=$(date +%s)
-timeout "$limit" benchmarks/host.sh "$target"
+trials=results/host/$experiment/trials
+timeout "$limit" benchmarks/host.sh "$target" &
+run=$!
+if [ -n "$cutoff" ]; then  # a trial manifest written past the cutoff ends the run (the next trial has just begun)
+  ( seen=$(ls "$trials" 2>/dev/null | wc -l)
+    while kill -0 "$run" 2>/dev/null; do
+      sleep 2
+      now=$(ls "$trials" 2>/dev/null | wc -l)
+      if [ "$now" -gt "$seen" ] && [ $(( $(date +%s) - start )) -ge "$cutoff" ]; then
+        echo "cutoff: a trial finished $(( $(date +%s) - start )) s in, past ${cutoff} s: no trial begun after it"
+        kill -TERM "$run"; break
+      fi
+      seen=$now
+    done ) &
+fi
+wait "$run"
 echo "rc=$? in $(( $(date +%s) - start )) s"
 log=results/host/logs/experiment_$experiment.log
 grep -hE "^\[|req/s|kernel compilations|started|Error|error:" "$log" | tail -n 60
