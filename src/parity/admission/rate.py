@@ -79,26 +79,19 @@ class ServiceRate:
                 bias: float = 1.0) -> None:
         """A request admitted with `ahead` prefill tokens before its `own` had its first token `wait_s` later,
         against the central wait `central_s` predicted then under the bias `bias` of then (its line: the central
-        over that bias)."""
-        self.observe_all([(shard, ahead, own, wait_s, central_s, bias)])
-
-    def observe_all(self, seen: list) -> None:
-        """`observe` each of `seen`'s (shard, ahead, own, wait_s, central_s, bias) in turn, in one call: several first
-        tokens may come between two decisions, and this runs inside the controller's cost. The line and margin
-        are refitted when next read."""
-        alpha, keep, bias, sums, samples, stale = (self.alpha, self._keep, self.bias, self._sums, self.samples,
-                                                   self._stale)
-        for shard, ahead, own, wait_s, central_s, then in seen:
-            work, error = ahead + own, wait_s - central_s
-            if ahead and central_s > 0:  # the wait over the line (the central without the bias it had then)
-                bias[shard] += alpha * (wait_s * then / central_s - bias[shard])
-            n, n2, x, y, xx, xy, e, ee = sums[shard]
-            sums[shard] = (n * keep + alpha, n2 * keep * keep + alpha * alpha, x * keep + alpha * work,
-                           y * keep + alpha * wait_s, xx * keep + alpha * work * work,
-                           xy * keep + alpha * work * wait_s, e * keep + alpha * error,
-                           ee * keep + alpha * error * error)
-            samples[shard] += 1
-            stale[shard] = True
+        over that bias). Runs inside the controller's cost, once per first token; the line and margin are refitted
+        when next read."""
+        alpha, keep = self.alpha, self._keep
+        work, error = ahead + own, wait_s - central_s
+        if ahead and central_s > 0:  # the wait over the line (the central without the bias it had then)
+            self.bias[shard] += alpha * (wait_s * bias / central_s - self.bias[shard])
+        n, n2, x, y, xx, xy, e, ee = self._sums[shard]
+        self._sums[shard] = (n * keep + alpha, n2 * keep * keep + alpha * alpha, x * keep + alpha * work,
+                             y * keep + alpha * wait_s, xx * keep + alpha * work * work,
+                             xy * keep + alpha * work * wait_s, e * keep + alpha * error,
+                             ee * keep + alpha * error * error)
+        self.samples[shard] += 1
+        self._stale[shard] = True
 
     def _fit(self, shard: int) -> None:
         n, n2, x, y, xx, xy, e, ee = self._sums[shard]
