@@ -61,6 +61,7 @@ class Decision(NamedTuple):
                 f"{rate:.0f} prefill tokens/s after {latency_s:.3f} s, x {bias:.2f} (its recent bias){margin}")
 
 
+_DONE = object()  # a request no longer open (completed, or never admitted)
 _decision = tuple.__new__  # a Decision of all six fields, without NamedTuple's __new__ (a Python call, 0.3 us)
 
 
@@ -90,9 +91,9 @@ class Controller:
         self.rate = ServiceRate(shards, settings.seed_tokens_per_s, settings.alpha,
                                 span=settings.seed_tokens_per_s * self.budget_s, z=settings.z)
         self.ahead = [0] * shards  # per shard: uncached prefill of admitted requests before their first token
-        self._prefills: dict[int, tuple] = {}  # routing index -> (shard, prefill, work ahead, admitted at) until
-        # its first token
-        self._open: set[int] = set()  # routing indices admitted and not yet complete
+        self._open: dict[int, tuple | None] = {}  # routing index of each admitted request not yet complete -> its
+        # booking until its first token (shard, prefill, work ahead, admitted at, and the central wait and bias it
+        # was judged by), then None
         self._lock = threading.Lock()  # decisions, and first tokens and completions from the answers' threads
         self.admitted = self.refused = self.moved = self.retried = 0  # tries; retried: admitted on a retry
 
@@ -124,12 +125,12 @@ class Controller:
                         shard, ahead[shard], own, rate.rates[shard], rate.latency_s[shard], budget_s,
                         self.objective.ttft_s, settings.headroom, settings.reroute, settings.quantile,
                         rate.bias[shard])))
-            index = self.router.requests  # the routing index this booking gets
-            self.router.commit(quote, shard)
-            self._prefills[index] = (shard, own, ahead[shard], now, self.rate.centrals[shard], self.rate.bias[shard])
+            router, rate = self.router, self.rate
+            index = router.requests  # the routing index this booking gets
+            router.commit(quote, shard)
+            self._open[index] = (shard, own, ahead[shard], now, rate.centrals[shard], rate.bias[shard])
             # its latest predict, and the bias in it
             ahead[shard] += own
-            self._open.add(index)
             self.admitted += 1
             if moved:
                 self.moved += 1
@@ -144,24 +145,27 @@ class Controller:
     def first_token(self, index: int, now: float) -> None:
         """The `index`-th admitted request's first token came at `now`: its prefill is done (teaches the rate)."""
         with self._lock:
-            self._first(index, now)
+            booking = self._open.get(index)
+            if booking is not None:  # once only
+                self._open[index] = None
+                self._learn(booking, now)
 
     def complete(self, index: int, now: float) -> None:
         """The `index`-th admitted request finished at `now`: the router releases its work (and the controller its
         prefill, if no first token was reported)."""
         with self._lock:
-            self._first(index, now)
-            if index in self._open:  # once only
-                self._open.discard(index)
-                self.router.complete(index)
+            booking = self._open.pop(index, _DONE)
+            if booking is _DONE:  # once only
+                return
+            if booking is not None:  # no first token reported
+                self._learn(booking, now)
+            self.router.complete(index)
 
-    def _first(self, index: int, now: float) -> None:
-        """Release the `index`-th request's prefill and learn from its wait, once (its lock held)."""
-        booking = self._prefills.pop(index, None)
-        if booking is not None:
-            shard, own, before, admitted_at, central_s, bias = booking
-            self.ahead[shard] -= own
-            self.rate.observe(shard, before, own, now - admitted_at, central_s, bias)
+    def _learn(self, booking: tuple, now: float) -> None:
+        """A booking's first token came at `now`: release its prefill and learn from its wait (the lock held)."""
+        shard, own, before, admitted_at, central_s, bias = booking
+        self.ahead[shard] -= own
+        self.rate.observe(shard, before, own, now - admitted_at, central_s, bias)
 
     def stats(self) -> dict:
         """Counts, each shard's learned wait model (rate, latency, bias, its errors' mean and spread) and the
