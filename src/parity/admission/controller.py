@@ -89,7 +89,8 @@ class Controller:
         self.budget_s = objective.ttft_s * settings.headroom
         shards = router.num_shards
         self.rate = ServiceRate(shards, settings.seed_tokens_per_s, settings.alpha,
-                                span=settings.seed_tokens_per_s * self.budget_s, z=settings.z)
+                                span=settings.seed_tokens_per_s * self.budget_s, z=settings.z,
+                                cold_sd_s=settings.cold_sd_s)
         self.ahead = [0] * shards  # per shard: uncached prefill of admitted requests before their first token
         self._open: dict[int, tuple | None] = {}  # routing index of each admitted request not yet complete -> its
         # booking until its first token (shard, prefill, work ahead, admitted at, and the central wait and bias it
