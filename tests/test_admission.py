@@ -3,6 +3,8 @@ engine, one-line errors. Nothing is timed: every `now` is given."""
 
 import heapq
 import json
+import queue
+import threading
 
 import numpy as np
 import pytest
@@ -72,6 +74,39 @@ def test_the_first_token_frees_the_prefill_before_the_answer_is_back():
     c.complete(first.index, now=3.7)
     c.stats()
     assert c.ahead == [0] and c.router.loads == [0]
+
+
+def test_an_answer_is_learned_when_it_is_reported_even_from_other_threads():
+    """A first token releases its prefill and teaches its shard when it is reported, not at the next decision (so
+    its cost is its own request's, issue 30); reports from the answers' threads while the client decides leave
+    nothing booked and each wait learned once."""
+    c = _controller(shards=2, rate=1000.0, headroom=100.0)
+    first = c.decide(_prompt(1500), now=0.0)
+    c.first_token(first.index, now=1.5)
+    assert c.ahead == [0, 0] and sum(c.rate.samples) == 1  # no decision since
+    reports: queue.SimpleQueue = queue.SimpleQueue()
+
+    def answer() -> None:  # an answers' thread: each admitted request's first token, then its completion
+        while (index := reports.get()) is not None:
+            c.first_token(index, now=2.0 + index)
+            c.complete(index, now=2.5 + index)
+
+    threads = [threading.Thread(target=answer) for _ in range(2)]
+    for thread in threads:
+        thread.start()
+    admitted = 0
+    for i in range(300):
+        d = c.decide(_prompt(200), now=1.6 + i * 0.001)
+        if d.admitted:
+            admitted += 1
+            reports.put(d.index)
+    for thread in threads:
+        reports.put(None)
+    for thread in threads:
+        thread.join()
+    c.complete(first.index, now=3.0)
+    assert admitted > 100 and sum(c.rate.samples) == admitted + 1
+    assert c.ahead == [0, 0] and c.router.loads == [0, 0]
 
 
 def test_the_prefill_rate_is_learned_from_first_tokens():

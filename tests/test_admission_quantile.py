@@ -57,6 +57,28 @@ def test_a_shard_refuses_work_ahead_until_its_errors_say_something_of_their_spre
     assert math.isfinite(learner.predict(0, 1_000))
 
 
+def test_a_cold_start_prior_gives_the_margin_a_spread_until_the_shard_has_seen_its_window():
+    """With `cold_sd_s`, a shard that has seen a handful of first tokens is judged with that spread (a calibrated
+    engine's), not its own few errors' (infinite after one); from 1 / alpha first tokens on, by its own."""
+    cold = ServiceRate(1, seed=16_000.0, alpha=0.05, span=8_000.0, z=Z99, cold_sd_s=0.05)
+    plain = ServiceRate(1, seed=16_000.0, alpha=0.05, span=8_000.0, z=Z99)
+    for learner in (cold, plain):
+        learner.observe(0, 0, 1_000, 0.1, learner.central(0, 1_000))
+    assert plain.predict(0, 1_000) == math.inf
+    margin = cold.predict(0, 1_000) - cold.central(0, 1_000)
+    assert Z99 * 0.05 < margin < 2 * Z99 * 0.05  # widened by the line's uncertainty after one pair
+    rng = np.random.default_rng(3)
+    works, noise = rng.uniform(1_000, 4_000, 19), rng.normal(0.0, 0.01, 19)
+    for learner in (cold, plain):  # 19 more: the window seen, its own errors (about 0.01 s) from then on
+        for work, error in zip(works, noise):
+            learner.observe(0, work, 0.0, 0.02 + work / 40_000.0 + error, learner.central(0, work))
+    assert cold.predict(0, 2_000) == plain.predict(0, 2_000) < cold.central(0, 2_000) + Z99 * 0.05
+    with pytest.raises(ParityError, match="admission setting cold_sd_s must be 0 or more") as error:
+        BoundedSettings(cold_sd_s=-0.1)
+    assert "\n" not in str(error.value)
+    assert BoundedSettings().cold_sd_s == 0.0  # off by default
+
+
 def test_the_controller_judges_at_its_quantile_and_says_so():
     """Same learned waits, same request: admitted by the line's bias alone, refused at 0.99 when the spread's
     margin pushes it past the objective; the reason names the margin."""

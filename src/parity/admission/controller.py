@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections import deque
+import threading
 from math import inf
 from typing import NamedTuple
 
@@ -61,12 +61,18 @@ class Decision(NamedTuple):
                 f"{rate:.0f} prefill tokens/s after {latency_s:.3f} s, x {bias:.2f} (its recent bias){margin}")
 
 
+_DONE = object()  # a request no longer open (completed, or never admitted)
+_decision = tuple.__new__  # a Decision of all six fields, without NamedTuple's __new__ (a Python call, 0.3 us)
+
+
 class Controller:
     """Bounded admission in front of a router that quotes before it books (parity.routing.prefix.PrefixRouter).
 
     `decide(tokens, now)` per request; `first_token(index, now)` when an admitted one's first token came (a
-    streamed answer), `complete(index, now)` when it finished (from any thread: queued, applied before the next
-    decision, as the router does). `now` is the caller's monotonic clock.
+    streamed answer), `complete(index, now)` when it finished (from any thread, under the controller's lock: each
+    is learned when it is reported, so its cost is its own request's, not queued for whichever decision comes
+    next, where several reported at once made that decision the p99 of the cost, issue 30; the router still
+    queues the release of its booking). `now` is the caller's monotonic clock.
 
     The first token waits only for the prefill ahead of it (continuous batching runs the answers already
     decoding beside it), so the controller books each admitted request's uncached prefill on its shard until its
@@ -83,55 +89,55 @@ class Controller:
         self.budget_s = objective.ttft_s * settings.headroom
         shards = router.num_shards
         self.rate = ServiceRate(shards, settings.seed_tokens_per_s, settings.alpha,
-                                span=settings.seed_tokens_per_s * self.budget_s, z=settings.z)
+                                span=settings.seed_tokens_per_s * self.budget_s, z=settings.z,
+                                cold_sd_s=settings.cold_sd_s)
         self.ahead = [0] * shards  # per shard: uncached prefill of admitted requests before their first token
-        self._prefills: dict[int, tuple] = {}  # routing index -> (shard, prefill, work ahead, admitted at) until
-        # its first token
-        self._open: set[int] = set()  # routing indices admitted and not yet complete
-        self._events: deque = deque()  # (index, now, done) from the answers' threads
+        self._open: dict[int, tuple | None] = {}  # routing index of each admitted request not yet complete -> its
+        # booking until its first token (shard, prefill, work ahead, admitted at, and the central wait and bias it
+        # was judged by), then None
+        self._lock = threading.Lock()  # decisions, and first tokens and completions from the answers' threads
         self.admitted = self.refused = self.moved = self.retried = 0  # tries; retried: admitted on a retry
 
     def decide(self, tokens, now: float, attempt: int = 0) -> Decision:
         """Admit (booked on its shard) or refuse (nothing booked) this prompt, arriving `now`; `attempt` counts
         the client's earlier tries of it (parity.admission.retry). Written for its cost (a few microseconds, issue
         30): the wait model read inline, the other shards weighed only when the router's cannot meet the budget."""
-        if self._events:
-            self._apply()
-        quote = self.router.quote(tokens)
-        shard, ahead, budget_s, predict = quote.shard, self.ahead, self.budget_s, self.rate.predict
-        own = quote.length - quote.held(shard)
-        wait = predict(shard, ahead[shard] + own)
-        moved = False
-        if wait > budget_s and ahead[shard]:
-            if self.settings.reroute:  # the least predicted wait, the lowest shard on a tie
-                best, best_own, best_wait = shard, own, wait
-                for other in range(len(ahead)):
-                    if other != shard:
-                        other_own = quote.length - quote.held(other)
-                        other_wait = predict(other, ahead[other] + other_own)
-                        if other_wait < best_wait or (other_wait == best_wait and other < best):
-                            best, best_own, best_wait = other, other_own, other_wait
-                if best != shard and (not ahead[best] or best_wait <= budget_s):
-                    shard, own, wait, moved = best, best_own, best_wait, True
-            if ahead[shard] and wait > budget_s:
-                self.refused += 1
-                settings, rate = self.settings, self.rate
-                return Decision(None, None, wait, False, 0, (shard, ahead[shard], own, rate.rates[shard],
-                                                          rate.latency_s[shard], budget_s, self.objective.ttft_s,
-                                                          settings.headroom, settings.reroute, settings.quantile,
-                                                          rate.bias[shard]))
-        index = self.router.requests  # the routing index this booking gets
-        self.router.commit(quote, shard)
-        self._prefills[index] = (shard, own, ahead[shard], now, self.rate.centrals[shard], self.rate.bias[shard])
-        # its latest predict, and the bias in it
-        ahead[shard] += own
-        self._open.add(index)
-        self.admitted += 1
-        if moved:
-            self.moved += 1
-        if attempt:
-            self.retried += 1
-        return Decision(shard, index, wait, moved, own)
+        with self._lock:  # the answers' threads report first tokens and completions meanwhile
+            quote = self.router.quote(tokens)
+            shard, ahead, budget_s, predict = quote.shard, self.ahead, self.budget_s, self.rate.predict
+            own = quote.length - quote.held(shard)
+            wait = predict(shard, ahead[shard] + own)
+            moved = False
+            if wait > budget_s and ahead[shard]:
+                if self.settings.reroute:  # the least predicted wait, the lowest shard on a tie
+                    best, best_own, best_wait = shard, own, wait
+                    for other in range(len(ahead)):
+                        if other != shard:
+                            other_own = quote.length - quote.held(other)
+                            other_wait = predict(other, ahead[other] + other_own)
+                            if other_wait < best_wait or (other_wait == best_wait and other < best):
+                                best, best_own, best_wait = other, other_own, other_wait
+                    if best != shard and (not ahead[best] or best_wait <= budget_s):
+                        shard, own, wait, moved = best, best_own, best_wait, True
+                if ahead[shard] and wait > budget_s:
+                    self.refused += 1
+                    settings, rate = self.settings, self.rate
+                    return _decision(Decision, (None, None, wait, False, 0, (
+                        shard, ahead[shard], own, rate.rates[shard], rate.latency_s[shard], budget_s,
+                        self.objective.ttft_s, settings.headroom, settings.reroute, settings.quantile,
+                        rate.bias[shard])))
+            router, rate = self.router, self.rate
+            index = router.requests  # the routing index this booking gets
+            router.commit(quote, shard)
+            self._open[index] = (shard, own, ahead[shard], now, rate.centrals[shard], rate.bias[shard])
+            # its latest predict, and the bias in it
+            ahead[shard] += own
+            self.admitted += 1
+            if moved:
+                self.moved += 1
+            if attempt:
+                self.retried += 1
+            return _decision(Decision, (shard, index, wait, moved, own, None))
 
     def attempts(self, offsets: list[float]) -> Attempts:
         """A burst's tries under the client's retry policy (`settings.retries`), each request's first at its offset."""
@@ -139,38 +145,38 @@ class Controller:
 
     def first_token(self, index: int, now: float) -> None:
         """The `index`-th admitted request's first token came at `now`: its prefill is done (teaches the rate)."""
-        self._events.append((index, now, False))
+        with self._lock:
+            booking = self._open.get(index)
+            if booking is not None:  # once only
+                self._open[index] = None
+                self._learn(booking, now)
 
     def complete(self, index: int, now: float) -> None:
         """The `index`-th admitted request finished at `now`: the router releases its work (and the controller its
         prefill, if no first token was reported)."""
-        self._events.append((index, now, True))
+        with self._lock:
+            booking = self._open.pop(index, _DONE)
+            if booking is _DONE:  # once only
+                return
+            if booking is not None:  # no first token reported
+                self._learn(booking, now)
+            self.router.complete(index)
 
-    def _apply(self) -> None:
-        events, prefills, ahead, seen = self._events, self._prefills, self.ahead, []
-        opened, complete = self._open, self.router.complete
-        while events:  # one consumer (deque's append and popleft are atomic): what it saw stays there
-            index, now, done = events.popleft()
-            prefill = prefills.pop(index, None)
-            if prefill is not None:  # once only
-                shard, own, before, admitted_at, central_s, bias = prefill
-                ahead[shard] -= own
-                seen.append((shard, before, own, now - admitted_at, central_s, bias))
-            if done and index in opened:
-                opened.discard(index)
-                complete(index)
-        if seen:
-            self.rate.observe_all(seen)
+    def _learn(self, booking: tuple, now: float) -> None:
+        """A booking's first token came at `now`: release its prefill and learn from its wait (the lock held)."""
+        shard, own, before, admitted_at, central_s, bias = booking
+        self.ahead[shard] -= own
+        self.rate.observe(shard, before, own, now - admitted_at, central_s, bias)
 
     def stats(self) -> dict:
         """Counts, each shard's learned wait model (rate, latency, bias, its errors' mean and spread) and the
         settings, for a trial's record."""
-        self._apply()
-        rate = self.rate.fitted()
-        errors = [rate.errors(shard) for shard in range(len(self.ahead))]
-        return {"admitted": self.admitted, "refused": self.refused, "moved": self.moved, "retried": self.retried,
-                "rates_tokens_per_s": [round(r, 1) for r in self.rate.rates], "rate_samples": list(self.rate.samples),
-                "latency_s": [round(s, 4) for s in self.rate.latency_s], "bias": [round(b, 3) for b in self.rate.bias],
-                "error_mean_s": [round(m, 4) for m, _ in errors],
-                "error_sd_s": [round(sd, 4) if sd < inf else None for _, sd in errors],  # None: one error seen
-                "settings": self.settings.to_dict(), "objective": self.objective.to_dict()}
+        with self._lock:
+            rate = self.rate.fitted()
+            errors = [rate.errors(shard) for shard in range(len(self.ahead))]
+            return {"admitted": self.admitted, "refused": self.refused, "moved": self.moved, "retried": self.retried,
+                    "rates_tokens_per_s": [round(r, 1) for r in rate.rates], "rate_samples": list(rate.samples),
+                    "latency_s": [round(s, 4) for s in rate.latency_s], "bias": [round(b, 3) for b in rate.bias],
+                    "error_mean_s": [round(m, 4) for m, _ in errors],
+                    "error_sd_s": [round(sd, 4) if sd < inf else None for _, sd in errors],  # None: one error seen
+                    "settings": self.settings.to_dict(), "objective": self.objective.to_dict()}

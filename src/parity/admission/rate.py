@@ -27,7 +27,11 @@ from admission to first token against the uncached prefill booked ahead of it th
   own uncertainty where the work is far from what it has seen (a shard that has only seen short backlogs does
   not trust its slope on a long one: on the simulator at 2.2 x saturation, requests admitted in the first
   seconds on a line fitted to a few light waits had waited 1.5-2 x their prediction). Infinite until two errors
-  have been seen (one says nothing of a spread): the shard then admits only when idle.
+  have been seen (one says nothing of a spread): the shard then admits only when idle. With a cold-start prior
+  (`cold_sd_s`, off by default), the spread is that prior until the shard has seen 1 / alpha first tokens (its
+  fit's window), not the spread of a handful of errors: at 1.6 x saturation on the simulator, a fifth of the
+  refusals came in the first 0.6 s, before the margin had more than a few waits to go on (with the calibrated
+  seed it halved them there but cut goodput at 2.2 x: benchmarks/simulated/admission-2026-12-03c.txt).
 
 On the simulator (2 shards, reuse, objective 0.5 s, ARTIFACT.md has the table): the central wait against
 0.8 x the objective (before) missed the p99 at 2.2 x saturation; judged at the 99th percentile against the
@@ -42,7 +46,7 @@ from math import inf, sqrt
 class ServiceRate:
     """The learned wait model of `shards` shards; `observe` each first token's (work ahead at admission, wait)."""
 
-    def __init__(self, shards: int, seed: float, alpha: float, span: float, z: float = 0.0):
+    def __init__(self, shards: int, seed: float, alpha: float, span: float, z: float = 0.0, cold_sd_s: float = 0.0):
         self.rates = [float(seed)] * shards  # prefill tokens per second, on a backlog
         self.latency_s = [0.0] * shards  # a first token's wait with nothing ahead
         self._margin = [(0.0, 0.0, 0.0)] * shards  # the margin's square at a work: the work's mean, a flat and a
@@ -57,6 +61,8 @@ class ServiceRate:
         self._sums = [(0.0,) * 8] * shards  # weighted n, n squared, x, y, xx, xy, and the sum and sum of squares
         # of the errors wait - central (one tuple a shard: replaced, never changed)
         self._stale = [False] * shards  # observed since the line was last fitted
+        self._cold_sd_s, self._cold_pairs = cold_sd_s, round(1.0 / alpha)  # the margin's spread until a shard has
+        # seen its fit's window of first tokens (0: its own errors', infinite until two)
 
     def central(self, shard: int, work: float) -> float:
         """The mean wait of a request with `work` prefill tokens ahead of it: the line times its recent bias."""
@@ -79,26 +85,19 @@ class ServiceRate:
                 bias: float = 1.0) -> None:
         """A request admitted with `ahead` prefill tokens before its `own` had its first token `wait_s` later,
         against the central wait `central_s` predicted then under the bias `bias` of then (its line: the central
-        over that bias)."""
-        self.observe_all([(shard, ahead, own, wait_s, central_s, bias)])
-
-    def observe_all(self, seen: list) -> None:
-        """`observe` each of `seen`'s (shard, ahead, own, wait_s, central_s, bias) in turn, in one call: several first
-        tokens may come between two decisions, and this runs inside the controller's cost. The line and margin
-        are refitted when next read."""
-        alpha, keep, bias, sums, samples, stale = (self.alpha, self._keep, self.bias, self._sums, self.samples,
-                                                   self._stale)
-        for shard, ahead, own, wait_s, central_s, then in seen:
-            work, error = ahead + own, wait_s - central_s
-            if ahead and central_s > 0:  # the wait over the line (the central without the bias it had then)
-                bias[shard] += alpha * (wait_s * then / central_s - bias[shard])
-            n, n2, x, y, xx, xy, e, ee = sums[shard]
-            sums[shard] = (n * keep + alpha, n2 * keep * keep + alpha * alpha, x * keep + alpha * work,
-                           y * keep + alpha * wait_s, xx * keep + alpha * work * work,
-                           xy * keep + alpha * work * wait_s, e * keep + alpha * error,
-                           ee * keep + alpha * error * error)
-            samples[shard] += 1
-            stale[shard] = True
+        over that bias). Runs inside the controller's cost, once per first token; the line and margin are refitted
+        when next read."""
+        alpha, keep = self.alpha, self._keep
+        work, error = ahead + own, wait_s - central_s
+        if ahead and central_s > 0:  # the wait over the line (the central without the bias it had then)
+            self.bias[shard] += alpha * (wait_s * bias / central_s - self.bias[shard])
+        n, n2, x, y, xx, xy, e, ee = self._sums[shard]
+        self._sums[shard] = (n * keep + alpha, n2 * keep * keep + alpha * alpha, x * keep + alpha * work,
+                             y * keep + alpha * wait_s, xx * keep + alpha * work * work,
+                             xy * keep + alpha * work * wait_s, e * keep + alpha * error,
+                             ee * keep + alpha * error * error)
+        self.samples[shard] += 1
+        self._stale[shard] = True
 
     def _fit(self, shard: int) -> None:
         n, n2, x, y, xx, xy, e, ee = self._sums[shard]
@@ -110,7 +109,10 @@ class ServiceRate:
         latency_s = (y - slope * x) / n
         self.latency_s[shard] = latency_s if latency_s > 0.0 else 0.0
         if self.z:  # a weighted fit's prediction error at work X: var x (1 + n2 / n^2 + n2 / n (X - mean)^2 / spread)
-            sd = _error_sd(n, n2, e, ee)  # the errors' weights are the pairs'
+            if self._cold_sd_s and self.samples[shard] < self._cold_pairs:  # a prior, not a handful of errors
+                sd = self._cold_sd_s
+            else:
+                sd = _error_sd(n, n2, e, ee)  # the errors' weights are the pairs'
             if sd == inf:
                 self._margin[shard] = (0.0, inf, 0.0)
             else:

@@ -23,6 +23,9 @@ class BoundedSettings(Settings):
     alpha: float = 0.05  # the weight of each new first token's (work ahead, wait) in the shard's fit (older fade)
     reroute: bool = False  # a shard that cannot meet the objective passes the request to one that can
     retries: int = 0  # the client's policy: tries a refused request gets again, each after its Retry-After
+    cold_sd_s: float = 0.0  # a cold-start prior (issue 30's 1.6x miss; off by default): until a shard has seen
+    # 1 / alpha first tokens, the margin's spread is this many seconds, not its own few errors' (infinite until two);
+    # from the calibrated engine: where in a full prefill step a first token lands, step / sqrt(12)
 
     @property
     def z(self) -> float:
@@ -33,6 +36,8 @@ class BoundedSettings(Settings):
         for name in ("headroom", "seed_tokens_per_s"):
             if getattr(self, name) <= 0:
                 raise ParityError(f"admission setting {name} must be above 0, got {getattr(self, name)!r}")
+        if self.cold_sd_s < 0:
+            raise ParityError(f"admission setting cold_sd_s must be 0 or more, got {self.cold_sd_s!r}")
         if self.retries < 0:
             raise ParityError(f"admission setting retries must be 0 or more, got {self.retries!r}")
         if not (self.quantile == 0 or 0.5 <= self.quantile < 1):

@@ -2,9 +2,13 @@
 
 One run, one thread: each request is quoted, judged and (when admitted) booked by `parity.admission.Controller`
 over a router whose calls are timed apart (quote, what a shard holds of the prompt, commit, complete), so per
-request the router's time and the controller's own (the judgment, the learned wait model, the event queue: the
-rest of `decide`, `first_token` and `complete`) come from the same calls (the proxy's own calls are charged to
-the controller: an upper bound). The
+request the router's time and the controller's own (the judgment, the learned wait model, the bookings: the rest
+of `decide`, and of the `first_token` and `complete` that report its answer) come from the same calls (the
+proxy's own calls are charged to the controller: an upper bound). A request's cost is its own decision and its
+own answer's reports, each charged where it runs: the controller learns from a first token when it is reported
+(since 2026-12-03; before, reports were queued and applied inside the next decision, and this bench charged
+every report since the last arrival to that arrival: `arrival_us` keeps that reckoning, `decide_us` the
+decision alone, what an arrival waits for). The
 clock the controller sees is simulated: shared-document prompts arrive at `load` x what a first-come engine per
 shard prefills at `engine_tokens_per_s` (the first token), and each answer ends 0.32 s later (16 tokens decoded
 beside later prefills), so some requests are refused and the rate is learned as it runs. The target is 20 µs
@@ -84,29 +88,45 @@ def _one(prompts, shards: int, settings: BoundedSettings, engine_tokens_per_s: f
     router = _Timed(PrefixRouter(shards, MODEL_REVISION, cache_tokens=4_000_000))
     controller = Controller(router, settings, Objective())
     free, finishing = [0.0] * shards, []  # the simulated engines: when each is next free; (time, index, done) to come
-    own_us, router_us = [], []
+    own_ns, router_ns, decide_ns, arrival_ns, request_of = [], [], [], [], {}  # request_of: routing index -> request
+
+    def answer(at_s: float, index: int, done: bool) -> int:
+        """Report a first token or a completion; charge it to its request (controller and router apart)."""
+        router.ns = 0
+        start = time.perf_counter_ns()
+        (controller.complete if done else controller.first_token)(index, at_s)
+        spent = time.perf_counter_ns() - start
+        request = request_of[index]
+        own_ns[request] += spent - router.ns
+        router_ns[request] += router.ns
+        return spent - router.ns
+
     for i, prompt in enumerate(prompts):
         now = i * gap_s
-        spent = 0
+        between = 0  # the controller's time on answers since the last arrival (what it charged, until 2026-12-03)
         while finishing and finishing[0][0] <= now:
-            at_s, index, done = heapq.heappop(finishing)
-            start = time.perf_counter_ns()
-            (controller.complete if done else controller.first_token)(index, at_s)
-            spent += time.perf_counter_ns() - start
+            between += answer(*heapq.heappop(finishing))
         router.ns = 0
         start = time.perf_counter_ns()
         decision = controller.decide(prompt, now)
-        spent += time.perf_counter_ns() - start
-        own_us.append((spent - router.ns) / 1000)
-        router_us.append(router.ns / 1000)
+        spent = time.perf_counter_ns() - start - router.ns
+        own_ns.append(spent)
+        router_ns.append(router.ns)
+        decide_ns.append(spent)
+        arrival_ns.append(spent + between)
         if decision.admitted:  # prefill first come, first served; the answer's decode beside later prefills
+            request_of[decision.index] = i
             free[decision.shard] = max(free[decision.shard], now) + decision.prefill / engine_tokens_per_s
             heapq.heappush(finishing, (free[decision.shard], decision.index, False))
             heapq.heappush(finishing, (free[decision.shard] + decode_s, decision.index, True))
-    controller_us, routed_us = _percentiles(own_us), _percentiles(router_us)
+    while finishing:  # the last answers, so that every request's cost is whole
+        answer(*heapq.heappop(finishing))
+    us = lambda ns: _percentiles([n / 1000 for n in ns])  # noqa: E731
+    controller_us, routed_us = us(own_ns), us(router_ns)
     return {"reroute": settings.reroute, "admitted": controller.admitted, "refused": controller.refused,
             "moved": controller.moved, "learned_tokens_per_s": controller.stats()["rates_tokens_per_s"],
-            "controller_us": controller_us, "router_us": routed_us,
+            "controller_us": controller_us, "router_us": routed_us, "decide_us": us(decide_ns),
+            "arrival_us": us(arrival_ns),
             "ratio_mean": controller_us["mean"] / routed_us["mean"], "ratio_p99": controller_us["p99"] / routed_us["p99"],
             "meets_target": controller_us["p99"] <= TARGET_US}
 
@@ -143,12 +163,15 @@ def run(num_requests: int = 2048, prefix_tokens: int = 8000, shards: int = 2, lo
 def summary_lines(result: dict) -> list[str]:
     lines = []
     for r in result["rows"]:
-        c, q = r["controller_us"], r["router_us"]
+        c, q, d, a = r["controller_us"], r["router_us"], r["decide_us"], r["arrival_us"]
         lines.append(f"reroute {'on ' if r['reroute'] else 'off'}: controller p50 {c['p50']:.2f} p99 {c['p99']:.2f} "
                      f"mean {c['mean']:.2f} us/request; router p50 {q['p50']:.1f} p99 {q['p99']:.1f} mean "
                      f"{q['mean']:.1f} us; ratio {r['ratio_mean']:.3f} (means), {r['ratio_p99']:.3f} (p99s); "
                      f"{'meets' if r['meets_target'] else 'MISSES'} the {result['target_us_per_request']:.0f} us "
-                     f"target; admitted {r['admitted']}, refused {r['refused']}, moved {r['moved']}")
+                     f"target; admitted {r['admitted']}, refused {r['refused']}, moved {r['moved']}; the decision "
+                     f"alone p50 {d['p50']:.2f} p99 {d['p99']:.2f} us, with the answers reported since the last "
+                     f"arrival p99 {a['p99']:.2f} us")
     lines.append(f"({result['requests']} requests of {result['prompt_tokens']} tokens on {result['shards']} shards at "
-                 f"{result['load']:g}x a simulated engine's rate; CPU time of the controller itself, one core)")
+                 f"{result['load']:g}x a simulated engine's rate; CPU time of the controller itself, one core; a "
+                 f"request's cost is its decision and its answer's first token and completion)")
     return lines

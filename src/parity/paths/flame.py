@@ -223,7 +223,8 @@ class FlamePath(ServingPath):
         refused: dict[int, str] = {}  # burst index -> why bounded admission refused it
         booking: dict[str, int] = {}  # request id -> the controller's routing index (admitted under admission)
         if admission is not None:
-            def first(request_id: str) -> None:  # a harvester's thread, its lock held: the controller only queues
+            def first(request_id: str) -> None:  # a harvester's thread, its lock held: the controller learns the
+                # wait under its own lock (microseconds; a decision never takes the harvester's)
                 admission.first_token(booking[request_id], time.monotonic())
             for batcher in sessions.batchers:
                 batcher.on_first = first
