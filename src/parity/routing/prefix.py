@@ -246,8 +246,7 @@ class PrefixRouter:
         chain = word_chain(words, self._salt, self.block_tokens)
         depths, shared = self._depths(chain)
         quote = Quote(self, words, chain, depths, shared, len(tokens))
-        block, plan = self.block_tokens, self._plan
-        deepest = quote.deepest
+        plan, deepest = self._plan, quote.deepest
         # Each shard is weighed by its plan: the work booked there plus what its groups are expected to grow by
         # (growth booking), so a new group goes where the work will be least once every group has grown, and a
         # gap that arrival order alone opens (a group's turns arriving before the others') is no reason to move.
@@ -257,7 +256,8 @@ class PrefixRouter:
         # than (1 + margin) times its prefix: a hot document spreads as far as its demand needs, one shard at a
         # time. Of the shards holding nothing, only the least planned can be cheapest.
         group = quote.group = self._groups.get(self._group(quote))
-        home, ahead = (self._home[group], self._ahead(group)) if group is not None else (-1, 0.0)
+        if group is not None:
+            quote.home, quote.ahead = self._home[group], self._ahead(group)
         # replication by demand: a group goes to one more shard only once its work is more than a shard's fair
         # share (the mean plan), and its holders are, together, above theirs (their other work counts too); else
         # its holders are the candidates (and the least planned shard need not be found)
@@ -273,15 +273,8 @@ class PrefixRouter:
             candidates.add(plan.index(min(plan)))
         for s in candidates:  # what each holds, computed once (`explain` lists these shards)
             quote.held(s)
-
-        def cost(s: int) -> tuple:
-            again = max(0, deepest - depths.get(s, 0))  # blocks of a held prefix recomputed
-            follows = ahead if home >= 0 and s != home else 0.0  # the group's growth goes where it goes
-            moved = self.margin * again * block + (self._settle if again else 0.0)
-            return (plan[s] + follows + quote.work(s) + moved, plan[s], s)
-
-        quote.candidates, quote.plan = cost, plan  # for `explain` (the same costs, read again only when asked)
-        quote.shard = min(candidates, key=cost) if len(candidates) > 1 else candidates.pop()
+        quote.plan = plan  # what `Quote.cost` weighs (and `explain` reads again, only when asked)
+        quote.shard = min(candidates, key=quote.cost) if len(candidates) > 1 else candidates.pop()
         return quote
 
     def _work(self, prefill: int, seqs: int) -> float:
@@ -385,7 +378,7 @@ class PrefixRouter:
         its booked load, the growth its groups are still expected to add, and its cost (load + growth + the
         prompt's work there + any held prefix recomputed, x margin, + the hysteresis + its group's growth, off
         its home); the chosen one first, and why (a hit, a replica of a held prefix, or the least loaded)."""
-        cost, chosen = quote.candidates, quote.shard
+        cost, chosen = quote.cost, quote.shard
         weighed = sorted(quote._held, key=lambda s: (s != chosen, cost(s)))
         loads, plan = self._loads, quote.plan
         parts = [f"s{s} holds {quote._held[s]:,}, load {loads[s]:,.0f}, growth {plan[s] - loads[s]:,.0f}, "
@@ -559,7 +552,7 @@ class Quote:
     the tokens of the prompt it holds and the work the prompt would add there (uncached prefill plus decode)."""
 
     __slots__ = ("_router", "_words", "chain", "depths", "shared", "length", "deepest", "shard", "_fine", "_held",
-                 "candidates", "plan", "group")
+                 "plan", "group", "home", "ahead")
 
     def __init__(self, router: PrefixRouter, words: np.ndarray, chain: list[int], depths: dict[int, int],
                  shared: int, length: int):
@@ -567,6 +560,7 @@ class Quote:
         self.length, self.deepest = length, max(depths.values(), default=0)
         self.shard = -1
         self.group: int | None = None
+        self.home, self.ahead = -1, 0.0  # its group's home shard and what the group is still expected to add
         self._fine: dict[int, list[int]] = {}
         self._held: dict[int, int] = {}
 
@@ -583,6 +577,17 @@ class Quote:
             self._held[shard] = self._router._held_tokens(shard, self.depths.get(shard, 0), self.length, self.fine,
                                                           self.chain)
         return self._held[shard]
+
+    def cost(self, shard: int) -> tuple:
+        """What the router weighs for `shard` (least first; `PrefixRouter.quote` says why): its plan, the group's
+        growth if `shard` is not the group's home, this prompt's work there, and a held prefix recomputed there,
+        (1 + margin) times, with the hysteresis. A method, not a closure kept on the quote: a quote then holds no
+        reference cycle, so it is freed as soon as it is dropped, not by the garbage collector."""
+        r, plan = self._router, self.plan
+        again = max(0, self.deepest - self.depths.get(shard, 0))  # blocks of a held prefix recomputed
+        follows = self.ahead if self.home >= 0 and shard != self.home else 0.0  # the group's growth goes with it
+        moved = r.margin * again * r.block_tokens + (r._settle if again else 0.0)
+        return (plan[shard] + follows + self.work(shard) + moved, plan[shard], shard)
 
     def work(self, shard: int) -> float:
         """What this prompt would add to `shard`'s booked work: its uncached prefill there, and the steps it adds."""
