@@ -168,3 +168,23 @@ def test_explain_says_why_each_decision_went_where_it_did_and_changes_none():
     assert "-> shard 1 (new: the least loaded)" in lines[2]
     assert "-> shard 0 (a hit): s0 holds 1,024" in lines[3] and "\n" not in "".join(lines)
     assert place(w, "prefix", params)[0] == [0, 1, 0, 1]
+
+
+def test_a_decision_leaves_nothing_for_the_garbage_collector():
+    """A quote kept its cost function as a closure over itself: a reference cycle per decision (~14 objects), freed
+    only by the cyclic collector, whose pauses then set the router's p99 (or, paused, its memory grows). Now every
+    decision's objects are freed as it ends, with replication and growth booking in play (a hot document)."""
+    import gc
+
+    w = routing.documents("hot-doc", "", docs=9, questions=[40] + [3] * 8, prefix_tokens=1000, shards=4, seed=8)
+    router = PrefixRouter(w.shards, MODEL_REVISION, cache_tokens=PARAMS.kv_cache_tokens)
+    gc.collect()
+    gc.disable()
+    try:
+        for prompt in w.prompts:
+            router.explain(router.quote(prompt))
+            router.route(prompt)
+        assert gc.collect() == 0
+    finally:
+        gc.enable()
+    assert router.stats()["replicated"] > 0

@@ -131,16 +131,16 @@ def test_a_hot_document_spreads_when_its_holders_are_busy_with_other_documents_t
 
 
 def _refit_as_written(router: PrefixRouter) -> tuple[float, float, list[float]]:
-    """The refit written out plainly (every array masked to the live groups, numpy's own sum and mean), as it was
-    before it was cut to fewer numpy calls: (per-turn, hysteresis, growth booked per shard)."""
-    home = np.frombuffer(router._home, np.int64)
+    """The refit written out plainly over every live group (numpy's own sums), as it was before it read running
+    sums: (per-turn, hysteresis, growth booked per shard)."""
+    home = np.array(router._home)
     live = home >= 0
-    home, turns = home[live], np.frombuffer(router._count, np.int64)[live]
-    first = np.frombuffer(router._first)[live]
-    added, later = np.frombuffer(router._work_of)[live] - first, turns - 1
+    home, turns = home[live], np.array(router._count)[live]
+    first = np.array(router._first)[live]
+    added, later = np.array(router._work_of)[live] - first, turns - 1
     per_turn = float(added.sum() / later.sum()) if later.sum() else 0.0
     if router._gaps[1]:
-        old = np.frombuffer(router._born, np.int64)[live] <= router._requests - 2 * router._gaps[0] / router._gaps[1]
+        old = np.array(router._born)[live] <= router._requests - 2 * router._gaps[0] / router._gaps[1]
         if old.any():
             per_turn *= float((later[old] > 0).mean())
     each = np.where(later > 0, added / np.maximum(later, 1), per_turn)
@@ -149,21 +149,54 @@ def _refit_as_written(router: PrefixRouter) -> tuple[float, float, list[float]]:
 
 
 @pytest.mark.parametrize("cache_tokens", [880_000, 6 * 256])  # the small cache evicts: groups are forgotten
-def test_the_refit_gives_the_same_bits_as_written_plainly(cache_tokens):
-    """A refit is the p99 of a decision at 64 shards, so it makes as few numpy calls as it can; what it learns and
-    books must be bit for bit what the plain formulation gives (the router's decisions depend on them), with
-    groups forgotten too, and the later requests it counts as they come must be the live groups' own."""
+def test_the_refit_from_running_sums_is_the_refit_over_every_group(cache_tokens):
+    """A refit reads running sums kept as groups change (one over every group was the p99 of a decision at 64
+    shards); what it learns and books must be what the plain formulation over every live group gives (to rounding:
+    the sums are added in another order), with groups forgotten too, and the later requests it counts as they come
+    must be the live groups' own."""
     rng = np.random.default_rng(5)
     w = routing.documents("t", "t", docs=40, questions=[int(q) for q in rng.integers(1, 6, 40)], prefix_tokens=1000,
                           shards=8, seed=5)
     router, refits = PrefixRouter(8, MODEL_REVISION, cache_tokens=cache_tokens), 0
     for prompt in w.prompts:
         router.route(prompt)
-        live = np.frombuffer(router._home, np.int64) >= 0
-        assert router._later == int((np.frombuffer(router._count, np.int64)[live] - 1).sum())
+        live = np.array(router._home) >= 0
+        assert router._later == int((np.array(router._count)[live] - 1).sum())
         if router._groups:
-            expected = _refit_as_written(router)
+            per_turn, settle, future = _refit_as_written(router)
             router._refit()
             refits += 1
-            assert (router._per_turn, router._settle, router._future) == expected
+            assert router._per_turn == pytest.approx(per_turn, rel=1e-12)
+            assert router._settle == pytest.approx(settle, rel=1e-12)
+            assert router._future == pytest.approx(future, rel=1e-12, abs=1e-9)
     assert refits > 100 and (cache_tokens > 100_000 or len(router._groups) < len(router._home))
+
+
+@pytest.mark.parametrize("rebook", [False, True])  # per_turn's change alone; every group (as when _turns rises)
+def test_a_refit_reads_running_sums_not_every_group(rebook):
+    """A refit went over every group and was the p99 of a decision at 64 shards; it reads the sums kept as groups
+    change, and of the groups themselves only a bisection of their birth indices, whichever part of it runs."""
+    w = routing.documents("t", "t", docs=200, questions=[1 + k % 3 for k in range(200)], prefix_tokens=512, shards=8,
+                          seed=6)
+    router, _ = route(w)
+    router._requests += 300  # later: what the groups learnt changes, so the refit books something
+    expected = _refit_as_written(router)
+    if rebook:
+        router._fitted = 0
+
+    class Watched(list):
+        reads = 0
+
+        def __getitem__(self, index):
+            Watched.reads += 1
+            return super().__getitem__(index)
+
+        def __iter__(self):
+            raise AssertionError("a refit went over every group")
+
+    for name in ("_home", "_work_of", "_count", "_first", "_born"):
+        setattr(router, name, Watched(getattr(router, name)))
+    router._refit()
+    assert Watched.reads <= 2 * len(router._groups).bit_length() + 2
+    assert (router._per_turn, router._settle) == pytest.approx(expected[:2], rel=1e-12)
+    assert router._future == pytest.approx(expected[2], rel=1e-12, abs=1e-9)

@@ -49,7 +49,6 @@ import bisect
 import heapq
 import operator
 import queue
-from array import array
 from collections import Counter
 
 import numpy as np
@@ -95,17 +94,29 @@ class PrefixRouter:
         self._loads = [0.0] * num_shards  # `_work` of each shard's booked prefill and requests
         self._prefill, self._seqs = [0] * num_shards, [0] * num_shards
         # growth booking (`_grow`, `_refit`): per prefix group (an index, keyed by its first block past any shared
-        # head), its home shard (-1: forgotten), work booked, requests and its first request's work, in arrays a
-        # refit reads without copying; what each group is still expected to add is booked on its home in `_future`
+        # head), its home shard (-1: forgotten), work booked, requests and its first request's work; what each group
+        # is still expected to add is booked on its home in `_future`. A refit reads running sums, kept as groups
+        # change, not the groups themselves (it was the p99 of a decision at 64 shards)
         self._groups: dict[int, int] = {}
-        self._home, self._work_of, self._count, self._first = array("q"), array("d"), array("q"), array("d")
-        self._born = array("q")  # the routing index of each group's first request
+        self._home: list[int] = []
+        self._work_of: list[float] = []
+        self._count: list[int] = []
+        self._first: list[float] = []
+        self._born: list[int] = []  # the routing index of each group's first request
+        self._kind = bytearray()  # per group: 0 forgotten, 1 one request, 2 more (what a refit counts, at C speed)
         self._gaps = [0, 0]  # requests between a group's first and second, summed; groups that had a second
         self._later = 0  # the live groups' requests after their first, summed (what `_refit` divides by)
+        self._added = self._firsts = 0.0  # the live groups' work after their first request, and of it, summed
+        self._ones = [0] * num_shards  # per home shard, its live groups of one request
+        # per request count c >= 2 and home shard: what a later request of its live groups added, summed, and how
+        # many groups (an empty sum is set to 0.0, not left as its rounding)
+        self._each: list[list[float]] = [[], []]
+        self._many: list[list[int]] = [[], []]
         self._future = [0.0] * num_shards
         self._plan = [0.0] * num_shards  # per shard, its load plus its future: what decisions weigh
         self._reached = [0, 0]  # groups (ever) that reached n requests, per n
         self._turns, self._per_turn, self._refit_at = 1, 0.0, 16
+        self._fitted = 1  # the `_turns` that `_future` was last booked for in full
         self._settle = 0.0  # what a group's first request adds, on average: a gap arrival order opens is about that
         self._completed: queue.SimpleQueue = queue.SimpleQueue()  # routing indices of finished requests
         self._requests = self._replicated = self._evicted = 0
@@ -235,8 +246,7 @@ class PrefixRouter:
         chain = word_chain(words, self._salt, self.block_tokens)
         depths, shared = self._depths(chain)
         quote = Quote(self, words, chain, depths, shared, len(tokens))
-        block, plan = self.block_tokens, self._plan
-        deepest = quote.deepest
+        plan, deepest = self._plan, quote.deepest
         # Each shard is weighed by its plan: the work booked there plus what its groups are expected to grow by
         # (growth booking), so a new group goes where the work will be least once every group has grown, and a
         # gap that arrival order alone opens (a group's turns arriving before the others') is no reason to move.
@@ -246,7 +256,8 @@ class PrefixRouter:
         # than (1 + margin) times its prefix: a hot document spreads as far as its demand needs, one shard at a
         # time. Of the shards holding nothing, only the least planned can be cheapest.
         group = quote.group = self._groups.get(self._group(quote))
-        home, ahead = (self._home[group], self._ahead(group)) if group is not None else (-1, 0.0)
+        if group is not None:
+            quote.home, quote.ahead = self._home[group], self._ahead(group)
         # replication by demand: a group goes to one more shard only once its work is more than a shard's fair
         # share (the mean plan), and its holders are, together, above theirs (their other work counts too); else
         # its holders are the candidates (and the least planned shard need not be found)
@@ -262,15 +273,8 @@ class PrefixRouter:
             candidates.add(plan.index(min(plan)))
         for s in candidates:  # what each holds, computed once (`explain` lists these shards)
             quote.held(s)
-
-        def cost(s: int) -> tuple:
-            again = max(0, deepest - depths.get(s, 0))  # blocks of a held prefix recomputed
-            follows = ahead if home >= 0 and s != home else 0.0  # the group's growth goes where it goes
-            moved = self.margin * again * block + (self._settle if again else 0.0)
-            return (plan[s] + follows + quote.work(s) + moved, plan[s], s)
-
-        quote.candidates, quote.plan = cost, plan  # for `explain` (the same costs, read again only when asked)
-        quote.shard = min(candidates, key=cost) if len(candidates) > 1 else candidates.pop()
+        quote.plan = plan  # what `Quote.cost` weighs (and `explain` reads again, only when asked)
+        quote.shard = min(candidates, key=quote.cost) if len(candidates) > 1 else candidates.pop()
         return quote
 
     def _work(self, prefill: int, seqs: int) -> float:
@@ -297,36 +301,72 @@ class PrefixRouter:
     def _forget(self, group: int) -> None:
         """Group `group` is expected to grow no more (none holds it, or it was several groups)."""
         self._book(self._home[group], -self._ahead(group))
+        self._unfile(group)
         self._home[group] = -1
+        self._kind[group] = 0
         self._later -= self._count[group] - 1
+        self._added -= self._work_of[group] - self._first[group]
+        self._firsts -= self._first[group]
+
+    def _file(self, group: int) -> None:
+        """Count live group `group` in the sums a refit reads, under its home and its requests so far."""
+        turns, home = self._count[group], self._home[group]
+        if turns == 1:
+            self._ones[home] += 1
+            return
+        while turns >= len(self._each):
+            self._each.append([0.0] * self.num_shards)
+            self._many.append([0] * self.num_shards)
+        self._each[turns][home] += (self._work_of[group] - self._first[group]) / (turns - 1)
+        self._many[turns][home] += 1
+
+    def _unfile(self, group: int) -> None:
+        """Take group `group` out of those sums (before it changes or is forgotten)."""
+        turns, home = self._count[group], self._home[group]
+        if turns == 1:
+            self._ones[home] -= 1
+            return
+        left = self._many[turns][home] = self._many[turns][home] - 1
+        each = self._each[turns]
+        each[home] = each[home] - (self._work_of[group] - self._first[group]) / (turns - 1) if left else 0.0
 
     def _refit(self) -> None:
         """Learn what a later request of a group adds (over all groups so far), and book each group's expected
-        growth again; amortized O(1) per request (every `max(64, 2 x groups)` requests, and when `_turns` rises).
-        As few numpy calls as the arithmetic allows (each costs a microsecond or more on arrays this small, and a
-        refit is the p99 of a decision at 64 shards): the same operations on the same arrays, so the same bits."""
+        growth again; every `max(64, 2 x groups)` requests, and when `_turns` rises. From the running sums `_grow`
+        and `_forget` keep, never over the groups (that was the p99 of a decision at 64 shards). Where `_turns` is
+        as at the last refit, only the groups of one request book anew (`_turns - 1` of `_per_turn` each): each
+        shard's booking moves by its count of them times the change. Where it rose, every group does: c requests
+        of `_turns` add `_turns - c` of what each of its later requests added, from the sums per request count."""
         groups = len(self._groups)
         self._refit_at = self._requests + max(64, 2 * groups)
         if not groups:
             return
-        home, turns = np.frombuffer(self._home, np.int64), np.frombuffer(self._count, np.int64)
-        first, work, born = np.frombuffer(self._first), np.frombuffer(self._work_of), self._born
-        if groups < len(self._home):  # some were forgotten (home -1): only the live ones count
-            live = home >= 0
-            home, turns, first, work = home[live], turns[live], first[live], work[live]
-            born = np.frombuffer(self._born, np.int64)[live]
-        added, grown = work - first, turns > 1
-        self._per_turn = float(np.add.reduce(added)) / self._later if self._later else 0.0
+        per_turn = self._added / self._later if self._later else 0.0
         if self._gaps[1]:  # a group of one request is expected that as often as the groups old enough to have had
             # a second (twice the mean wait for one) had one; groups are born in order, so the old ones lead
-            old = bisect.bisect_right(born, self._requests - 2 * self._gaps[0] / self._gaps[1])
+            born = bisect.bisect_right(self._born, self._requests - 2 * self._gaps[0] / self._gaps[1])
+            old = born - self._kind.count(0, 0, born)  # the live ones
             if old:
-                self._per_turn *= int(np.count_nonzero(grown[:old])) / old
-        self._settle = float(np.add.reduce(first)) / groups
-        each = np.where(grown, added / (turns - grown), self._per_turn)  # turns - grown: later requests, or 1
-        left = np.maximum(self._turns - turns, 0)
-        self._future = np.bincount(home, left * each, self.num_shards).tolist()
-        self._plan = list(map(operator.add, self._loads, self._future))
+                per_turn *= self._kind.count(2, 0, born) / old
+        self._settle = self._firsts / groups
+        turns, change = self._turns, per_turn - self._per_turn
+        self._per_turn = per_turn
+        if turns == self._fitted:
+            change *= turns - 1
+            if change:
+                future, plan = self._future, self._plan
+                for shard, ones in enumerate(self._ones):
+                    if ones:
+                        future[shard] += ones * change
+                        plan[shard] += ones * change
+            return
+        self._fitted = turns
+        each = (turns - 1) * per_turn
+        future = [ones * each for ones in self._ones]
+        for count in range(2, min(turns, len(self._each))):
+            future = [f + (turns - count) * e for f, e in zip(future, self._each[count])]
+        self._future = future
+        self._plan = list(map(operator.add, self._loads, future))
 
     def _book(self, shard: int, future: float) -> None:
         """Add `future` to the growth booked on `shard`."""
@@ -338,7 +378,7 @@ class PrefixRouter:
         its booked load, the growth its groups are still expected to add, and its cost (load + growth + the
         prompt's work there + any held prefix recomputed, x margin, + the hysteresis + its group's growth, off
         its home); the chosen one first, and why (a hit, a replica of a held prefix, or the least loaded)."""
-        cost, chosen = quote.candidates, quote.shard
+        cost, chosen = quote.cost, quote.shard
         weighed = sorted(quote._held, key=lambda s: (s != chosen, cost(s)))
         loads, plan = self._loads, quote.plan
         parts = [f"s{s} holds {quote._held[s]:,}, load {loads[s]:,.0f}, growth {plan[s] - loads[s]:,.0f}, "
@@ -353,10 +393,10 @@ class PrefixRouter:
         """Book `quote` on `shard` (default: the one it chose) and remember its blocks there; the shard. A quote
         is good until the next `quote` or `commit`."""
         shard = quote.shard if shard is None else shard
-        depths, deepest = quote.depths, quote.deepest
-        if depths.get(shard, 0) < deepest:
+        here, deepest, held = quote.depths.get(shard, 0), quote.deepest, quote.held(shard)
+        if here < deepest:
             self._replicated += 1  # a held prefix recomputed elsewhere: its holder was the busier
-        prefill = quote.length - quote.held(shard)
+        prefill = quote.length - held
         self._prefill[shard] += prefill
         self._seqs[shard] += 1
         load = self._work(self._prefill[shard], self._seqs[shard])
@@ -364,8 +404,8 @@ class PrefixRouter:
         self._loads[shard] = load
         self._plan[shard] = load + self._future[shard]
         self._grow(self._group(quote), shard, work)
-        self._remember(shard, quote.chain, quote.fine, depths.get(shard, 0), deepest)
-        self._expected.append(quote.held(shard))
+        self._remember(shard, quote.chain, quote.fine, here, deepest)
+        self._expected.append(held)
         self._booked.append((shard, prefill))
         self._requests += 1
         if self._requests >= self._refit_at:
@@ -386,10 +426,14 @@ class PrefixRouter:
             self._count.append(1)
             self._first.append(work)
             self._born.append(self._requests)
+            self._kind.append(1)
+            self._firsts += work
+            self._file(group)
             self._reached[1] += 1
             self._book(shard, self._ahead(group))
             return
         before = self._ahead(group)
+        self._unfile(group)
         if shard != self._home[group]:  # its later requests follow it here (a conversation moved, a document
             # replicated)
             self._book(self._home[group], -before)
@@ -398,8 +442,11 @@ class PrefixRouter:
         self._work_of[group] += work
         self._count[group] += 1
         self._later += 1
+        self._added += work
+        self._file(group)
         turns = self._count[group]
         if turns == 2:
+            self._kind[group] = 2
             self._gaps[0] += self._requests - self._born[group]
             self._gaps[1] += 1
         if turns == len(self._reached):
@@ -417,7 +464,11 @@ class PrefixRouter:
         tails, last = self._tails[shard], len(chain) - 1
         for at in (last, last + 1):  # the last full block (unless held already) and the tail, engine block by block
             if at >= here:
-                tails.setdefault(self._before(chain, at), set()).update(fine(at))
+                before = self._before(chain, at)
+                if before in tails:
+                    tails[before].update(fine(at))
+                else:
+                    tails[before] = set(fine(at))
         # A shared head: a held block after which two different new blocks went on (a question's last block
         # does not go on). Only where a chain leaves what any shard holds can it fork from another.
         if 0 < known < last and chain[known - 1] in self._extends and chain[known - 1] not in self._heads:
@@ -501,7 +552,7 @@ class Quote:
     the tokens of the prompt it holds and the work the prompt would add there (uncached prefill plus decode)."""
 
     __slots__ = ("_router", "_words", "chain", "depths", "shared", "length", "deepest", "shard", "_fine", "_held",
-                 "candidates", "plan", "group")
+                 "plan", "group", "home", "ahead")
 
     def __init__(self, router: PrefixRouter, words: np.ndarray, chain: list[int], depths: dict[int, int],
                  shared: int, length: int):
@@ -509,6 +560,7 @@ class Quote:
         self.length, self.deepest = length, max(depths.values(), default=0)
         self.shard = -1
         self.group: int | None = None
+        self.home, self.ahead = -1, 0.0  # its group's home shard and what the group is still expected to add
         self._fine: dict[int, list[int]] = {}
         self._held: dict[int, int] = {}
 
@@ -525,6 +577,17 @@ class Quote:
             self._held[shard] = self._router._held_tokens(shard, self.depths.get(shard, 0), self.length, self.fine,
                                                           self.chain)
         return self._held[shard]
+
+    def cost(self, shard: int) -> tuple:
+        """What the router weighs for `shard` (least first; `PrefixRouter.quote` says why): its plan, the group's
+        growth if `shard` is not the group's home, this prompt's work there, and a held prefix recomputed there,
+        (1 + margin) times, with the hysteresis. A method, not a closure kept on the quote: a quote then holds no
+        reference cycle, so it is freed as soon as it is dropped, not by the garbage collector."""
+        r, plan = self._router, self.plan
+        again = max(0, self.deepest - self.depths.get(shard, 0))  # blocks of a held prefix recomputed
+        follows = self.ahead if self.home >= 0 and shard != self.home else 0.0  # the group's growth goes with it
+        moved = r.margin * again * r.block_tokens + (r._settle if again else 0.0)
+        return (plan[shard] + follows + self.work(shard) + moved, plan[shard], shard)
 
     def work(self, shard: int) -> float:
         """What this prompt would add to `shard`'s booked work: its uncached prefill there, and the steps it adds."""
