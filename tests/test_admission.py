@@ -79,8 +79,9 @@ def test_the_first_token_frees_the_prefill_before_the_answer_is_back():
 def test_an_answer_is_learned_when_it_is_reported_even_from_other_threads():
     """A first token releases its prefill and teaches its shard when it is reported, not at the next decision (so
     its cost is its own request's, issue 30); reports from the answers' threads while the client decides leave
-    nothing booked and each wait learned once."""
-    c = _controller(shards=2, rate=1000.0, headroom=100.0)
+    nothing booked and each wait learned once. The budget is so wide that no decision refuses, whatever the threads'
+    order taught the rate (a loaded machine reports late)."""
+    c = _controller(shards=2, rate=1000.0, headroom=1e9)
     first = c.decide(_prompt(1500), now=0.0)
     c.first_token(first.index, now=1.5)
     assert c.ahead == [0, 0] and sum(c.rate.samples) == 1  # no decision since
@@ -105,7 +106,7 @@ def test_an_answer_is_learned_when_it_is_reported_even_from_other_threads():
     for thread in threads:
         thread.join()
     c.complete(first.index, now=3.0)
-    assert admitted > 100 and sum(c.rate.samples) == admitted + 1
+    assert admitted == 300 and sum(c.rate.samples) == admitted + 1
     assert c.ahead == [0, 0] and c.router.loads == [0, 0]
 
 
