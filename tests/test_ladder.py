@@ -236,3 +236,22 @@ def test_extra_pairs_run_an_arms_flame_side_on_the_traces_whose_ladder_has_their
     with pytest.raises(ParityError, match="names arm 'fast'; the arms are \\['harvest'\\]"):
         plan.for_experiment("sustained", [tiny_reuse_trace], {"rates": [2], "arms": settings["arms"],
                                                               "answers": {"tokens": 64, "arm": "fast"}})
+
+
+def test_an_extra_pair_that_names_a_trace_runs_there_alone_and_a_trace_not_given_is_refused(tiny_reuse_trace,
+                                                                                             tmp_path):
+    """`trace: NAME` puts an extra pair on one trace at a rate no ladder has (512-token answers at 2 requests/s on
+    reuse-640 alone, where the ladder's 4 requests/s is past one H200's capacity); a name not given: one line."""
+    from parity.experiments import plan
+
+    hot = tmp_path / "hot.json"
+    hot.write_bytes(tiny_reuse_trace.read_bytes())
+    settings = {"rates": {"reuse": [4], "hot": [4]}, "arms": {"harvest": {"mode": "harvest", "api": "async"}},
+                "answers": {"tokens": 512, "arm": "harvest", "rate": 2, "trace": "reuse"}}
+    cases = plan.for_experiment("sustained", [tiny_reuse_trace, hot], settings)
+    extras = sorted((c.stage, c.trace.stem, c.system, c.schedule.rate) for c in cases if "out512" in c.stage)
+    assert extras == [("rate-2-out512-harvest", "reuse", "flame", 2.0),
+                      ("rate-2-out512-harvest", "reuse", "standalone", 2.0)]
+    with pytest.raises(ParityError, match="sustained answers names trace 'cold', which is not among the ladder's "
+                                          "traces \\(reuse, hot\\)"):
+        plan.for_experiment("sustained", [tiny_reuse_trace, hot], settings | {"answers": {"tokens": 8, "trace": "cold"}})

@@ -237,7 +237,8 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
     round is that many requests paced as the rung is (parity.trial). With `answers` ({tokens, rate}), one more
     pair per repeat at that rate with every answer exactly that long (stage `rate-R-outN`: a rung of that
     length's ladder). Each extra pair (`evict`, `lengths`, `answers`, `restart`) runs on the traces whose ladder
-    has its rate, starts fresh engines, and with `arm: NAME` runs that arm's Flame side (stage suffix `-NAME`).
+    has its rate (with `trace: NAME`, on that trace alone), starts fresh engines, and with `arm: NAME` runs that arm's
+    Flame side (stage suffix `-NAME`).
 
     Ours, with `bounded` (parity.admission.BoundedSettings): at every rung, after its pairs, one more case per path
     on fresh engines, unpaired (each refuses its own requests): the prefix router with bounded admission against
@@ -280,9 +281,14 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
             raise ParityError(f"sustained: an extra pair names arm {name!r}; the arms are {sorted(arms or {}) or 'none'}")
         return rate, name, replace(flame, **arms[name])
 
-    def on(rate: float) -> list[Path]:
-        """The traces an extra pair at `rate` runs on: those whose ladder has that rate (every trace, where one
-        ladder serves all, or where none has it)."""
+    def on(rate: float, spec: ExtraPair) -> list[Path]:
+        """The traces an extra pair at `rate` runs on: the one it names, else those whose ladder has that rate
+        (every trace, where one ladder serves all, or where none has it)."""
+        if spec.trace is not None:
+            if not (named := [t for t in traces if t.stem == spec.trace]):
+                raise ParityError(f"sustained: {spec.what} names trace {spec.trace!r}, which is not among the ladder's "
+                                  f"traces ({', '.join(t.stem for t in traces)})")
+            return named
         have = [t for t in traces if rate in per_trace.get(t.stem, [])]
         return have or list(traces)
 
@@ -332,21 +338,21 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
                         cases += [lone, other]
         if evict is not None:
             rate, arm, settings = extra(evict)
-            for trace in on(rate):
+            for trace in on(rate, evict):
                 pair(f"evict-{rate:g}", trace, settings, repeat, at(rate), arm, cache_blocks=evict.cache_blocks)
         if lengths is not None:
             rate, arm, settings = extra(lengths)
             drawn = lengths.lengths
-            for trace in on(rate):
+            for trace in on(rate, lengths):
                 pair(f"lengths-{rate:g}", trace, settings, repeat, at(rate), arm, lengths=drawn, max_tokens=drawn.high)
         if answers is not None:
             rate, arm, settings = extra(answers)
-            for trace in on(rate):
+            for trace in on(rate, answers):
                 pair(f"rate-{rate:g}-out{answers.tokens}", trace, settings, repeat, at(rate), arm,
                      max_tokens=answers.tokens)
         if restart is not None:
             rate, arm, settings = extra(restart)
-            for trace in on(rate):
+            for trace in on(rate, restart):
                 pair(f"restart-{rate:g}", trace, settings, repeat, at(rate), arm, restart=restart.restart)
         if replay is not None:
             settings = flame if replay.arm is None else replace(flame, **arms[replay.arm])

@@ -137,12 +137,13 @@ class Arrivals(Settings):
 @dataclass(frozen=True)
 class ExtraPair(Section):
     """One more pair per repeat at one rate (unset: the ladder's first), with one arm's Flame side (unset:
-    the experiment's own)."""
+    the experiment's own), on one trace (unset: those whose ladder has the rate)."""
 
     what = "sustained extra pair"
-    flattened: ClassVar[str | None] = None  # a field whose own settings sit beside rate and arm in the config
+    flattened: ClassVar[str | None] = None  # a field whose own settings sit beside rate, arm and trace in the config
     rate: float | None = None
     arm: str | None = None
+    trace: str | None = None  # the workflow's name of the trace (its file stem): one pair per repeat, there alone
 
     @classmethod
     def from_dict(cls, values: dict | None):
