@@ -16,11 +16,15 @@ experiment (the Flame batch-limit screening): this decides whether a request is 
   (refusing there helps no one and would leave the rate unlearned). Otherwise refuse at once with a one-line
   reason; with `reroute`, a shard that meets it takes the request first (a miss that meets the deadline beats a
   hit that misses it).
-- No queue in front of the engine (yet): under a first-come engine, a request whose first token is predicted past
-  the objective is no earlier for waiting in front of the engine than inside it; a bounded queue helps only where
-  the prediction is wrong, so it waits for measurements of how often that is.
+- No queue in front of the engine by default: under a first-come engine, a request whose first token is predicted
+  past the objective is no earlier for waiting in front of the engine than inside it; a bounded queue helps only
+  where the prediction is wrong. `queue_s` (off by default; the standalone client only) is that queue, deadline-
+  aware: a request that would be refused is held up to `queue_s`, judged again in arrival order whenever a first
+  token releases booked prefill (and at its bound), admitted when its predicted wait fits the objective less its
+  hold, refused at its bound with its reason (benchmarks/simulated/admission-2026-12-03d.txt measures it).
 
-A refused request is never booked, so a burst of refusals leaves no work behind.
+A refused request is never booked, so a burst of refusals leaves no work behind; a held one is booked only
+once admitted.
 """
 
 from parity.admission.controller import Controller, Decision

@@ -23,7 +23,12 @@ class Decision(NamedTuple):
     moved: bool = False  # placed on another shard than the router chose (`reroute`)
     prefill: int = 0  # an admitted request's uncached prefill, booked on its shard until its first token
     why: tuple | None = None  # a refusal's facts: (shard, ahead, uncached, rate, latency_s, budget_s, ttft_s,
-    # headroom, reroute, quantile, bias)
+    # headroom, reroute, quantile, bias, held_s); budget_s: what is left of it after held_s
+    until: float | None = None  # held (`queue_s`): no fate yet; by this time (the caller's clock) its `wake` gets it
+
+    @property
+    def held(self) -> bool:
+        return self.until is not None
 
     @property
     def admitted(self) -> bool:
@@ -43,7 +48,7 @@ class Decision(NamedTuple):
     def _central_s(self) -> float:
         """A refusal's central wait (the line times its bias) at the work it was judged with: the prediction
         without the quantile's margin."""
-        _shard, ahead, uncached, rate, latency_s, *_, bias = self.why
+        _shard, ahead, uncached, rate, latency_s, *_, bias, _held_s = self.why
         return bias * (latency_s + (ahead + uncached) / rate)
 
     @property
@@ -51,18 +56,19 @@ class Decision(NamedTuple):
         """One line: the predicted wait against the objective, and what it was predicted from."""
         if self.why is None:
             return None
-        shard, ahead, uncached, rate, latency_s, budget_s, ttft_s, headroom, reroute, quantile, bias = self.why
+        shard, ahead, uncached, rate, latency_s, budget_s, ttft_s, headroom, reroute, quantile, bias, held_s = self.why
+        held, less = (f"held {held_s:.3f} s, then ", " less the hold") if held_s else ("", "")
         where = "no shard meets it" if reroute else f"on shard {shard}"
         margin_s = self.predicted_s - self._central_s
         margin = (f", plus a margin of {margin_s:.3f} s for the {quantile * 100:g}th percentile of its errors"
                   if quantile else "")
-        return (f"predicted first token in {self.predicted_s:.2f} s > {budget_s:.2f} s ({headroom:g} x the "
-                f"{ttft_s:g} s objective) {where}: {ahead} prefill tokens ahead + {uncached} uncached at "
+        return (f"{held}predicted first token in {self.predicted_s:.2f} s > {budget_s:.2f} s ({headroom:g} x the "
+                f"{ttft_s:g} s objective{less}) {where}: {ahead} prefill tokens ahead + {uncached} uncached at "
                 f"{rate:.0f} prefill tokens/s after {latency_s:.3f} s, x {bias:.2f} (its recent bias){margin}")
 
 
 _DONE = object()  # a request no longer open (completed, or never admitted)
-_decision = tuple.__new__  # a Decision of all six fields, without NamedTuple's __new__ (a Python call, 0.3 us)
+_decision = tuple.__new__  # a Decision of all seven fields, without NamedTuple's __new__ (a Python call, 0.3 us)
 
 
 class Controller:
@@ -96,48 +102,93 @@ class Controller:
         # booking until its first token (shard, prefill, work ahead, admitted at, and the central wait and bias it
         # was judged by), then None
         self._lock = threading.Lock()  # decisions, and first tokens and completions from the answers' threads
+        self.queue_s = min(settings.queue_s, self.budget_s)  # no hold past the budget: nothing would fit after it
+        self._held: list[tuple] = []  # held requests in arrival order: (arrived, until, tokens, attempt, wake)
         self.admitted = self.refused = self.moved = self.retried = 0  # tries; retried: admitted on a retry
+        self.held = self.held_admitted = 0  # requests held (`queue_s`), and of those admitted later
 
-    def decide(self, tokens, now: float, attempt: int = 0) -> Decision:
+    def decide(self, tokens, now: float, attempt: int = 0, wake=None) -> Decision:
         """Admit (booked on its shard) or refuse (nothing booked) this prompt, arriving `now`; `attempt` counts
-        the client's earlier tries of it (parity.admission.retry). Written for its cost (a few microseconds, issue
-        30): the wait model read inline, the other shards weighed only when the router's cannot meet the budget."""
+        the client's earlier tries of it (parity.admission.retry). With `queue_s`, one that would be refused is
+        held instead (a Decision with `until`): `wake(decision)` gets its fate later, from whichever call re-judged
+        it (`first_token`, `complete`, or the caller's `expire` at `until`), under the controller's lock. Written
+        for its cost (a few microseconds, issue 30): the wait model read inline, the other shards weighed only
+        when the router's cannot meet the budget."""
         with self._lock:  # the answers' threads report first tokens and completions meanwhile
-            quote = self.router.quote(tokens)
-            shard, ahead, budget_s, predict = quote.shard, self.ahead, self.budget_s, self.rate.predict
-            own = quote.length - quote.held(shard)
-            wait = predict(shard, ahead[shard] + own)
-            moved = False
-            if wait > budget_s and ahead[shard]:
-                if self.settings.reroute:  # the least predicted wait, the lowest shard on a tie
-                    best, best_own, best_wait = shard, own, wait
-                    for other in range(len(ahead)):
-                        if other != shard:
-                            other_own = quote.length - quote.held(other)
-                            other_wait = predict(other, ahead[other] + other_own)
-                            if other_wait < best_wait or (other_wait == best_wait and other < best):
-                                best, best_own, best_wait = other, other_own, other_wait
-                    if best != shard and (not ahead[best] or best_wait <= budget_s):
-                        shard, own, wait, moved = best, best_own, best_wait, True
-                if ahead[shard] and wait > budget_s:
-                    self.refused += 1
-                    settings, rate = self.settings, self.rate
-                    return _decision(Decision, (None, None, wait, False, 0, (
-                        shard, ahead[shard], own, rate.rates[shard], rate.latency_s[shard], budget_s,
-                        self.objective.ttft_s, settings.headroom, settings.reroute, settings.quantile,
-                        rate.bias[shard])))
-            router, rate = self.router, self.rate
-            index = router.requests  # the routing index this booking gets
-            router.commit(quote, shard)
-            self._open[index] = (shard, own, ahead[shard], now, rate.centrals[shard], rate.bias[shard])
-            # its latest predict, and the bias in it
-            ahead[shard] += own
-            self.admitted += 1
-            if moved:
-                self.moved += 1
-            if attempt:
-                self.retried += 1
-            return _decision(Decision, (shard, index, wait, moved, own, None))
+            decision = self._judge(tokens, now, 0.0, attempt)
+            if decision[0] is None:
+                if self.queue_s:
+                    if wake is None:
+                        raise ParityError("admission setting queue_s holds a request: decide needs its wake")
+                    until = now + self.queue_s
+                    self._held.append((now, until, tokens, attempt, wake))
+                    self.held += 1
+                    return _decision(Decision, (None, None, decision[2], False, 0, None, until))
+                self.refused += 1
+            return decision
+
+    def _judge(self, tokens, now: float, held_s: float, attempt: int) -> Decision:
+        """`decide`'s judgement, the lock held: a request held `held_s` already has that much less budget, and
+        the idle-shard exception (admit when nothing is ahead) is for a first try only (a held one has already
+        waited: admitted past what is left of its budget, it would miss)."""
+        quote = self.router.quote(tokens)
+        shard, ahead, budget_s, predict = quote.shard, self.ahead, self.budget_s - held_s, self.rate.predict
+        own = quote.length - quote.held(shard)
+        wait = predict(shard, ahead[shard] + own)
+        moved = False
+        if wait > budget_s and (ahead[shard] or held_s):
+            if self.settings.reroute:  # the least predicted wait, the lowest shard on a tie
+                best, best_own, best_wait = shard, own, wait
+                for other in range(len(ahead)):
+                    if other != shard:
+                        other_own = quote.length - quote.held(other)
+                        other_wait = predict(other, ahead[other] + other_own)
+                        if other_wait < best_wait or (other_wait == best_wait and other < best):
+                            best, best_own, best_wait = other, other_own, other_wait
+                if best != shard and ((not ahead[best] and not held_s) or best_wait <= budget_s):
+                    shard, own, wait, moved = best, best_own, best_wait, True
+            if (ahead[shard] or held_s) and wait > budget_s:
+                settings, rate = self.settings, self.rate
+                return _decision(Decision, (None, None, wait, False, 0, (
+                    shard, ahead[shard], own, rate.rates[shard], rate.latency_s[shard], budget_s,
+                    self.objective.ttft_s, settings.headroom, settings.reroute, settings.quantile,
+                    rate.bias[shard], held_s), None))
+        router, rate = self.router, self.rate
+        index = router.requests  # the routing index this booking gets
+        router.commit(quote, shard)
+        self._open[index] = (shard, own, ahead[shard], now, rate.centrals[shard], rate.bias[shard])
+        # its latest predict, and the bias in it
+        ahead[shard] += own
+        self.admitted += 1
+        if moved:
+            self.moved += 1
+        if attempt:
+            self.retried += 1
+        return _decision(Decision, (shard, index, wait, moved, own, None, None))
+
+    def expire(self, now: float) -> None:
+        """Re-judge the held requests at `now`: the caller calls it at each held request's `until` (the controller
+        keeps no clock of its own)."""
+        with self._lock:
+            self._rejudge(now)
+
+    def _rejudge(self, now: float) -> None:
+        """Judge each held request again, in arrival order (the lock held): admitted when its predicted wait fits
+        what is left of the budget after its hold; refused at its bound, or at once where no work is ahead of it
+        on the shard judged (an idle shard's wait does not fall by waiting)."""
+        still = []
+        for hold in self._held:
+            arrived, until, tokens, attempt, wake = hold
+            decision = self._judge(tokens, now, now - arrived, attempt)
+            if decision[0] is not None:
+                self.held_admitted += 1
+            elif now >= until or not decision.why[1]:
+                self.refused += 1
+            else:
+                still.append(hold)
+                continue
+            wake(decision)
+        self._held = still
 
     def attempts(self, offsets: list[float]) -> Attempts:
         """A burst's tries under the client's retry policy (`settings.retries`), each request's first at its offset."""
@@ -150,6 +201,8 @@ class Controller:
             if booking is not None:  # once only
                 self._open[index] = None
                 self._learn(booking, now)
+                if self._held:
+                    self._rejudge(now)
 
     def complete(self, index: int, now: float) -> None:
         """The `index`-th admitted request finished at `now`: the router releases its work (and the controller its
@@ -161,6 +214,8 @@ class Controller:
             if booking is not None:  # no first token reported
                 self._learn(booking, now)
             self.router.complete(index)
+            if booking is not None and self._held:
+                self._rejudge(now)
 
     def _learn(self, booking: tuple, now: float) -> None:
         """A booking's first token came at `now`: release its prefill and learn from its wait (the lock held)."""
@@ -175,6 +230,7 @@ class Controller:
             rate = self.rate.fitted()
             errors = [rate.errors(shard) for shard in range(len(self.ahead))]
             return {"admitted": self.admitted, "refused": self.refused, "moved": self.moved, "retried": self.retried,
+                    "held": self.held, "held_admitted": self.held_admitted,
                     "rates_tokens_per_s": [round(r, 1) for r in rate.rates], "rate_samples": list(rate.samples),
                     "latency_s": [round(s, 4) for s in rate.latency_s], "bias": [round(b, 3) for b in rate.bias],
                     "error_mean_s": [round(m, 4) for m, _ in errors],

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from math import inf
 from statistics import NormalDist
 
 from parity.errors import ParityError
@@ -26,6 +27,9 @@ class BoundedSettings(Settings):
     cold_sd_s: float = 0.0  # a cold-start prior (issue 30's 1.6x miss; off by default): until a shard has seen
     # 1 / alpha first tokens, the margin's spread is this many seconds, not its own few errors' (infinite until two);
     # from the calibrated engine: where in a full prefill step a first token lands, step / sqrt(12)
+    queue_s: float = 0.0  # the deadline-aware queue (issue 30; off by default): a request that would be refused is held
+    # up to this long (at most the budget), judged again in arrival order as first tokens release booked prefill,
+    # admitted when its predicted wait fits the budget less its hold, refused at its bound
 
     @property
     def z(self) -> float:
@@ -38,6 +42,11 @@ class BoundedSettings(Settings):
                 raise ParityError(f"admission setting {name} must be above 0, got {getattr(self, name)!r}")
         if self.cold_sd_s < 0:
             raise ParityError(f"admission setting cold_sd_s must be 0 or more, got {self.cold_sd_s!r}")
+        if not 0 <= self.queue_s < inf:
+            raise ParityError(f"admission setting queue_s must be 0 or more seconds, got {self.queue_s!r}")
+        if self.queue_s and self.retries:
+            raise ParityError("admission settings queue_s and retries are two ways to try a refused request again: "
+                              "set one")
         if self.retries < 0:
             raise ParityError(f"admission setting retries must be 0 or more, got {self.retries!r}")
         if not (self.quantile == 0 or 0.5 <= self.quantile < 1):

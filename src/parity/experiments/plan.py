@@ -253,6 +253,9 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
     runs on that trace."""
     if bounded is not None and "bounded" in (arms or {}):
         raise ParityError("sustained: an arm is named 'bounded', the name of the bounded-admission arm")
+    if bounded is not None and bounded.queue_s:
+        raise ParityError("sustained: admission setting queue_s (the deadline-aware queue) runs on the standalone "
+                          "client only; the Flame client does not hold requests yet")
     if bounded is not None:  # the Flame side streams (harvest mode), so a first token can release its prefill
         if flame.api != "async":
             raise ParityError("sustained: bounded admission's Flame side runs the harvest mode, which needs the "

@@ -192,11 +192,35 @@ class NativeClient:
         release (a burst: all now); return (release, shards, replies). Each reply is timed from its scheduled send.
         `samplings`: each request's own (its exact output length, parity.lengths); None: the client's for all.
         `admission` (a parity.admission.Controller over `router`): each request is admitted or refused as it is
-        due, and tried again after its Retry-After as the client's policy allows (parity.admission.retry); one
-        refused for good is never sent, and its shard and reply are None (`refusals` holds its reason)."""
+        due, and tried again after its Retry-After as the client's policy allows (parity.admission.retry), or held
+        by the controller (`queue_s`) and sent from its own task once admitted; one refused for good is never sent,
+        and its shard and reply are None (`refusals` holds its reason)."""
         release = time.monotonic() if release is None else release
         samplings = [self.sampling] * len(prompts) if samplings is None else samplings
         shards, tasks, self.refusals = [None] * len(prompts), {}, {}
+        loop, queue = asyncio.get_running_loop(), admission is not None and admission.queue_s
+
+        async def held(index: int, until: float, fate: asyncio.Future):
+            """A held request (`queue_s`): its fate when work drains, or the controller's at `until`; sent if
+            admitted, timed from its scheduled send (its hold counts)."""
+            while not fate.done():
+                await asyncio.wait([fate], timeout=max(0.0, until - time.monotonic()))
+                if not fate.done():
+                    admission.expire(time.monotonic())
+                    await asyncio.sleep(0)  # its wake's set_result runs first
+            decision = fate.result()
+            if not decision.admitted:
+                self.refusals[index] = decision.reason
+                return None
+            shards[index] = decision.shard
+            body = request_body(self.model, prompts[index], samplings[index], self.stream)
+            try:
+                return await self._post(decision.shard, body, request_ids[index], release + offsets[index],
+                                        samplings[index],
+                                        lambda: admission.first_token(decision.index, time.monotonic()))
+            finally:
+                admission.complete(decision.index, time.monotonic())
+
         attempts = admission.attempts(offsets) if admission is not None else \
             ((offset, index, 0) for index, offset in enumerate(offsets))
         for offset, index, attempt in attempts:
@@ -204,7 +228,13 @@ class NativeClient:
             if offset > 0:
                 await wait_until_async(release + offset)
             if admission is not None:
-                decision = admission.decide(prompt, time.monotonic(), attempt)
+                fate = loop.create_future() if queue else None
+                wake = (lambda decision, fate=fate: loop.call_soon_threadsafe(fate.set_result, decision)) \
+                    if queue else None  # under the controller's lock, perhaps another thread's
+                decision = admission.decide(prompt, time.monotonic(), attempt, wake)
+                if decision.held:  # its fate comes later: sent from its own task if admitted
+                    tasks[index] = asyncio.ensure_future(held(index, decision.until, fate))
+                    continue
                 if not decision.admitted:
                     if not attempts.again(index, attempt, time.monotonic() - release + decision.retry_after_s):
                         self.refusals[index] = attempts.final(decision.reason, attempt)
