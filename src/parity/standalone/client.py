@@ -212,19 +212,22 @@ class NativeClient:
             if not decision.admitted:
                 self.refusals[index] = decision.reason
                 return None
+            return await admitted(index, decision)
+
+        def admitted(index: int, decision) -> asyncio.Future:
+            """An admitted request sent: its first token and its completion reported to the controller."""
             shards[index] = decision.shard
             body = request_body(self.model, prompts[index], samplings[index], self.stream)
-            try:
-                return await self._post(decision.shard, body, request_ids[index], release + offsets[index],
-                                        samplings[index],
-                                        lambda: admission.first_token(decision.index, time.monotonic()))
-            finally:
-                admission.complete(decision.index, time.monotonic())
+            task = asyncio.ensure_future(self._post(decision.shard, body, request_ids[index], release + offsets[index],
+                                                    samplings[index],
+                                                    lambda: admission.first_token(decision.index, time.monotonic())))
+            task.add_done_callback(lambda _: admission.complete(decision.index, time.monotonic()))
+            return task
 
         attempts = admission.attempts(offsets) if admission is not None else \
             ((offset, index, 0) for index, offset in enumerate(offsets))
         for offset, index, attempt in attempts:
-            prompt, first = prompts[index], None
+            prompt = prompts[index]
             if offset > 0:
                 await wait_until_async(release + offset)
             if admission is not None:
@@ -239,15 +242,13 @@ class NativeClient:
                     if not attempts.again(index, attempt, time.monotonic() - release + decision.retry_after_s):
                         self.refusals[index] = attempts.final(decision.reason, attempt)
                     continue
-                shards[index] = decision.shard
-                done = lambda _, index=decision.index: admission.complete(index, time.monotonic())  # noqa: E731
-                first = lambda index=decision.index: admission.first_token(index, time.monotonic())  # noqa: E731
-            else:
-                shards[index] = router.route(prompt)
-                done = (lambda _, index=len(tasks): router.complete(index)) if router.released_on_completion else None
+                tasks[index] = admitted(index, decision)
+                continue
+            shards[index] = router.route(prompt)
+            done = (lambda _, index=len(tasks): router.complete(index)) if router.released_on_completion else None
             body = request_body(self.model, prompt, samplings[index], self.stream)
             tasks[index] = asyncio.ensure_future(self._post(shards[index], body, request_ids[index],
-                                                            release + offsets[index], samplings[index], first))
+                                                            release + offsets[index], samplings[index]))
             if done is not None:  # its load released as its answer comes back
                 tasks[index].add_done_callback(done)
         try:
