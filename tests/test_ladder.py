@@ -255,3 +255,37 @@ def test_an_extra_pair_that_names_a_trace_runs_there_alone_and_a_trace_not_given
     with pytest.raises(ParityError, match="sustained answers names trace 'cold', which is not among the ladder's "
                                           "traces \\(reuse, hot\\)"):
         plan.for_experiment("sustained", [tiny_reuse_trace, hot], settings | {"answers": {"tokens": 8, "trace": "cold"}})
+
+
+def test_a_trace_with_no_rungs_runs_only_the_extra_pairs_that_name_it(tiny_reuse_trace, tmp_path):
+    """Every trace's rates empty: the plan is the extra pairs that name a trace and rate, exactly the cases the full
+    config has under those ids (how a device session runs one stage of the host ladder); an extra pair with no
+    rate, or nothing to run at all, is refused in one line; the schema takes an empty list per trace only."""
+    from parity.experiments import plan
+    from parity.experiments.settings import SustainedSettings
+    from parity.workflow_config import check_experiment_settings
+
+    hot = tmp_path / "hot.json"
+    hot.write_bytes(tiny_reuse_trace.read_bytes())
+    traces = [tiny_reuse_trace, hot]
+    answers = {"tokens": 512, "arm": "harvest", "rate": 2, "trace": "reuse"}
+    full = {"rates": {"reuse": [4], "hot": [4]}, "repeats": 2, "arms": {"harvest": {"mode": "harvest", "api": "async"}},
+            "answers": answers}
+    narrow = full | {"rates": {"reuse": [], "hot": []}}
+    check_experiment_settings("sustained", narrow)
+    cases = plan.for_experiment("sustained", traces, narrow)
+    assert [c.trial_id for c in cases] == ["sustained-rate-2-out512-harvest-reuse-p0-vllm",
+                                           "sustained-rate-2-out512-harvest-reuse-p0-flame",
+                                           "sustained-rate-2-out512-harvest-reuse-p1-flame",
+                                           "sustained-rate-2-out512-harvest-reuse-p1-vllm"]
+    everything = {c.trial_id: c for c in plan.for_experiment("sustained", traces, full)}
+    assert all(everything[c.trial_id] == c for c in cases)
+    assert plan.settings_of("sustained", narrow).highest_rate == 2.0
+    with pytest.raises(ParityError, match="sustained answers has no rate and the ladder none to lend it"):
+        plan.for_experiment("sustained", traces, narrow | {"answers": {"tokens": 8, "trace": "reuse"}})
+    with pytest.raises(ParityError, match="sustained: no case"):
+        plan.for_experiment("sustained", traces, {"rates": {"reuse": [], "hot": []}})
+    with pytest.raises(ParityError, match="no rate anywhere"):
+        SustainedSettings(rates={"reuse": ()}).highest_rate
+    with pytest.raises(ParityError):  # a plain ladder may not be empty
+        check_experiment_settings("sustained", {"rates": []})

@@ -277,6 +277,9 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
 
     def extra(spec: ExtraPair) -> tuple[float, str | None, FlameSettings]:
         """An extra pair's rate (default: the ladder's first), arm and Flame side (`arm`: that arm's)."""
+        if spec.rate is None and not ladder:
+            raise ParityError(f"sustained: {spec.what} has no rate and the ladder none to lend it (every trace's "
+                              "rates are empty): give it a rate")
         rate, name = float(ladder[0] if spec.rate is None else spec.rate), spec.arm
         if name is None:
             return rate, None, flame
@@ -362,6 +365,8 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
             recorded = str(replay_file(replayed))
             pair("replay", replayed, settings, repeat, Schedule(kind="replay", replay=recorded), replay.arm,
                  lengths=OutputLengths(replay=recorded))
+    if not cases:
+        raise ParityError("sustained: no case (every trace's rates are empty and no extra pair names a trace)")
     if not shared_start:
         return cases
     for number, case in enumerate(c for c in cases if c.start is None):  # an arm's extra pairs right after its blocks

@@ -268,6 +268,9 @@ class SustainedSettings(Section):
 
     @property
     def highest_rate(self) -> float:
-        """The ladder's top rung, over every trace's own rates where they differ."""
+        """The ladder's top rung, over every trace's own rates where they differ, and the extra pairs' rates."""
         ladders = self.rates.values() if isinstance(self.rates, dict) else [self.rates]
-        return max(max(ladder) for ladder in ladders)
+        extras = (x.rate for x in (self.restart, self.lengths, self.evict, self.answers) if x and x.rate)
+        if not (every := [r for ladder in ladders for r in ladder] + list(extras)):
+            raise ParityError("sustained: no rate anywhere (every trace's rates empty, no extra pair with a rate)")
+        return max(every)
