@@ -11,7 +11,7 @@
 # under 64 MiB with the tracked tree); later calls of the same warm machine reuse what they left in /tmp. Runs `benchmarks/host.sh sustained` (config/host.yaml: 640-request rungs, each path's rungs on one engine
 # start), killed at LIMIT_S (default 540) so a device call ends in time: a rerun keeps every finished trial and
 # goes on. Leaves OUTDIR/ladder.tgz (trials, experiment manifest, engine logs and JIT records, cleanup receipts)
-# and OUTDIR/gpu.txt. A later session continues the ladder from the trials an earlier one archived
+# OUTDIR/gpu.txt and OUTDIR/cpu.txt (each process's CPU every 10 s). A later session continues the ladder from the trials an earlier one archived
 # (benchmarks/measured/h200-ladder-*-trials*.tar.xz): extract them at the repo root in the order they were made,
 # a later archive over an earlier one (its pair replaces one that failed), and carry results/host/sustained
 # (results/host/confirmation/trials for the confirmation bursts) in the first call; the run keeps each one whose
@@ -52,8 +52,20 @@ if [ -n "$cutoff" ]; then  # a trial manifest written past the cutoff ends the r
       seen=$now
     done ) &
 fi
+# Each process's CPU beside the run (issue 28: on 2026-12-03 the Flame side's engine stepped ~30% slower than
+# standalone's at the same load; its own processes' CPU or a busier host may be why): the host's CPU quota, then
+# top's busiest 25 lines every 10 s (interval %CPU), into OUTDIR/cpu.txt.
+( echo "nproc $(nproc); cgroup cpu.max: $(cat /sys/fs/cgroup/cpu.max 2>/dev/null || echo none)"
+  if command -v top >/dev/null; then
+    top -b -d 10 -w 220 -c -o %CPU | awk '/^top -/{n=0} n++<25 {print; fflush()}'
+  else
+    while sleep 10; do date +%s; ps -eo pid,ppid,pcpu,cputime,rss,args --sort=-pcpu | head -20 | cut -c1-220; done
+  fi ) > "$out/cpu.txt" 2>&1 &
+sampler=$!
 wait "$run"
-echo "rc=$? in $(( $(date +%s) - start )) s"
+rc=$?
+kids=$(pgrep -P $sampler 2>/dev/null); kill $sampler $kids 2>/dev/null
+echo "rc=$rc in $(( $(date +%s) - start )) s"
 log=results/host/logs/experiment_$experiment.log
 grep -hE "^\[|req/s|kernel compilations|started|Error|error:" "$log" | tail -n 60
 dir=results/host/$experiment
