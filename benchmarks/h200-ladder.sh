@@ -70,5 +70,5 @@ log=results/host/logs/experiment_$experiment.log
 grep -hE "^\[|req/s|kernel compilations|started|Error|error:" "$log" | tail -n 60
 dir=results/host/$experiment
 tar czf "$out/ladder.tgz" $dir/trials $dir/experiment.json $dir/pairs $dir/cleanup "$log" \
-  $(find $dir/logs -name '*.jit' -o -name 'replica-*.log' -o -name '*.txt' 2>/dev/null) 2>/dev/null
+  $(find $dir/logs -name '*.jit' -o -name '*.vllm.log' -o -name 'replica-*.log' -o -name '*.txt' 2>/dev/null) 2>/dev/null
 ls -la "$out"

@@ -153,6 +153,18 @@ def test_vllm_jit_monitor_records_are_routed_to_a_file_and_split_at_the_timed_wi
     assert got == {"monitored": True, "warmup": 1,
                    "measured": ["Triton kernel JIT compilation during inference: kernel_unified_attention"]}
     assert jit.window([tmp_path / "none.jit"], 0, 0, 1) == {"monitored": True, "warmup": 0, "measured": []}
+    # a Flame worker's engine also keeps its whole log in a file (its stdout goes with its executor), each line
+    # naming the process (the worker's and its engine core's share the file)
+    whole = tmp_path / "session-1.vllm.log"
+    whole.write_text("an earlier engine's line\n")
+    env = jit.environment(tmp_path / "session-1.jit", whole)
+    done = subprocess.run([sys.executable, "-c", script + "print(os.getpid())"], env={**__import__("os").environ, **env},
+                          capture_output=True, text=True, check=True)
+    lines = whole.read_text().splitlines()
+    pid = done.stdout.split()[-1]
+    assert len(lines) == 3 and all(line.startswith(pid + " ") for line in lines)
+    assert "INFO" in lines[-1] and lines[-1].endswith("not a compilation")
+    assert "not a compilation" in done.stdout and len(jit.read(tmp_path / "session-1.jit")) == 2
 
 
 def test_a_kernel_compiled_inside_the_timed_window_fails_the_trial_and_the_check_is_rederived(tiny_reuse_trace,

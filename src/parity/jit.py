@@ -22,10 +22,11 @@ DIR_ENV = "PARITY_JIT_DIR"  # where a Flame worker's engine writes its file (set
 _FORMAT = "%(levelname)s %(asctime)s [%(filename)s:%(lineno)d] %(message)s"  # vLLM's, without its own formatter class
 
 
-def logging_config(jit_log: Path) -> dict:
-    """vLLM's default logging (INFO to stdout) plus the monitor's records, also to `jit_log` as `WALL_S MESSAGE`."""
+def logging_config(jit_log: Path, engine_log: Path | None = None) -> dict:
+    """vLLM's default logging (INFO to stdout) plus the monitor's records, also to `jit_log` as `WALL_S MESSAGE`;
+    with `engine_log`, vLLM's whole log also to that file (a Flame worker's stdout goes with its executor)."""
     level = os.environ.get("VLLM_LOGGING_LEVEL", "INFO")
-    return {
+    config = {
         "version": 1, "disable_existing_loggers": False,
         "formatters": {"vllm": {"format": _FORMAT, "datefmt": "%m-%d %H:%M:%S"},
                        "jit": {"format": "%(created).6f %(message)s"}},
@@ -36,14 +37,23 @@ def logging_config(jit_log: Path) -> dict:
         "loggers": {"vllm": {"handlers": ["vllm"], "level": level, "propagate": False},
                     MONITOR_LOGGER: {"handlers": ["jit"], "level": "INFO", "propagate": True}},
     }
+    if engine_log is not None:
+        config["formatters"]["file"] = {"format": "%(process)d " + _FORMAT, "datefmt": "%m-%d %H:%M:%S"}  # 2 processes
+        config["handlers"]["file"] = {"class": "logging.FileHandler", "formatter": "file", "level": level,
+                                      "filename": str(engine_log), "delay": True}
+        config["loggers"]["vllm"]["handlers"].append("file")
+    return config
 
 
-def environment(jit_log: Path) -> dict[str, str]:
-    """The variables that route an engine's monitor records to `jit_log` (its config written beside it)."""
+def environment(jit_log: Path, engine_log: Path | None = None) -> dict[str, str]:
+    """The variables that route an engine's monitor records to `jit_log` (its config written beside it), and
+    with `engine_log` its whole log to that file too."""
     jit_log.parent.mkdir(parents=True, exist_ok=True)
-    jit_log.unlink(missing_ok=True)  # an earlier run's compilations are not this engine's
+    for old in (jit_log, engine_log):  # an earlier run's compilations and lines are not this engine's
+        if old is not None:
+            old.unlink(missing_ok=True)
     config = jit_log.with_suffix(".logging.json")
-    config.write_text(json.dumps(logging_config(jit_log)))
+    config.write_text(json.dumps(logging_config(jit_log, engine_log)))
     return {CONFIG_ENV: str(config)}
 
 
