@@ -23,6 +23,12 @@ experiment (the Flame batch-limit screening): this decides whether a request is 
   token releases booked prefill (and at its bound), admitted when its predicted wait fits the objective less its
   hold, refused at its bound with its reason (benchmarks/simulated/admission-2026-12-03d.txt measures it).
 
+- Orphans: `orphan_s` (off by default) refuses, for that long after a document's uncached question was refused, a
+  later question of it that would also come uncached, even where it would fit: refusals otherwise leave the admitted
+  stream more uncached prefill per request than an unrefused one (a refused first question's document is not
+  cached for the next), so under overload its capacity is better spent on a new document's first question, which
+  seeds the ones after it (benchmarks/simulated/admission-2026-12-03e.txt).
+
 A refused request is never booked, so a burst of refusals leaves no work behind; a held one is booked only
 once admitted.
 """

@@ -23,7 +23,8 @@ class Decision(NamedTuple):
     moved: bool = False  # placed on another shard than the router chose (`reroute`)
     prefill: int = 0  # an admitted request's uncached prefill, booked on its shard until its first token
     why: tuple | None = None  # a refusal's facts: (shard, ahead, uncached, rate, latency_s, budget_s, ttft_s,
-    # headroom, reroute, quantile, bias, held_s); budget_s: what is left of it after held_s
+    # headroom, reroute, quantile, bias, held_s, orphan_s); budget_s: what is left of it after held_s; orphan_s: an
+    # orphan's (settings.orphan_s), how long ago its document's uncached question was refused, else None
     until: float | None = None  # held (`queue_s`): no fate yet; by this time (the caller's clock) its `wake` gets it
 
     @property
@@ -48,7 +49,7 @@ class Decision(NamedTuple):
     def _central_s(self) -> float:
         """A refusal's central wait (the line times its bias) at the work it was judged with: the prediction
         without the quantile's margin."""
-        _shard, ahead, uncached, rate, latency_s, *_, bias, _held_s = self.why
+        _shard, ahead, uncached, rate, latency_s, *_, bias, _held_s, _orphan_s = self.why
         return bias * (latency_s + (ahead + uncached) / rate)
 
     @property
@@ -56,7 +57,12 @@ class Decision(NamedTuple):
         """One line: the predicted wait against the objective, and what it was predicted from."""
         if self.why is None:
             return None
-        shard, ahead, uncached, rate, latency_s, budget_s, ttft_s, headroom, reroute, quantile, bias, held_s = self.why
+        (shard, ahead, uncached, rate, latency_s, budget_s, ttft_s, headroom, reroute, quantile, bias, held_s,
+         orphan_s) = self.why
+        if orphan_s is not None:
+            return (f"an orphan on shard {shard}: its document's uncached question was refused {orphan_s:.3f} s ago, "
+                    f"and alone it would prefill {uncached} tokens for one question (predicted first token in "
+                    f"{self.predicted_s:.2f} s, {ahead} prefill tokens ahead)")
         held, less = (f"held {held_s:.3f} s, then ", " less the hold") if held_s else ("", "")
         where = "no shard meets it" if reroute else f"on shard {shard}"
         margin_s = self.predicted_s - self._central_s
@@ -106,6 +112,10 @@ class Controller:
         self._held: list[tuple] = []  # held requests in arrival order: (arrived, until, tokens, attempt, wake)
         self.admitted = self.refused = self.moved = self.retried = 0  # tries; retried: admitted on a retry
         self.held = self.held_admitted = 0  # requests held (`queue_s`), and of those admitted later
+        self.orphan_s = settings.orphan_s
+        self._refused_docs: dict[int, float] = {}  # `orphan_s`: a document's first block -> when its uncached
+        # question was last refused
+        self.orphans = 0  # refused as orphans
 
     def decide(self, tokens, now: float, attempt: int = 0, wake=None) -> Decision:
         """Admit (booked on its shard) or refuse (nothing booked) this prompt, arriving `now`; `attempt` counts
@@ -136,6 +146,15 @@ class Controller:
         own = quote.length - quote.held(shard)
         wait = predict(shard, ahead[shard] + own)
         moved = False
+        if self.orphan_s and (ahead[shard] or held_s) and 2 * own > quote.length and quote.chain:
+            refused_at = self._refused_docs.get(quote.chain[0])
+            if refused_at is not None and now - refused_at <= self.orphan_s:
+                self.orphans += 1
+                settings, rate = self.settings, self.rate
+                return _decision(Decision, (None, None, wait, False, 0, (
+                    shard, ahead[shard], own, rate.rates[shard], rate.latency_s[shard], budget_s,
+                    self.objective.ttft_s, settings.headroom, settings.reroute, settings.quantile,
+                    rate.bias[shard], held_s, now - refused_at), None))
         if wait > budget_s and (ahead[shard] or held_s):
             if self.settings.reroute:  # the least predicted wait, the lowest shard on a tie
                 best, best_own, best_wait = shard, own, wait
@@ -149,10 +168,12 @@ class Controller:
                     shard, own, wait, moved = best, best_own, best_wait, True
             if (ahead[shard] or held_s) and wait > budget_s:
                 settings, rate = self.settings, self.rate
+                if self.orphan_s and 2 * own > quote.length and quote.chain:  # a document's uncached question
+                    self._remember_refused(quote.chain[0], now)
                 return _decision(Decision, (None, None, wait, False, 0, (
                     shard, ahead[shard], own, rate.rates[shard], rate.latency_s[shard], budget_s,
                     self.objective.ttft_s, settings.headroom, settings.reroute, settings.quantile,
-                    rate.bias[shard], held_s), None))
+                    rate.bias[shard], held_s, None), None))
         router, rate = self.router, self.rate
         index = router.requests  # the routing index this booking gets
         router.commit(quote, shard)
@@ -165,6 +186,14 @@ class Controller:
         if attempt:
             self.retried += 1
         return _decision(Decision, (shard, index, wait, moved, own, None, None))
+
+    def _remember_refused(self, document: int, now: float) -> None:
+        """`orphan_s`: note that `document`'s uncached question was refused `now`; forget those older than
+        `orphan_s` once many are kept (the lock held)."""
+        docs = self._refused_docs
+        docs[document] = now
+        if len(docs) > 4096:
+            self._refused_docs = {d: at for d, at in docs.items() if now - at <= self.orphan_s}
 
     def expire(self, now: float) -> None:
         """Re-judge the held requests at `now`: the caller calls it at each held request's `until` (the controller
@@ -230,6 +259,7 @@ class Controller:
             rate = self.rate.fitted()
             errors = [rate.errors(shard) for shard in range(len(self.ahead))]
             return {"admitted": self.admitted, "refused": self.refused, "moved": self.moved, "retried": self.retried,
+                    **({"orphans": self.orphans} if self.orphan_s else {}),
                     "held": self.held, "held_admitted": self.held_admitted,
                     "rates_tokens_per_s": [round(r, 1) for r in rate.rates], "rate_samples": list(rate.samples),
                     "latency_s": [round(s, 4) for s in rate.latency_s], "bias": [round(b, 3) for b in rate.bias],

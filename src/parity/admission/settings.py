@@ -31,6 +31,10 @@ class BoundedSettings(Settings):
     # up to this long (at most the budget), judged again in arrival order as first tokens release booked prefill,
     # admitted when its predicted wait fits the budget less its hold, refused at its bound
 
+    orphan_s: float = 0.0  # refuse orphans (issue 30's 1.6x miss; off by default): for this long after a document's
+    # uncached question was refused, a later question of it that would also come uncached is refused too, even where
+    # it would fit (admitting it alone prefills the document for one question, not the several a first one seeds)
+
     @property
     def z(self) -> float:
         """The quantile's standard normal score (0 for none: the errors' mean alone)."""
@@ -42,6 +46,8 @@ class BoundedSettings(Settings):
                 raise ParityError(f"admission setting {name} must be above 0, got {getattr(self, name)!r}")
         if self.cold_sd_s < 0:
             raise ParityError(f"admission setting cold_sd_s must be 0 or more, got {self.cold_sd_s!r}")
+        if not 0 <= self.orphan_s < inf:
+            raise ParityError(f"admission setting orphan_s must be 0 or more seconds, got {self.orphan_s!r}")
         if not 0 <= self.queue_s < inf:
             raise ParityError(f"admission setting queue_s must be 0 or more seconds, got {self.queue_s!r}")
         if self.queue_s and self.retries:

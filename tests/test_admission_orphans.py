@@ -1,0 +1,73 @@
+"""Bounded admission's orphan refusal (`BoundedSettings.orphan_s`, off by default): for `orphan_s` after a document's
+uncached question was refused, a later question of it that would also come uncached is refused too, even where it
+would fit; a question that would hit its cache, another document, or one past the window is judged as ever. Nothing is
+timed: every `now` is given."""
+
+import numpy as np
+import pytest
+
+from parity.admission import BoundedSettings, Controller
+from parity.errors import ParityError
+from parity.latency import Objective
+from parity.routing import PrefixRouter
+
+RNG = np.random.default_rng(9)
+
+
+def _doc(tokens: int) -> np.ndarray:
+    return RNG.integers(0, 32_000, tokens, dtype=np.uint32)
+
+
+def _controller(orphan_s=1.0) -> Controller:
+    """1,000 prefill tokens/s seeded, judged by the line alone, a 2 s objective, one shard."""
+    router = PrefixRouter(1, "rev", cache_tokens=1_000_000)
+    return Controller(router, BoundedSettings(seed_tokens_per_s=1000.0, quantile=0.0, orphan_s=orphan_s),
+                      Objective(ttft_s=2.0))
+
+
+def _question(doc: np.ndarray, words: int = 16) -> np.ndarray:
+    return np.concatenate([doc, _doc(words)])
+
+
+def test_an_orphan_is_refused_in_its_window_and_judged_as_ever_after_it():
+    c = _controller()
+    busy, other = _doc(1200), _doc(800)
+    first = c.decide(_question(busy), now=0.0)
+    assert first.admitted  # 1,200 ahead now
+    refused = c.decide(_question(other), now=0.1)  # (1,216 + 816) / 1,000 = 2.03 s > 2 s: refused, uncached
+    assert not refused.admitted and refused.reason.startswith("predicted first token in")
+    small = _doc(200)
+    c.decide(_question(small), now=0.15)  # another document that fits: admitted, the window says nothing of it
+    c.first_token(first.index, now=0.2)  # the first's prefill done: 216 ahead, `other` would now fit (1.03 s)
+    orphan = c.decide(_question(other), now=0.3)
+    assert not orphan.admitted and orphan.shard is None
+    assert orphan.reason.startswith("an orphan on shard 0: its document's uncached question was refused 0.200 s ago")
+    assert "\n" not in orphan.reason and c.orphans == 1 and c.stats()["orphans"] == 1
+    assert c.decide(_question(other), now=1.2).admitted  # past the window (1.1 s): judged as ever, and fits
+    assert c.decide(_question(other), now=1.25).admitted  # now a hit of its cache: never an orphan
+    assert (c.admitted, c.refused) == (4, 2)
+
+
+def test_a_question_that_hits_its_document_is_never_an_orphan():
+    c = _controller(orphan_s=10.0)
+    doc, busy = _doc(1000), _doc(1500)
+    seed = c.decide(_question(doc), now=0.0)
+    assert seed.admitted  # the document is cached from here on
+    c.decide(_question(busy), now=0.01)  # 1,016 ahead + 1,516 own = 2.5 s: refused, uncached
+    c.first_token(seed.index, now=0.5)
+    assert c.decide(_question(doc), now=0.6).admitted  # its document held: 16 uncached
+    assert c.orphans == 0
+
+
+def test_off_by_default_and_bad_settings_refused_in_one_line():
+    assert BoundedSettings().orphan_s == 0.0
+    c = Controller(PrefixRouter(1, "rev", cache_tokens=1_000_000),
+                   BoundedSettings(seed_tokens_per_s=1000.0, quantile=0.0), Objective(ttft_s=2.0))
+    doc = _doc(800)
+    first = c.decide(_question(_doc(1200)), now=0.0)
+    assert not c.decide(_question(doc), now=0.1).admitted
+    c.first_token(first.index, now=0.2)
+    assert c.decide(_question(doc), now=0.3).admitted and "orphans" not in c.stats()
+    for bad in (-1.0, float("inf")):
+        with pytest.raises(ParityError, match="admission setting orphan_s must be 0 or more seconds"):
+            BoundedSettings(orphan_s=bad)
