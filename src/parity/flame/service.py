@@ -136,7 +136,8 @@ class ParityService(flamepy.FlameService):
                            "gpu_uuid": uuid, "mode": sim_mode}
         if kind != "sim" and os.environ.get(jit.DIR_ENV):  # before vLLM is imported: its engine core inherits it
             where = Path(os.environ[jit.DIR_ENV])  # and its whole log: the worker's stdout goes with its executor
-            os.environ.update(jit.environment(where / f"{context.session_id}.jit", where / f"{context.session_id}.vllm.log"))
+            name = context.session_id
+            os.environ.update(jit.environment(where / f"{name}.jit", where / f"{name}.vllm.log"))
         harvest = flame.mode == "harvest"  # its events are the engine's streamed tokens
         self.engine = make_engine(kind, args, kv_events=config.get("kv_events"),
                                   token_times=bool(config.get("token_times")) or harvest, **sim_options)
