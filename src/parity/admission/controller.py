@@ -146,15 +146,13 @@ class Controller:
         own = quote.length - quote.held(shard)
         wait = predict(shard, ahead[shard] + own)
         moved = False
-        if self.orphan_s and (ahead[shard] or held_s) and 2 * own > quote.length and quote.chain:
-            refused_at = self._refused_docs.get(quote.chain[0])
+        # `orphan_s`: the document (its first block) of a question that would come uncached, else None
+        document = quote.chain[0] if self.orphan_s and quote.chain and 2 * own > quote.length else None
+        if document is not None and (ahead[shard] or held_s):
+            refused_at = self._refused_docs.get(document)
             if refused_at is not None and now - refused_at <= self.orphan_s:
                 self.orphans += 1
-                settings, rate = self.settings, self.rate
-                return _decision(Decision, (None, None, wait, False, 0, (
-                    shard, ahead[shard], own, rate.rates[shard], rate.latency_s[shard], budget_s,
-                    self.objective.ttft_s, settings.headroom, settings.reroute, settings.quantile,
-                    rate.bias[shard], held_s, now - refused_at), None))
+                return self._refusal(shard, own, wait, budget_s, held_s, now - refused_at)
         if wait > budget_s and (ahead[shard] or held_s):
             if self.settings.reroute:  # the least predicted wait, the lowest shard on a tie
                 best, best_own, best_wait = shard, own, wait
@@ -167,13 +165,9 @@ class Controller:
                 if best != shard and ((not ahead[best] and not held_s) or best_wait <= budget_s):
                     shard, own, wait, moved = best, best_own, best_wait, True
             if (ahead[shard] or held_s) and wait > budget_s:
-                settings, rate = self.settings, self.rate
-                if self.orphan_s and 2 * own > quote.length and quote.chain:  # a document's uncached question
-                    self._remember_refused(quote.chain[0], now)
-                return _decision(Decision, (None, None, wait, False, 0, (
-                    shard, ahead[shard], own, rate.rates[shard], rate.latency_s[shard], budget_s,
-                    self.objective.ttft_s, settings.headroom, settings.reroute, settings.quantile,
-                    rate.bias[shard], held_s, None), None))
+                if document is not None:  # a document's uncached question refused: its next ones are orphans
+                    self._remember_refused(document, now)
+                return self._refusal(shard, own, wait, budget_s, held_s, None)
         router, rate = self.router, self.rate
         index = router.requests  # the routing index this booking gets
         router.commit(quote, shard)
@@ -186,6 +180,14 @@ class Controller:
         if attempt:
             self.retried += 1
         return _decision(Decision, (shard, index, wait, moved, own, None, None))
+
+    def _refusal(self, shard: int, own: int, wait: float, budget_s: float, held_s: float,
+                 orphan_s: float | None) -> Decision:
+        """A refusal on `shard` and the facts its reason is written from (Decision.why)."""
+        settings, rate = self.settings, self.rate
+        return _decision(Decision, (None, None, wait, False, 0, (
+            shard, self.ahead[shard], own, rate.rates[shard], rate.latency_s[shard], budget_s, self.objective.ttft_s,
+            settings.headroom, settings.reroute, settings.quantile, rate.bias[shard], held_s, orphan_s), None))
 
     def _remember_refused(self, document: int, now: float) -> None:
         """`orphan_s`: note that `document`'s uncached question was refused `now`; forget those older than
