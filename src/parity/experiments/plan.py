@@ -275,28 +275,23 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
     cases, turn, blocks = [], [0], {}  # blocks: a start (or a fresh case's trial id) -> its place (by_start)
     ladder = list(dict.fromkeys(r for trace in traces for r in per_trace.get(trace.stem, [])))
 
-    def extra(spec: ExtraPair) -> tuple[float, str | None, FlameSettings]:
-        """An extra pair's rate (default: the ladder's first), arm and Flame side (`arm`: that arm's)."""
+    def extra(spec: ExtraPair) -> tuple[float, str | None, FlameSettings, list[Path]]:
+        """An extra pair's rate (default: the ladder's first), arm and Flame side (`arm`: that arm's), and the
+        traces it runs on: the one it names, else those whose ladder has its rate (every trace, where one ladder
+        serves all, or where none has it)."""
         if spec.rate is None and not ladder:
             raise ParityError(f"sustained: {spec.what} has no rate and the ladder none to lend it (every trace's "
                               "rates are empty): give it a rate")
         rate, name = float(ladder[0] if spec.rate is None else spec.rate), spec.arm
-        if name is None:
-            return rate, None, flame
-        if name not in (arms or {}):
+        if name is not None and name not in (arms or {}):
             raise ParityError(f"sustained: an extra pair names arm {name!r}; the arms are {sorted(arms or {}) or 'none'}")
-        return rate, name, replace(flame, **arms[name])
-
-    def on(rate: float, spec: ExtraPair) -> list[Path]:
-        """The traces an extra pair at `rate` runs on: the one it names, else those whose ladder has that rate
-        (every trace, where one ladder serves all, or where none has it)."""
-        if spec.trace is not None:
-            if not (named := [t for t in traces if t.stem == spec.trace]):
-                raise ParityError(f"sustained: {spec.what} names trace {spec.trace!r}, which is not among the ladder's "
-                                  f"traces ({', '.join(t.stem for t in traces)})")
-            return named
-        have = [t for t in traces if rate in per_trace.get(t.stem, [])]
-        return have or list(traces)
+        settings = flame if name is None else replace(flame, **arms[name])
+        if spec.trace is None:
+            return rate, name, settings, [t for t in traces if rate in per_trace.get(t.stem, [])] or list(traces)
+        if not (named := [t for t in traces if t.stem == spec.trace]):
+            raise ParityError(f"sustained: {spec.what} names trace {spec.trace!r}, which is not among the ladder's "
+                              f"traces ({', '.join(t.stem for t in traces)})")
+        return rate, name, settings, named
 
     def pair(kind: str, trace: Path, settings: FlameSettings, repeat: int, arrivals: Schedule, arm: str | None,
              start: str | None = None, **fields) -> None:
@@ -343,22 +338,22 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
                             blocks.setdefault(other.start, (*place, 1))
                         cases += [lone, other]
         if evict is not None:
-            rate, arm, settings = extra(evict)
-            for trace in on(rate, evict):
+            rate, arm, settings, on = extra(evict)
+            for trace in on:
                 pair(f"evict-{rate:g}", trace, settings, repeat, at(rate), arm, cache_blocks=evict.cache_blocks)
         if lengths is not None:
-            rate, arm, settings = extra(lengths)
+            rate, arm, settings, on = extra(lengths)
             drawn = lengths.lengths
-            for trace in on(rate, lengths):
+            for trace in on:
                 pair(f"lengths-{rate:g}", trace, settings, repeat, at(rate), arm, lengths=drawn, max_tokens=drawn.high)
         if answers is not None:
-            rate, arm, settings = extra(answers)
-            for trace in on(rate, answers):
+            rate, arm, settings, on = extra(answers)
+            for trace in on:
                 pair(f"rate-{rate:g}-out{answers.tokens}", trace, settings, repeat, at(rate), arm,
                      max_tokens=answers.tokens)
         if restart is not None:
-            rate, arm, settings = extra(restart)
-            for trace in on(rate, restart):
+            rate, arm, settings, on = extra(restart)
+            for trace in on:
                 pair(f"restart-{rate:g}", trace, settings, repeat, at(rate), arm, restart=restart.restart)
         if replay is not None:
             settings = flame if replay.arm is None else replace(flame, **arms[replay.arm])
