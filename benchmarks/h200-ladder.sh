@@ -6,12 +6,13 @@
 # only its experiment manifest is made, not the offline-limit run the whole `confirmation` target also needs).
 # CUTOFF_S: start no trial after that many seconds: the run is stopped as soon as a trial finishes past it, so a
 # trial longer than the time left is not begun only to be killed at LIMIT_S (default: no cutoff).
-# The first call of a device session carries .gpu/b, .whl and .flame, after one that carried .gpu/a and
-# results/host/sustained (the slim vLLM bundle's two halves, shared/gpu/README.md; each call's carry must stay
-# under 64 MiB with the tracked tree); later calls of the same warm machine reuse what they left in /tmp. Runs `benchmarks/host.sh sustained` (config/host.yaml: 640-request rungs, each path's rungs on one engine
+# A fresh machine takes three calls, each carry under 64 MiB with the tracked tree: .gpu/a with the earlier
+# trials (unpacked to /tmp/v), then .flame (`source benchmarks/flame-bins.sh`), then .gpu/b and .whl running this
+# script (the slim vLLM bundle's two halves: shared/gpu/README.md); later calls of the same warm machine reuse
+# what they left in /tmp. Its first trial compiles Triton kernels in its warm-ups (about a minute more). Runs `benchmarks/host.sh sustained` (config/host.yaml: 640-request rungs, each path's rungs on one engine
 # start), killed at LIMIT_S (default 540) so a device call ends in time: a rerun keeps every finished trial and
 # goes on. Leaves OUTDIR/ladder.tgz (trials, experiment manifest, engine logs and JIT records, cleanup receipts)
-# OUTDIR/gpu.txt and OUTDIR/cpu.txt (each process's CPU every 10 s). A later session continues the ladder from the trials an earlier one archived
+# OUTDIR/gpu.txt, OUTDIR/cpu.txt (each process's CPU every 10 s), OUTDIR/gpu-clocks.txt and OUTDIR/engine-threads.txt. A later session continues the ladder from the trials an earlier one archived
 # (benchmarks/measured/h200-ladder-*-trials*.tar.xz): extract them at the repo root in the order they were made,
 # a later archive over an earlier one (its pair replaces one that failed), and carry results/host/sustained
 # (results/host/confirmation/trials for the confirmation bursts) in the first call; the run keeps each one whose
@@ -36,6 +37,19 @@ fi
 export FLAME_BIN_DIR=/tmp/flame-bin
 nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt"
 cat "$out/gpu.txt"
+# LADDER_CPU_LOAD=N (a diagnosis, not a ladder setting): N background processes beside the run, each busy 2 ms of
+# every 7 (about 28% of a core, 140 wake-ups/s: the Flame path's own processes look like this beside its engine),
+# to see whether the standalone engine steps slower with them; said in OUTDIR/cpu-load.txt.
+burners=()
+for _ in $(seq 1 "${LADDER_CPU_LOAD:-0}"); do
+  python3 -c 'import time
+while True:
+    t = time.perf_counter()
+    while time.perf_counter() - t < 0.002: pass
+    time.sleep(0.005)' &
+  burners+=($!)
+done
+echo "LADDER_CPU_LOAD=${LADDER_CPU_LOAD:-0}: ${#burners[@]} processes busy 2 ms of every 7" > "$out/cpu-load.txt"
 start=$(date +%s)
 trials=results/host/$experiment/trials
 timeout "$limit" benchmarks/host.sh "$target" &
@@ -62,9 +76,22 @@ fi
     while sleep 10; do date +%s; ps -eo pid,ppid,pcpu,cputime,rss,args --sort=-pcpu | head -20 | cut -c1-220; done
   fi ) > "$out/cpu.txt" 2>&1 &
 sampler=$!
+# The GPU's clocks, power and use every 5 s (a busier or hotter host slows every step alike), and every 10 s the
+# threads of each vLLM engine core (VLLM::EngineCore; eager steps are bound by its main thread's CPU), into
+# OUTDIR/gpu-clocks.txt and OUTDIR/engine-threads.txt.
+nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,utilization.gpu,power.draw,temperature.gpu \
+  --format=csv -l 5 > "$out/gpu-clocks.txt" 2>&1 &
+clocks=$!
+( while sleep 10; do
+    for pid in $(pgrep -f 'EngineCore' 2>/dev/null); do
+      date +%s; top -H -b -n 2 -d 1 -w 160 -p "$pid" 2>/dev/null | awk '/^ *PID /{h++} h==2 && n++<8'
+    done
+  done ) > "$out/engine-threads.txt" 2>&1 &
+threads=$!
 wait "$run"
 rc=$?
-kids=$(pgrep -P $sampler 2>/dev/null); kill $sampler $kids 2>/dev/null
+kids=$(pgrep -P $sampler 2>/dev/null; pgrep -P $threads 2>/dev/null); kill $sampler $clocks $threads $kids 2>/dev/null
+[ ${#burners[@]} -gt 0 ] && kill "${burners[@]}" 2>/dev/null
 echo "rc=$rc in $(( $(date +%s) - start )) s"
 log=results/host/logs/experiment_$experiment.log
 grep -hE "^\[|req/s|kernel compilations|started|Error|error:" "$log" | tail -n 60
