@@ -50,6 +50,21 @@ while True:
   burners+=($!)
 done
 echo "LADDER_CPU_LOAD=${LADDER_CPU_LOAD:-0}: ${#burners[@]} processes busy 2 ms of every 7" > "$out/cpu-load.txt"
+# LADDER_PIN_ENGINE=1 (a diagnosis too): every vLLM engine core (all its threads) on the last CPU alone, everything
+# this script starts on the others, to see whether an engine core with a core of its own steps as fast on both
+# paths; each pinning is said in OUTDIR/cpu-load.txt.
+pinner=
+if [ "${LADDER_PIN_ENGINE:-0}" = 1 ]; then
+  last=$(( $(nproc) - 1 ))
+  for pid in $$ "${burners[@]}"; do taskset -cp "0-$(( last - 1 ))" "$pid" >/dev/null; done
+  ( while sleep 2; do
+      for pid in $(pgrep -f EngineCore 2>/dev/null); do
+        [ "$(taskset -cp "$pid" 2>/dev/null | awk '{print $NF}')" = "$last" ] && continue
+        taskset -a -cp "$last" "$pid" >/dev/null 2>&1 && echo "$(date +%s) engine core $pid pinned to CPU $last"
+      done
+    done ) >> "$out/cpu-load.txt" 2>&1 &
+  pinner=$!
+fi
 start=$(date +%s)
 trials=results/host/$experiment/trials
 timeout "$limit" benchmarks/host.sh "$target" &
@@ -92,6 +107,7 @@ wait "$run"
 rc=$?
 kids=$(pgrep -P $sampler 2>/dev/null; pgrep -P $threads 2>/dev/null); kill $sampler $clocks $threads $kids 2>/dev/null
 [ ${#burners[@]} -gt 0 ] && kill "${burners[@]}" 2>/dev/null
+[ -n "$pinner" ] && kill "$pinner" $(pgrep -P "$pinner" 2>/dev/null) 2>/dev/null
 echo "rc=$rc in $(( $(date +%s) - start )) s"
 log=results/host/logs/experiment_$experiment.log
 grep -hE "^\[|req/s|kernel compilations|started|Error|error:" "$log" | tail -n 60
