@@ -6,10 +6,14 @@
 # only its experiment manifest is made, not the offline-limit run the whole `confirmation` target also needs).
 # CUTOFF_S: start no trial after that many seconds: the run is stopped as soon as a trial finishes past it, so a
 # trial longer than the time left is not begun only to be killed at LIMIT_S (default: no cutoff).
-# A fresh machine takes three calls, each carry under 64 MiB with the tracked tree: .gpu/a with the earlier
-# trials (unpacked to /tmp/v), then .flame (`source benchmarks/flame-bins.sh`), then .gpu/b and .whl running this
-# script (the slim vLLM bundle's two halves: shared/gpu/README.md); later calls of the same warm machine reuse
-# what they left in /tmp. Its first trial compiles Triton kernels in its warm-ups (about a minute more). Runs `benchmarks/host.sh sustained` (config/host.yaml: 640-request rungs, each path's rungs on one engine
+# A fresh machine takes three calls, each carry under 64 MiB with the tracked tree: .gpu/a (unpacked to /tmp/v),
+# then .flame and .gl (`source benchmarks/flame-bins.sh`; .gl/t.tar.xz, the earlier trials, untarred at the repo
+# root; .gl/triton-cache.tgz, if an earlier session brought one back, untarred into ~/.triton), then .gpu/b and
+# .whl running this script (the slim vLLM bundle's two halves: shared/gpu/README.md); later calls of the same warm
+# machine reuse what they left in /tmp. Without a carried Triton cache the first trial compiles vLLM's Triton
+# kernels in its warm-ups (about a minute more); OUTDIR/triton-cache.tgz brings the cache back for the next
+# session (the same kernels of the same versions, loaded from disk instead of compiled: a later trial on one
+# machine has always started so). Runs `benchmarks/host.sh sustained` (config/host.yaml: 640-request rungs, each path's rungs on one engine
 # start), killed at LIMIT_S (default 540) so a device call ends in time: a rerun keeps every finished trial and
 # goes on. Leaves OUTDIR/ladder.tgz (trials, experiment manifest, engine logs and JIT records, cleanup receipts)
 # OUTDIR/gpu.txt, OUTDIR/cpu.txt (each process's CPU every 10 s), OUTDIR/gpu-clocks.txt and OUTDIR/engine-threads.txt. A later session continues the ladder from the trials an earlier one archived
@@ -114,4 +118,5 @@ grep -hE "^\[|req/s|kernel compilations|started|Error|error:" "$log" | tail -n 6
 dir=results/host/$experiment
 tar czf "$out/ladder.tgz" $dir/trials $dir/experiment.json $dir/pairs $dir/cleanup "$log" \
   $(find $dir/logs -name '*.jit' -o -name '*.vllm.log' -o -name 'replica-*.log' -o -name '*.txt' 2>/dev/null) 2>/dev/null
+[ -d ~/.triton/cache ] && tar czf "$out/triton-cache.tgz" -C ~/.triton cache
 ls -la "$out"
