@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from click.testing import CliRunner
 
-from parity.bench.harvest import spread
+from parity.bench.harvest import cpu_per_task, spread
 from parity.cli import main
 
 
@@ -26,6 +27,10 @@ def test_bench_harvest_on_the_stand_in_runs_every_phase_and_says_where(tmp_path)
     for c in doc["cycles"]:  # the worker shares this host: every prompt's and token's wait is measured
         assert c["arrival_to_admitted_s"]["n"] == 3 and c["event_to_client_s"]["n"] == 3 * 16
         assert c["runs"][0]["tasks"] >= 3 and c["tasks_per_s"]["min"] > 0
+        # what the path's own processes spend: this process (stand-in and client) and the worker, per task
+        assert set(c["cpu"]) == {"stand-in (this process, with the client)", "worker (service and simulated engine)"}
+        assert all(u["ms_per_task"] >= 0 and u["cores"] >= 0 for u in c["cpu"].values())
+    assert "CPU per task (share of a core over the window): stand-in" in result.output
     for key in ("memory", "memory_rotating"):  # before and after: one session, then a fresh one every 20 tasks
         points = doc[key]["points"]
         assert points[0]["tasks"] == 0 and points[-1]["tasks"] == doc[key]["tasks"] >= 30
@@ -45,3 +50,10 @@ def test_real_flame_without_binaries_is_one_line(tmp_path, monkeypatch):
     result = CliRunner().invoke(main, ["bench", "harvest", "--cluster", "flame", "--work-dir", str(tmp_path)])
     assert result.exit_code == 1 and result.output.strip().splitlines()[-1].startswith(
         "Error: no Flame binaries: pass bin_dir or set FLAME_BIN_DIR"), result.output
+
+
+def test_cpu_per_task_leaves_out_a_process_gone_in_any_run():
+    runs = [{"tasks": 10, "window_s": 2.0, "cpu_s": {"client": 0.02, "worker": None}},
+            {"tasks": 30, "window_s": 2.0, "cpu_s": {"client": 0.06, "worker": 0.1}}]
+    assert cpu_per_task(runs) == {"client": {"ms_per_task": pytest.approx(2.0), "cores": pytest.approx(0.02)}}
+    assert cpu_per_task([]) == {}

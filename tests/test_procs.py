@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import pytest
@@ -260,3 +261,14 @@ def test_a_port_is_released_when_nothing_listens_on_it_though_a_connection_uses_
             client.connect(("127.0.0.1", port))
             local = client.getsockname()[1]
             assert procs.released(local) and not procs.port_free(local)
+
+
+def test_cpu_s_counts_this_process_work_and_says_none_for_a_gone_one():
+    before = procs.cpu_s(os.getpid())
+    deadline = time.process_time() + 0.05
+    while time.process_time() < deadline:
+        pass
+    assert procs.cpu_s(os.getpid()) >= before + 0.03  # clock ticks of 10 ms
+    child = subprocess.Popen(["true"])
+    child.wait()
+    assert procs.cpu_s(child.pid) is None

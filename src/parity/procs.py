@@ -208,6 +208,15 @@ def rss_kib(pid: int) -> int | None:
     return None  # a zombie has no VmRSS
 
 
+def cpu_s(pid: int) -> float | None:
+    """CPU seconds a process has used so far, user and system, all its threads (utime + stime of
+    /proc/<pid>/stat); None once it is gone."""
+    stat = _stat(pid)
+    if stat is None:
+        return None
+    return (int(stat[1][11]) + int(stat[1][12])) / os.sysconf("SC_CLK_TCK")
+
+
 def describe(pid: int) -> str:
     """'pid 12 (python -m parity flame worker)' for messages; the command line cut to 80 characters."""
     try:

@@ -10,7 +10,8 @@ name (`sim-0`), one sticky session at a time, in three phases:
    `requests`, `repeats` seeds) through the Harvester, after a short untimed paced pass. Tasks/s over
    the window (first arrival to last answer), and while busy (1 / mean round trip); per prompt its
    admission wait (its `submit` to the service starting the task, and to its being in the engine); per
-   token, engine to client (the worker's engine produced it, the client held the task carrying it).
+   token, engine to client (the worker's engine produced it, the client held the task carrying it); per
+   process (the client, the worker, Flame's two services), its CPU per task and share of a core.
 3. **Session-manager memory**: `tasks` harvest tasks on one fresh session at hold 0 (a task per round
    trip while one request at a time runs, closed loop; nearly every task carries no prompt and no event),
    VmRSS of the flame-session-manager (and executor manager) process about every `tasks / samples` tasks,
@@ -32,6 +33,7 @@ decode and encode) is real and is what is measured.
 from __future__ import annotations
 
 import os
+import socket
 import time
 from pathlib import Path
 
@@ -99,23 +101,45 @@ def _stream(harvester, tag: str, rate: float, requests: int, seed: int, output_t
     return results, release, max(r.complete_s for r in results)
 
 
+def _cpu(pids: dict[str, int]) -> dict[str, float | None]:
+    return {name: procs.cpu_s(pid) for name, pid in pids.items()}
+
+
+def cpu_per_task(runs: list[dict]) -> dict[str, dict]:
+    """Per process, over the runs: CPU milliseconds per task and the share of a core over the windows (a process
+    gone during a run, or not on this host, is left out)."""
+    tasks, window = sum(r["tasks"] for r in runs), sum(r["window_s"] for r in runs)
+    names = [name for name in runs[0]["cpu_s"] if all(r["cpu_s"].get(name) is not None for r in runs)] if runs else []
+    return {name: {"ms_per_task": 1e3 * sum(r["cpu_s"][name] for r in runs) / tasks,
+                   "cores": sum(r["cpu_s"][name] for r in runs) / window} for name in names if tasks and window}
+
+
 def cycle(harvester, hold_ms: float, *, rate: float, requests: int, repeats: int, output_tokens: int,
-          warmup_requests: int) -> dict:
-    """The harvest cycle under a light stream, `repeats` seeded runs after an untimed paced pass."""
-    _stream(harvester, f"h{hold_ms:g}-warm", rate, warmup_requests, 1000, output_tokens)
+          warmup_requests: int, pids: dict[str, int] | None = None) -> dict:
+    """The harvest cycle under a light stream, `repeats` seeded runs after an untimed paced pass; with `pids`
+    (name -> process), each one's CPU over each run, and the worker's too (named by the pass's answers): what the
+    path's own processes spend per task, beside an engine that needs its CPU (issue 28's 512-token gap)."""
+    warm, _, _ = _stream(harvester, f"h{hold_ms:g}-warm", rate, warmup_requests, 1000, output_tokens)
+    pids = dict(pids or {})
+    worker = warm[0].worker if warm else {}
+    if pids and worker.get("pid") and worker.get("host") == socket.gethostname():
+        pids["worker (service and simulated engine)"] = int(worker["pid"])
     runs, tasks, results = [], [], []
     for seed in range(repeats):
-        before = len(harvester.tasks)
+        before, cpu = len(harvester.tasks), _cpu(pids)
         answered, release, last = _stream(harvester, f"h{hold_ms:g}-s{seed}", rate, requests, seed, output_tokens)
+        used = {name: (after - cpu[name] if after is not None and cpu[name] is not None else None)
+                for name, after in _cpu(pids).items()}
         done = harvester.tasks[before:]
         busy = sum(t["round_trip_s"] for t in done)
         runs.append({"seed": seed, "tasks": len(done), "window_s": last - release,
                      "tasks_per_s": len(done) / (last - release), "busy_tasks_per_s": len(done) / busy,
-                     "empty_tasks": sum(1 for t in done if not t.get("prompts"))})
+                     "empty_tasks": sum(1 for t in done if not t.get("prompts")), "cpu_s": used})
         tasks += done
         results += answered
     return {"hold_ms": hold_ms, "rate_per_s": rate, "requests": requests, "repeats": repeats,
             "warmup_requests": warmup_requests, "output_tokens": output_tokens, "runs": runs,
+            "cpu": cpu_per_task(runs),
             "tasks_per_s": spread(r["tasks_per_s"] for r in runs),
             "busy_tasks_per_s": spread(r["busy_tasks_per_s"] for r in runs),
             "round_trip_s": spread(t["round_trip_s"] for t in tasks),
@@ -127,6 +151,10 @@ def cycle(harvester, hold_ms: float, *, rate: float, requests: int, repeats: int
             "e2e_s": spread(r.complete_s - r.submit_s for r in results)}
 
 
+STANDIN = "stand-in (this process, with the client)"
+CLIENT = "client (this process)"
+
+
 def _manager_pids(running) -> dict[str, int]:
     """The processes whose memory phase 3 follows: Flame's two services, or this process for the stand-in
     (which serves in it, beside the client)."""
@@ -134,7 +162,14 @@ def _manager_pids(running) -> dict[str, int]:
 
     if isinstance(running, FlameCluster):
         return {binary: running.pid(binary) for binary in BINARIES}
-    return {"stand-in (this process, with the client)": os.getpid()}
+    return {STANDIN: os.getpid()}
+
+
+def _path_pids(running) -> dict[str, int]:
+    """The processes whose CPU phase 2 follows, beside the worker: the client (this process) and Flame's two
+    services; for the stand-in, this process alone (it serves and is the client)."""
+    managers = _manager_pids(running)
+    return managers if STANDIN in managers else {CLIENT: os.getpid(), **managers}
 
 
 def memory(harvester, pids: dict[str, int], tasks: int, samples: int, output_tokens: int = 64, log=print) -> dict:
@@ -212,7 +247,7 @@ def run(kind: str, out_dir: Path, *, bin_dir=None, tasks: int = 100_000, holds_m
                 log(f"harvest cycle, hold {hold_ms:g} ms: {repeats} x {requests} requests at {rate:g}/s")
                 result.setdefault("cycles", []).append(cycle(
                     sessions.batchers[0], hold_ms, rate=rate, requests=requests, repeats=repeats,
-                    output_tokens=output_tokens, warmup_requests=warmup_requests))
+                    output_tokens=output_tokens, warmup_requests=warmup_requests, pids=_path_pids(running)))
                 save(result)
         for key, rotate in (("memory", 0), ("memory_rotating", rotate_tasks)):
             if key == "memory_rotating" and not rotate:
@@ -265,6 +300,9 @@ def summary_lines(result: dict) -> list[str]:
                   _row("admission: arrival -> in engine", c["arrival_to_admitted_s"]),
                   _row("event -> client (per token)", c["event_to_client_s"]),
                   _row("client TTFT (simulated engine)", c["ttft_client_s"])]
+        if c.get("cpu"):
+            lines.append("  CPU per task (share of a core over the window): " + "; ".join(
+                f"{name} {u['ms_per_task']:.2f} ms ({u['cores']:.0%})" for name, u in c["cpu"].items()))
     for key in ("memory", "memory_rotating"):
         if key not in result:
             continue
