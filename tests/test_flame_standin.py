@@ -7,6 +7,7 @@ import shutil
 import socket
 import sys
 import tempfile
+import time
 from concurrent.futures import wait
 from pathlib import Path
 
@@ -217,3 +218,30 @@ def test_a_worker_killed_mid_task_fails_the_task_naming_it(tmp_path):
         assert flame.deaths() == [str(err.value).split(" (code:")[0]]
         c.close_session(s.id)
         c.close()
+
+
+MUTE = ("import os, socket, time\n"  # a service whose socket exists but never answers (a slow start, or hung)
+        "s = socket.socket(socket.AF_UNIX)\n"
+        "s.bind(os.environ['FLAME_INSTANCE_ENDPOINT'])\n"
+        "time.sleep(600)\n")
+
+
+def test_a_service_that_never_answers_its_socket_is_not_waited_for_on_exit(tmp_path):
+    """Torn down while an executor waits for its service's socket to answer: the service is stopped and the
+    executor's thread ends at once, not after the bind timeout (it once waited there for all of it, under load:
+    'executor ... did not stop' in the receipt)."""
+    sockets = Path(tempfile.mkdtemp(prefix="psi-", dir="/tmp"))
+    try:
+        with StandInCluster(socket_dir=sockets, log_dir=tmp_path / "logs", bind_timeout_s=600) as flame:
+            c = flamepy.connect(flame.endpoint)
+            c.register_application("mute", flamepy.ApplicationAttributes(command=sys.executable,
+                                                                         arguments=["-c", MUTE]))
+            c.create_session(flamepy.SessionAttributes(application="mute", min_instances=1, max_instances=1))
+            wait_until(lambda: any(sockets.glob("*.sock")), 60, "the service to bind its socket")
+            c.close()
+            started = time.monotonic()
+        assert time.monotonic() - started < 25  # the stop's own grace (10 s) and kill, not the 600 s bind timeout
+        assert flame.receipt["clean"], flame.receipt["errors"]
+        assert len(flame.receipt["processes"]) == 1
+    finally:
+        shutil.rmtree(sockets, ignore_errors=True)

@@ -287,17 +287,16 @@ class StandInCluster(procs.Supervisor, frontend_pb2_grpc.FrontendServicer):
                                   cwd=spec.working_directory or None)
         deadline = time.monotonic() + self.bind_timeout_s
         while not ex.socket.exists():
-            if ex.stop:
-                raise ParityError("session closed while binding")
-            if ex.proc.poll() is not None or time.monotonic() > deadline:
-                log = self.log_dir / f"{ex.id}.err"
-                what = procs.ended(ex.proc.returncode) if ex.proc.poll() is not None else \
-                    f"did not open {ex.socket} within {self.bind_timeout_s:.0f} s"
-                raise ParityError(f"the service for executor {ex.id} (pid {ex.proc.pid}) failed to start: "
-                                  f"{what} ({procs.last_line(log)}); log: {log}")
+            self._still_binding(ex, deadline, f"did not open {ex.socket}")
             time.sleep(_POLL_S)
         ex.channel = grpc.insecure_channel(f"unix://{ex.socket}")  # default 4 MiB receive limit, like Flame
-        grpc.channel_ready_future(ex.channel).result(timeout=max(1.0, deadline - time.monotonic()))
+        ready = grpc.channel_ready_future(ex.channel)
+        while True:  # in slices: a service stopped (or dead) while its socket does not answer is not waited for
+            try:
+                ready.result(timeout=_POLL_S)
+                break
+            except grpc.FutureTimeoutError:
+                self._still_binding(ex, deadline, f"did not answer on {ex.socket}")
         stub = shim_pb2_grpc.InstanceStub(ex.channel)
         app = shim_pb2.ApplicationContext(name=ex.session.spec.application, shim=spec.shim, command=spec.command,
                                           working_directory=spec.working_directory or None)
@@ -307,6 +306,18 @@ class StandInCluster(procs.Supervisor, frontend_pb2_grpc.FrontendServicer):
         if result.return_code != 0:
             raise ParityError(f"OnSessionEnter failed ({result.return_code}): {result.message}")
         return stub
+
+    def _still_binding(self, ex: _Executor, deadline: float, late: str) -> None:
+        """Raise if the binding is over: its session closed, its service exited, or `deadline` passed (`late`
+        says at what, with the bind timeout)."""
+        if ex.stop:
+            raise ParityError("session closed while binding")
+        if ex.proc.poll() is not None or time.monotonic() > deadline:
+            log = self.log_dir / f"{ex.id}.err"
+            what = procs.ended(ex.proc.returncode) if ex.proc.poll() is not None else \
+                f"{late} within {self.bind_timeout_s:.0f} s"
+            raise ParityError(f"the service for executor {ex.id} (pid {ex.proc.pid}) failed to start: "
+                              f"{what} ({procs.last_line(log)}); log: {log}")
 
     def _run_executor(self, ex: _Executor) -> None:
         """Bind, then a strictly serial loop of one task at a time, then unbind."""
