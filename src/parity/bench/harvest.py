@@ -109,9 +109,11 @@ def cpu_per_task(runs: list[dict]) -> dict[str, dict]:
     """Per process, over the runs: CPU milliseconds per task and the share of a core over the windows (a process
     gone during a run, or not on this host, is left out)."""
     tasks, window = sum(r["tasks"] for r in runs), sum(r["window_s"] for r in runs)
-    names = [name for name in runs[0]["cpu_s"] if all(r["cpu_s"].get(name) is not None for r in runs)] if runs else []
-    return {name: {"ms_per_task": 1e3 * sum(r["cpu_s"][name] for r in runs) / tasks,
-                   "cores": sum(r["cpu_s"][name] for r in runs) / window} for name in names if tasks and window}
+    if not tasks or not window:
+        return {}
+    used = {name: [r["cpu_s"].get(name) for r in runs] for name in runs[0]["cpu_s"]}
+    return {name: {"ms_per_task": 1e3 * sum(each) / tasks, "cores": sum(each) / window}
+            for name, each in used.items() if None not in each}
 
 
 def cycle(harvester, hold_ms: float, *, rate: float, requests: int, repeats: int, output_tokens: int,
@@ -168,8 +170,10 @@ def _manager_pids(running) -> dict[str, int]:
 def _path_pids(running) -> dict[str, int]:
     """The processes whose CPU phase 2 follows, beside the worker: the client (this process) and Flame's two
     services; for the stand-in, this process alone (it serves and is the client)."""
-    managers = _manager_pids(running)
-    return managers if STANDIN in managers else {CLIENT: os.getpid(), **managers}
+    from parity.flame.cluster import FlameCluster
+
+    return {CLIENT: os.getpid(), **_manager_pids(running)} if isinstance(running, FlameCluster) else \
+        _manager_pids(running)
 
 
 def memory(harvester, pids: dict[str, int], tasks: int, samples: int, output_tokens: int = 64, log=print) -> dict:
