@@ -107,9 +107,38 @@ clocks=$!
     done
   done ) > "$out/engine-threads.txt" 2>&1 &
 threads=$!
+# Once per engine core, what it runs with (affinity, nice, scheduling policy, cgroup, its parent, the environment's
+# vLLM/CUDA/thread/allocator/Python settings, every thread): OUTDIR/engine-facts.txt. With py-spy installed
+# (LADDER_PYSPY=1: .gl/py_spy-*.whl into /tmp/pyspy), each engine core's stacks sampled for 20 s, 5 s after each
+# paced warm-up ends (the measured phase), as collapsed stacks into OUTDIR/pyspy-PID-N.txt: where its CPU goes.
+spy=
+[ "${LADDER_PYSPY:-0}" = 1 ] && { [ -x /tmp/pyspy/bin/py-spy ] || python3 -m pip install -q --no-index --no-deps \
+  --target /tmp/pyspy .gl/py_spy-*.whl; } && spy=/tmp/pyspy/bin/py-spy
+( declare -A known; marks=$(grep -c "paced" "results/host/logs/experiment_$experiment.log" 2>/dev/null); marks=${marks:-0}
+  while sleep 3; do
+    for pid in $(pgrep -f 'EngineCore' 2>/dev/null); do
+      [ -n "${known[$pid]:-}" ] && continue; known[$pid]=1
+      { echo "== engine core $pid $(date +%s)"; taskset -cp "$pid"; chrt -p "$pid"; ps -o pid,ppid,ni,pri,psr,args -p "$pid" | cut -c1-200
+        echo "parent: $(tr '\0' ' ' < /proc/$(ps -o ppid= -p "$pid" | tr -d ' ')/cmdline | cut -c1-200)"
+        cat /proc/$pid/cgroup; tr '\0' '\n' < /proc/$pid/environ | grep -E '^(VLLM|CUDA|OMP|MKL|TORCH|NCCL|LD_|PYTHON|MALLOC|TRITON|HOME|TMPDIR)' | sort
+        ls /proc/$pid/task | while read -r t; do echo "thread $t $(cat /proc/$pid/task/$t/comm)"; done; } >> "$out/engine-facts.txt" 2>&1
+    done
+    if [ -n "$spy" ]; then
+      now=$(grep -c "paced" "results/host/logs/experiment_$experiment.log" 2>/dev/null)
+      [ "${now:-0}" -lt "$marks" ] && marks=${now:-0}  # the log began anew
+      if [ "${now:-0}" -gt "$marks" ]; then
+        marks=$now; sleep 5
+        for pid in $(pgrep -f 'EngineCore' 2>/dev/null); do
+          "$spy" record --nonblocking --threads -r 200 -d 20 -f raw -o "$out/pyspy-$pid-$marks.txt" --pid "$pid" \
+            >> "$out/pyspy.log" 2>&1 &
+        done
+      fi
+    fi
+  done ) &
+facts=$!
 wait "$run"
 rc=$?
-kids=$(pgrep -P $sampler 2>/dev/null; pgrep -P $threads 2>/dev/null); kill $sampler $clocks $threads $kids 2>/dev/null
+kids=$(pgrep -P $sampler 2>/dev/null; pgrep -P $threads 2>/dev/null; pgrep -P $facts 2>/dev/null); kill $sampler $clocks $threads $facts $kids 2>/dev/null
 [ ${#burners[@]} -gt 0 ] && kill "${burners[@]}" 2>/dev/null
 [ -n "$pinner" ] && kill "$pinner" $(pgrep -P "$pinner" 2>/dev/null) 2>/dev/null
 echo "rc=$rc in $(( $(date +%s) - start )) s"
