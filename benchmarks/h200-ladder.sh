@@ -69,6 +69,12 @@ if [ "${LADDER_PIN_ENGINE:-0}" = 1 ]; then
     done ) >> "$out/cpu-load.txt" 2>&1 &
   pinner=$!
 fi
+# LADDER_ENGINE_CPUS=N (not a diagnosis: parity's own setting, recorded in every trial): backend.engine_cpus N in
+# config/host.yaml on the device, so parity puts each vLLM engine core on N CPUs of its own (parity.cpus).
+if [ -n "${LADDER_ENGINE_CPUS:-}" ]; then
+  sed -i "s/^  # engine_cpus: [0-9]*  #/  engine_cpus: ${LADDER_ENGINE_CPUS}  #/" config/host.yaml
+  grep -q "^  engine_cpus: ${LADDER_ENGINE_CPUS} " config/host.yaml || { echo "h200-ladder.sh: could not set engine_cpus" >&2; exit 2; }
+fi
 start=$(date +%s)
 trials=results/host/$experiment/trials
 timeout "$limit" benchmarks/host.sh "$target" &

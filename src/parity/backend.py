@@ -36,6 +36,7 @@ class Backend:
     warmup_rounds: int = 2
     startup_timeout_s: float = 900.0
     network: str = "auto"
+    engine_cpus: int = 0  # ours (issue 28): CPUs of its own per vLLM engine core (parity.cpus); 0: as the study ran
 
     @classmethod
     def from_dict(cls, values: dict) -> "Backend":

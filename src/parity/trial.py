@@ -31,7 +31,7 @@ import os
 import time
 from pathlib import Path
 
-from parity import jit
+from parity import cpus, jit
 from parity.checks import check_trial, read_trial, trace_of, unsupported
 from parity.engine import EngineArgs
 from parity.errors import ParityError
@@ -137,6 +137,8 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
         extra["refused"] = refused_records(trace, burst.refused, arrivals)
     if compiled is not None:
         extra["jit"] = compiled
+    if (reserved := cpus.record()) is not None:
+        extra["cpus"] = reserved
     if swept is not None:
         extra["warmup_sweep"] = swept
     if lengths is not None:
@@ -251,7 +253,10 @@ def ran_with(backend, gpus: list[str], trace: Path, *, placement: str | None, fl
               "cluster": backend.cluster if flame else None, "flame_binaries": flame_binaries if flame else None,
               "placement": placement, "flame": flame.to_dict() if flame else None,
               "load": _load(load), "versions": package_versions()}
-    return {name: values[name] for name in RESULT_SETTINGS}
+    out = {name: values[name] for name in RESULT_SETTINGS}
+    if backend.engine_cpus and not backend.simulated:  # ours: recorded only where set (a study trial reserved none)
+        out["engine_cpus"] = backend.engine_cpus
+    return out
 
 
 def _load(load: dict | None) -> dict:
@@ -268,7 +273,7 @@ def stale(doc: dict, wanted: dict) -> str | None:
         return "it does not record what it ran with (made before parity recorded it)"
     recorded = {"load": STUDY_LOAD} | recorded | {"trace": doc["trace"]["sha256"], "engine_args": doc["engine"]["args"],
                                                   "versions": doc["versions"]}
-    changed = []
+    changed = [] if recorded.get("engine_cpus", 0) == wanted.get("engine_cpus", 0) else ["engine_cpus"]
     for name in RESULT_SETTINGS:
         old, new = recorded.get(name, _UNRECORDED), wanted[name]
         if old == new:

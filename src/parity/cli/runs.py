@@ -215,7 +215,7 @@ def experiment_group():
 @friendly_errors
 def experiment_run(name, traces, backend_text, settings_text, out_dir):
     """Run one experiment on fresh engines per case; trial manifests, checks, pairs, OUT/experiment.json."""
-    from parity import netns
+    from parity import cpus, netns
     from parity.experiments.plan import runs_cases
     from parity.experiments.runner import run_named
 
@@ -223,4 +223,6 @@ def experiment_run(name, traces, backend_text, settings_text, out_dir):
     # Real Flame listens on 0.0.0.0: contain the whole job first (this may re-execute the command).
     netns.contain(backend.network, needed=backend.cluster == "flame" and runs_cases(name), log=echo)
     settings = experiment_settings(name, settings_text)
-    click.echo(f"wrote {run_named(name, list(traces), backend, out_dir, settings=settings, log=echo)}")
+    reserve = backend.engine_cpus if not backend.simulated else 0  # the simulator has no engine core process
+    with cpus.isolated(reserve, len(backend.gpu_uuids()) if reserve else 0, log=echo):
+        click.echo(f"wrote {run_named(name, list(traces), backend, out_dir, settings=settings, log=echo)}")
