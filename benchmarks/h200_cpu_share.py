@@ -2,9 +2,10 @@
 
 usage, on a GPU host after `source .gpu/b/setup.sh`:  python3 benchmarks/h200_cpu_share.py [--layers N] [--rounds R]
 One engine (dummy Llama 3.1 8B shape, N layers, eager, Triton attention, as the trials run it) decodes the same
-decode-bound batch (32 prompts of 2,000 unique tokens, 256 tokens each) in rounds of three phases: alone; with four
+decode-bound batch (32 prompts of 2,000 unique tokens, 256 tokens each) in rounds of four phases: alone; with four
 processes shaped like the Flame path's own beside it (each busy 2 ms of every 7: about 28% of a core, 140 wake-ups
-a second); and with the same four while the engine core has the last CPU to itself (the others pinned off it).
+a second); with the same four while the engine core (every thread) has the last CPU to itself (the others pinned
+off it); and with the engine core on the last two CPUs, as `backend.engine_cpus: 2` places it (parity.cpus).
 Prints one JSON line per phase (its mean time per decode step) and a summary line. Not a measurement of either
 path: the same engine, the same work, only what runs beside it differs.
 """
@@ -18,7 +19,7 @@ ap.add_argument("--rounds", type=int, default=3)
 args = ap.parse_args()
 here = os.path.dirname(os.path.abspath(__file__))
 model = tempfile.mkdtemp(prefix="llama31-8b-dummy-")
-cfg = json.load(open(os.path.join(here, "..", ".gpu", "b", "llama31-8b-config.json")))
+cfg = json.load(open(os.path.join(here, "..", "config", "models", "llama31-8b-config.json")))  # tracked
 cfg["num_hidden_layers"] = args.layers
 json.dump(cfg, open(os.path.join(model, "config.json"), "w"))
 
@@ -58,7 +59,7 @@ cores = engine_cores()
 print(json.dumps({"engine_cores": cores, "cpus": os.cpu_count(), "layers": args.layers}), flush=True)
 phase("warmup")
 phase("warmup")
-results = {"alone": [], "load4": [], "load4-pinned": []}
+results = {"alone": [], "load4": [], "load4-pinned": [], "load4-cpus2": []}
 for _ in range(args.rounds):
     results["alone"].append(phase("alone"))
     burners = [subprocess.Popen([sys.executable, "-c", BURN]) for _ in range(4)]
@@ -67,6 +68,9 @@ for _ in range(args.rounds):
         pin([b.pid for b in burners] + [os.getpid()], f"0-{last - 1}")
         pin(cores, str(last))
         results["load4-pinned"].append(phase("load4-pinned"))
+        pin([b.pid for b in burners] + [os.getpid()], f"0-{last - 2}")  # as backend.engine_cpus 2 places them
+        pin(cores, f"{last - 1}-{last}")
+        results["load4-cpus2"].append(phase("load4-cpus2"))
     finally:
         for b in burners:
             b.kill()
@@ -74,5 +78,6 @@ for _ in range(args.rounds):
 summary = {k: round(1000 * sorted(v)[len(v) // 2], 3) for k, v in results.items()}
 print(json.dumps({"median_ms_per_step": summary, "rounds": args.rounds,
                   "load4_over_alone": round(summary["load4"] / summary["alone"], 4),
-                  "pinned_over_alone": round(summary["load4-pinned"] / summary["alone"], 4)}), flush=True)
+                  "pinned_over_alone": round(summary["load4-pinned"] / summary["alone"], 4),
+                  "cpus2_over_alone": round(summary["load4-cpus2"] / summary["alone"], 4)}), flush=True)
 shutil.rmtree(model, ignore_errors=True)
