@@ -218,6 +218,8 @@ def fits_engine(trace: Path, args: EngineArgs, lengths=None) -> None:
 # load_format and max_model_len; sim_params is the simulator file's content, not its path.
 RESULT_SETTINGS = ("trace", "engine", "engine_args", "sim_params", "warmup_rounds", "gpus", "cluster",
                    "flame_binaries", "placement", "flame", "load", "versions")
+# Ours, recorded only where set, each with its value when unset (as the study ran, and as every trial made before it)
+SET_ONLY = {"engine_cpus": 0}
 STUDY_LOAD = {"schedule": {"kind": "burst"}, "stream": False}  # what a trial recorded before `load` was: a burst
 _UNRECORDED = object()  # a setting the trial does not record: never equal to a wanted value
 
@@ -252,11 +254,10 @@ def ran_with(backend, gpus: list[str], trace: Path, *, placement: str | None, fl
               "sim_params": sim_params_sha256(backend), "warmup_rounds": backend.warmup_rounds, "gpus": list(gpus),
               "cluster": backend.cluster if flame else None, "flame_binaries": flame_binaries if flame else None,
               "placement": placement, "flame": flame.to_dict() if flame else None,
-              "load": _load(load), "versions": package_versions()}
-    out = {name: values[name] for name in RESULT_SETTINGS}
-    if backend.engine_cpus and not backend.simulated:  # ours: recorded only where set (a study trial reserved none)
-        out["engine_cpus"] = backend.engine_cpus
-    return out
+              "load": _load(load), "versions": package_versions(),
+              "engine_cpus": 0 if backend.simulated else backend.engine_cpus}
+    return {name: values[name] for name in RESULT_SETTINGS} | \
+        {name: values[name] for name, unset in SET_ONLY.items() if values[name] != unset}
 
 
 def _load(load: dict | None) -> dict:
@@ -271,10 +272,11 @@ def stale(doc: dict, wanted: dict) -> str | None:
     recorded = doc.get("ran_with")
     if not isinstance(recorded, dict):
         return "it does not record what it ran with (made before parity recorded it)"
-    recorded = {"load": STUDY_LOAD} | recorded | {"trace": doc["trace"]["sha256"], "engine_args": doc["engine"]["args"],
-                                                  "versions": doc["versions"]}
-    changed = [] if recorded.get("engine_cpus", 0) == wanted.get("engine_cpus", 0) else ["engine_cpus"]
-    for name in RESULT_SETTINGS:
+    recorded = {"load": STUDY_LOAD} | SET_ONLY | recorded | {"trace": doc["trace"]["sha256"],
+                                                             "engine_args": doc["engine"]["args"], "versions": doc["versions"]}
+    wanted = SET_ONLY | wanted
+    changed = []
+    for name in (*RESULT_SETTINGS, *SET_ONLY):
         old, new = recorded.get(name, _UNRECORDED), wanted[name]
         if old == new:
             continue
