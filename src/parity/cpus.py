@@ -16,6 +16,7 @@ reserved and which engine core went where is recorded in each trial (`cpus`)."""
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
 import threading
 import time
@@ -32,15 +33,8 @@ _active: "EngineCpus | None" = None
 
 def ranges(cpus) -> str:
     """[0, 1, 2, 5] -> '0-2,5' (as taskset and cgroups write CPU lists)."""
-    out, run = [], []
-    for cpu in sorted(cpus):
-        if run and cpu != run[-1] + 1:
-            out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-            run = []
-        run.append(cpu)
-    if run:
-        out.append(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]))
-    return ",".join(out)
+    runs = [[cpu for _, cpu in run] for _, run in itertools.groupby(enumerate(sorted(cpus)), lambda p: p[1] - p[0])]
+    return ",".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs)
 
 
 class EngineCpus:
