@@ -301,3 +301,44 @@ def test_a_trace_with_no_rungs_runs_only_the_extra_pairs_that_name_it(tiny_reuse
         SustainedSettings(rates={"reuse": ()}).highest_rate
     with pytest.raises(ParityError):  # a plain ladder may not be empty
         check_experiment_settings("sustained", {"rates": []})
+
+
+def test_a_device_stage_of_the_host_ladder_plans_the_committed_configs_cases_for_that_stage(tiny_reuse_trace,
+                                                                                          tmp_path):
+    """benchmarks/ladder-stage.sh narrows config/host.yaml to one stage (how a device session runs it alone): the
+    stage's cases are the committed config's own under the same ids, and nothing else; a bad stage is one line."""
+    from pathlib import Path
+
+    from parity.experiments import plan
+    from parity.workflow_config import experiment_section
+
+    root = Path(__file__).resolve().parents[1]
+    traces = []
+    for name in ("reuse-640", "hot-640"):  # only their names matter to the plan
+        traces.append(tmp_path / f"{name}.json")
+        traces[-1].write_bytes(tiny_reuse_trace.read_bytes())
+
+    def cases(config: Path) -> dict:
+        section = experiment_section([config / "experiments.yaml", config / "host.yaml"], "sustained")
+        return {c.trial_id: c for c in plan.for_experiment("sustained", traces, section)}
+
+    committed = cases(root / "config")
+    seen = {}
+    for stage in ("rungs", "answers", "lengths", "evict"):
+        copy = tmp_path / stage / "config"
+        copy.mkdir(parents=True)
+        for name in ("experiments.yaml", "host.yaml"):
+            (copy / name).write_bytes((root / "config" / name).read_bytes())
+        subprocess.run(["bash", str(root / "benchmarks/ladder-stage.sh"), stage, str(copy.parent)], check=True,
+                       capture_output=True)
+        narrowed = cases(copy)
+        assert narrowed and all(committed[t] == c for t, c in narrowed.items()), stage
+        seen[stage] = {c.stage for c in narrowed.values()}
+    assert seen["answers"] == {"rate-2-out512-harvest"}
+    assert seen["lengths"] == {"lengths-4-harvest"}
+    assert seen["evict"] == {"evict-4-harvest"}
+    assert not seen["rungs"] & (seen["answers"] | seen["lengths"] | seen["evict"])
+    assert {c.stage for c in committed.values()} == set().union(*seen.values())  # every stage in one of them
+    bad = subprocess.run(["bash", str(root / "benchmarks/ladder-stage.sh"), "warmup", str(tmp_path)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "must be rungs, answers" in bad.stderr

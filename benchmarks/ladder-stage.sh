@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Narrow the host profile's sustained ladder to one stage, on a device only (never committed), so a device session
+# runs that stage alone; the cases keep the ids and settings the committed config gives them (tests/test_ladder.py):
+#   benchmarks/ladder-stage.sh STAGE [ROOT]     (ROOT: the repo root; its config/host.yaml and config/experiments.yaml,
+#                                                since the host profile's file is merged over the defaults' key by key)
+#   rungs                     the ladder's rungs and arms, no extra pair
+#   answers | lengths | evict that extra pair alone: every trace's rates emptied (a trace with no rungs runs only the
+#                             extra pairs that name it and a rate) and the other extra pairs left out
+set -euo pipefail
+stage=${1:-}; host=${2:-.}/config/host.yaml; defaults=${2:-.}/config/experiments.yaml
+extras=(answers lengths evict)
+case $stage in
+  rungs) drop=("${extras[@]}") ;;
+  answers|lengths|evict) drop=(); for x in "${extras[@]}"; do [ "$x" = "$stage" ] || drop+=("$x"); done
+    grep -qE "^    $stage: \{.*rate: [0-9.]+.*trace: " "$host" \
+      || { echo "ladder-stage.sh: $host's sustained $stage names no rate and trace to run on alone" >&2; exit 2; }
+    sed -i -E '/^    rates: /s/\[[^]]*\]/[]/g' "$host" ;;
+  *) echo "ladder-stage.sh: STAGE must be rungs, answers, lengths or evict, not '$stage'" >&2; exit 2 ;;
+esac
+for x in "${drop[@]}"; do sed -i "/^    $x: /d" "$host" "$defaults"; done  # the defaults' too: else they come back
+echo "ladder-stage.sh: $host and $defaults narrowed to the sustained ladder's $stage"
