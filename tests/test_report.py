@@ -454,10 +454,11 @@ def _streamed(trial_id: str, system: str, rate: float, first_s: float, end_s: fl
     return doc
 
 
-def _sustained(root: Path, *, arms=STEPS, fail: str | None = None, facts: bool = True) -> Path:
+def _sustained(root: Path, *, arms=STEPS, fail: str | None = None, facts: bool = True, engine_cpus: int = 0) -> Path:
     """A sustained ladder (30 and 90 requests/s) with a pair per Flame configuration: at 30 every path keeps up;
     at 90 bursts answer in 0.4 s, gathered in 0.2 s, harvest streams as standalone does (first token 12 ms).
-    `facts`: each case entry records its rate, answer length and arm (else: as manifests before they did)."""
+    `facts`: each case entry records its rate, answer length and arm (else: as manifests before they did);
+    `engine_cpus`: each trial records its engine core on that many CPUs of its own (parity.cpus)."""
     latencies = {30: {"": (0.1, 0.1), "gathered": (0.08, 0.08), "harvest": (0.011, 0.05)},
                  90: {"": (0.4, 0.4), "gathered": (0.2, 0.2), "harvest": (0.012, 0.05)}}
     trials, pairs = [], []
@@ -470,6 +471,9 @@ def _sustained(root: Path, *, arms=STEPS, fail: str | None = None, facts: bool =
                 tid = f"sustained-{stage}-reuse-32-p0-{'vllm' if system == 'standalone' else 'flame'}"
                 doc = _streamed(tid, system, rate, first, end, batched=system == "flame" and arm != "harvest")
                 doc["trace_name"] = "reuse-32"
+                if engine_cpus:
+                    doc["cpus"] = {"engine_cpus": engine_cpus, "reserved": ["14-15"], "others": "0-13",
+                                   "engine_cores": [{"pid": 4242, "cpus": "14-15", "at_s": 1.0}], "unplaced": []}
                 if tid == fail:
                     doc["verdict"] = {"status": "failed", "checks": {"length": {"passed": False}},
                                       "reasons": ["length: request 3 generated 3 tokens, expected 4"]}
@@ -552,6 +556,15 @@ def test_section_7_is_derived_again_from_its_manifests_and_a_changed_step_is_nam
         ("/sustained_steps/reuse-32/rate-90/harvest/achieved_ratio/median",
          f"states 1.5, its linked manifests give "
          f"{made['manifest']['sustained_steps']['reuse-32']['rate-90']['harvest']['achieved_ratio']['median']!r}")]
+
+
+def test_section_7_says_where_engine_cores_ran_on_cpus_of_their_own_and_only_then(tmp_path):
+    _sustained(tmp_path / "plain")
+    _sustained(tmp_path / "placed", engine_cpus=2)
+    plain = write_report([tmp_path / "plain"], None, REFERENCE, tmp_path / "report-plain")["markdown"]
+    placed = write_report([tmp_path / "placed"], None, REFERENCE, tmp_path / "report-placed")["markdown"]
+    assert "Engine cores on CPUs of their own" not in plain
+    assert "Engine cores on CPUs of their own (ours, backend.engine_cpus, the same on both paths): 2 each" in placed
 
 
 def test_a_sustained_experiment_without_arms_shows_bursts_alone(tmp_path):

@@ -685,6 +685,8 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
     table.rows = [row for _, row in sorted(zip(keys, table.rows), key=lambda kr: kr[0])]
     if saturation := _first_saturated(table.rows):
         table.notes.append(saturation)
+    if placed := _engine_cpus(experiment):
+        table.notes.append(placed)
     table.notes.append(
         f"Ours only, beyond the study: {len({c['pair'] for c in experiment.cases})} pair(s) per offered rate, the "
         "two paths under the same seeded arrivals, interleaved, fresh engines per case; every latency from the "
@@ -707,6 +709,17 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
         for points in curves[trace].values():
             points.sort(key=lambda p: p["offered"])
     return table, {"plot": curves}
+
+
+def _engine_cpus(experiment: Experiment) -> str | None:
+    """Where the trials ran their engine cores on CPUs of their own (backend.engine_cpus, parity.cpus), a note that
+    says so: not the study's placement, the same on both paths."""
+    counts = sorted({(doc.get("cpus") or {}).get("engine_cpus", 0) for doc in experiment.trials.values()})
+    if not any(counts):
+        return None
+    return ("Engine cores on CPUs of their own (ours, backend.engine_cpus, the same on both paths): "
+            + ", ".join(f"{n} each" if n else "none" for n in counts)
+            + " (each trial records where its engine cores ran, `cpus`; the rest of the job on the other CPUs).")
 
 
 def _first_saturated(rows: list[list]) -> str | None:
