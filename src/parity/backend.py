@@ -76,6 +76,12 @@ class Backend:
     def simulated(self) -> bool:
         return self.engine == "sim"
 
+    @property
+    def reserved_engine_cpus(self) -> int:
+        """The CPUs parity.cpus reserves per engine core: `engine_cpus`, none on the simulator (it has no engine core
+        process); what a trial runs with and records."""
+        return 0 if self.simulated else self.engine_cpus
+
     def args(self) -> EngineArgs:
         values = dict(self.engine_args)
         if self.model:

@@ -255,7 +255,7 @@ def ran_with(backend, gpus: list[str], trace: Path, *, placement: str | None, fl
               "cluster": backend.cluster if flame else None, "flame_binaries": flame_binaries if flame else None,
               "placement": placement, "flame": flame.to_dict() if flame else None,
               "load": _load(load), "versions": package_versions(),
-              "engine_cpus": 0 if backend.simulated else backend.engine_cpus}
+              "engine_cpus": backend.reserved_engine_cpus}
     return {name: values[name] for name in RESULT_SETTINGS} | \
         {name: values[name] for name, unset in SET_ONLY.items() if values[name] != unset}
 

@@ -223,8 +223,8 @@ def experiment_run(name, traces, backend_text, settings_text, out_dir):
     # Real Flame listens on 0.0.0.0: contain the whole job first (this may re-execute the command).
     netns.contain(backend.network, needed=backend.cluster == "flame" and runs_cases(name), log=echo)
     settings = experiment_settings(name, settings_text)
-    reserve = backend.engine_cpus if not backend.simulated else 0
-    if backend.engine_cpus and backend.simulated:
+    reserve = backend.reserved_engine_cpus
+    if backend.engine_cpus and not reserve:
         echo(f"engine_cpus {backend.engine_cpus}: the simulator has no engine core process; nothing reserved")
     with cpus.isolated(reserve, len(backend.gpu_uuids()) if reserve else 0, log=echo):
         click.echo(f"wrote {run_named(name, list(traces), backend, out_dir, settings=settings, log=echo)}")
