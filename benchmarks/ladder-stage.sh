@@ -11,11 +11,16 @@ stage=${1:-}; host=${2:-.}/config/host.yaml; defaults=${2:-.}/config/experiments
 extras=(answers lengths evict)
 case $stage in
   rungs) drop=("${extras[@]}") ;;
-  answers|lengths|evict) drop=(); for x in "${extras[@]}"; do [ "$x" = "$stage" ] || drop+=("$x"); done
-    grep -qE "^    $stage: \{.*rate: [0-9.]+.*trace: " "$host" \
-      || { echo "ladder-stage.sh: $host's sustained $stage names no rate and trace to run on alone" >&2; exit 2; }
-    sed -i -E '/^    rates: /s/\[[^]]*\]/[]/g' "$host" ;;
+  answers|lengths|evict) drop=(); for x in "${extras[@]}"; do [ "$x" = "$stage" ] || drop+=("$x"); done ;;
   *) echo "ladder-stage.sh: STAGE must be rungs, answers, lengths or evict, not '$stage'" >&2; exit 2 ;;
 esac
+for file in "$host" "$defaults"; do  # both there before either is changed: never one narrowed and not the other
+  [ -w "$file" ] || { echo "ladder-stage.sh: no config file to narrow at $file (give the repo root)" >&2; exit 2; }
+done
+if [ "$stage" != rungs ]; then
+  grep -qE "^    $stage: \{.*rate: [0-9.]+.*trace: " "$host" \
+    || { echo "ladder-stage.sh: $host's sustained $stage names no rate and trace to run on alone" >&2; exit 2; }
+  sed -i -E '/^    rates: /s/\[[^]]*\]/[]/g' "$host"
+fi
 for x in "${drop[@]}"; do sed -i "/^    $x: /d" "$host" "$defaults"; done  # the defaults' too: else they come back
 echo "ladder-stage.sh: $host and $defaults narrowed to the sustained ladder's $stage"

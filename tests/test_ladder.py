@@ -342,3 +342,18 @@ def test_a_device_stage_of_the_host_ladder_plans_the_committed_configs_cases_for
     bad = subprocess.run(["bash", str(root / "benchmarks/ladder-stage.sh"), "warmup", str(tmp_path)],
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "must be rungs, answers" in bad.stderr
+    half = tmp_path / "half" / "config"  # the host file alone: refused in one line before anything is changed
+    half.mkdir(parents=True)
+    (half / "host.yaml").write_bytes((root / "config" / "host.yaml").read_bytes())
+    bad = subprocess.run(["bash", str(root / "benchmarks/ladder-stage.sh"), "answers", str(half.parent)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no config file to narrow" in bad.stderr
+    assert (half / "host.yaml").read_bytes() == (root / "config" / "host.yaml").read_bytes()
+    (half / "experiments.yaml").write_bytes((root / "config" / "experiments.yaml").read_bytes())
+    unnamed = (root / "config" / "host.yaml").read_text().replace("arm: harvest, rate: 2, trace: reuse-640}",
+                                                                   "arm: harvest}")
+    (half / "host.yaml").write_text(unnamed)  # answers with no rate and trace of its own: nothing to run alone
+    bad = subprocess.run(["bash", str(root / "benchmarks/ladder-stage.sh"), "answers", str(half.parent)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "names no rate and trace" in bad.stderr
+    assert (half / "host.yaml").read_text() == unnamed
