@@ -85,17 +85,7 @@ start=$(date +%s)
 trials=results/host/$experiment/trials
 timeout "$limit" benchmarks/host.sh "$target" &
 run=$!
-if [ -n "$cutoff" ]; then  # a trial manifest written past the cutoff ends the run (the next trial has just begun)
-  # Written, not counted: a rerun overwrites a stale trial of the same name (2026-12-04: the count stayed put).
-  mark=$(mktemp); touch -d "@$(( start + cutoff ))" "$mark"
-  ( while kill -0 "$run" 2>/dev/null; do
-      sleep 2
-      if [ -n "$(find "$trials" -maxdepth 1 -name '*.json' -newer "$mark" 2>/dev/null | head -n 1)" ]; then
-        echo "cutoff: a trial finished $(( $(date +%s) - start )) s in, past ${cutoff} s: no trial begun after it"
-        kill -TERM "$run"; break
-      fi
-    done; rm -f "$mark" ) &
-fi
+[ -n "$cutoff" ] && benchmarks/cutoff.sh "$run" "$trials" "$start" "$cutoff" &  # a trial written past it ends the run
 # Each process's CPU beside the run (issue 28: on 2026-12-03 the Flame side's engine stepped ~30% slower than
 # standalone's at the same load; its own processes' CPU or a busier host may be why): the host's CPU quota, then
 # top's busiest 25 lines every 10 s (interval %CPU), into OUTDIR/cpu.txt.

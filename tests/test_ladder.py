@@ -357,3 +357,36 @@ def test_a_device_stage_of_the_host_ladder_plans_the_committed_configs_cases_for
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "names no rate and trace" in bad.stderr
     assert (half / "host.yaml").read_text() == unnamed
+
+
+def test_the_device_ladders_cutoff_stops_the_run_on_a_trial_written_past_it_even_over_a_stale_one(tmp_path):
+    """benchmarks/cutoff.sh: on 2026-12-04 a rerun overwrote a stale trial of the same name, the count of trials
+    never grew, and the run went on into a trial the call's limit killed; the cutoff now reads when a trial was
+    written."""
+    import os
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "benchmarks" / "cutoff.sh"
+    trials = tmp_path / "trials"
+    trials.mkdir()
+    stale = trials / "case-vllm.json"
+    stale.write_text("{}")
+    now = time.time()
+    os.utime(stale, (now - 100, now - 100))  # from an earlier session
+    before = trials / "case-flame.json"
+    before.write_text("{}")
+    os.utime(before, (now - 8, now - 8))  # written 2 s into the run: before the cutoff
+    run = subprocess.Popen(["sleep", "60"])
+    watch = subprocess.Popen([str(script), str(run.pid), str(trials), str(int(now) - 10), "5"],
+                             stdout=subprocess.PIPE, text=True, env={**os.environ, "CUTOFF_POLL_S": "0.1"})
+    try:
+        time.sleep(1.0)
+        assert run.poll() is None and watch.poll() is None  # nothing written past the cutoff yet
+        stale.write_text('{"rerun": true}')  # the same name, written now
+        assert watch.wait(timeout=30) == 0 and run.wait(timeout=30) != 0
+        assert "past 5 s: no trial begun after it" in watch.stdout.read()
+    finally:
+        run.kill()
+        watch.kill()
+    bad = subprocess.run([str(script), "1"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.strip() == "cutoff.sh: usage: cutoff.sh PID TRIALS START CUTOFF_S"
