@@ -35,6 +35,8 @@ esac
 if [ -d /tmp/site/vllm ] && [ -f /tmp/site/vllm/_C_stable_libtorch.abi3.so ]; then  # set up by an earlier call
   export PYTHONPATH=/tmp/site${PYTHONPATH:+:$PYTHONPATH} VLLM_USE_FLASHINFER_SAMPLER=0 VLLM_NO_USAGE_STATS=1 HF_HUB_OFFLINE=1
 else
+  # a machine without /tmp/site is a fresh one (a warm one goes back after its idle release): its setup calls first
+  [ -f .gpu/b/setup.sh ] || { echo "h200-ladder.sh: no vLLM on this machine and no .gpu/b carried: a fresh machine (the warm one went back?) needs its setup calls first, .gpu/a, then .flame and .gl, then .gpu/b and .whl with this script" >&2; exit 2; }
   source .gpu/b/setup.sh || exit 1
 fi
 [ -x /tmp/flame-bin/flame-session-manager ] || source benchmarks/flame-bins.sh

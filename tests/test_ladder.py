@@ -390,3 +390,18 @@ def test_the_device_ladders_cutoff_stops_the_run_on_a_trial_written_past_it_even
         watch.kill()
     bad = subprocess.run([str(script), "1"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.strip() == "cutoff.sh: usage: cutoff.sh PID TRIALS START CUTOFF_S"
+
+
+def test_the_device_ladder_on_a_fresh_machine_without_its_bundle_says_so_in_one_line(tmp_path):
+    """2026-12-04: a warm machine went back between two calls and the next call met a fresh one without vLLM."""
+    import shutil
+    from pathlib import Path
+
+    if Path("/tmp/site/vllm").is_dir():
+        pytest.skip("this machine has the slim vLLM bundle set up in /tmp/site")
+    (tmp_path / "benchmarks").mkdir()
+    shutil.copy(Path(__file__).resolve().parents[1] / "benchmarks" / "h200-ladder.sh", tmp_path / "benchmarks")
+    done = subprocess.run(["bash", "benchmarks/h200-ladder.sh", str(tmp_path), "10"], cwd=tmp_path,
+                          capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2 and done.stdout == "" and len(done.stderr.splitlines()) == 1
+    assert done.stderr.startswith("h200-ladder.sh: no vLLM on this machine and no .gpu/b carried")
