@@ -74,7 +74,7 @@ fi
 # LADDER_ENGINE_CPUS=N (not a diagnosis: parity's own setting, recorded in every trial): backend.engine_cpus N in
 # config/host.yaml on the device, so parity puts each vLLM engine core on N CPUs of its own (parity.cpus).
 if [ -n "${LADDER_ENGINE_CPUS:-}" ]; then
-  sed -i "s/^  # engine_cpus: [0-9]*  #/  engine_cpus: ${LADDER_ENGINE_CPUS}  #/" config/host.yaml
+  sed -i -E "s/^  (# )?engine_cpus: [0-9]*  #/  engine_cpus: ${LADDER_ENGINE_CPUS}  #/" config/host.yaml
   grep -q "^  engine_cpus: ${LADDER_ENGINE_CPUS} " config/host.yaml || { echo "h200-ladder.sh: could not set engine_cpus" >&2; exit 2; }
 fi
 # LADDER_STAGE=rungs|answers|lengths|evict: the sustained ladder's one stage alone (benchmarks/ladder-stage.sh narrows

@@ -57,6 +57,41 @@ def test_an_engine_core_gets_its_own_cpu_and_everything_else_the_rest():
     assert out["after"] is None  # only while the reservation holds
 
 
+SUCCESSION = textwrap.dedent("""
+    import json, subprocess, sys, time
+    from parity import cpus
+
+    def until(test):
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not test():
+            time.sleep(0.1)
+
+    with cpus.isolated(1, 1, log=lambda line: None) as reservation:
+        first = subprocess.Popen([sys.executable, "-c", sys.argv[1]])
+        until(lambda: reservation.placed)
+        first.kill(); first.wait()
+        until(lambda: "ended_s" in reservation.placed[0])
+        began = time.time()  # the next trial's start
+        second = subprocess.Popen([sys.executable, "-c", sys.argv[1]])
+        until(lambda: len(reservation.placed) == 2)
+        out = {"first": first.pid, "second": second.pid, "trial": cpus.record(began), "all": cpus.record()}
+        second.kill(); second.wait()
+    print(json.dumps(out))
+""")
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two CPUs to reserve one")
+def test_a_trial_records_its_own_engine_cores_not_an_earlier_trials():
+    """A reservation spans a whole experiment run: a fresh-engine trial after another (the confirmation pairs) once
+    listed the earlier trial's stopped engine core as its own (2026-12-04, session 14)."""
+    done = subprocess.run([sys.executable, "-c", SUCCESSION, FAKE_ENGINE], capture_output=True, text=True, timeout=90)
+    assert done.returncode == 0, done.stderr
+    out = json.loads(done.stdout.strip().splitlines()[-1])
+    assert [e["pid"] for e in out["trial"]["engine_cores"]] == [out["second"]]
+    assert [e["pid"] for e in out["all"]["engine_cores"]] == [out["first"], out["second"]]
+    assert "ended_s" in out["all"]["engine_cores"][0] and "ended_s" not in out["all"]["engine_cores"][1]
+
+
 def test_a_reservation_that_leaves_the_job_no_cpu_is_refused_in_one_line():
     with pytest.raises(ParityError, match=r"leaves none of this job's \d+ CPUs"):
         cpus.EngineCpus(len(os.sched_getaffinity(0)), 1)

@@ -83,6 +83,9 @@ class EngineCpus:
             if pid not in table or table[pid][1] != started:
                 del self._taken[pid]
                 self._threads.pop(pid, None)
+                for entry in self.placed:
+                    if entry["pid"] == pid and "ended_s" not in entry:
+                        entry["ended_s"] = time.time()
         for pid in below:
             if not table[pid][2].startswith(ENGINE_NAME):
                 continue
@@ -104,11 +107,13 @@ class EngineCpus:
                     os.sched_setaffinity(tid, cpus)
                     moved.add(tid)
 
-    def describe(self) -> dict:
-        """What a trial records: the reservation, and each engine core placed so far."""
+    def describe(self, since: float | None = None) -> dict:
+        """What a trial records: the reservation, and each engine core placed that was still running at `since`
+        (the trial's start, wall clock; None: every one). A reservation spans a whole experiment run, so an
+        engine core an earlier trial started and stopped is not this trial's (its exit is seen within POLL_S)."""
+        cores = [dict(p) for p in self.placed if since is None or p.get("ended_s", since) >= since]
         return {"engine_cpus": self.per_engine, "reserved": [ranges(s) for s in self.slots],
-                "others": ranges(self.others), "engine_cores": [dict(p) for p in self.placed],
-                "unplaced": list(self.unplaced)}
+                "others": ranges(self.others), "engine_cores": cores, "unplaced": list(self.unplaced)}
 
 
 def _threads(pid: int) -> set[int]:
@@ -137,6 +142,7 @@ def isolated(per_engine: int, engines: int, log=print):
         reservation.stop()
 
 
-def record() -> dict | None:
-    """The active reservation as a trial records it (None: none, as the study ran)."""
-    return None if _active is None else _active.describe()
+def record(since: float | None = None) -> dict | None:
+    """The active reservation as a trial that began at `since` (wall clock) records it (None: none, as the
+    study ran)."""
+    return None if _active is None else _active.describe(since)

@@ -78,7 +78,7 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
     warm_count = len(ids) if warmup_requests is None else min(warmup_requests, len(ids))
     warm_own = {} if wanted is None else {"lengths": wanted[:warm_count]}
     paced = lambda round_index: warmup_requests is not None and round_index > 1  # noqa: E731 (the study's: all at once)
-    since = time.time()  # the wall clock: the engines stamp their JIT records with it (parity.jit)
+    since = began = time.time()  # the wall clock: the engines stamp their JIT records with it (parity.jit)
     with path.trial(trial_id, router):
         swept = decode_sweep(path, trace_path, ids, router, sweep, log) if sweep else None
         for round_index in range(1, warmup_rounds + 1):
@@ -137,7 +137,7 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
         extra["refused"] = refused_records(trace, burst.refused, arrivals)
     if compiled is not None:
         extra["jit"] = compiled
-    if (reserved := cpus.record()) is not None:
+    if (reserved := cpus.record(began)) is not None:  # the engine cores this trial ran on, not earlier trials'
         extra["cpus"] = reserved
     if swept is not None:
         extra["warmup_sweep"] = swept
