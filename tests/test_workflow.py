@@ -254,7 +254,8 @@ def test_the_host_profile_runs_the_offline_limit_on_real_vllm_with_dummy_weights
     backend = yaml.safe_load(_option(command, "--backend"))
     model = checkout / "results/host/model/llama31-8b-dummy"
     assert backend == {"engine": "vllm", "gpus": ["auto"], "cluster": "flame", "flame_bin_dir": None,
-                       "model": str(model), "load_format": "dummy", "warmup_rounds": 2}
+                       "model": str(model), "load_format": "dummy", "warmup_rounds": 2,
+                       "engine_cpus": 2}  # ours, on in the host profile since session 14 (config/host.yaml)
     assert yaml.safe_load(_option(command, "--settings")) == {"shards": 2}
     assert _values(command, "--trace") == ["results/host/traces/no-reuse.json", "results/host/traces/reuse.json"]
     (copy,) = [c for c in commands if c[0] == "cp"]
