@@ -50,7 +50,7 @@ class EngineCpus:
         self.others = allowed[: len(allowed) - reserved]
         self.slots = [allowed[len(self.others) + i * per_engine: len(self.others) + (i + 1) * per_engine]
                       for i in range(engines)]
-        self._taken: dict[int, tuple[int, int]] = {}  # engine core pid -> (its start time, its slot)
+        self._taken: dict[int, tuple[int, int, dict]] = {}  # engine core pid -> (its start time, its slot, its entry)
         self._threads: dict[int, set[int]] = {}  # engine core pid -> the threads moved so far
         self.placed: list[dict] = []  # every engine core placed: pid, cpus, when
         self.unplaced: list[int] = []  # engine cores that found no free slot
@@ -79,26 +79,25 @@ class EngineCpus:
         engine cores that exited."""
         table = procs.proc_table()
         below = set(procs.descendants(os.getpid(), table))
-        for pid, (started, _) in list(self._taken.items()):
+        for pid, (started, _, entry) in list(self._taken.items()):
             if pid not in table or table[pid][1] != started:
                 del self._taken[pid]
                 self._threads.pop(pid, None)
-                for entry in self.placed:
-                    if entry["pid"] == pid and "ended_s" not in entry:
-                        entry["ended_s"] = time.time()
+                entry["ended_s"] = time.time()
         for pid in below:
             if not table[pid][2].startswith(ENGINE_NAME):
                 continue
             if pid not in self._taken:
-                free = sorted(set(range(len(self.slots))) - {slot for _, slot in self._taken.values()})
+                free = sorted(set(range(len(self.slots))) - {slot for _, slot, _ in self._taken.values()})
                 if not free:  # more engine cores than slots (two shards on one GPU): left where they are, said once
                     if pid not in self.unplaced:
                         self.unplaced.append(pid)
                         self.log(f"engine core {pid}: no reserved CPUs left ({len(self.slots)} slots); left on "
                                  f"{ranges(self.others)}")
                     continue
-                self._taken[pid] = (table[pid][1], free[0])
-                self.placed.append({"pid": pid, "cpus": ranges(self.slots[free[0]]), "at_s": time.time()})
+                entry = {"pid": pid, "cpus": ranges(self.slots[free[0]]), "at_s": time.time()}
+                self._taken[pid] = (table[pid][1], free[0], entry)
+                self.placed.append(entry)
                 self.log(f"engine core {pid} on CPUs {ranges(self.slots[free[0]])}")
             cpus = self.slots[self._taken[pid][1]]
             moved = self._threads.setdefault(pid, set())
