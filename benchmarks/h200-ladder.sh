@@ -4,8 +4,11 @@
 #   benchmarks/h200-ladder.sh OUTDIR [LIMIT_S] [EXPERIMENT] [CUTOFF_S]
 # EXPERIMENT is sustained (the default: the ladder) or confirmation (the study's bursts, with the harvest arm;
 # only its experiment manifest is made, not the offline-limit run the whole `confirmation` target also needs).
-# CUTOFF_S: start no trial after that many seconds: the run is stopped as soon as a trial finishes past it, so a
-# trial longer than the time left is not begun only to be killed at LIMIT_S (default: no cutoff).
+# The run's deadline is LIMIT_S less 15 s (PARITY_DEADLINE, `parity experiment run --deadline`): no trial is begun
+# that is predicted to end past it (from its schedule, then from the trials like it this call has run:
+# parity.experiments.deadline), so a call ends between trials, not inside one its limit kills.
+# CUTOFF_S (a backstop, rarely needed now): start no trial after that many seconds: the run is stopped as soon as a
+# trial finishes past it (default: no cutoff).
 # A fresh machine takes three calls, each carry under 64 MiB with the tracked tree: .gpu/a (unpacked to /tmp/v),
 # then .flame and .gl (`source benchmarks/flame-bins.sh`; .gl/t.tar.xz, the earlier trials, untarred at the repo
 # root; .gl/triton-cache.tgz, if an earlier session brought one back, untarred into ~/.triton), then .gpu/b and
@@ -85,6 +88,7 @@ if [ -n "${LADDER_STAGE:-}" ]; then
 fi
 start=$(date +%s)
 trials=results/host/$experiment/trials
+export PARITY_DEADLINE=$(( start + limit - 15 ))  # leaves the run's end and this script's archive in the limit
 timeout "$limit" benchmarks/host.sh "$target" &
 run=$!
 [ -n "$cutoff" ] && benchmarks/cutoff.sh "$run" "$trials" "$start" "$cutoff" &  # a trial written past it ends the run
@@ -146,7 +150,7 @@ kids=$(pgrep -P $sampler 2>/dev/null; pgrep -P $threads 2>/dev/null; pgrep -P $f
 [ -n "$pinner" ] && kill "$pinner" $(pgrep -P "$pinner" 2>/dev/null) 2>/dev/null
 echo "rc=$rc in $(( $(date +%s) - start )) s"
 log=results/host/logs/experiment_$experiment.log
-grep -hE "^\[|req/s|kernel compilations|started|Error|error:" "$log" | tail -n 60
+grep -hE "^\[|req/s|kernel compilations|started|deadline|Error|error:" "$log" | tail -n 60
 dir=results/host/$experiment
 tar czf "$out/ladder.tgz" $dir/trials $dir/experiment.json $dir/pairs $dir/cleanup "$log" \
   $(find $dir/logs -name '*.jit' -o -name '*.vllm.log' -o -name 'replica-*.log' -o -name '*.txt' 2>/dev/null) 2>/dev/null

@@ -405,3 +405,72 @@ def test_the_device_ladder_on_a_fresh_machine_without_its_bundle_says_so_in_one_
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 2 and done.stdout == "" and len(done.stderr.splitlines()) == 1
     assert done.stderr.startswith("h200-ladder.sh: no vLLM on this machine and no .gpu/b carried")
+
+
+def test_a_deadline_predicts_each_case_from_its_schedule_then_from_what_ran(tiny_reuse_trace):
+    """parity.experiments.deadline: a 640-request rung at 4 requests/s with two paced warm-ups of 64 is predicted
+    from its schedule (plus an engine start where it opens one) until one like it has run, then from that; a burst
+    nothing has measured is begun; a case that would end past the deadline is refused in one line."""
+    import dataclasses
+
+    from parity.experiments.deadline import AGAIN, MARGIN, SLACK_S, START_S, Deadline
+    from parity.experiments.plan import Case
+    from parity.flame.settings import FlameSettings
+    from parity.schedule import Schedule
+
+    rung = Case("sustained-rate-4-reuse-640-p0-vllm", "sustained", "standalone", "sticky", tiny_reuse_trace,
+                FlameSettings(), schedule=Schedule(kind="poisson", rate=4.0), warmup_requests=64, start="s-vllm")
+    now = [1000.0]
+    deadline = Deadline(1000.0 + 300, clock=lambda: now[0])
+    base = MARGIN * (2 * 64 + 640) / 4 + SLACK_S
+    assert deadline.need_s(rung, 640, 2, opens=False) == pytest.approx(base)
+    assert deadline.need_s(rung, 640, 2, opens=True) == pytest.approx(base + START_S)
+    deadline.check(rung, 640, 2, opens=False)  # 241 s of 300
+    with pytest.raises(ParityError, match=r"^deadline: sustained-rate-4-reuse-640-p0-vllm needs about 331 s and 300 "
+                                          r"s are left, so it is not begun; the trials finished so far are kept"):
+        deadline.check(rung, 640, 2, opens=True)
+    deadline.ran(rung, 640, 2, opened=True, wall_s=400.0)  # its start in its time: teaches nothing
+    assert deadline.need_s(rung, 640, 2, opens=False) == pytest.approx(base)
+    deadline.ran(rung, 640, 2, opened=False, wall_s=195.0)
+    assert deadline.need_s(rung, 640, 2, opens=True) == pytest.approx(AGAIN * 195.0 + START_S)
+    slow = dataclasses.replace(rung, trial_id="sustained-rate-12-reuse-640-p0-flame",
+                               schedule=Schedule(kind="poisson", rate=12.0))
+    scheduled = MARGIN * (2 * 64 + 640) / 12 + SLACK_S
+    assert deadline.need_s(slow, 640, 2, opens=False) == pytest.approx(scheduled)  # the 4/s rung kept to its schedule
+    deadline.ran(slow, 640, 2, opened=False, wall_s=1.5 * scheduled)  # a path that keeps up less well
+    faster = dataclasses.replace(rung, schedule=Schedule(kind="poisson", rate=8.0))
+    assert deadline.need_s(faster, 640, 2, opens=False) == pytest.approx(1.5 * (MARGIN * 768 / 8 + SLACK_S))
+    fresh = Case("confirmation-final-reuse-p0-vllm", "confirmation", "standalone", "sticky", tiny_reuse_trace,
+                 FlameSettings())
+    assert deadline.need_s(fresh, 256, 2, opens=True) is None  # a burst: nothing predicts it yet
+    now[0] += 299.0
+    deadline.check(fresh, 256, 2, opens=True)  # begun
+    deadline.ran(fresh, 256, 2, opened=True, wall_s=190.0)
+    assert deadline.need_s(fresh, 256, 2, opens=True) == pytest.approx(AGAIN * 190.0)  # its start is in its time
+    Deadline(None).check(rung, 640, 2, opens=True)  # no deadline: everything is begun
+
+
+def test_a_rerun_under_a_deadline_keeps_finished_trials_and_begins_no_case_that_would_end_past_it(tiny_reuse_trace,
+                                                                                                  tmp_path):
+    """A device call's deadline (--deadline, PARITY_DEADLINE): the kept trials are kept, and the case that would
+    end past it is not begun, in one line, rather than killed inside its trial by the call's limit."""
+    from pathlib import Path as P
+
+    from parity.backend import Backend
+    from parity.experiments import plan
+    from parity.experiments.runner import run_experiment
+
+    params = str(P(__file__).resolve().parents[1] / "config/sim/h200-llama31-8b.yaml")
+    settings = {"rates": [20, 40], "flame": {"mode": "harvest", "api": "async"}}
+    cases = plan.for_experiment("sustained", [tiny_reuse_trace], settings)
+    backend = Backend.from_dict({"engine": "sim", "sim_params": params})
+    run_experiment("sustained", cases, backend, tmp_path, settings=settings, log=lambda _: None)
+    last = tmp_path / "trials" / f"{cases[-1].trial_id}.json"
+    last.unlink()
+    kept = {p.name: p.stat().st_mtime_ns for p in (tmp_path / "trials").glob("*.json")}
+    lines: list[str] = []
+    with pytest.raises(ParityError, match=rf"^deadline: {cases[-1].trial_id} needs about .* so it is not begun"):
+        run_experiment("sustained", cases, backend, tmp_path, settings=settings, log=lines.append,
+                       deadline=time.time() + 5)
+    assert sum(": kept (already run and checked)" in line for line in lines) == len(cases) - 1
+    assert not last.exists() and kept == {p.name: p.stat().st_mtime_ns for p in (tmp_path / "trials").glob("*.json")}

@@ -211,9 +211,12 @@ def experiment_group():
               help="Where to run: JSON, or a YAML file (engine sim|vllm, gpus, cluster standin|flame, model, ...).")
 @click.option("--settings", "settings_text", default="{}", show_default=True,
               help="The experiment's settings as JSON (the config's experiments.NAME).")
+@click.option("--deadline", type=float, default=None, envvar="PARITY_DEADLINE", show_envvar=True,
+              help="Epoch seconds: begin no case predicted to end after it (a device call's time limit); the "
+                   "trials finished before it are kept for the rerun.")
 @options.out_dir()
 @friendly_errors
-def experiment_run(name, traces, backend_text, settings_text, out_dir):
+def experiment_run(name, traces, backend_text, settings_text, deadline, out_dir):
     """Run one experiment on fresh engines per case; trial manifests, checks, pairs, OUT/experiment.json."""
     from parity import cpus, netns
     from parity.experiments.plan import runs_cases
@@ -227,4 +230,5 @@ def experiment_run(name, traces, backend_text, settings_text, out_dir):
     if backend.engine_cpus and not reserve:
         echo(f"engine_cpus {backend.engine_cpus}: the simulator has no engine core process; nothing reserved")
     with cpus.isolated(reserve, len(backend.gpu_uuids()) if reserve else 0, log=echo):
-        click.echo(f"wrote {run_named(name, list(traces), backend, out_dir, settings=settings, log=echo)}")
+        written = run_named(name, list(traces), backend, out_dir, settings=settings, log=echo, deadline=deadline)
+        click.echo(f"wrote {written}")

@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import time
 from pathlib import Path
 
 from parity import paths, trial
 from parity.checks import check_file, pinning_of
 from parity.errors import ParityError
 from parity.backend import Backend
+from parity.experiments.deadline import Deadline
 from parity.routing import RouterSettings
 from parity.experiments.plan import (Case, about, for_experiment, paced_span_s, registered, repetition_id, rotate,
                                     runs_cases, settings_of)
@@ -29,8 +31,11 @@ from parity.trace import load_trace
 class Runner:
     """Holds the experiment's output folder, its backend and GPUs, and what its cases share."""
 
-    def __init__(self, experiment: str, backend: Backend, out_dir: Path, log=print, shards: int | None = None):
+    def __init__(self, experiment: str, backend: Backend, out_dir: Path, log=print, shards: int | None = None,
+                 deadline: Deadline | None = None):
         self.experiment, self.backend, self.out_dir, self.log = experiment, backend, out_dir, log
+        self.deadline = deadline or Deadline(None)  # no case begun that would end after it
+        self._requests: dict[Path, int] = {}  # per trace, its measured requests (what a case's time is predicted by)
         self.trials_dir = out_dir / "trials"
         # A sustained pair's sides run one after the other, so one GPU serves it (a shard per path); the
         # study's experiments split each burst over two. `shards` (the confirmation's setting): exactly that
@@ -115,13 +120,20 @@ class Runner:
                        lengths=case.lengths, warmup_requests=case.warmup_requests, log=self.log)
         if case.admission is not None:  # ours: a trial that predates it is called as before
             options |= {"admission": case.admission, "objective": case.objective}
+        if case.trace not in self._requests:
+            self._requests[case.trace] = len(load_trace(case.trace).requests)
+        requests = self._requests[case.trace]
+        opens = case.start is None or self._start is None or self._start[0] != case.start
+        self.deadline.check(case, requests, self.backend.warmup_rounds, opens)
+        began = time.monotonic()
         if case.start is not None:  # the start's first trial to run sweeps its engine's decode batch sizes
             serving, opened = self.started(case)
             trial.run(serving, case.trace, self.trials_dir, sweep=case.warmup_requests if opened else None, **options)
-            return path
-        self._close_start()
-        with paths.get(case.system).for_case(case, self) as serving:
-            trial.run(serving, case.trace, self.trials_dir, sweep=case.sweep, **options)
+        else:
+            self._close_start()
+            with paths.get(case.system).for_case(case, self) as serving:
+                trial.run(serving, case.trace, self.trials_dir, sweep=case.sweep, **options)
+        self.deadline.ran(case, requests, self.backend.warmup_rounds, opens, time.monotonic() - began)
         return path
 
     def moved_pair(self, case: Case, partner: Case) -> list[str] | None:
@@ -176,7 +188,7 @@ def ran(case: Case) -> dict:
 
 
 def run_named(experiment: str, traces: list[Path], backend: Backend, out_dir: Path, *, settings: dict,
-              log=print) -> Path:
+              log=print, deadline: float | None = None) -> Path:
     """Experiment `experiment` from its settings (the config's experiments.NAME, recorded as given): its cases
     planned and run, or, for one that runs no cases (the offline limit), its shards on the engine."""
     if not runs_cases(experiment):
@@ -184,12 +196,13 @@ def run_named(experiment: str, traces: list[Path], backend: Backend, out_dir: Pa
 
         return offline_limit.run(traces, backend, out_dir, settings=settings, log=log)
     return run_experiment(experiment, for_experiment(experiment, traces, settings), backend, out_dir,
-                          settings=settings, log=log)
+                          settings=settings, log=log, deadline=deadline)
 
 
 def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir: Path, *, settings: dict,
-                   log=print) -> Path:
-    """Run every case in order, then pin-check and pair them; write OUT/experiment.json."""
+                   log=print, deadline: float | None = None) -> Path:
+    """Run every case in order, then pin-check and pair them; write OUT/experiment.json. `deadline` (epoch
+    seconds): begin no case predicted to end after it (parity.experiments.deadline)."""
     if not cases:
         raise ParityError(f"experiment {experiment} has no cases")
     ids = [c.trial_id for c in cases]
@@ -211,7 +224,7 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
     # per side, where the experiment's settings name them (read only there: the cases carry everything else)
     named = {f.name for f in dataclasses.fields(registered(experiment).settings)}
     shards = settings_of(experiment, settings).shards if "shards" in named else None
-    with Runner(experiment, backend, out_dir, log, shards=shards) as runner:
+    with Runner(experiment, backend, out_dir, log, shards=shards, deadline=Deadline(deadline)) as runner:
         for number, case in enumerate(cases, start=1):
             log(f"[{number}/{len(cases)}] {case.trial_id}")
             trials[case.trial_id] = runner.run(case, partners.get(case.trial_id))

@@ -1,0 +1,78 @@
+"""A run's deadline (ours; `parity experiment run --deadline`, or PARITY_DEADLINE): the runner begins no case that
+would not finish before it, so a device call that its time limit will end stops between cases, its finished trials
+kept for the rerun, instead of inside one (whose work is then lost).
+
+A case's need is predicted before it begins: its paced warm-ups and arrivals (requests / rate) with a margin, plus an
+engine start where it opens one; once a case of the same rate, request count and answer length has run in this
+process, from the longest such instead (a saturated rung takes longer than its arrivals, and a measured one says by
+how much): a case on fresh engines by its whole time, a rung on a shared start by those that did not open it, plus a
+start where it opens one; one not yet measured by its schedule times the most a measured case overran its own. A
+case with no prediction (a burst not yet measured) is begun.
+Measured on one H200 (2026-12-04): 640-request rungs took 195 s at 4 requests/s, 100 s at 8 and 82 s at 12, past
+saturation; an engine start 20-40 s standalone and about 66 s on Flame (about 130 s with a cold Triton cache).
+"""
+
+from __future__ import annotations
+
+import time
+
+from parity.errors import ParityError
+from parity.experiments.plan import Case
+
+MARGIN = 1.1  # a rung's warm-ups and arrivals take this much longer than their schedule, at most, while it keeps up
+SLACK_S = 30.0  # and this much more: its drain, the cold reset, writing its manifest
+START_S = 90.0  # an engine start with its decode sweep, where the case opens one
+AGAIN = 1.1  # a case measured before takes at most this much longer again
+
+
+class Deadline:
+    """`at`: epoch seconds (None: no deadline). `check` before a case runs, `ran` after."""
+
+    def __init__(self, at: float | None, clock=time.time):
+        self.at, self.clock = at, clock
+        self._took: dict[tuple, float] = {}  # (rate, requests, answer length, fresh) -> the longest wall time seen
+        self._slower = 1.0  # the most a measured case took over its schedule's prediction (at least 1)
+
+    @staticmethod
+    def _key(case: Case, requests: int) -> tuple:
+        paced = case.schedule.kind in ("poisson", "gamma")
+        answers = case.lengths.to_dict() if case.lengths is not None else case.max_tokens
+        return (case.schedule.rate if paced else None, requests, repr(answers), case.start is None)
+
+    @staticmethod
+    def _scheduled_s(case: Case, requests: int, warmup_rounds: int, opens: bool) -> float | None:
+        """What `case`'s schedule predicts: its paced warm-ups and arrivals with the margin, and a start where it
+        opens one; None for a case not paced (a burst)."""
+        if case.schedule.kind not in ("poisson", "gamma"):
+            return None
+        warmups = warmup_rounds * (case.warmup_requests if case.warmup_requests is not None else requests)
+        return MARGIN * (warmups + requests) / case.schedule.rate + SLACK_S + (START_S if opens else 0.0)
+
+    def need_s(self, case: Case, requests: int, warmup_rounds: int, opens: bool) -> float | None:
+        """The seconds `case` (of `requests` requests) is predicted to take, `opens`: opening its engines (always,
+        for a case on fresh engines); None where nothing predicts it. Not yet measured, a case is predicted by its
+        schedule, times the most a measured one overran its own (a path that keeps up less well than the schedule
+        says, as the study's burst mode under sustained load, overruns every rung alike)."""
+        took = self._took.get(self._key(case, requests))
+        if took is not None:  # a fresh case's time has its start in it
+            return AGAIN * took + (START_S if opens and case.start is not None else 0.0)
+        scheduled = self._scheduled_s(case, requests, warmup_rounds, opens)
+        return None if scheduled is None else scheduled * self._slower
+
+    def check(self, case: Case, requests: int, warmup_rounds: int, opens: bool) -> None:
+        """ParityError, in one line, where `case` would not finish before the deadline."""
+        if self.at is None:
+            return
+        need, left = self.need_s(case, requests, warmup_rounds, opens), self.at - self.clock()
+        if need is not None and need > left:
+            raise ParityError(f"deadline: {case.trial_id} needs about {need:.0f} s and {max(left, 0.0):.0f} s are "
+                              "left, so it is not begun; the trials finished so far are kept for the rerun")
+
+    def ran(self, case: Case, requests: int, warmup_rounds: int, opened: bool, wall_s: float) -> None:
+        """`case` took `wall_s`; a rung that opened its shared start teaches nothing (the start is in its time)."""
+        if case.start is None or not opened:
+            key = self._key(case, requests)
+            self._took[key] = max(wall_s, self._took.get(key, 0.0))
+            scheduled = self._scheduled_s(case, requests, warmup_rounds, opened)
+            if scheduled:
+                self._slower = max(self._slower, wall_s / scheduled)
