@@ -25,6 +25,7 @@ from parity.errors import ParityError
 from parity.settings import Settings
 
 KINDS = ("burst", "poisson", "gamma", "replay")
+PACED = ("poisson", "gamma")  # the kinds that send at a rate
 
 
 @dataclass(frozen=True)
@@ -39,12 +40,17 @@ class Schedule(Settings):
     def __post_init__(self):
         if self.kind not in KINDS:
             raise ParityError(f"unknown arrival schedule {self.kind!r}: use one of {', '.join(KINDS)}")
-        if self.kind in ("poisson", "gamma") and not self.rate > 0:
+        if self.paced and not self.rate > 0:
             raise ParityError(f"a {self.kind} schedule needs a rate above 0 requests/s, got {self.rate!r}")
         if self.kind == "gamma" and not self.burstiness > 0:
             raise ParityError(f"a gamma schedule needs a burstiness above 0, got {self.burstiness!r}")
         if self.kind == "replay" and not self.replay:
             raise ParityError("a replay schedule needs the file of arrival times it replays (replay: PATH)")
+
+    @property
+    def paced(self) -> bool:
+        """Sent at a rate (poisson, gamma), not all at once nor replayed."""
+        return self.kind in PACED
 
     def offsets(self, count: int) -> list[float]:
         """Seconds after the release at which each of `count` requests is sent, in burst order."""

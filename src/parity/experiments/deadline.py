@@ -35,15 +35,14 @@ class Deadline:
 
     @staticmethod
     def _key(case: Case, requests: int) -> tuple:
-        paced = case.schedule.kind in ("poisson", "gamma")
         answers = case.lengths.to_dict() if case.lengths is not None else case.max_tokens
-        return (case.schedule.rate if paced else None, requests, repr(answers), case.start is None)
+        return (case.schedule.rate if case.schedule.paced else None, requests, repr(answers), case.start is None)
 
     @staticmethod
     def _scheduled_s(case: Case, requests: int, warmup_rounds: int, opens: bool) -> float | None:
         """What `case`'s schedule predicts: its paced warm-ups and arrivals with the margin, and a start where it
         opens one; None for a case not paced (a burst)."""
-        if case.schedule.kind not in ("poisson", "gamma"):
+        if not case.schedule.paced:
             return None
         warmups = warmup_rounds * (case.warmup_requests if case.warmup_requests is not None else requests)
         return MARGIN * (warmups + requests) / case.schedule.rate + SLACK_S + (START_S if opens else 0.0)

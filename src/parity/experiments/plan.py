@@ -392,7 +392,7 @@ def paced_span_s(cases: list[Case], requests: dict[Path, int]) -> float:
     ParityError, in one line, for a case faster than MAX_RATE_PER_S or longer than MAX_RUNG_S."""
     total = 0.0
     for case in cases:
-        if case.schedule.kind not in ("poisson", "gamma"):
+        if not case.schedule.paced:
             continue
         rate, count = case.schedule.rate, requests[case.trace]
         if rate > MAX_RATE_PER_S:

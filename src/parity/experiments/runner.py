@@ -32,10 +32,11 @@ class Runner:
     """Holds the experiment's output folder, its backend and GPUs, and what its cases share."""
 
     def __init__(self, experiment: str, backend: Backend, out_dir: Path, log=print, shards: int | None = None,
-                 deadline: Deadline | None = None):
+                 deadline: Deadline | None = None, requests: dict[Path, int] | None = None):
         self.experiment, self.backend, self.out_dir, self.log = experiment, backend, out_dir, log
+        # per trace, its measured requests (what a case's time is predicted by): those the caller counted already
+        self.requests = dict(requests or {})
         self.deadline = deadline or Deadline(None)  # no case begun that would end after it
-        self._requests: dict[Path, int] = {}  # per trace, its measured requests (what a case's time is predicted by)
         self.trials_dir = out_dir / "trials"
         # A sustained pair's sides run one after the other, so one GPU serves it (a shard per path); the
         # study's experiments split each burst over two. `shards` (the confirmation's setting): exactly that
@@ -72,10 +73,14 @@ class Runner:
             self._start = None
             stack.__exit__(*(exc or (None, None, None)))
 
+    def _is_open(self, start: str | None) -> bool:
+        """Whether shared start `start` is the one open now."""
+        return self._start is not None and self._start[0] == start
+
     def started(self, case: Case) -> tuple[object, bool]:
         """The open path of `case.start`, and whether it was just opened: the one already open, or (the previous
         one closed) a new one."""
-        if self._start is not None and self._start[0] == case.start:
+        if self._is_open(case.start):
             return self._start[2], False
         self._close_start()
         stack = contextlib.ExitStack()
@@ -120,10 +125,10 @@ class Runner:
                        lengths=case.lengths, warmup_requests=case.warmup_requests, log=self.log)
         if case.admission is not None:  # ours: a trial that predates it is called as before
             options |= {"admission": case.admission, "objective": case.objective}
-        if case.trace not in self._requests:
-            self._requests[case.trace] = len(load_trace(case.trace).requests)
-        requests = self._requests[case.trace]
-        opens = case.start is None or self._start is None or self._start[0] != case.start
+        if case.trace not in self.requests:
+            self.requests[case.trace] = len(load_trace(case.trace).requests)
+        requests = self.requests[case.trace]
+        opens = case.start is None or not self._is_open(case.start)
         self.deadline.check(case, requests, self.backend.warmup_rounds, opens)
         began = time.monotonic()
         if case.start is not None:  # the start's first trial to run sweeps its engine's decode batch sizes
@@ -182,8 +187,7 @@ def ran(case: Case) -> dict:
     `output_tokens`, the exact answer length every request asked for (None: the backend's engine setting, recorded
     in the trial's engine args, or each request its own length, `lengths`, recorded as the trial's output_lengths);
     `arm`, the arm of the settings it belongs to (None: the study's configuration)."""
-    paced = case.schedule.kind in ("poisson", "gamma")
-    return {"rate": case.schedule.rate if paced else None,
+    return {"rate": case.schedule.rate if case.schedule.paced else None,
             "output_tokens": case.max_tokens if case.lengths is None else None, "arm": case.arm}
 
 
@@ -213,7 +217,8 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
         trial.fits_engine(trace, dataclasses.replace(args, max_tokens=tokens) if tokens else args)
     for trace, lengths in dict.fromkeys((c.trace, c.lengths) for c in cases if c.lengths is not None):
         trial.fits_engine(trace, backend.args(), lengths)  # each prompt with its own answer
-    paced = paced_span_s(cases, {t: len(load_trace(t).requests) for t in {c.trace for c in cases}})
+    requests = {t: len(load_trace(t).requests) for t in {c.trace for c in cases}}
+    paced = paced_span_s(cases, requests)
     if paced:
         log(f"{experiment}: {len(cases)} cases; their arrival schedules take about {about(paced)} in all "
             "(requests / rate, case by case; engine starts and warmups come on top)")
@@ -224,7 +229,8 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
     # per side, where the experiment's settings name them (read only there: the cases carry everything else)
     named = {f.name for f in dataclasses.fields(registered(experiment).settings)}
     shards = settings_of(experiment, settings).shards if "shards" in named else None
-    with Runner(experiment, backend, out_dir, log, shards=shards, deadline=Deadline(deadline)) as runner:
+    with Runner(experiment, backend, out_dir, log, shards=shards, deadline=Deadline(deadline),
+                requests=requests) as runner:
         for number, case in enumerate(cases, start=1):
             log(f"[{number}/{len(cases)}] {case.trial_id}")
             trials[case.trial_id] = runner.run(case, partners.get(case.trial_id))

@@ -25,7 +25,7 @@ from parity.flame.settings import FlameSettings
 from parity.latency import Objective
 from parity.lengths import OutputLengths
 from parity.restart import Restart
-from parity.schedule import Schedule
+from parity.schedule import PACED, Schedule
 from parity.settings import Settings, checked_fields
 from parity.workflow_config import check_experiment_settings
 
@@ -127,7 +127,7 @@ class Arrivals(Settings):
     seed: int = Schedule.seed
 
     def __post_init__(self):
-        if self.kind not in ("poisson", "gamma"):
+        if self.kind not in PACED:
             raise ParityError(f"sustained schedule kind {self.kind!r}: a ladder's rungs are poisson or gamma")
 
     def at(self, rate: float, repeat: int = 0) -> Schedule:
