@@ -1,0 +1,204 @@
+"""A device session's ladder record (benchmarks/measured/h200-ladder-*.json): its trials, pairs and rungs derived
+from the trial manifests, and a record checked against the archive it names, so every number it states about a
+trial or a pair is what `parity.latency` derives from the archived manifest whose SHA-256 it gives.
+
+  python benchmarks/ladder_record.py derive TRIALS_DIR      the trials, pairs and rungs as JSON (a session adds
+                                                            its GPUs, commands, calls and conclusion by hand)
+  python benchmarks/ladder_record.py check RECORD.json ...  one line per disagreement; exit 1 if there is any
+
+A record lists the trials it ran (`trials`) and the pairs it states (`pairs`, or a top-level object with a `pair`
+key); a check compares each number the record and the derivation both have (a record written before a field
+existed simply lacks it), to its rounding.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+import statistics
+import sys
+import tarfile
+from pathlib import Path
+
+from parity.latency import summarize
+
+SIDES = ("flame", "vllm")
+
+
+def _ms(p: dict) -> dict:
+    return {q: round(p[q] * 1000, 2) for q in ("p50", "p90", "p99")}
+
+
+def _uuids(doc: dict) -> list[str]:
+    return [g["uuid"] for g in doc["gpus"]]
+
+
+def _cached(doc: dict) -> int:
+    return sum(r.get("cached_tokens", 0) for r in doc["records"])
+
+
+def trial(doc: dict, raw: bytes) -> dict:
+    """One trial's entry: its identity, hashes and (for a paced one) latencies in the steady-state window."""
+    out = {"trial": doc["trial_id"], "gpu": _uuids(doc), "status": doc["verdict"]["status"],
+           "requests_per_s": round(doc["timing"]["requests_per_s"], 4), "trace_sha256": doc["trace"]["sha256"],
+           "manifest_sha256": hashlib.sha256(raw).hexdigest(), "cached_tokens": _cached(doc)}
+    if (s := summarize(doc)) is not None:
+        out |= {"achieved_per_s": round(s["achieved_per_s"], 4), "saturated": s["saturated"],
+                "schedule_offsets_sha256": doc["schedule"]["offsets_sha256"], "ttft_client_ms": _ms(s["ttft_client"]),
+                "itl_ms": _ms(s["itl"]), "e2e_ms": _ms(s["e2e"])}
+    return out
+
+
+def pair(name: str, flame: dict, vllm: dict) -> dict:
+    """A pair's entry: Flame over standalone, from its two trials (a paced pair's latencies; a burst's rate)."""
+    key = lambda r: r["request_id"]  # noqa: E731
+    same = all(a["output_token_ids"] == b["output_token_ids"]
+               for a, b in zip(sorted(flame["records"], key=key), sorted(vllm["records"], key=key)))
+    out = {"pair": name, "gpu": flame["gpus"][0]["uuid"], "same_gpu": _uuids(flame) == _uuids(vllm),
+           "token_ids_identical": same and len(flame["records"]) == len(vllm["records"]),
+           "cached_tokens": [_cached(flame), _cached(vllm)],
+           "requests_per_s_ratio": round(flame["timing"]["requests_per_s"] / vllm["timing"]["requests_per_s"], 4)}
+    sf, sv = summarize(flame), summarize(vllm)
+    if sf is None or sv is None:  # a burst: the study's ratio
+        return out | {"ratio": out["requests_per_s_ratio"]}
+    out |= {"achieved_ratio": round(sf["achieved_per_s"] / sv["achieved_per_s"], 4),
+            "ttft_client_p99_ratio": round(sf["ttft_client"]["p99"] / sv["ttft_client"]["p99"], 4),
+            "ttft_client_p50_delta_ms": round(1000 * (sf["ttft_client"]["p50"] - sv["ttft_client"]["p50"]), 1),
+            "ttft_client_p50_ms": [round(1000 * x["ttft_client"]["p50"], 1) for x in (sf, sv)],
+            "itl_p99_ratio": round(sf["itl"]["p99"] / sv["itl"]["p99"], 4),
+            "itl_p50_ratio": round(sf["itl"]["p50"] / sv["itl"]["p50"], 4),
+            "e2e_p50_ratio": round(sf["e2e"]["p50"] / sv["e2e"]["p50"], 4),
+            "saturated": [sf["saturated"], sv["saturated"]]}
+    if h := flame.get("harvest"):
+        out["harvest"] = {"tasks": h["tasks"], "empty_tasks": h["empty_tasks"], "events": h["events"],
+                          "completions": h["completions"],
+                          **{k.removesuffix("_s") + "_ms": {q: round(v * 1000, 3) for q, v in h[k].items()}
+                             for k in ("arrival_to_seen_s", "event_to_client_s", "round_trip_s", "wait_s")}}
+    return out
+
+
+def rungs(pairs: list[dict]) -> list[dict]:
+    """Per paced rung (a sustained pair's stage, every seed): the median and worst pair, against issue 28's targets."""
+    by: dict[str, list[dict]] = {}
+    for p in pairs:
+        if "achieved_ratio" in p and p["pair"].startswith("sustained-"):
+            by.setdefault(p["pair"].removeprefix("sustained-").rsplit("-", 1)[0], []).append(p)
+    out = []
+    for stage, ps in by.items():
+        entry = {"rung": stage, "pairs": len(ps),
+                 "achieved_ratio": {"median": round(statistics.median(p["achieved_ratio"] for p in ps), 4),
+                                    "worst": min(p["achieved_ratio"] for p in ps)},
+                 "ttft_client_p99_ratio": {
+                     "median": round(statistics.median(p["ttft_client_p99_ratio"] for p in ps), 4),
+                     "worst": max(p["ttft_client_p99_ratio"] for p in ps)},
+                 "ttft_client_p50_delta_ms": [p["ttft_client_p50_delta_ms"] for p in ps],
+                 "token_ids_identical": all(p["token_ids_identical"] for p in ps),
+                 "cached_tokens_equal": all(p["cached_tokens"][0] == p["cached_tokens"][1] for p in ps)}
+        if all("harvest" in p for p in ps):
+            entry |= {"arrival_to_seen_p99_ms": max(p["harvest"]["arrival_to_seen_ms"]["p99"] for p in ps),
+                      "event_to_client_p99_ms": max(p["harvest"]["event_to_client_ms"]["p99"] for p in ps)}
+        out.append(entry)
+    return out
+
+
+def derive(manifests: dict[str, bytes]) -> dict:
+    """Trial id -> manifest bytes, to the record's derived part: every trial, every whole pair, every rung."""
+    docs = {tid: json.loads(raw) for tid, raw in manifests.items()}
+    trials = [trial(docs[tid], manifests[tid]) for tid in sorted(docs)]
+    names = sorted({tid.rsplit("-", 1)[0] for tid in docs if tid.rsplit("-", 1)[-1] in SIDES})
+    pairs = [pair(n, docs[f"{n}-flame"], docs[f"{n}-vllm"]) for n in names
+             if f"{n}-flame" in docs and f"{n}-vllm" in docs]
+    return {"rungs": rungs(pairs), "pairs": pairs, "trials": trials}
+
+
+def archived(path: Path) -> dict[str, bytes]:
+    """The trial manifests in a session's archive (results/host/<experiment>/trials/<id>.json), by trial id."""
+    out = {}
+    with tarfile.open(path) as tar:
+        for member in tar.getmembers():
+            parts = Path(member.name).parts
+            if member.isfile() and len(parts) >= 2 and parts[-2] == "trials" and member.name.endswith(".json"):
+                out[Path(member.name).stem] = tar.extractfile(member).read()
+    return out
+
+
+def _tolerance(key: str) -> float:
+    """What a stated number may differ by: its rounding (ms to 0.1, ratios and rates to 1e-4)."""
+    return 0.051 if key.endswith("_ms") or key in {"p50", "p90", "p99", "mean"} else 1.01e-4
+
+
+def _differences(stated, derived, where: str, tol: float = 0.0) -> list[str]:
+    if isinstance(stated, dict) and isinstance(derived, dict):
+        return [d for k in stated.keys() & derived.keys()
+                for d in _differences(stated[k], derived[k], f"{where}.{k}", max(tol, _tolerance(k)))]
+    if isinstance(stated, list) and isinstance(derived, list) and len(stated) == len(derived):
+        return [d for i, (a, b) in enumerate(zip(stated, derived)) for d in _differences(a, b, f"{where}[{i}]", tol)]
+    if isinstance(stated, bool) or isinstance(derived, bool) or not isinstance(stated, (int, float)):
+        return [] if stated == derived else [f"{where}: the record says {stated!r}, its trials give {derived!r}"]
+    if isinstance(derived, (int, float)) and math.isclose(stated, derived, rel_tol=0, abs_tol=tol):
+        return []
+    return [f"{where}: the record says {stated!r}, its trials give {derived!r}"]
+
+
+def check(record_path: Path) -> list[str]:
+    """Each way `record_path` disagrees with the archive it names (empty: none)."""
+    record = json.loads(record_path.read_text())
+    name = str(record.get("archive", "")).split(":")[0].strip()
+    if not name:
+        return [f"{record_path.name}: names no archive"]
+    archive = record_path.parent / name
+    if not archive.is_file():
+        return [f"{record_path.name}: its archive {name} is not beside it"]
+    manifests = archived(archive)
+    derived = derive(manifests)
+    problems = []
+    by_trial = {t["trial"]: t for t in derived["trials"]}
+    for stated in record.get("trials", []):
+        tid = stated.get("trial")
+        if tid not in by_trial:
+            problems.append(f"{record_path.name}: trial {tid} is not in {name}")
+            continue
+        problems += [f"{record_path.name}: {d}" for d in _differences(stated, by_trial[tid], f"trial {tid}")]
+    by_pair = {p["pair"]: p for p in derived["pairs"]}
+    listed = record.get("pairs", [])
+    if not isinstance(listed, list) or not all(isinstance(p, dict) and "pair" in p for p in listed):
+        problems.append(f"{record_path.name}: its pairs are not a list of objects that each name their pair")
+        listed = []
+    stated_pairs = listed + [v for v in record.values() if isinstance(v, dict) and "pair" in v]
+    for stated in stated_pairs:
+        if stated["pair"] not in by_pair:
+            problems.append(f"{record_path.name}: pair {stated['pair']} has no two trials in {name}")
+            continue
+        problems += [f"{record_path.name}: {d}" for d in _differences(stated, by_pair[stated["pair"]],
+                                                                        f"pair {stated['pair']}")]
+    by_rung = {r["rung"]: r for r in derived["rungs"]}
+    for stated in record.get("rungs", []):
+        if stated["rung"] not in by_rung:
+            problems.append(f"{record_path.name}: rung {stated['rung']} has no pair in {name}")
+            continue
+        problems += [f"{record_path.name}: {d}" for d in _differences(stated, by_rung[stated["rung"]],
+                                                                        f"rung {stated['rung']}")]
+    return problems
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) >= 2 and argv[0] == "derive":
+        manifests = {p.stem: p.read_bytes() for p in sorted(Path(argv[1]).glob("*.json"))}
+        if not manifests:
+            print(f"ladder_record.py: no trial manifests in {argv[1]}", file=sys.stderr)
+            return 2
+        json.dump(derive(manifests), sys.stdout, indent=1)
+        print()
+        return 0
+    if len(argv) >= 2 and argv[0] == "check":
+        problems = [p for path in argv[1:] for p in check(Path(path))]
+        print("\n".join(problems) if problems else f"{len(argv) - 1} record(s) agree with their archives")
+        return 1 if problems else 0
+    print(__doc__.split("\n\n")[1], file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,82 @@
+"""The device sessions' ladder records agree with the archives they name (benchmarks/ladder_record.py), and a record
+edited after the fact is caught: each number it states about a trial, a pair or a rung is derived again from the
+archived manifests."""
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+MEASURED = ROOT / "benchmarks" / "measured"
+spec = importlib.util.spec_from_file_location("ladder_record", ROOT / "benchmarks" / "ladder_record.py")
+ladder_record = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(ladder_record)
+
+RECORDS = sorted(p for p in MEASURED.glob("h200-ladder-*.json") if "archive" in json.loads(p.read_text()))
+
+
+def test_there_are_archived_records():
+    assert len(RECORDS) >= 3
+
+
+@pytest.mark.parametrize("record", RECORDS, ids=lambda p: p.stem)
+def test_record_agrees_with_its_archive(record):
+    assert ladder_record.check(record) == []
+
+
+def _copy(tmp_path, name="h200-ladder-2026-12-04-session16.json"):
+    record = json.loads((MEASURED / name).read_text())
+    archive = record["archive"].split(":")[0]
+    shutil.copy(MEASURED / archive, tmp_path / archive)
+    return record, tmp_path / name
+
+
+def test_an_edited_ratio_a_hash_and_a_rung_are_each_named(tmp_path):
+    record, path = _copy(tmp_path)
+    record["pairs"][0]["achieved_ratio"] += 0.004
+    record["trials"][0]["manifest_sha256"] = "0" * 64
+    record["rungs"][0]["ttft_client_p99_ratio"]["worst"] = 1.0
+    record["pairs"][1]["same_gpu"] = False
+    path.write_text(json.dumps(record))
+    problems = ladder_record.check(path)
+    assert len(problems) == 4, problems
+    assert any(f"pair {record['pairs'][0]['pair']}.achieved_ratio" in p for p in problems)
+    assert any(f"trial {record['trials'][0]['trial']}.manifest_sha256" in p for p in problems)
+    assert any(f"rung {record['rungs'][0]['rung']}.ttft_client_p99_ratio.worst" in p for p in problems)
+    assert any(".same_gpu: the record says False" in p for p in problems)
+
+
+def test_rounding_is_not_a_disagreement(tmp_path):
+    record, path = _copy(tmp_path)
+    record["pairs"][0]["achieved_ratio"] += 0.0001  # the last digit of a 4-place ratio
+    record["trials"][0]["ttft_client_ms"]["p50"] += 0.05  # ms to 0.1
+    path.write_text(json.dumps(record))
+    assert ladder_record.check(path) == []
+
+
+def test_a_trial_not_archived_and_a_missing_archive_are_one_line_each(tmp_path):
+    record, path = _copy(tmp_path)
+    record["trials"].append({"trial": "sustained-rate-99-harvest-reuse-640-p0-vllm"})
+    path.write_text(json.dumps(record))
+    assert ladder_record.check(path) == [f"{path.name}: trial sustained-rate-99-harvest-reuse-640-p0-vllm is not in "
+                                         f"{record['archive'].split(':')[0]}"]
+    record["trials"].pop()
+    record["pairs"] = {"free-form": {}}
+    path.write_text(json.dumps(record))
+    assert ladder_record.check(path) == [f"{path.name}: its pairs are not a list of objects that each name their pair"]
+    record["archive"] = "gone.tar.xz: nothing"
+    path.write_text(json.dumps(record))
+    assert ladder_record.check(path) == [f"{path.name}: its archive gone.tar.xz is not beside it"]
+
+
+def test_the_cli_exits_1_on_a_disagreement(tmp_path, capsys):
+    record, path = _copy(tmp_path)
+    path.write_text(json.dumps(record))
+    assert ladder_record.main(["check", str(path)]) == 0
+    record["pairs"][0]["token_ids_identical"] = False
+    path.write_text(json.dumps(record))
+    assert ladder_record.main(["check", str(path)]) == 1
+    assert "token_ids_identical: the record says False, its trials give True" in capsys.readouterr().out
