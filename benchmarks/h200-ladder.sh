@@ -19,7 +19,9 @@
 # machine has always started so). Runs `benchmarks/host.sh sustained` (config/host.yaml: 640-request rungs, each path's rungs on one engine
 # start), killed at LIMIT_S (default 540) so a device call ends in time: a rerun keeps every finished trial and
 # goes on. Leaves OUTDIR/ladder.tgz (trials, experiment manifest, engine logs and JIT records, cleanup receipts)
-# OUTDIR/gpu.txt, OUTDIR/cpu.txt (each process's CPU every 10 s), OUTDIR/gpu-clocks.txt and OUTDIR/engine-threads.txt. A later session continues the ladder from the trials an earlier one archived
+# OUTDIR/gpu.txt, OUTDIR/cpu.txt (each process's CPU every 10 s), OUTDIR/gpu-clocks.txt and OUTDIR/engine-threads.txt. A session's
+# record is derived from the last call's trials (`python benchmarks/ladder_record.py derive DIR`: trials, pairs, rungs) and
+# checked against its archive (`... check RECORD.json`). A later session continues the ladder from the trials an earlier one archived
 # (benchmarks/measured/h200-ladder-*-trials*.tar.xz): extract them at the repo root in the order they were made,
 # a later archive over an earlier one (its pair replaces one that failed), and carry results/host/sustained
 # (results/host/confirmation/trials for the confirmation bursts) in the first call; the run keeps each one whose
