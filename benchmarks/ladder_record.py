@@ -144,15 +144,22 @@ def _differences(stated, derived, where: str, tol: float = 0.0) -> list[str]:
 
 def check(record_path: Path) -> list[str]:
     """Each way `record_path` disagrees with the archive it names (empty: none)."""
-    record = json.loads(record_path.read_text())
+    try:
+        record = json.loads(record_path.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        return [f"{record_path.name}: not a readable JSON record ({e})"]
+    if not isinstance(record, dict):
+        return [f"{record_path.name}: not a record (a JSON object)"]
     name = str(record.get("archive", "")).split(":")[0].strip()
     if not name:
         return [f"{record_path.name}: names no archive"]
     archive = record_path.parent / name
     if not archive.is_file():
         return [f"{record_path.name}: its archive {name} is not beside it"]
-    manifests = archived(archive)
-    derived = derive(manifests)
+    try:
+        derived = derive(archived(archive))
+    except (OSError, tarfile.TarError, EOFError, json.JSONDecodeError, KeyError, TypeError) as e:
+        return [f"{record_path.name}: its archive {name} cannot be read as trial manifests ({type(e).__name__}: {e})"]
     problems = []
     by_trial = {t["trial"]: t for t in derived["trials"]}
     for stated in record.get("trials", []):

@@ -80,3 +80,17 @@ def test_the_cli_exits_1_on_a_disagreement(tmp_path, capsys):
     path.write_text(json.dumps(record))
     assert ladder_record.main(["check", str(path)]) == 1
     assert "token_ids_identical: the record says False, its trials give True" in capsys.readouterr().out
+
+
+def test_a_record_or_archive_that_cannot_be_read_is_one_line(tmp_path):
+    bad = tmp_path / "bad.json"
+    bad.write_text("{not json")
+    assert ladder_record.check(bad)[0].startswith("bad.json: not a readable JSON record")
+    bad.write_text("[]")
+    assert ladder_record.check(bad) == ["bad.json: not a record (a JSON object)"]
+    record, path = _copy(tmp_path)
+    archive = tmp_path / record["archive"].split(":")[0]
+    archive.write_bytes(archive.read_bytes()[:1000])  # cut short
+    path.write_text(json.dumps(record))
+    (problem,) = ladder_record.check(path)
+    assert problem.startswith(f"{path.name}: its archive {archive.name} cannot be read as trial manifests")
