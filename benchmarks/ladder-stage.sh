@@ -3,21 +3,31 @@
 # runs that stage alone; the cases keep the ids and settings the committed config gives them (tests/test_ladder.py):
 #   benchmarks/ladder-stage.sh STAGE [ROOT]     (ROOT: the repo root; its config/host.yaml and config/experiments.yaml,
 #                                                since the host profile's file is merged over the defaults' key by key)
-#   rungs                     the ladder's rungs and arms, no extra pair
+#   rungs                     the ladder's rungs and arms, no extra pair, no bounded arm
 #   answers | lengths | evict that extra pair alone: every trace's rates emptied (a trace with no rungs runs only the
-#                             extra pairs that name it and a rate) and the other extra pairs left out
+#                             extra pairs that name it and a rate) and the other extra pairs and the bounded arm left out
+#   bounded                   the bounded arm's own ladder alone (bounded_rates: each rung's unbounded comparator and
+#                             both paths bounded): every trace's rates emptied, every extra pair left out
 set -euo pipefail
 stage=${1:-}; host=${2:-.}/config/host.yaml; defaults=${2:-.}/config/experiments.yaml
 extras=(answers lengths evict)
 case $stage in
-  rungs) drop=("${extras[@]}") ;;
-  answers|lengths|evict) drop=(); for x in "${extras[@]}"; do [ "$x" = "$stage" ] || drop+=("$x"); done ;;
-  *) echo "ladder-stage.sh: STAGE must be rungs, answers, lengths or evict, not '$stage'" >&2; exit 2 ;;
+  rungs) drop=("${extras[@]}" bounded bounded_rates) ;;
+  answers|lengths|evict)
+    drop=(bounded bounded_rates)
+    for x in "${extras[@]}"; do [ "$x" = "$stage" ] || drop+=("$x"); done ;;
+  bounded) drop=("${extras[@]}") ;;
+  *) echo "ladder-stage.sh: STAGE must be rungs, answers, lengths, evict or bounded, not '$stage'" >&2; exit 2 ;;
 esac
 for file in "$host" "$defaults"; do  # both there before either is changed: never one narrowed and not the other
   [ -w "$file" ] || { echo "ladder-stage.sh: no config file to narrow at $file (give the repo root)" >&2; exit 2; }
 done
-if [ "$stage" != rungs ]; then
+if [ "$stage" = bounded ]; then
+  grep -qE "^    bounded_rates: \{" "$host" && grep -qE "^    bounded: \{" "$host" \
+    || { echo "ladder-stage.sh: $host's sustained names no bounded arm with a ladder of its own" \
+              "(bounded, bounded_rates)" >&2; exit 2; }
+  sed -i -E '/^    rates: /s/\[[^]]*\]/[]/g' "$host"
+elif [ "$stage" != rungs ]; then
   grep -qE "^    $stage: \{.*rate: [0-9.]+.*trace: " "$host" \
     || { echo "ladder-stage.sh: $host's sustained $stage names no rate and trace to run on alone" >&2; exit 2; }
   sed -i -E '/^    rates: /s/\[[^]]*\]/[]/g' "$host"

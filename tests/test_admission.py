@@ -471,3 +471,56 @@ def test_a_flame_shared_start_whose_sessions_fail_to_open_closes_its_kv_event_su
         with path.trial("t", RouterSettings("prefix", cache_tokens=100_000)):
             pass
     assert len(closed) == 1 and path.events is None and path.sessions is None
+
+
+def test_the_bounded_arms_own_ladder_runs_with_an_unbounded_comparator_on_one_gpu(small_reuse_trace, sim_backend,
+                                                                                    tmp_path):
+    """`bounded_rates` (the host profile's bounded ladder, past saturation): the bounded arm runs at its own rates and
+    nowhere else, each rung after an unbounded sticky standalone case of its own on a start of its own (a start's
+    engines are opened for its first case's router), so the arms compare on one GPU; the arms' pairs are untouched;
+    bad settings are one line each; the report names the comparator for what it is (simulated)."""
+    from parity.experiments import plan
+    from parity.experiments.runner import run_experiment
+    from parity.experiments.settings import SustainedSettings
+    from parity.manifest import read_manifest
+    from parity.report import tables
+    from parity.report.inputs import load_experiment
+
+    flame = plan.FlameSettings(api="async", window_ms=5)
+    ladder = plan.sustained([small_reuse_trace], [100.0], flame, shared_start=True, warmup_requests=4)
+    own = {small_reuse_trace.stem: (150.0, 250.0)}
+    cases = plan.sustained([small_reuse_trace], [100.0], flame, shared_start=True, warmup_requests=4,
+                           bounded=BoundedSettings(), objective=Objective(ttft_s=0.05), bounded_rates=own)
+    assert cases[:len(ladder)] == ladder  # the ladder's pairs, untouched; no bounded case at their rung
+    extra = cases[len(ladder):]
+    assert [(c.stage, c.system, c.placement, c.start) for c in extra] == [
+        ("rate-150-unbounded", "standalone", "sticky", "sustained-start-unbounded-p0-vllm"),
+        ("rate-250-unbounded", "standalone", "sticky", "sustained-start-unbounded-p0-vllm"),
+        ("rate-150-bounded", "standalone", "prefix", "sustained-start-bounded-p0-vllm"),
+        ("rate-250-bounded", "standalone", "prefix", "sustained-start-bounded-p0-vllm"),
+        ("rate-150-bounded", "flame", "prefix", "sustained-start-bounded-p0-flame"),
+        ("rate-250-bounded", "flame", "prefix", "sustained-start-bounded-p0-flame")]
+    free = [c for c in extra if c.arm == "unbounded"]
+    assert all(c.admission is None and c.pair is None and c.stream and "admission" not in c.load for c in free)
+    settings = SustainedSettings.from_dict({"rates": [100], "flame": {"api": "async"}, "bounded": {},
+                                            "bounded_rates": {small_reuse_trace.stem: [150, 250]}})
+    assert settings.bounded_rates == own and settings.highest_rate == 250
+    with pytest.raises(ParityError, match="bounded_rates is the bounded arm's ladder: set bounded too"):
+        plan.sustained([small_reuse_trace], [100.0], flame, bounded_rates=own)
+    with pytest.raises(ParityError, match="bounded_rates name trace 'elsewhere', which is not among the ladder's"):
+        plan.sustained([small_reuse_trace], [100.0], flame, bounded=BoundedSettings(),
+                       bounded_rates={"elsewhere": (5.0,)})
+    with pytest.raises(ParityError, match="an arm is named 'unbounded'"):
+        plan.sustained([small_reuse_trace], [100.0], flame, arms={"unbounded": {"inflight": 1}},
+                       bounded=BoundedSettings())
+    with pytest.raises(ParityError, match="bounded_rates"):  # the config schema's bound: a rate above 0
+        SustainedSettings.from_dict({"rates": [100], "bounded": {}, "bounded_rates": {small_reuse_trace.stem: [-1]}})
+    first = [c for c in extra if c.stage.startswith("rate-250")]
+    run_experiment("sustained", first, sim_backend, tmp_path, settings={"rates": [100.0]}, log=lambda _: None)
+    docs = {c.arm: read_manifest(tmp_path / "trials" / f"{c.trial_id}.json") for c in first if c.system != "flame"}
+    assert all(d["verdict"]["status"] == "passed" for d in docs.values())
+    assert "refused" not in docs["unbounded"] and docs["unbounded"]["config"]["placement"] == "sticky"
+    assert docs["bounded"]["refused"] and docs["unbounded"]["ran_with"]["gpus"] == docs["bounded"]["ran_with"]["gpus"]
+    table, _ = tables.sustained(load_experiment(tmp_path))
+    assert "standalone vLLM (streamed), sticky router, unbounded (the bounded arm's comparator)" in [r[3] for r in
+                                                                                                  table.rows]

@@ -324,7 +324,7 @@ def test_a_device_stage_of_the_host_ladder_plans_the_committed_configs_cases_for
 
     committed = cases(root / "config")
     seen = {}
-    for stage in ("rungs", "answers", "lengths", "evict"):
+    for stage in ("rungs", "answers", "lengths", "evict", "bounded"):
         copy = tmp_path / stage / "config"
         copy.mkdir(parents=True)
         for name in ("experiments.yaml", "host.yaml"):
@@ -337,7 +337,8 @@ def test_a_device_stage_of_the_host_ladder_plans_the_committed_configs_cases_for
     assert seen["answers"] == {"rate-2-out512-harvest"}
     assert seen["lengths"] == {"lengths-4-harvest"}
     assert seen["evict"] == {"evict-4-harvest"}
-    assert not seen["rungs"] & (seen["answers"] | seen["lengths"] | seen["evict"])
+    assert seen["bounded"] == {f"rate-{r}-{arm}" for r in (6, 14, 16, 18) for arm in ("bounded", "unbounded")}
+    assert not seen["rungs"] & (seen["answers"] | seen["lengths"] | seen["evict"] | seen["bounded"])
     assert {c.stage for c in committed.values()} == set().union(*seen.values())  # every stage in one of them
     bad = subprocess.run(["bash", str(root / "benchmarks/ladder-stage.sh"), "warmup", str(tmp_path)],
                          capture_output=True, text=True)
@@ -357,6 +358,13 @@ def test_a_device_stage_of_the_host_ladder_plans_the_committed_configs_cases_for
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "names no rate and trace" in bad.stderr
     assert (half / "host.yaml").read_text() == unnamed
+    unladdered = "".join(line for line in (root / "config" / "host.yaml").read_text().splitlines(keepends=True)
+                         if not line.startswith("    bounded_rates: "))
+    (half / "host.yaml").write_text(unladdered)  # a bounded arm without a ladder of its own: no stage to run alone
+    bad = subprocess.run(["bash", str(root / "benchmarks/ladder-stage.sh"), "bounded", str(half.parent)],
+                         capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no bounded arm with a ladder" in bad.stderr
+    assert (half / "host.yaml").read_text() == unladdered
 
 
 def test_the_device_ladders_cutoff_stops_the_run_on_a_trial_written_past_it_even_over_a_stale_one(tmp_path):

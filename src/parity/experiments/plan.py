@@ -215,7 +215,8 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
               output_tokens: list[int] = (16,), restart: RestartPair | None = None, evict: Evict | None = None,
               lengths: LengthsPair | None = None, shared_start: bool = False, warmup_requests: int | None = None,
               answers: Answers | None = None, bounded: BoundedSettings | None = None,
-              objective: Objective = Objective(), replay: ReplayPair | None = None) -> list[Case]:
+              objective: Objective = Objective(), replay: ReplayPair | None = None,
+              bounded_rates: dict[str, tuple[float, ...]] | None = None) -> list[Case]:
     """Ours, the study's named next step: a rate ladder, each rate a pair (sticky standalone vLLM, the
     Flame configuration) under the same seeded arrivals, streamed, fresh engines per case; then, for each
     extra arm (name: Flame setting changes, e.g. `gathered: {inflight: 1}`), the same pair again with the
@@ -245,14 +246,20 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
     `objective`, standalone streamed and Flame in the harvest mode over the experiment's Flame settings (arm
     `bounded`, stage `rate-R-bounded`). With `shared_start`, each path's bounded rungs share one start of their
     own instead (`sustained-start-bounded-pK-vllm`/`-flame`), after every arm's blocks: a device session runs
-    the bounded ladder on two engine starts, not one per rung and path.
+    the bounded ladder on two engine starts, not one per rung and path. With `bounded_rates` (trace: rates), the
+    bounded arm runs at those rates instead, each rung with an unbounded sticky standalone case of its own (arm
+    `unbounded`, stage `rate-R-unbounded`; with `shared_start`, its rungs on a start of their own just before the
+    bounded arm's): the arms then compare within one block of the ladder on one GPU, and the bounded ladder reaches
+    past saturation without every arm's pairs there.
 
     Ours, with `replay` ({trace, arm}): one more pair per repeat on that trace, a recorded one (`parity
     trace-mooncake`), fresh engines, its arrivals replayed and each request asking for its own recorded output
     length, both from the trace's NAME.replay.json (stage `replay`, `replay-ARM` with an arm); the ladder never
     runs on that trace."""
-    if bounded is not None and "bounded" in (arms or {}):
-        raise ParityError("sustained: an arm is named 'bounded', the name of the bounded-admission arm")
+    if bounded is not None and (taken := {"bounded", "unbounded"} & set(arms or {})):
+        raise ParityError(f"sustained: an arm is named {sorted(taken)[0]!r}, a name of the bounded-admission arms")
+    if bounded_rates is not None and bounded is None:
+        raise ParityError("sustained: bounded_rates is the bounded arm's ladder: set bounded too")
     if bounded is not None and bounded.queue_s:
         raise ParityError("sustained: admission setting queue_s (the deadline-aware queue) runs on the standalone "
                           "client only; the Flame client does not hold requests yet")
@@ -311,6 +318,32 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
         cases.extend([reference, candidate] if turn[0] % 2 == 0 else [candidate, reference])
         turn[0] += 1
 
+    def limited(rate: float, trace: Path, repeat: int, tokens: int, length: str, arrivals: Schedule,
+                comparator: bool = False) -> None:
+        """The bounded arm at one rung, each path unpaired (with `comparator`, after an unbounded sticky standalone
+        case of its own); with `shared_start`, each path's on one start of its own, after the arms' blocks."""
+        stage = f"rate-{rate:g}{length}-bounded"
+        lone = Case(f"sustained-{stage}-{trace.stem}-p{repeat}-vllm", "sustained", "standalone", "prefix", trace,
+                    flame, stage=stage, schedule=arrivals, stream=True, max_tokens=tokens,
+                    warmup_requests=warmup_requests, arm="bounded", admission=bounded, objective=objective)
+        other = replace(lone, trial_id=lone.trial_id.removesuffix("-vllm") + "-flame", system="flame", flame=streaming)
+        free = replace(lone, trial_id=lone.trial_id.replace("-bounded-", "-unbounded-"), placement="sticky",
+                       stage=f"rate-{rate:g}{length}-unbounded", arm="unbounded", admission=None, objective=None)
+        if shared_start:  # the comparator on a start of its own: a start's engines are opened for its first case's
+            # router (the prefix router's follow their KV cache events), whichever case a rerun begins with
+            lone = replace(lone, start=f"sustained-start-bounded{length}-p{repeat}-vllm")
+            other = replace(other, start=f"sustained-start-bounded{length}-p{repeat}-flame")
+            free = replace(free, start=f"sustained-start-unbounded{length}-p{repeat}-vllm")
+            place = (len(names), repeat, output_tokens.index(tokens))
+            blocks.setdefault(free.start, (*place, -1))
+            blocks.setdefault(lone.start, (*place, 0))
+            blocks.setdefault(other.start, (*place, 1))
+        cases.extend(([free] if comparator else []) + [lone, other])
+
+    if bounded_rates is not None and (unknown := set(bounded_rates) - {t.stem for t in traces}):
+        raise ParityError(f"sustained: bounded_rates name trace {sorted(unknown)[0]!r}, which is not among the "
+                          f"ladder's traces ({', '.join(t.stem for t in traces)})")
+    bounded_ladder = sorted({r for rates in (bounded_rates or {}).values() for r in rates})
     for repeat in range(repeats):
         at = lambda rate: schedule.at(rate, repeat)  # noqa: E731
         for tokens in output_tokens:
@@ -321,22 +354,12 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
                         if rate in per_trace.get(trace.stem, []):
                             pair(f"rate-{rate:g}{length}", trace, settings, repeat, at(rate), arm, max_tokens=tokens,
                                  start=f"{'-' + arm if arm else ''}{length}-p{repeat}" if shared_start else None)
-                if bounded is not None:
+                if bounded is not None and bounded_rates is None:
                     for trace in (t for t in traces if rate in per_trace.get(t.stem, [])):
-                        stage = f"rate-{rate:g}{length}-bounded"
-                        lone = Case(f"sustained-{stage}-{trace.stem}-p{repeat}-vllm", "sustained", "standalone",
-                                    "prefix", trace, flame, stage=stage, schedule=at(rate), stream=True,
-                                    max_tokens=tokens, warmup_requests=warmup_requests, arm="bounded",
-                                    admission=bounded, objective=objective)
-                        other = replace(lone, trial_id=lone.trial_id.removesuffix("-vllm") + "-flame", system="flame",
-                                        flame=streaming)
-                        if shared_start:  # each path's bounded rungs on one start of their own, after the arms' blocks
-                            lone = replace(lone, start=f"sustained-start-bounded{length}-p{repeat}-vllm")
-                            other = replace(other, start=f"sustained-start-bounded{length}-p{repeat}-flame")
-                            place = (len(names), repeat, output_tokens.index(tokens))
-                            blocks.setdefault(lone.start, (*place, 0))
-                            blocks.setdefault(other.start, (*place, 1))
-                        cases += [lone, other]
+                        limited(rate, trace, repeat, tokens, length, at(rate))
+            for rate in bounded_ladder:
+                for trace in (t for t in traces if rate in bounded_rates.get(t.stem, ())):
+                    limited(rate, trace, repeat, tokens, length, at(rate), comparator=True)
         if evict is not None:
             rate, arm, settings, on = extra(evict)
             for trace in on:
@@ -432,7 +455,7 @@ def _sustained(traces: list[Path], s: SustainedSettings) -> list[Case]:
         raise ParityError(f"sustained: rates name trace {sorted(unknown)[0]!r}, which is not among the traces given")
     return sustained(traces, s.rates, s.flame, s.schedule, s.repeats, s.arms, s.output_tokens, s.restart, s.evict,
                      s.lengths, s.shared_start, s.warmup_requests, s.answers, s.bounded, s.objective,
-                     s.replay)
+                     s.replay, s.bounded_rates)
 
 
 class Experiment(NamedTuple):

@@ -264,13 +264,16 @@ class SustainedSettings(Section):
     answers: Answers | None = None
     arms: dict[str, FlameChanges] = field(default_factory=dict)
     bounded: BoundedSettings | None = None  # ours: the bounded arm, standalone first (plan.sustained); unset: none
+    bounded_rates: dict[str, tuple[float, ...]] | None = None  # ours: the bounded arm's own ladder (trace: rates),
+    # each rung with an unbounded standalone case of its own on the same start; unset: the ladder's rungs
     replay: ReplayPair | None = None  # ours: a recorded trace's arrivals and lengths as one more pair; unset: none
 
     @property
     def highest_rate(self) -> float:
         """The ladder's top rung, over every trace's own rates where they differ, and the extra pairs' rates."""
         ladders = self.rates.values() if isinstance(self.rates, dict) else [self.rates]
-        extras = (x.rate for x in (self.restart, self.lengths, self.evict, self.answers) if x and x.rate)
-        if not (every := [r for ladder in ladders for r in ladder] + list(extras)):
+        extras = [x.rate for x in (self.restart, self.lengths, self.evict, self.answers) if x and x.rate]
+        extras += [r for rates in (self.bounded_rates or {}).values() for r in rates]
+        if not (every := [r for ladder in ladders for r in ladder] + extras):
             raise ParityError("sustained: no rate anywhere (every trace's rates empty, no extra pair with a rate)")
         return max(every)

@@ -130,16 +130,17 @@ def sustained(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
         return None
     names = {"standalone": "standalone vLLM", "flame": "Flame, bursts",
              "standalone-bounded": "standalone vLLM, bounded admission (ours)",
-             "flame-bounded": "Flame, harvested, bounded admission (ours)"}
+             "flame-bounded": "Flame, harvested, bounded admission (ours)",
+             "standalone-unbounded": "standalone vLLM, unbounded, the bounded arm's comparator (ours)"}
     colors = {"standalone": COLORS["vllm"], "flame": COLORS["flame"], "standalone-bounded": COLORS["study"],
-              "flame-bounded": "#000000"}
+              "flame-bounded": "#000000", "standalone-unbounded": "#7f7f7f"}
     # an arm's own standalone reference repeats the standalone curve: not drawn (the bounded arm is its own path)
     per_trace = {trace: {k: v for k, v in by_path.items() if k in names or not k.startswith("standalone-")}
                  for trace, by_path in per_trace.items()}
     for by_path in per_trace.values():
         for key in by_path:
             if key.startswith("flame-") and key not in colors:
-                colors[key] = ARM_COLORS[(len(colors) - 4) % len(ARM_COLORS)]
+                colors[key] = ARM_COLORS[(len(colors) - 5) % len(ARM_COLORS)]
                 names[key] = f"Flame, {key.removeprefix('flame-')} arm (ours)"
     with matplotlib.style.context("default"):
         fig = Figure(figsize=(13, 3.6 * len(per_trace)))

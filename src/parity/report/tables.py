@@ -589,20 +589,24 @@ def _output_tokens(case: dict, doc: dict) -> int:
 
 def _arms(experiment: Experiment) -> list[str]:
     """The Flame configurations of the sustained pairs in the order they build on each other: bursts (no
-    arm), then each arm of the settings in its order (arms whose cases ran but are no longer named, after)."""
+    arm), then each arm of the settings in its order (arms whose pairs ran but are no longer named, after); the
+    bounded arm and its comparator are no pairs' configurations (unpaired: their rows come after)."""
     named = list(experiment.doc["settings"].get("arms") or {})
-    ran = {_offered_arm(c)[1] for c in experiment.cases if c["stage"].startswith("rate-")}
+    ran = {_offered_arm(c)[1] for c in experiment.cases
+           if c["stage"].startswith("rate-") and c.get("pair") is not None}
     return ["", *named, *sorted(ran - set(named) - {""})]
 
 
 def _path_label(case: dict, arm: str) -> str:
     """A sustained case's path as a row names it: a Flame side by its configuration (arm name, else bursts) and
     its Flame label; a standalone side of an arm's pairs as that arm's reference; the bounded arm's unpaired
-    standalone case (parity.admission) as what it is."""
+    standalone cases (parity.admission, and with `bounded_rates` its own unbounded comparator) as what they are."""
     if case["system"] != "flame":
         label = dict(PATHS).get(case["system"], case["system"])
         if arm == "bounded" and case.get("pair") is None:
             return label + ", prefix router, bounded admission"
+        if arm == "unbounded" and case.get("pair") is None:
+            return label + ", sticky router, unbounded (the bounded arm's comparator)"
         return label + (f", the {arm} arm's reference" if arm else "")
     flame = case.get("flame") or {}
     label = HARVESTED if flame_of(flame).mode == "harvest" else dict(PATHS)["flame"]
