@@ -281,12 +281,13 @@ def test_bench_out_is_checked_before_the_benchmark_runs(tmp_path):
 
 def test_a_bench_reads_the_study_settings_from_the_workflow_config_it_is_given(tmp_path, monkeypatch):
     """`parity bench schedule`'s default rate is ten times the sustained ladder's top rung of the config it is
-    given, merged as Snakemake merges a profile's file (config/host.yaml: reuse-640 up to 12 req/s); a config
+    given, merged as Snakemake merges a profile's file (config/host.yaml: reuse-640 up to 12 req/s, its bounded
+    arm's own ladder up to 18); a config
     that is not a mapping, or whose setting the schema refuses, is one line naming it."""
     root = pathlib.Path(__file__).resolve().parents[1] / "config"
     merged = invoke("bench", "schedule", "--requests", 2, "--config", root / "experiments.yaml",
                     "--config", root / "host.yaml")
-    assert merged.exit_code == 0 and merged.output.startswith("poisson at 120 requests/s"), merged.output
+    assert merged.exit_code == 0 and merged.output.startswith("poisson at 180 requests/s"), merged.output
     (tmp_path / "list.yaml").write_text("- a\n")
     (tmp_path / "bad.yaml").write_text("experiments:\n  sustained: {rates: [-1]}\n")
     assert one_line_only(invoke("bench", "schedule", "--config", tmp_path / "list.yaml")) == \

@@ -270,7 +270,8 @@ class SustainedSettings(Section):
 
     @property
     def highest_rate(self) -> float:
-        """The ladder's top rung, over every trace's own rates where they differ, and the extra pairs' rates."""
+        """The ladder's top rung, over every trace's own rates where they differ, the extra pairs' rates and the bounded
+        arm's own ladder (`bounded_rates`)."""
         ladders = self.rates.values() if isinstance(self.rates, dict) else [self.rates]
         extras = [x.rate for x in (self.restart, self.lengths, self.evict, self.answers) if x and x.rate]
         extras += [r for rates in (self.bounded_rates or {}).values() for r in rates]
