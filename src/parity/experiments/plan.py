@@ -327,18 +327,18 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
                     flame, stage=stage, schedule=arrivals, stream=True, max_tokens=tokens,
                     warmup_requests=warmup_requests, arm="bounded", admission=bounded, objective=objective)
         other = replace(lone, trial_id=lone.trial_id.removesuffix("-vllm") + "-flame", system="flame", flame=streaming)
-        free = replace(lone, trial_id=lone.trial_id.replace("-bounded-", "-unbounded-"), placement="sticky",
-                       stage=f"rate-{rate:g}{length}-unbounded", arm="unbounded", admission=None, objective=None)
+        free = [replace(lone, trial_id=lone.trial_id.replace("-bounded-", "-unbounded-"), placement="sticky",
+                        stage=f"rate-{rate:g}{length}-unbounded", arm="unbounded", admission=None,
+                        objective=None)] if comparator else []
         if shared_start:  # the comparator on a start of its own: a start's engines are opened for its first case's
             # router (the prefix router's follow their KV cache events), whichever case a rerun begins with
             lone = replace(lone, start=f"sustained-start-bounded{length}-p{repeat}-vllm")
             other = replace(other, start=f"sustained-start-bounded{length}-p{repeat}-flame")
-            free = replace(free, start=f"sustained-start-unbounded{length}-p{repeat}-vllm")
+            free = [replace(c, start=f"sustained-start-unbounded{length}-p{repeat}-vllm") for c in free]
             place = (len(names), repeat, output_tokens.index(tokens))
-            blocks.setdefault(free.start, (*place, -1))
-            blocks.setdefault(lone.start, (*place, 0))
-            blocks.setdefault(other.start, (*place, 1))
-        cases.extend(([free] if comparator else []) + [lone, other])
+            for side, case in [(-1, c) for c in free] + [(0, lone), (1, other)]:
+                blocks.setdefault(case.start, (*place, side))
+        cases.extend(free + [lone, other])
 
     if bounded_rates is not None and (unknown := set(bounded_rates) - {t.stem for t in traces}):
         raise ParityError(f"sustained: bounded_rates name trace {sorted(unknown)[0]!r}, which is not among the "
