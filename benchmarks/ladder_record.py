@@ -23,6 +23,7 @@ import tarfile
 from pathlib import Path
 
 from parity.latency import summarize
+from parity.stats import rps
 
 SIDES = ("flame", "vllm")
 
@@ -39,28 +40,29 @@ def _cached(doc: dict) -> int:
     return sum(r.get("cached_tokens", 0) for r in doc["records"])
 
 
-def trial(doc: dict, raw: bytes) -> dict:
-    """One trial's entry: its identity, hashes and (for a paced one) latencies in the steady-state window."""
+def trial(doc: dict, raw: bytes, s: dict | None) -> dict:
+    """One trial's entry: its identity, hashes and (for a paced one, `s` its summary) latencies in the
+    steady-state window."""
     out = {"trial": doc["trial_id"], "gpu": _uuids(doc), "status": doc["verdict"]["status"],
-           "requests_per_s": round(doc["timing"]["requests_per_s"], 4), "trace_sha256": doc["trace"]["sha256"],
+           "requests_per_s": round(rps(doc), 4), "trace_sha256": doc["trace"]["sha256"],
            "manifest_sha256": hashlib.sha256(raw).hexdigest(), "cached_tokens": _cached(doc)}
-    if (s := summarize(doc)) is not None:
+    if s is not None:
         out |= {"achieved_per_s": round(s["achieved_per_s"], 4), "saturated": s["saturated"],
                 "schedule_offsets_sha256": doc["schedule"]["offsets_sha256"], "ttft_client_ms": _ms(s["ttft_client"]),
                 "itl_ms": _ms(s["itl"]), "e2e_ms": _ms(s["e2e"])}
     return out
 
 
-def pair(name: str, flame: dict, vllm: dict) -> dict:
-    """A pair's entry: Flame over standalone, from its two trials (a paced pair's latencies; a burst's rate)."""
+def pair(name: str, flame: dict, vllm: dict, sf: dict | None, sv: dict | None) -> dict:
+    """A pair's entry: Flame over standalone, from its two trials and their summaries (a paced pair's latencies; a
+    burst's rate)."""
     key = lambda r: r["request_id"]  # noqa: E731
     same = all(a["output_token_ids"] == b["output_token_ids"]
                for a, b in zip(sorted(flame["records"], key=key), sorted(vllm["records"], key=key)))
     out = {"pair": name, "gpu": flame["gpus"][0]["uuid"], "same_gpu": _uuids(flame) == _uuids(vllm),
            "token_ids_identical": same and len(flame["records"]) == len(vllm["records"]),
            "cached_tokens": [_cached(flame), _cached(vllm)],
-           "requests_per_s_ratio": round(flame["timing"]["requests_per_s"] / vllm["timing"]["requests_per_s"], 4)}
-    sf, sv = summarize(flame), summarize(vllm)
+           "requests_per_s_ratio": round(rps(flame) / rps(vllm), 4)}
     if sf is None or sv is None:  # a burst: the study's ratio
         return out | {"ratio": out["requests_per_s_ratio"]}
     out |= {"achieved_ratio": round(sf["achieved_per_s"] / sv["achieved_per_s"], 4),
@@ -106,10 +108,11 @@ def rungs(pairs: list[dict]) -> list[dict]:
 def derive(manifests: dict[str, bytes]) -> dict:
     """Trial id -> manifest bytes, to the record's derived part: every trial, every whole pair, every rung."""
     docs = {tid: json.loads(raw) for tid, raw in manifests.items()}
-    trials = [trial(docs[tid], manifests[tid]) for tid in sorted(docs)]
+    summaries = {tid: summarize(doc) for tid, doc in docs.items()}  # each once: a trial's entry and its pair's
+    trials = [trial(docs[tid], manifests[tid], summaries[tid]) for tid in sorted(docs)]
     names = sorted({tid.rsplit("-", 1)[0] for tid in docs if tid.rsplit("-", 1)[-1] in SIDES})
-    pairs = [pair(n, docs[f"{n}-flame"], docs[f"{n}-vllm"]) for n in names
-             if f"{n}-flame" in docs and f"{n}-vllm" in docs]
+    pairs = [pair(n, docs[f"{n}-flame"], docs[f"{n}-vllm"], summaries[f"{n}-flame"], summaries[f"{n}-vllm"])
+             for n in names if f"{n}-flame" in docs and f"{n}-vllm" in docs]
     return {"rungs": rungs(pairs), "pairs": pairs, "trials": trials}
 
 
