@@ -418,7 +418,8 @@ def test_the_device_ladder_on_a_fresh_machine_without_its_bundle_says_so_in_one_
 def test_a_deadline_predicts_each_case_from_its_schedule_then_from_what_ran(tiny_reuse_trace):
     """parity.experiments.deadline: a 640-request rung at 4 requests/s with two paced warm-ups of 64 is predicted
     from its schedule (plus an engine start where it opens one) until one like it has run, then from that; a burst
-    nothing has measured is begun; a case that would end past the deadline is refused in one line."""
+    nothing has measured needs at least the engine start it opens (else nothing predicts it); a case that would end
+    past the deadline is refused in one line."""
     import dataclasses
 
     from parity.experiments.deadline import AGAIN, MARGIN, SLACK_S, START_S, Deadline
@@ -450,9 +451,14 @@ def test_a_deadline_predicts_each_case_from_its_schedule_then_from_what_ran(tiny
     assert deadline.need_s(faster, 640, 2, opens=False) == pytest.approx(1.5 * (MARGIN * 768 / 8 + SLACK_S))
     fresh = Case("confirmation-final-reuse-p0-vllm", "confirmation", "standalone", "sticky", tiny_reuse_trace,
                  FlameSettings())
-    assert deadline.need_s(fresh, 256, 2, opens=True) is None  # a burst: nothing predicts it yet
-    now[0] += 299.0
-    deadline.check(fresh, 256, 2, opens=True)  # begun
+    assert deadline.need_s(fresh, 256, 2, opens=True) == START_S + SLACK_S  # a burst: its engine start at least
+    assert deadline.need_s(fresh, 256, 2, opens=False) is None  # on open engines nothing predicts it yet
+    now[0] += 300.0 - (START_S + SLACK_S)
+    deadline.check(fresh, 256, 2, opens=True)  # begun: its start fits
+    now[0] += 1.0
+    with pytest.raises(ParityError, match=r"^deadline: confirmation-final-reuse-p0-vllm needs about 120 s and 119 s"):
+        deadline.check(fresh, 256, 2, opens=True)
+    deadline.check(fresh, 256, 2, opens=False)  # nothing predicts it: begun
     deadline.ran(fresh, 256, 2, opened=True, wall_s=190.0)
     assert deadline.need_s(fresh, 256, 2, opens=True) == pytest.approx(AGAIN * 190.0)  # its start is in its time
     Deadline(None).check(rung, 640, 2, opens=True)  # no deadline: everything is begun

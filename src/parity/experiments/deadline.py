@@ -7,7 +7,9 @@ engine start where it opens one; once a case of the same rate, request count and
 process, from the longest such instead (a saturated rung takes longer than its arrivals, and a measured one says by
 how much): a case on fresh engines by its whole time, a rung on a shared start by those that did not open it, plus a
 start where it opens one; one not yet measured by its schedule times the most a measured case overran its own. A
-case with no prediction (a burst not yet measured) is begun.
+burst not yet measured has no schedule to go by: on fresh engines it needs at least their start and its drain
+(START_S + SLACK_S; on 2026-12-04 a device call whose process had measured only a standalone burst began a Flame
+burst 57 s before its deadline, and the call's limit killed it); one on engines already open is begun.
 Measured on one H200 (2026-12-04): 640-request rungs took 195 s at 4 requests/s, 100 s at 8 and 82 s at 12, past
 saturation; an engine start 20-40 s standalone and about 66 s on Flame (about 130 s with a cold Triton cache).
 """
@@ -49,14 +51,17 @@ class Deadline:
 
     def need_s(self, case: Case, requests: int, warmup_rounds: int, opens: bool) -> float | None:
         """The seconds `case` (of `requests` requests) is predicted to take, `opens`: opening its engines (always,
-        for a case on fresh engines); None where nothing predicts it. Not yet measured, a case is predicted by its
+        for a case on fresh engines); None where nothing predicts it (a burst on open engines, not yet measured).
+        Not yet measured, a case is predicted by its
         schedule, times the most a measured one overran its own (a path that keeps up less well than the schedule
         says, as the study's burst mode under sustained load, overruns every rung alike)."""
         took = self._took.get(self._key(case, requests))
         if took is not None:  # a fresh case's time has its start in it
             return AGAIN * took + (START_S if opens and case.start is not None else 0.0)
         scheduled = self._scheduled_s(case, requests, warmup_rounds, opens)
-        return None if scheduled is None else scheduled * self._slower
+        if scheduled is None:  # a burst: at least the engine start it opens, else nothing predicts it
+            return START_S + SLACK_S if opens else None
+        return scheduled * self._slower
 
     def check(self, case: Case, requests: int, warmup_rounds: int, opens: bool) -> None:
         """ParityError, in one line, where `case` would not finish before the deadline."""
