@@ -316,6 +316,8 @@ def test_a_trial_records_refusals_apart_and_goodput_counts_them_as_misses(small_
     assert summary["requests"] == 64 and summary["window_requests"] == summary["admitted"] + summary["refused"]
     for view in ("engine", "client"):
         assert summary[f"good_share_{view}"] <= summary["admitted"] / summary["window_requests"]
+        assert summary[f"good_share_{view}"] <= summary[f"good_ttft_share_{view}"] <= (summary["admitted"]
+                                                                                      / summary["window_requests"])
     without = summarize({"records": records}, objective)  # the same completions, refusals forgotten
     assert "refused" not in without and without["good_share_client"] >= summary["good_share_client"]
 

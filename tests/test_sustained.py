@@ -82,11 +82,14 @@ def test_goodput_counts_requests_that_met_the_objective_and_a_batched_answer_rea
     streamed[6] = record(6, [6 + 0.5, 6 + 0.9], 6 + 1.0)  # a 400 ms gap between tokens
     s = latency.summarize({"records": streamed}, latency.Objective(ttft_s=2.0, itl_s=0.1))
     assert s["window_requests"] == 8 and s["good_share_client"] == pytest.approx(6 / 8)  # arrivals 1..8 in the window
+    assert s["good_ttft_share_client"] == pytest.approx(7 / 8)  # the first-token part alone: the 400 ms gap meets it
+    assert s["goodput_ttft_client_per_s"] == pytest.approx(7 / 6 * s["goodput_client_per_s"])
     assert s["ttft_engine"] == s["ttft_client"] and s["ttft_client"]["p50"] == pytest.approx(0.5)
     batched = [record(t, [t + 0.5, t + 0.55], t + 3.0, batch=f"b{t}") for t in range(10)]
     b = latency.summarize({"records": batched})
     assert b["ttft_engine"]["p50"] == pytest.approx(0.5) and b["ttft_client"]["p50"] == pytest.approx(3.0)
     assert b["good_share_engine"] == 1.0 and b["good_share_client"] == 0.0
+    assert b["good_ttft_share_client"] == 0.0  # the client's first token is the batch's end, 3 s after arrival
     assert latency.summarize({"records": [{"complete_s": 1.0}]}) is None  # a study burst records no arrivals
 
 

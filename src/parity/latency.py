@@ -94,14 +94,22 @@ def summarize(doc: dict, objective: Objective = Objective()) -> dict | None:
         # refused (the two are equal then, and earlier trials' numbers stay what they were to the last bit)
         out[f"goodput_{view}_per_s"] = (met / served_s if turned else share * achieved) if achieved else None
         out[f"good_share_{view}"] = share
+        # the first-token part alone (ttft_s): past saturation every engine step carries a prefill chunk of the
+        # study's max_num_batched_tokens (~400 ms on an H200), so no answer on any arm keeps tokens itl_s apart and
+        # the whole objective's goodput is 0 everywhere; this part is what admission decides, so it is shown beside
+        first = sum(1 for r in window if _meets(r, view, objective, first_token_only=True))
+        out[f"goodput_ttft_{view}_per_s"] = first / served_s if achieved else None
+        out[f"good_ttft_share_{view}"] = first / (len(window) + len(turned))
     out["objective"] = objective.to_dict()
     return out
 
 
-def _meets(record: dict, view: str, objective: Objective) -> bool:
+def _meets(record: dict, view: str, objective: Objective, first_token_only: bool = False) -> bool:
     first = _first(record, view)
     if first is None or first - record["arrival_s"] > objective.ttft_s:
         return False
+    if first_token_only:
+        return True
     tokens = record.get("token_s") or []
     if view == "client" and record.get("batch_id") is not None:
         return True  # the whole answer at once: no gap between tokens the client sees

@@ -125,7 +125,8 @@ def routing(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
 
 def sustained(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
     """Latency against achieved rate (TTFT and end to end at the client, p50 and p99) and goodput against the
-    offered rate, both paths, one row of panels per trace (the sustained experiment)."""
+    offered rate (the whole objective, and dashed its first-token part alone), both paths, one row of panels per
+    trace (the sustained experiment)."""
     if not per_trace:
         return None
     names = {"standalone": "standalone vLLM", "flame": "Flame, bursts",
@@ -153,12 +154,17 @@ def sustained(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
                             label=f"{names.get(system, system)} p50")
                     ax.plot(achieved, [p[f"{key}_p99"] for p in points], "s--", color=colors.get(system),
                             label=f"{names.get(system, system)} p99")
-                axes[2].plot([p["offered"] for p in points], [p["goodput"] or 0 for p in points], "o-",
-                             color=colors.get(system), label=names.get(system, system))
+                offered = [p["offered"] for p in points]
+                axes[2].plot(offered, [p["goodput"] or 0 for p in points], "o-", color=colors.get(system),
+                             label=names.get(system, system))
+                if all("goodput_ttft" in p for p in points):  # the first-token part alone, dashed
+                    axes[2].plot(offered, [p["goodput_ttft"] or 0 for p in points], "s--", color=colors.get(system),
+                                 label=f"{names.get(system, system)}, first token only")
             for ax, title, xlabel, ylabel in (
                     (axes[0], f"{trace}: time to first token (client)", "achieved requests/s", "seconds"),
                     (axes[1], f"{trace}: end to end", "achieved requests/s", "seconds"),
-                    (axes[2], f"{trace}: goodput", "offered requests/s", "requests/s meeting the objective")):
+                    (axes[2], f"{trace}: goodput (dashed: first token only)", "offered requests/s",
+                     "requests/s meeting the objective")):
                 ax.set_title(title, fontsize=10)
                 ax.set_xlabel(xlabel)
                 ax.set_ylabel(ylabel)

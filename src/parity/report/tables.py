@@ -644,7 +644,7 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
     table = Table("Sustained load and streaming latency (ours)", None,
                   ["Trace", "Offered req/s", "Output tokens", "Path", "Source", "Achieved req/s", "TTFT engine p50 / p99 ms",
                    "TTFT client p50 / p99 ms", "E2E p50 / p99 ms", "Inter-token p99 ms", "Goodput req/s (client)",
-                   "Met objective", "Saturated", "Send lag p99 ms"])
+                   "Met objective", "First-token goodput req/s (client)", "Saturated", "Send lag p99 ms"])
     curves: dict = {}
     if experiment is None:
         table.notes.append(not_run("sustained"))
@@ -670,12 +670,13 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
         keys.append((case["trace_name"] + cache, str(tokens).zfill(8), rung, order.get(arm, len(order)),
                      case["system"] == "flame"))
         if s is None:
-            table.rows.append([case["trace_name"] + cache, offered, tokens, label, ours([doc]), *[f.MISSING] * 9])
+            table.rows.append([case["trace_name"] + cache, offered, tokens, label, ours([doc]), *[f.MISSING] * 10])
             continue
         table.rows.append([case["trace_name"] + cache, offered, tokens, label, ours([doc]), f.rate(s["achieved_per_s"], 2),
                            _ms(s["ttft_engine"], "p50", "p99"), _ms(s["ttft_client"], "p50", "p99"),
                            _ms(s["e2e"], "p50", "p99"), _ms(s["itl"], "p99"), f.rate(s["goodput_client_per_s"], 2),
-                           f.pct(s["good_share_client"], 0), f.yes_no(s["saturated"]),
+                           f.pct(s["good_share_client"], 0), f.rate(s["goodput_ttft_client_per_s"], 2),
+                           f.yes_no(s["saturated"]),
                            f"{s['lag']['p99_s'] * 1e3:.2f}" if s["lag"] else f.MISSING])
         if offered == REPLAY:  # no offered rate to draw it against: a row, not a curve
             continue
@@ -685,7 +686,7 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
         curves.setdefault(trace, {}).setdefault(case["system"] + (f"-{arm}" if arm else ""), []).append(
             {"offered": float(offered), "achieved": s["achieved_per_s"], "ttft_p50": s["ttft_client"]["p50"],
              "ttft_p99": s["ttft_client"]["p99"], "e2e_p50": s["e2e"]["p50"], "e2e_p99": s["e2e"]["p99"],
-             "goodput": s["goodput_client_per_s"]})
+             "goodput": s["goodput_client_per_s"], "goodput_ttft": s["goodput_ttft_client_per_s"]})
     table.rows = [row for _, row in sorted(zip(keys, table.rows), key=lambda kr: kr[0])]
     if saturation := _first_saturated(table.rows):
         table.notes.append(saturation)
@@ -696,7 +697,10 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
         "two paths under the same seeded arrivals, interleaved, fresh engines per case; every latency from the "
         "request's scheduled arrival on the host's monotonic clock, in the middle 80% of the schedule (by arrival). "
         f"Objective: first token within {objective.ttft_s:g} s, then tokens at most {objective.itl_s * 1e3:g} ms apart; "
-        "goodput counts the requests that met it, per second. Standalone vLLM streams each token to the client "
+        "goodput counts the requests that met it, per second; first-token goodput those whose first token met its "
+        "first part (past saturation every engine step carries a prefill chunk of the study's "
+        "max_num_batched_tokens, so no answer on any path keeps the second part, and only the first part shows what "
+        "admission decides). Standalone vLLM streams each token to the client "
         "(server-sent events), so its engine and client TTFT are the same. In bursts (the experiment's own Flame "
         "settings, named by their label) the Flame path's worker times each "
         "token inside its engine, but flamepy 0.6.0 returns a task's outputs together and an executor runs one "
