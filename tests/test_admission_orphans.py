@@ -71,3 +71,29 @@ def test_off_by_default_and_bad_settings_refused_in_one_line():
     for bad in (-1.0, float("inf")):
         with pytest.raises(ParityError, match="admission setting orphan_s must be 0 or more seconds"):
             BoundedSettings(orphan_s=bad)
+
+
+def test_orphan_grace_judges_a_refused_documents_next_questions_as_any_before_the_rest_are_orphans():
+    """`orphan_grace: 1`: the first question after a document's refusal may still seed it (here it fits and is
+    admitted); with it refused too, the next is an orphan. Off (0) by default; needs orphan_s; bad values refused."""
+    router = PrefixRouter(1, "rev", cache_tokens=1_000_000)
+    c = Controller(router, BoundedSettings(seed_tokens_per_s=1000.0, quantile=0.0, orphan_s=10.0, orphan_grace=1),
+                   Objective(ttft_s=2.0))
+    busy, other, late = _doc(1200), _doc(800), _doc(1900)
+    first = c.decide(_question(busy), now=0.0)
+    assert not c.decide(_question(other), now=0.1).admitted  # 2.03 s: refused, its document's first refusal
+    c.first_token(first.index, now=0.2)
+    assert c.decide(_question(other), now=0.3).admitted and c.orphans == 0  # the grace: judged, fits, seeds it
+    busy2 = c.decide(_question(_doc(1100)), now=0.4)  # 816 + 1,116 ahead: 1.93 s
+    assert busy2.admitted
+    assert not c.decide(_question(late), now=0.5).admitted  # refused (its first)
+    assert not c.decide(_question(late), now=0.6).admitted and c.orphans == 0  # refused as any (its grace)
+    orphan = c.decide(_question(late), now=0.7)
+    assert not orphan.admitted and c.orphans == 1 and orphan.reason.startswith("an orphan on shard 0")
+    assert BoundedSettings().orphan_grace == 0
+    for bad, message in ((-1, "must be a whole number 0 or more"), (1.5, "must be a whole number 0 or more"),
+                         (True, "must be a whole number 0 or more")):
+        with pytest.raises(ParityError, match=f"admission setting orphan_grace {message}"):
+            BoundedSettings(orphan_s=1.0, orphan_grace=bad)
+    with pytest.raises(ParityError, match="orphan_grace .* it needs orphan_s"):
+        BoundedSettings(orphan_grace=1)

@@ -27,7 +27,10 @@ experiment (the Flame batch-limit screening): this decides whether a request is 
   later question of it that would also come uncached, even where it would fit: refusals otherwise leave the admitted
   stream more uncached prefill per request than an unrefused one (a refused first question's document is not
   cached for the next), so under overload its capacity is better spent on a new document's first question, which
-  seeds the ones after it (benchmarks/simulated/admission-2026-12-03e.txt).
+  seeds the ones after it (benchmarks/simulated/admission-2026-12-03e.txt). `orphan_grace` N judges a refused
+  document's next N uncached questions as any request first (one of them, if it fits, seeds the rest): a first-come
+  rule refuses a burst's late first questions, and its second question, arriving after the burst, is then the
+  better seed (benchmarks/admission_bound.py's online rule: 0.80 -> 0.85 of capacity at 14/s, simulated).
 
 A refused request is never booked, so a burst of refusals leaves no work behind; a held one is booked only
 once admitted.

@@ -113,8 +113,8 @@ class Controller:
         self.admitted = self.refused = self.moved = self.retried = 0  # tries; retried: admitted on a retry
         self.held = self.held_admitted = 0  # requests held (`queue_s`), and of those admitted later
         self.orphan_s = settings.orphan_s
-        self._refused_docs: dict[int, float] = {}  # `orphan_s`: a document's first block -> when its uncached
-        # question was last refused
+        self._refused_docs: dict[int, tuple[float, int]] = {}  # `orphan_s`: a document's first block -> when its
+        # uncached question was last refused, and how many of them were
         self.orphans = 0  # refused as orphans
 
     def decide(self, tokens, now: float, attempt: int = 0, wake=None) -> Decision:
@@ -149,8 +149,9 @@ class Controller:
         # `orphan_s`: the document (its first block) of a question that would come uncached, else None
         document = quote.chain[0] if self.orphan_s and quote.chain and 2 * own > quote.length else None
         if document is not None and (ahead[shard] or held_s):
-            refused_at = self._refused_docs.get(document)
-            if refused_at is not None and now - refused_at <= self.orphan_s:
+            refused_at, refusals = self._refused_docs.get(document, (None, 0))
+            if (refused_at is not None and now - refused_at <= self.orphan_s
+                    and refusals > self.settings.orphan_grace):
                 self.orphans += 1
                 return self._refusal(shard, own, wait, budget_s, held_s, now - refused_at)
         if wait > budget_s and (ahead[shard] or held_s):
@@ -190,12 +191,14 @@ class Controller:
             settings.headroom, settings.reroute, settings.quantile, rate.bias[shard], held_s, orphan_s), None))
 
     def _remember_refused(self, document: int, now: float) -> None:
-        """`orphan_s`: note that `document`'s uncached question was refused `now`; forget those older than
-        `orphan_s` once many are kept (the lock held)."""
+        """`orphan_s`: note that `document`'s uncached question was refused `now` (and count the refusals within
+        `orphan_s` of each other, for `orphan_grace`); forget those older than `orphan_s` once many are kept (the
+        lock held)."""
         docs = self._refused_docs
-        docs[document] = now
+        at, refusals = docs.get(document, (None, 0))
+        docs[document] = (now, refusals + 1 if at is not None and now - at <= self.orphan_s else 1)
         if len(docs) > 4096:
-            self._refused_docs = {d: at for d, at in docs.items() if now - at <= self.orphan_s}
+            self._refused_docs = {d: seen for d, seen in docs.items() if now - seen[0] <= self.orphan_s}
 
     def expire(self, now: float) -> None:
         """Re-judge the held requests at `now`: the caller calls it at each held request's `until` (the controller

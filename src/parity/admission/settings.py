@@ -34,6 +34,8 @@ class BoundedSettings(Settings):
     orphan_s: float = 0.0  # refuse orphans (issue 30's 1.6x miss; off by default): for this long after a document's
     # uncached question was refused, a later question of it that would also come uncached is refused too, even where
     # it would fit (admitting it alone prefills the document for one question, not the several a first one seeds)
+    orphan_grace: int = 0  # with orphan_s (off by default): this many of a refused document's next uncached questions
+    # are judged as any request (each may still seed it, for the questions after it) before the rest are orphans
 
     @property
     def z(self) -> float:
@@ -48,6 +50,11 @@ class BoundedSettings(Settings):
             raise ParityError(f"admission setting cold_sd_s must be 0 or more, got {self.cold_sd_s!r}")
         if not 0 <= self.orphan_s < inf:
             raise ParityError(f"admission setting orphan_s must be 0 or more seconds, got {self.orphan_s!r}")
+        if isinstance(self.orphan_grace, bool) or not isinstance(self.orphan_grace, int) or self.orphan_grace < 0:
+            raise ParityError(f"admission setting orphan_grace must be a whole number 0 or more, got {self.orphan_grace!r}")
+        if self.orphan_grace and not self.orphan_s:
+            raise ParityError("admission setting orphan_grace says how many orphans are judged as any request: it needs "
+                              "orphan_s")
         if not 0 <= self.queue_s < inf:
             raise ParityError(f"admission setting queue_s must be 0 or more seconds, got {self.queue_s!r}")
         if self.queue_s and self.retries:
