@@ -157,9 +157,9 @@ def sustained(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
                 offered = [p["offered"] for p in points]
                 axes[2].plot(offered, [p["goodput"] or 0 for p in points], "o-", color=colors.get(system),
                              label=names.get(system, system))
-                if all("goodput_ttft" in p for p in points):  # the first-token part alone, dashed
-                    axes[2].plot(offered, [p["goodput_ttft"] or 0 for p in points], "s--", color=colors.get(system),
-                                 label=f"{names.get(system, system)}, first token only")
+                if all("goodput_ttft" in p for p in points):  # the first-token part alone, dashed (the title says
+                    # so: no legend entry of its own, which would double a legend that already covers the panel)
+                    axes[2].plot(offered, [p["goodput_ttft"] or 0 for p in points], "s--", color=colors.get(system))
             for ax, title, xlabel, ylabel in (
                     (axes[0], f"{trace}: time to first token (client)", "achieved requests/s", "seconds"),
                     (axes[1], f"{trace}: end to end", "achieved requests/s", "seconds"),
