@@ -88,28 +88,29 @@ def summarize(doc: dict, objective: Objective = Objective()) -> dict | None:
     sent = [r for r in records if "sent_s" in r]
     out["lag"] = lag([r["arrival_s"] for r in sent], [r["sent_s"] for r in sent]) if sent else None
     for view in ("engine", "client"):
-        met = sum(1 for r in window if _meets(r, view, objective))
+        # the first-token part alone (ttft_s) as well: past saturation every engine step carries a prefill chunk of
+        # the study's max_num_batched_tokens (~400 ms on an H200), so no answer on any arm keeps tokens itl_s apart
+        # and the whole objective's goodput is 0 everywhere; this part is what admission decides, so it is shown beside
+        in_time = [r for r in window if _first_in_time(r, view, objective)]
+        met = sum(1 for r in in_time if _gaps_meet(r, view, objective))
         share = met / (len(window) + len(turned))  # a refusal is a miss
         # completions that met it, per second: met / served_s, written as share x achieved where nothing was
         # refused (the two are equal then, and earlier trials' numbers stay what they were to the last bit)
         out[f"goodput_{view}_per_s"] = (met / served_s if turned else share * achieved) if achieved else None
         out[f"good_share_{view}"] = share
-        # the first-token part alone (ttft_s): past saturation every engine step carries a prefill chunk of the
-        # study's max_num_batched_tokens (~400 ms on an H200), so no answer on any arm keeps tokens itl_s apart and
-        # the whole objective's goodput is 0 everywhere; this part is what admission decides, so it is shown beside
-        first = sum(1 for r in window if _meets(r, view, objective, first_token_only=True))
-        out[f"goodput_ttft_{view}_per_s"] = first / served_s if achieved else None
-        out[f"good_ttft_share_{view}"] = first / (len(window) + len(turned))
+        out[f"goodput_ttft_{view}_per_s"] = len(in_time) / served_s if achieved else None
+        out[f"good_ttft_share_{view}"] = len(in_time) / (len(window) + len(turned))
     out["objective"] = objective.to_dict()
     return out
 
 
-def _meets(record: dict, view: str, objective: Objective, first_token_only: bool = False) -> bool:
+def _first_in_time(record: dict, view: str, objective: Objective) -> bool:
     first = _first(record, view)
-    if first is None or first - record["arrival_s"] > objective.ttft_s:
-        return False
-    if first_token_only:
-        return True
+    return first is not None and first - record["arrival_s"] <= objective.ttft_s
+
+
+def _gaps_meet(record: dict, view: str, objective: Objective) -> bool:
+    """The objective's second part: no two tokens the client (or engine) sees more than itl_s apart."""
     tokens = record.get("token_s") or []
     if view == "client" and record.get("batch_id") is not None:
         return True  # the whole answer at once: no gap between tokens the client sees
