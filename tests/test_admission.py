@@ -225,6 +225,23 @@ def test_the_wait_model_follows_an_engine_slower_than_its_seed_when_admission_ca
     assert learner.predict(0, 2_000) == pytest.approx(0.02 + 0.4, rel=0.2)
 
 
+def test_one_first_token_behind_a_full_step_does_not_multiply_the_bias():
+    """The bias is the waits over the line's predictions as a ratio of their fading sums: a request with almost
+    nothing ahead (a line of 3 ms) whose first token waited a step of someone else's prefill (0.45 s) is an error
+    of 0.45 s, not a factor of 150 on every prediction after it (a mean of ratios set the bias to 8.6 so on the
+    simulator: benchmarks/simulated/admission-bias-2026-12-04.txt)."""
+    learner = ServiceRate(1, seed=16_000.0, alpha=0.05, span=32_000.0)
+    for _ in range(100):  # a backlog the line predicts well: 16,000 tokens ahead, a second's wait
+        learner.observe(0, 16_000, 32, 1.0, learner.central(0, 16_032), learner.bias[0])
+    assert learner.bias[0] == pytest.approx(1.0, abs=0.01)
+    learner.observe(0, 35, 32, 0.45, learner.central(0, 67), learner.bias[0])
+    assert learner.bias[0] == pytest.approx(1.0, abs=0.03)
+    for _ in range(60):  # the engine now takes half as long again as the line says: the bias follows
+        learner.observe(0, 16_000, 32, 1.5 * learner.central(0, 16_032) / learner.bias[0],
+                        learner.central(0, 16_032), learner.bias[0])
+    assert learner.bias[0] == pytest.approx(1.5, rel=0.05)
+
+
 def test_a_lightly_loaded_shard_learns_its_latency_not_a_slower_rate():
     """One request at a time, each 100 tokens in 0.1 s: the wait is latency, not a slower rate."""
     learner = ServiceRate(1, seed=10_000.0, alpha=0.05, span=8_000.0)

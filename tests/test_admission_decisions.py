@@ -76,8 +76,12 @@ def digest(rows: list) -> str:
 # already scaled (whose fixed point was the square root of the line's error, and which decayed to 1 when right):
 # on this sequence it refuses more (1828 / 1871 of 3000 against 1719 / 1789) and the admitted waits' p99 falls
 # from 0.73 to 0.60 s (objective 0.5 s)
-GOLDEN = {False: "e9cf29f1d18ba6c9a1a7b6a99c2f4493c3c8fdbf47081175d20d3e5a9e8c4302",
-          True: "582aba3b04fa01c784d0614a624d9eed4f561bdab8101fc6fadb835753eaee1d"}
+# Re-pinned (adm18-ratio) because the bias is now the ratio of the fading sums of waits and of the line's
+# predictions, not the fading mean of their ratios (one first token with almost nothing ahead moved that mean by
+# several times): on this sequence it refuses a little less (1777 / 1855 against 1828 / 1871) and the admitted
+# waits' p99 is 0.58 / 0.55 s against 0.60 / 0.49 s
+GOLDEN = {False: "6e09c53a816d64cd945cfb6849ffa0b5db55eb7f64bd808e85052bbf412e8154",
+          True: "3a3b57111f6b65f04f84de0fe68ef6fa2c6418c90e00fe3d78d365f806808a8b"}
 
 
 @pytest.mark.parametrize("reroute", [False, True])

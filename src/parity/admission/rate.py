@@ -14,10 +14,15 @@ from admission to first token against the uncached prefill booked ahead of it th
   seed rate) holds the rate at its seed until the observed work varies enough to say otherwise, so a shard that
   only ever sees one request at a time learns its latency, not a slower rate.
 - `bias`: the recent waits of requests that had work ahead, over the line's waits predicted for them when they
-  were admitted (the central without the bias it carried then; the same weights). A line fitted over the recent
-  past lags a backlog that is growing: under overload the controller admits by a line learned at lighter load and
-  the waits overshoot; the bias scales the line by how far it has recently fallen short (or over). Taken over the
-  biased central instead, it settled at the square root of that ratio and fell back to 1 whenever it was right.
+  were admitted (the central without the bias it carried then): the ratio of the two fading sums (the same
+  weights), starting from one budget-long wait predicted exactly. A line fitted over the recent past lags a
+  backlog that is growing: under overload the controller admits by a line learned at lighter load and the waits
+  overshoot; the bias scales the line by how far it has recently fallen short (or over). Taken over the biased
+  central instead, it settled at the square root of that ratio and fell back to 1 whenever it was right. A mean
+  of the ratios instead let one request with almost nothing ahead decide it: a line of 3 ms against a wait of a
+  step someone else's prefill filled (0.45 s) is a ratio of 150, and one such first token set the bias from 0.92
+  to 8.6, so the shard refused nearly everything for the next fifty (the simulator at 14/s,
+  benchmarks/simulated/admission-bias-2026-12-04.txt); a step's wait is an error in seconds, not a factor.
 - The margin: the central prediction is a mean, the objective a p99. An engine makes first tokens only at the
   end of a step, and a step full of prefill is a large share of a short objective (about 0.1-0.25 s against
   0.5 s on the simulator), so where in the running step a request arrives moves its wait by up to a step
@@ -52,6 +57,8 @@ class ServiceRate:
         self._margin = [(0.0, 0.0, 0.0)] * shards  # the margin's square at a work: the work's mean, a flat and a
         # growing term
         self.bias = [1.0] * shards  # recent waits over the line's predictions (requests with work ahead)
+        self._ratio = [(span / seed,) * 2] * shards  # the fading sums of those waits and of those predictions,
+        # from one budget-long wait predicted exactly (the objective's budget: the span at the seed rate)
         self.centrals = [0.0] * shards  # each shard's central wait at its latest `predict`
         self.samples = [0] * shards  # how many (work, wait) pairs each fit has taken
         self.alpha, self._keep, self.z = alpha, 1.0 - alpha, z
@@ -89,8 +96,11 @@ class ServiceRate:
         when next read."""
         alpha, keep = self.alpha, self._keep
         work, error = ahead + own, wait_s - central_s
-        if ahead and central_s > 0:  # the wait over the line (the central without the bias it had then)
-            self.bias[shard] += alpha * (wait_s * bias / central_s - self.bias[shard])
+        if ahead and central_s > 0:  # the waits over the line's (the central without the bias it had then)
+            waits, lines = self._ratio[shard]
+            waits, lines = waits * keep + alpha * wait_s, lines * keep + alpha * central_s / bias
+            self._ratio[shard] = (waits, lines)
+            self.bias[shard] = waits / lines
         n, n2, x, y, xx, xy, e, ee = self._sums[shard]
         self._sums[shard] = (n * keep + alpha, n2 * keep * keep + alpha * alpha, x * keep + alpha * work,
                              y * keep + alpha * wait_s, xx * keep + alpha * work * work,
