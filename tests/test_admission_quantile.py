@@ -57,6 +57,32 @@ def test_a_shard_refuses_work_ahead_until_its_errors_say_something_of_their_spre
     assert math.isfinite(learner.predict(0, 1_000))
 
 
+def test_a_request_that_brings_its_own_prefill_is_judged_by_its_own_kind_of_errors():
+    """The two kinds' errors apart: fresh requests (a document's first question) that wait 0.1 s longer than the
+    line and the others 0.04 s less are predicted so, each with its own spread; a kind not yet seen twice takes the
+    pooled spread and no mean."""
+    rng = np.random.default_rng(2)
+    learner = ServiceRate(1, seed=16_000.0, alpha=0.05, span=8_000.0, z=Z99)
+    for _ in range(3):  # cached questions only: the fresh kind has no errors of its own yet
+        work = float(rng.uniform(2_000, 12_000))
+        learner.observe(0, work, 0.0, 0.02 + work / 40_000.0 - 0.04 + rng.normal(0.0, 0.01), learner.central(0, work))
+    mean = learner.errors(0)[0]  # so far every error is the cached kind's: the same spread, and this mean
+    assert learner.predict(0, 6_000.0, True) == pytest.approx(learner.predict(0, 6_000.0) - mean)
+    for _ in range(2000):
+        fresh = bool(rng.random() < 0.3)
+        work = float(rng.uniform(2_000, 12_000))
+        off, sd = (0.1, 0.06) if fresh else (-0.04, 0.02)
+        learner.observe(0, work, 0.0, 0.02 + work / 40_000.0 + off + rng.normal(0.0, sd), learner.central(0, work),
+                        fresh=fresh)
+    work = 6_000.0
+    central = learner.central(0, work)
+    fresh_margin, other_margin = learner.predict(0, work, True) - central, learner.predict(0, work) - central
+    mean = learner.errors(0)[0]  # the pooled errors' mean, between the two
+    assert fresh_margin == pytest.approx(0.1 - mean + Z99 * 0.06, abs=0.05)
+    assert other_margin == pytest.approx(-0.04 - mean + Z99 * 0.02, abs=0.03)
+    assert fresh_margin > other_margin + 0.15
+
+
 def test_a_cold_start_prior_gives_the_margin_a_spread_until_the_shard_has_seen_its_window():
     """With `cold_sd_s`, a shard that has seen a handful of first tokens is judged with that spread (a calibrated
     engine's), not its own few errors' (infinite after one); from 1 / alpha first tokens on, by its own."""

@@ -10,10 +10,10 @@ experiment (the Flame batch-limit screening): this decides whether a request is 
   uncached prefill after the hit the router expects on that shard. A first token waits only for the prefill ahead
   of it: continuous batching decodes the earlier answers beside it.
 - Decision (`controller.Controller`): predicted first token = the wait that model says the first token stays
-  within at `quantile` (0.99: the line plus the margin its waits' spread about it, and its own uncertainty at
-  that much work, call for) at (prefill ahead + own uncached prefill); admit when it is within `headroom` (1) x
-  the objective's TTFT, or when the shard has no prefill ahead
-  (refusing there helps no one and would leave the rate unlearned). Otherwise refuse at once with a one-line
+  within at `quantile` (0.99: the line plus the mean and margin of its waits' errors about it, a document's first
+  question's apart from the others', and its own uncertainty at that much work, call for) at (prefill ahead + own
+  uncached prefill); admit when it is within `headroom` (1) x the objective's TTFT, or when the shard has no
+  prefill ahead (refusing there helps no one and would leave the rate unlearned). Otherwise refuse at once with a one-line
   reason; with `reroute`, a shard that meets it takes the request first (a miss that meets the deadline beats a
   hit that misses it).
 - No queue in front of the engine by default: under a first-come engine, a request whose first token is predicted

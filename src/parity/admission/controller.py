@@ -105,7 +105,7 @@ class Controller:
                                 cold_sd_s=settings.cold_sd_s)
         self.ahead = [0] * shards  # per shard: uncached prefill of admitted requests before their first token
         self._open: dict[int, tuple | None] = {}  # routing index of each admitted request not yet complete -> its
-        # booking until its first token (shard, prefill, work ahead, admitted at, and the central wait and bias it
+        # booking until its first token (shard, prefill, work ahead, admitted at, the central wait, bias and kind it
         # was judged by), then None
         self._lock = threading.Lock()  # decisions, and first tokens and completions from the answers' threads
         self.queue_s = min(settings.queue_s, self.budget_s)  # no hold past the budget: nothing would fit after it
@@ -144,10 +144,11 @@ class Controller:
         quote = self.router.quote(tokens)
         shard, ahead, budget_s, predict = quote.shard, self.ahead, self.budget_s - held_s, self.rate.predict
         own = quote.length - quote.held(shard)
-        wait = predict(shard, ahead[shard] + own)
+        fresh = 2 * own > quote.length  # it brings its own prefill (a document's first question): its own errors
+        wait = predict(shard, ahead[shard] + own, fresh)
         moved = False
         # `orphan_s`: the document (its first block) of a question that would come uncached, else None
-        document = quote.chain[0] if self.orphan_s and quote.chain and 2 * own > quote.length else None
+        document = quote.chain[0] if self.orphan_s and fresh and quote.chain else None
         if document is not None and (ahead[shard] or held_s):
             refused_at, refusals = self._refused_docs.get(document, (None, 0))
             if (refused_at is not None and now - refused_at <= self.orphan_s
@@ -160,11 +161,12 @@ class Controller:
                 for other in range(len(ahead)):
                     if other != shard:
                         other_own = quote.length - quote.held(other)
-                        other_wait = predict(other, ahead[other] + other_own)
+                        other_wait = predict(other, ahead[other] + other_own, 2 * other_own > quote.length)
                         if other_wait < best_wait or (other_wait == best_wait and other < best):
                             best, best_own, best_wait = other, other_own, other_wait
                 if best != shard and ((not ahead[best] and not held_s) or best_wait <= budget_s):
                     shard, own, wait, moved = best, best_own, best_wait, True
+                    fresh = 2 * own > quote.length
             if (ahead[shard] or held_s) and wait > budget_s:
                 if document is not None:  # a document's uncached question refused: its next ones are orphans
                     self._remember_refused(document, now)
@@ -172,8 +174,8 @@ class Controller:
         router, rate = self.router, self.rate
         index = router.requests  # the routing index this booking gets
         router.commit(quote, shard)
-        self._open[index] = (shard, own, ahead[shard], now, rate.centrals[shard], rate.bias[shard])
-        # its latest predict, and the bias in it
+        self._open[index] = (shard, own, ahead[shard], now, rate.centrals[shard], rate.bias[shard], fresh)
+        # its latest predict, the bias in it, and its kind
         ahead[shard] += own
         self.admitted += 1
         if moved:
@@ -253,9 +255,9 @@ class Controller:
 
     def _learn(self, booking: tuple, now: float) -> None:
         """A booking's first token came at `now`: release its prefill and learn from its wait (the lock held)."""
-        shard, own, before, admitted_at, central_s, bias = booking
+        shard, own, before, admitted_at, central_s, bias, fresh = booking
         self.ahead[shard] -= own
-        self.rate.observe(shard, before, own, now - admitted_at, central_s, bias)
+        self.rate.observe(shard, before, own, now - admitted_at, central_s, bias, fresh)
 
     def stats(self) -> dict:
         """Counts, each shard's learned wait model (rate, latency, bias, its errors' mean and spread) and the

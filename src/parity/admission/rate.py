@@ -3,7 +3,7 @@ from admission to first token against the uncached prefill booked ahead of it th
 
     line = latency + work / rate
     central = bias x line
-    predicted wait = central + z x sd x sqrt(1 + 1 / n + (work - mean work)^2 / (n x variance of work))
+    predicted wait = central + mean + z x sd x sqrt(1 + 1 / n + (work - mean work)^2 / (n x variance of work))
 
 - `latency` and `rate`: a least-squares line through the observed (work, wait) pairs, each new pair weighted
   `alpha` and older ones fading, so the line follows an engine that slows or speeds up. Both terms are real: an
@@ -37,6 +37,14 @@ from admission to first token against the uncached prefill booked ahead of it th
   fit's window), not the spread of a handful of errors: at 1.6 x saturation on the simulator, a fifth of the
   refusals came in the first 0.6 s, before the margin had more than a few waits to go on (with the calibrated
   seed it halved them there but cut goodput at 2.2 x: benchmarks/simulated/admission-2026-12-03c.txt).
+- Two kinds of request, their errors apart (`mean` and `sd` above are those of the request's kind): one that brings
+  its own prefill (`fresh`: most of its prompt uncached, a document's first question) and one that does not. On one
+  line their errors differ in sign: on the simulator at the GPU's shape the fresh ones waited 0.05-0.12 s longer
+  than their central wait on average, the others 0.02-0.05 s less (15 runs, 4-18 requests/s), so a margin pooled
+  over both under-covered the fresh ones, and they were the admitted requests past the objective
+  (benchmarks/simulated/admission-bias-2026-12-04.txt). Each kind's mean error is added to the central wait and its
+  spread makes the margin; a kind with fewer than two errors seen (or under the cold-start prior) takes the pooled
+  spread and no mean.
 
 On the simulator (2 shards, reuse, objective 0.5 s, ARTIFACT.md has the table): the central wait against
 0.8 x the objective (before) missed the p99 at 2.2 x saturation; judged at the 99th percentile against the
@@ -54,8 +62,9 @@ class ServiceRate:
     def __init__(self, shards: int, seed: float, alpha: float, span: float, z: float = 0.0, cold_sd_s: float = 0.0):
         self.rates = [float(seed)] * shards  # prefill tokens per second, on a backlog
         self.latency_s = [0.0] * shards  # a first token's wait with nothing ahead
-        self._margin = [(0.0, 0.0, 0.0)] * shards  # the margin's square at a work: the work's mean, a flat and a
-        # growing term
+        self._margin = [((0.0, 0.0, 0.0, 0.0),) * 2] * shards  # per kind (not fresh, fresh): the work's mean, the
+        # margin's square as a flat and a growing term, and the kind's mean error
+        self._kinds = [((0.0,) * 4,) * 2] * shards  # per kind: its errors' weighted n, n squared, sum, sum of squares
         self.bias = [1.0] * shards  # recent waits over the line's predictions (requests with work ahead)
         self._ratio = [(span / seed,) * 2] * shards  # the fading sums of those waits and of those predictions,
         # from one budget-long wait predicted exactly (the objective's budget: the span at the seed rate)
@@ -77,22 +86,23 @@ class ServiceRate:
             self._fit(shard)
         return self.bias[shard] * (self.latency_s[shard] + work / self.rates[shard])
 
-    def predict(self, shard: int, work: float) -> float:
+    def predict(self, shard: int, work: float, fresh: bool = False) -> float:
         """The wait the first token of a request with `work` prefill tokens ahead of it (its own included) stays
         within at the quantile: the central wait (kept in `centrals`, for the controller to book with a request it
-        admits) and the margin its errors' spread and the line's uncertainty at `work` call for."""
+        admits), its kind's mean error (`fresh`: it brings its own prefill) and the margin that kind's errors' spread
+        and the line's uncertainty at `work` call for."""
         if self._stale[shard]:
             self._fit(shard)
-        centre, flat, tilt = self._margin[shard]
+        centre, flat, tilt, mean = self._margin[shard][fresh]
         off = work - centre
         central = self.centrals[shard] = self.bias[shard] * (self.latency_s[shard] + work / self.rates[shard])
-        return central + sqrt(flat + tilt * off * off)
+        return central + mean + sqrt(flat + tilt * off * off)
 
     def observe(self, shard: int, ahead: float, own: float, wait_s: float, central_s: float,
-                bias: float = 1.0) -> None:
+                bias: float = 1.0, fresh: bool = False) -> None:
         """A request admitted with `ahead` prefill tokens before its `own` had its first token `wait_s` later,
         against the central wait `central_s` predicted then under the bias `bias` of then (its line: the central
-        over that bias). Runs inside the controller's cost, once per first token; the line and margin are refitted
+        over that bias); `fresh`: of the kind that brings its own prefill. Runs inside the controller's cost, once per first token; the line and margin are refitted
         when next read."""
         alpha, keep = self.alpha, self._keep
         work, error = ahead + own, wait_s - central_s
@@ -106,6 +116,11 @@ class ServiceRate:
                              y * keep + alpha * wait_s, xx * keep + alpha * work * work,
                              xy * keep + alpha * work * wait_s, e * keep + alpha * error,
                              ee * keep + alpha * error * error)
+        kinds = self._kinds[shard]
+        w, w2, e, ee = kinds[fresh]
+        kind = (w * keep + alpha, w2 * keep * keep + alpha * alpha, e * keep + alpha * error,
+                ee * keep + alpha * error * error)
+        self._kinds[shard] = (kinds[0], kind) if fresh else (kind, kinds[1])
         self.samples[shard] += 1
         self._stale[shard] = True
 
@@ -119,15 +134,19 @@ class ServiceRate:
         latency_s = (y - slope * x) / n
         self.latency_s[shard] = latency_s if latency_s > 0.0 else 0.0
         if self.z:  # a weighted fit's prediction error at work X: var x (1 + n2 / n^2 + n2 / n (X - mean)^2 / spread)
-            if self._cold_sd_s and self.samples[shard] < self._cold_pairs:  # a prior, not a handful of errors
-                sd = self._cold_sd_s
-            else:
-                sd = _error_sd(n, n2, e, ee)  # the errors' weights are the pairs'
-            if sd == inf:
-                self._margin[shard] = (0.0, inf, 0.0)
-            else:
-                scale = self.z * self.z * sd ** 2
-                self._margin[shard] = (x / n, scale * (1.0 + n2 / (n * n)), scale * n2 / n / spread)
+            cold = self._cold_sd_s and self.samples[shard] < self._cold_pairs  # a prior, not a handful of errors
+            pooled = self._cold_sd_s if cold else _error_sd(n, n2, e, ee)  # the errors' weights are the pairs'
+            margins = []
+            for w, w2, e_kind, ee_kind in self._kinds[shard]:  # each kind's errors, the pooled ones until two
+                sd = inf if cold else _error_sd(w, w2, e_kind, ee_kind)
+                mean = e_kind / w if sd < inf else 0.0
+                sd = sd if sd < inf else pooled
+                if sd == inf:
+                    margins.append((0.0, inf, 0.0, 0.0))
+                else:
+                    scale = self.z * self.z * sd ** 2
+                    margins.append((x / n, scale * (1.0 + n2 / (n * n)), scale * n2 / n / spread, mean))
+            self._margin[shard] = tuple(margins)
         self._stale[shard] = False
 
     def errors(self, shard: int) -> tuple[float, float]:
