@@ -40,7 +40,7 @@ from admission to first token against the uncached prefill booked ahead of it th
 - Two kinds of request, their errors apart (`mean` and `sd` above are those of the request's kind): one that brings
   its own prefill (`fresh`: most of its prompt uncached, a document's first question) and one that does not. On one
   line their errors differ in sign: on the simulator at the GPU's shape the fresh ones waited 0.05-0.12 s longer
-  than their central wait on average, the others 0.02-0.05 s less (15 runs, 4-18 requests/s), so a margin pooled
+  than their central wait on average, the others 0.01-0.05 s less (15 runs, 4-18 requests/s), so a margin pooled
   over both under-covered the fresh ones, and they were the admitted requests past the objective
   (benchmarks/simulated/admission-bias-2026-12-04.txt). Each kind's mean error is added to the central wait and its
   spread makes the margin; a kind with fewer than two errors seen (or under the cold-start prior) takes the pooled
