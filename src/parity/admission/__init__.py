@@ -13,9 +13,9 @@ experiment (the Flame batch-limit screening): this decides whether a request is 
   within at `quantile` (0.99: the line plus the mean and margin of its waits' errors about it, a document's first
   question's apart from the others', and its own uncertainty at that much work, call for) at (prefill ahead + own
   uncached prefill); admit when it is within `headroom` (1) x the objective's TTFT, or when the shard has no
-  prefill ahead (refusing there helps no one and would leave the rate unlearned). Otherwise refuse at once with a one-line
-  reason; with `reroute`, a shard that meets it takes the request first (a miss that meets the deadline beats a
-  hit that misses it).
+  prefill ahead (refusing there helps no one and would leave the rate unlearned). Otherwise refuse at once with a
+  one-line reason; with `reroute`, a shard that meets it takes the request first (a miss that meets the deadline
+  beats a hit that misses it).
 - No queue in front of the engine by default: under a first-come engine, a request whose first token is predicted
   past the objective is no earlier for waiting in front of the engine than inside it; a bounded queue helps only
   where the prediction is wrong. `queue_s` (off by default; the standalone client only) is that queue, deadline-

@@ -157,16 +157,16 @@ class Controller:
                 return self._refusal(shard, own, wait, budget_s, held_s, now - refused_at)
         if wait > budget_s and (ahead[shard] or held_s):
             if self.settings.reroute:  # the least predicted wait, the lowest shard on a tie
-                best, best_own, best_wait = shard, own, wait
+                best, best_own, best_wait, best_fresh = shard, own, wait, fresh
                 for other in range(len(ahead)):
                     if other != shard:
                         other_own = quote.length - quote.held(other)
-                        other_wait = predict(other, ahead[other] + other_own, 2 * other_own > quote.length)
+                        other_fresh = 2 * other_own > quote.length
+                        other_wait = predict(other, ahead[other] + other_own, other_fresh)
                         if other_wait < best_wait or (other_wait == best_wait and other < best):
-                            best, best_own, best_wait = other, other_own, other_wait
+                            best, best_own, best_wait, best_fresh = other, other_own, other_wait, other_fresh
                 if best != shard and ((not ahead[best] and not held_s) or best_wait <= budget_s):
-                    shard, own, wait, moved = best, best_own, best_wait, True
-                    fresh = 2 * own > quote.length
+                    shard, own, wait, fresh, moved = best, best_own, best_wait, best_fresh, True
             if (ahead[shard] or held_s) and wait > budget_s:
                 if document is not None:  # a document's uncached question refused: its next ones are orphans
                     self._remember_refused(document, now)

@@ -102,8 +102,8 @@ class ServiceRate:
                 bias: float = 1.0, fresh: bool = False) -> None:
         """A request admitted with `ahead` prefill tokens before its `own` had its first token `wait_s` later,
         against the central wait `central_s` predicted then under the bias `bias` of then (its line: the central
-        over that bias); `fresh`: of the kind that brings its own prefill. Runs inside the controller's cost, once per first token; the line and margin are refitted
-        when next read."""
+        over that bias); `fresh`: of the kind that brings its own prefill. Runs inside the controller's cost, once per
+        first token; the line and margin are refitted when next read."""
         alpha, keep = self.alpha, self._keep
         work, error = ahead + own, wait_s - central_s
         if ahead and central_s > 0:  # the waits over the line's (the central without the bias it had then)
@@ -136,16 +136,16 @@ class ServiceRate:
         if self.z:  # a weighted fit's prediction error at work X: var x (1 + n2 / n^2 + n2 / n (X - mean)^2 / spread)
             cold = self._cold_sd_s and self.samples[shard] < self._cold_pairs  # a prior, not a handful of errors
             pooled = self._cold_sd_s if cold else _error_sd(n, n2, e, ee)  # the errors' weights are the pairs'
+            centre, lift = x / n, 1.0 + n2 / (n * n)  # the line's, the same for both kinds
             margins = []
             for w, w2, e_kind, ee_kind in self._kinds[shard]:  # each kind's errors, the pooled ones until two
-                sd = inf if cold else _error_sd(w, w2, e_kind, ee_kind)
-                mean = e_kind / w if sd < inf else 0.0
-                sd = sd if sd < inf else pooled
+                own_sd = inf if cold else _error_sd(w, w2, e_kind, ee_kind)
+                sd, mean = (own_sd, e_kind / w) if own_sd < inf else (pooled, 0.0)
                 if sd == inf:
                     margins.append((0.0, inf, 0.0, 0.0))
                 else:
                     scale = self.z * self.z * sd ** 2
-                    margins.append((x / n, scale * (1.0 + n2 / (n * n)), scale * n2 / n / spread, mean))
+                    margins.append((centre, scale * lift, scale * n2 / n / spread, mean))
             self._margin[shard] = tuple(margins)
         self._stale[shard] = False
 

@@ -51,10 +51,11 @@ class BoundedSettings(Settings):
         if not 0 <= self.orphan_s < inf:
             raise ParityError(f"admission setting orphan_s must be 0 or more seconds, got {self.orphan_s!r}")
         if isinstance(self.orphan_grace, bool) or not isinstance(self.orphan_grace, int) or self.orphan_grace < 0:
-            raise ParityError(f"admission setting orphan_grace must be a whole number 0 or more, got {self.orphan_grace!r}")
+            raise ParityError(f"admission setting orphan_grace must be a whole number 0 or more, "
+                              f"got {self.orphan_grace!r}")
         if self.orphan_grace and not self.orphan_s:
-            raise ParityError("admission setting orphan_grace says how many orphans are judged as any request: it needs "
-                              "orphan_s")
+            raise ParityError("admission setting orphan_grace says how many orphans are judged as any request: it "
+                              "needs orphan_s")
         if not 0 <= self.queue_s < inf:
             raise ParityError(f"admission setting queue_s must be 0 or more seconds, got {self.queue_s!r}")
         if self.queue_s and self.retries:
