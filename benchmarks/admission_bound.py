@@ -37,11 +37,12 @@ from pathlib import Path
 
 import numpy as np
 
+from parity.engine import EngineArgs
 from parity.engine.sim import DEFAULT_PARAMS, SimParams
 from parity.latency import summarize
 from parity.study import OUTPUT_TOKENS
 
-CHUNK_TOKENS = 8192  # the study's max_num_batched_tokens: a step's fixed cost spread over at most this many
+CHUNK_TOKENS = EngineArgs().max_num_batched_tokens  # the study's: a step's fixed cost spread over at most this many
 DOCUMENT = re.compile(r"-d(\d+)-q\d+(?:-b(\d+))?$")  # a document, and the block of a `blocks` trace it is in
 
 
