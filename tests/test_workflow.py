@@ -7,6 +7,7 @@ so nothing is written into the checkout.
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 import shutil
@@ -131,6 +132,16 @@ def test_a_misspelt_key_is_refused_by_name(checkout):
     run = snakemake(checkout, "-n", "--workflow-profile", "smoke", "all")
     assert run.returncode != 0
     assert "batch_limt" in run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("key, value", [("bounded", {"orphan_s": math.nan}), ("objective", {"ttft_s": math.inf})])
+def test_a_non_finite_number_is_refused_by_name_before_any_job(checkout, key, value):
+    """YAML's .nan and .inf pass the schema (no minimum fails for NaN): refused by the workflow, not by the job."""
+    edit_config(checkout, "smoke", lambda doc: doc["experiments"]["sustained"].update({key: value}))
+    run = snakemake(checkout, "-n", "--workflow-profile", "smoke", "all")
+    assert run.returncode != 0
+    name, number = next(iter(value.items()))
+    assert f"experiments.sustained.{key}.{name}: must be a finite number, got {number!r}" in run.stdout + run.stderr
 
 
 def test_a_profile_changes_one_key_and_keeps_the_study_settings_beside_it(checkout):

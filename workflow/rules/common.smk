@@ -4,6 +4,7 @@
 # stops the run with its name before any job starts, and no profile falls back to another's values.
 import json
 import logging
+import math
 import shlex
 import shutil
 
@@ -16,6 +17,23 @@ if "profile" not in config:
         "`--workflow-profile smoke` for the CPU run) or pass --configfile config/<profile>.yaml"
     )
 validate(config, schema="../../schemas/config.schema.yaml", set_default=False)
+
+
+def _refuse_non_finite(config):
+    """What the schema cannot say: YAML's .nan and .inf are numbers to it (no minimum or maximum fails for NaN), and
+    no setting means either; a WorkflowError names the key, before any job starts."""
+    left = [("", config)]
+    while left:
+        key, value = left.pop()
+        if isinstance(value, float) and not math.isfinite(value):
+            raise WorkflowError(f"{key}: must be a finite number, got {value!r}")
+        if isinstance(value, dict):
+            left += [(f"{key}.{name}" if key else str(name), child) for name, child in value.items()]
+        elif isinstance(value, list):
+            left += [(f"{key}[{at}]", child) for at, child in enumerate(value)]
+
+
+_refuse_non_finite(config)
 
 UNLOCK_HINT = ("this folder is locked: if no other Snakemake runs here (one killed by SIGKILL or a power loss leaves "
                "its lock) and no job of a killed one still runs (`ps`), run `snakemake --unlock` (same profile), then "
