@@ -168,3 +168,20 @@ def test_case_picks_rows_and_the_case_explain_reads():
         assert result.exit_code == 1, result.output
         assert result.output.strip().splitlines() == [
             "Error: bench routing: no case of tenants has '8 sh' in its name; the cases: 4 heads 512 +16 2 sh"]
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--trace-file", "t.jsonl", "--explain", "2"], "--explain: not used with --trace-file"),
+    (["--trace-file", "t.jsonl", "--family", "zipf", "--quick"], "--family, --quick: not used with --trace-file"),
+    (["--trace-limit", "5"], "--trace-limit: not used with the families' bench"),
+    (["--quick", "--shards", "2"], "--shards: not used with the families' bench"),
+    (["--quick", "--explain", "1", "--out", "e.json"], "--out: not used with --explain"),
+])
+def test_an_option_the_chosen_run_would_ignore_is_a_usage_error(args, says):
+    """Found by an outsider: --trace-file with --explain explained the families, and --trace-limit alone ran them."""
+    from click.testing import CliRunner
+
+    from parity.cli import main
+
+    result = CliRunner().invoke(main, ["bench", "routing", *args])
+    assert result.exit_code == 2 and f"Error: {says} (" in result.output, result.output

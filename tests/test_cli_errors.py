@@ -79,7 +79,7 @@ def test_out_naming_a_file_is_one_line(tmp_path):
     assert one_error_line(invoke("smoke-inputs", "--out", afile, "--articles", 2)) == \
         f"Error: {afile}: exists and is not a folder"
     assert one_error_line(invoke("mlperf", "random-dataset", "--out", afile / "d.json", "--samples", 2)) == \
-        f"Error: {afile}: exists and is not a folder"
+        f"Error: {afile}: a part of this path is a file, not a folder"
     assert afile.read_text() == "not a folder"
 
 
@@ -88,7 +88,18 @@ def test_out_inside_a_file_is_one_line(small_reuse_trace, tmp_path):
     afile.write_text("not a folder")
     line = one_error_line(invoke("bench", "order", "--trace", small_reuse_trace, "--repeats", 1,
                                  "--warmup-rounds", 0, "--out", afile))
-    assert line == f"Error: {afile / 'traces'}: a part of this path is a file, not a folder"
+    assert line == f"Error: {afile}: exists and is not a folder"  # refused as the command line is read
+
+
+@pytest.mark.parametrize("command", [("bench", "admission", "--requests", 4, "--repeats", 1, "--out", "/proc/x.json"),
+                                     ("trace-mooncake", "/dev/null", "--out", "/proc/mooncake"),
+                                     ("mlperf", "random-dataset", "--samples", 2, "--out", "/proc/d.json")])
+def test_out_where_no_file_can_be_made_is_one_line_before_the_work(command):
+    """/proc refuses new files whatever its permissions say (ENOENT, not an environment error friendly_errors knows):
+    each --out is tried as the command line is read."""
+    if not os.path.isdir("/proc"):
+        pytest.skip("no /proc here")
+    assert one_error_line(invoke(*command)) == "Error: /proc: cannot make a file there (No such file or directory)"
 
 
 def test_a_name_too_long_is_one_line(tmp_path):

@@ -10,7 +10,7 @@ import click
 
 from parity.cli import options
 from parity.cli.app import echo, main
-from parity.cli.errors import friendly_errors, writable_file
+from parity.cli.errors import friendly_errors
 from parity.engine import ENGINES, FAMILIES
 from parity.errors import ParityError
 
@@ -29,11 +29,11 @@ def bench():
 
 
 @bench.command("schedule")
-@click.option("--rate", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--rate", type=options.Finite(min=0, min_open=True), default=None,
               help="Requests/s to pace (default: ten times the sustained ladder's highest rate in --config).")
 @click.option("--requests", type=click.IntRange(min=2), default=2000, show_default=True)
 @click.option("--kind", type=click.Choice(["poisson", "gamma"]), default="poisson", show_default=True)
-@click.option("--burstiness", type=click.FloatRange(min=0, min_open=True), default=1.0, show_default=True)
+@click.option("--burstiness", type=options.Finite(min=0, min_open=True), default=1.0, show_default=True)
 @click.option("--seed", type=int, default=0, show_default=True)
 @options.workflow_config
 @options.json_out
@@ -45,8 +45,6 @@ def bench_schedule(rate, requests, kind, burstiness, seed, config_files, out):
     from parity.experiments.plan import settings_of
     from parity.workflow_config import experiment_section
 
-    if out:
-        writable_file(out)
     if rate is None:
         rate = 10 * settings_of("sustained", experiment_section(config_files, "sustained")).highest_rate
     result = schedule.run(rate, requests, kind, burstiness, seed)
@@ -89,13 +87,13 @@ def bench_startup(engine, cluster, flame_bin_dir, gpu, repeats, sim_params, mode
               help="Harvest tasks on one session while the session manager's memory is sampled.")
 @click.option("--rotate-tasks", default=0, show_default=True, type=click.IntRange(min=0),
               help="Also sample it with the harvester moving to a fresh session every this many tasks (0: not).")
-@click.option("--hold-ms", "holds_ms", multiple=True, type=click.FloatRange(min=0),
+@click.option("--hold-ms", "holds_ms", multiple=True, type=options.Finite(min=0),
               help="A hold time to measure the harvest cycle at (repeat); default 0, 1, 5 and 20 ms.")
 @click.option("--round-trips", default=500, show_default=True, type=click.IntRange(min=1),
               help="Timed empty-task round trips.")
 @click.option("--warmup", default=50, show_default=True, type=click.IntRange(min=0),
               help="Untimed empty tasks before each timed phase.")
-@click.option("--rate", default=4.0, show_default=True, type=click.FloatRange(min=0, min_open=True),
+@click.option("--rate", default=4.0, show_default=True, type=options.Finite(min=0, min_open=True),
               help="The light stream's Poisson rate, requests/s.")
 @click.option("--requests", default=40, show_default=True, type=click.IntRange(min=1), help="Requests per run.")
 @options.repeats(2, help="Runs (seeds) per hold time.")
@@ -113,8 +111,6 @@ def bench_harvest(cluster, flame_bin_dir, tasks, rotate_tasks, holds_ms, round_t
     session manager's memory over many tasks on one session."""
     from parity.bench import harvest
 
-    if out:
-        writable_file(out)
     work_dir = work_dir or (out.with_name(out.stem + "-work") if out else Path("bench-harvest"))
     result = harvest.run(cluster, work_dir, bin_dir=flame_bin_dir, tasks=tasks, holds_ms=holds_ms or harvest.HOLDS_MS,
                          round_trip_count=round_trips, warmup=warmup, rate=rate, requests=requests, repeats=repeats,

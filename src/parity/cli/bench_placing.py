@@ -11,7 +11,7 @@ import click
 from parity.cli import options
 from parity.cli.app import echo
 from parity.cli.bench import bench, save
-from parity.cli.errors import friendly_errors, writable_file
+from parity.cli.errors import friendly_errors
 
 
 @bench.command("router")
@@ -39,7 +39,7 @@ def bench_router(num_requests, prompt_tokens, shards, repeats, collect, as_json)
 
 @bench.command("admission")
 @click.option("--requests", "num_requests", default=2048, show_default=True, type=click.IntRange(min=4))
-@click.option("--load", default=1.5, show_default=True, type=click.FloatRange(min=0, min_open=True),
+@click.option("--load", default=1.5, show_default=True, type=options.Finite(min=0, min_open=True),
               help="Offered work over what the simulated engines serve (above 1: some requests are refused).")
 @options.repeats(3)
 @options.json_out
@@ -83,8 +83,7 @@ def bench_routing(only, quick, cases, sim_params, trace_file, trace_limit, shard
     from parity.bench import routing
     from parity.engine.sim import SimParams
 
-    if out:
-        writable_file(out)
+    _refuse_unused_options(trace_file, explain)
     if explain:
         params = SimParams.load(sim_params)
         firsts: dict = {}  # each family's first chosen case
@@ -107,3 +106,24 @@ def bench_routing(only, quick, cases, sim_params, trace_file, trace_limit, shard
     for line in routing.summary_lines(result):
         click.echo(line)
     save(out, result)
+
+
+def _refuse_unused_options(trace_file, explain) -> None:
+    """`bench routing` runs one of three things (the families, a Mooncake trace, --explain): an option the chosen
+    one would ignore is a usage error, not dropped without a word."""
+    ctx = click.get_current_context()
+    passed = {name for name in _FLAGS if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE}
+    if trace_file is not None:
+        unused, mode = passed & {"only", "quick", "cases"} | ({"explain"} if explain else set()), "--trace-file"
+    elif explain:
+        unused, mode = passed & {"trace_limit", "shards", "out"}, "--explain"
+    else:
+        unused, mode = passed & {"trace_limit", "shards"}, "the families' bench"
+    if unused:
+        raise click.UsageError(f"{', '.join(sorted(_FLAGS[name] for name in unused))}: not used with {mode} "
+                               "(--trace-file takes --trace-limit and --shards; the families and --explain take "
+                               "--family, --quick and --case; --explain writes no --out)")
+
+
+_FLAGS = {"only": "--family", "quick": "--quick", "cases": "--case", "trace_limit": "--trace-limit",
+          "shards": "--shards", "out": "--out", "explain": "--explain"}

@@ -6,6 +6,7 @@ from __future__ import annotations
 import errno
 import functools
 import os
+import tempfile
 from pathlib import Path
 
 import click
@@ -40,11 +41,30 @@ def writable_file(path: Path) -> None:
     ran: not a folder, and no file where a folder of its path belongs (missing folders are made later)."""
     if path.is_dir():
         raise ParityError(f"{path}: {ENVIRONMENT_ERRORS[errno.EISDIR]}")
-    folder = path.parent
+    _takes_files(path.parent)
+
+
+def writable_folder(path: Path) -> None:
+    """A folder a command writes into (made if missing), checked at its start, as `writable_file` checks a file."""
+    if path.exists() and not path.is_dir():
+        raise ParityError(f"{path}: {ENVIRONMENT_ERRORS[errno.EEXIST]}")
+    _takes_files(path)
+
+
+def _takes_files(path: Path) -> None:
+    """The nearest existing folder of `path` is a folder and takes a new file (one is made there and removed at
+    once: a read-only mount, or one like /proc that refuses new files whatever its permissions say, is refused
+    here in one line, not by a traceback at the end)."""
+    folder = path
     while not folder.exists() and folder != folder.parent:
         folder = folder.parent
     if not folder.is_dir():
         raise ParityError(f"{folder}: {ENVIRONMENT_ERRORS[errno.ENOTDIR]}")
+    try:
+        with tempfile.TemporaryFile(dir=folder):
+            pass
+    except OSError as exc:
+        raise ParityError(f"{folder}: cannot make a file there ({exc.strerror or exc})") from None
 
 
 def friendly_errors(command):

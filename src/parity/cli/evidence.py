@@ -9,6 +9,7 @@ from pathlib import Path
 
 import click
 
+from parity.cli import options
 from parity.cli.app import echo, main
 from parity.cli.errors import friendly_errors
 from parity.errors import ParityError
@@ -112,7 +113,7 @@ def sign_cmd(results, secret_key):
 
 @main.command("bundle")
 @click.argument("results", type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.option("--out", "out", type=click.Path(path_type=Path), required=True,
+@click.option("--out", "out", type=click.Path(path_type=Path), required=True, callback=options.writable_folder,
               help="The bundle folder (a BagIt bag); an earlier bundle there is replaced.")
 @click.option("--workdir", type=click.Path(path_type=Path, exists=True, file_okay=False), default=Path("."),
               show_default=True, help="Where the Snakefile and Snakemake's job records (.snakemake/metadata) are.")
@@ -160,7 +161,7 @@ def check_cmd(trials, pinning_from):
               help="Folder of `parity mlperf run/compare` manifests (optional; absent: \"not run\").")
 @click.option("--reference", type=click.Path(path_type=Path, dir_okay=False), default="config/study-reference.yaml",
               show_default=True, help="The study's published numbers.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, callback=options.writable_folder,
               help="Folder for report.md, *.png and report.json.")
 @friendly_errors
 def report_cmd(experiments, results, mlperf_dir, reference, out_dir):

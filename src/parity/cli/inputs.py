@@ -7,12 +7,13 @@ from pathlib import Path
 
 import click
 
+from parity.cli import options
 from parity.cli.app import echo, main
 from parity.cli.errors import friendly_errors
 
 
 @main.command("smoke-inputs")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, callback=options.writable_folder,
               help="Directory for corpus.jsonl and tokenizer/.")
 @click.option("--articles", default=1200, show_default=True, type=click.IntRange(min=1),
               help="Synthetic articles to generate.")
@@ -40,7 +41,7 @@ def smoke_inputs_cmd(out_dir: Path, articles: int, seed: int, vocab_size: int):
 @click.option("--seed", default=0, show_default=True, help="Seed of the burst order.")
 @click.option("--head-tokens", default=0, show_default=True, type=click.IntRange(min=0),
               help="A head of this many tokens shared by every document (a system prompt), within the prefix.")
-@click.option("--zipf", default=0.0, show_default=True, type=click.FloatRange(min=0, max=4),
+@click.option("--zipf", default=0.0, show_default=True, type=options.Finite(min=0, max=4),
               help="Hot documents: each request's document drawn from a Zipf law of this exponent (0: uniform).")
 @click.option("--blocks", default=1, show_default=True, type=click.IntRange(min=1),
               help="This many blocks of the shape above, one after another, each block's prefixes its own "
@@ -60,7 +61,7 @@ def smoke_inputs_cmd(out_dir: Path, articles: int, seed: int, vocab_size: int):
 @click.option("--context-tokens", type=click.IntRange(min=1), default=None,
               help="Build for an engine context (max_model_len) of this many tokens, recorded in the manifest "
                    "[default: the study's max_model_len, not recorded].")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, callback=options.writable_folder,
               help="Directory for NAME.json, NAME.tokens and NAME.warmupK.tokens.")
 @friendly_errors
 def trace_cmd(corpus, tokenizer_dir, name, documents, questions, prefix_tokens, seed, head_tokens, zipf, blocks,
@@ -85,6 +86,7 @@ def trace_cmd(corpus, tokenizer_dir, name, documents, questions, prefix_tokens, 
 @main.command("trace-mooncake")
 @click.argument("source", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), required=True,
+              callback=options.writable_folder,
               help="Directory for NAME.json, NAME.tokens, NAME.warmupK.tokens and NAME.replay.json.")
 @click.option("--name", default=None, help="Trace name [default: the file's stem].")
 @click.option("--max-model-len", type=click.IntRange(min=1), default=None,

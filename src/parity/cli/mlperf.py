@@ -26,7 +26,7 @@ def mlperf_group():
 @click.option("--arm", type=click.Choice(ARMS), required=True)
 @click.option("--dataset", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True,
               help="cnn_eval.json (or a synthetic one from smoke-dataset / random-dataset).")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True,
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, callback=options.writable_folder,
               help="Run folder: mlperf-run.json, user.conf, loadgen/ logs, replica/worker logs, cleanup receipt.")
 @click.option("--mode", type=click.Choice(MODES), default=RunSpec.mode, show_default=True)
 @click.option("--engine", type=click.Choice(ENGINES), default=RunSpec.backend.engine,
@@ -38,13 +38,13 @@ def mlperf_group():
 @options.sim_params
 @click.option("--samples", type=click.IntRange(min=1), default=None,
               help="Use only the first N dataset entries (non-compliant).")
-@click.option("--target-qps", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--target-qps", type=options.Finite(min=0, min_open=True), default=None,
               help="Offline target_qps; default: estimate with a probe.")
 @click.option("--probe-samples", default=RunSpec.probe_samples, show_default=True, type=click.IntRange(min=1),
               help="Samples the target_qps probe sends.")
 @click.option("--warmup-samples", default=RunSpec.warmup_samples, show_default=True, type=click.IntRange(min=0),
               help="Samples run untimed first (worker start-up, kernel JIT); 0: none.")
-@click.option("--qps-margin", default=RunSpec.qps_margin, show_default=True, type=click.FloatRange(min=0, min_open=True),
+@click.option("--qps-margin", default=RunSpec.qps_margin, show_default=True, type=options.Finite(min=0, min_open=True),
               help="target_qps = probe samples/s x this.")
 @click.option("--min-duration-ms", type=click.IntRange(min=0), default=None,
               help="Override min_duration (rules: 600000).")
@@ -56,12 +56,12 @@ def mlperf_group():
               help="Standalone: open requests at most.")
 @click.option("--batch-limit", default=RunSpec.flame.batch_limit, show_default=True, type=click.IntRange(min=1),
               help="Flame: prompts per task (the workflow's arms: mlperf.flame_arms).")
-@click.option("--window-ms", default=RunSpec.flame.window_ms, show_default=True, type=click.FloatRange(min=0),
+@click.option("--window-ms", default=RunSpec.flame.window_ms, show_default=True, type=options.Finite(min=0),
               help="Flame: batch window.")
 @click.option("--placement", type=click.Choice(PLACEMENTS), default=RunSpec.placement, show_default=True)
 @options.cluster(RunSpec.backend.cluster)
 @options.flame_bin_dir
-@click.option("--startup-timeout", default=float(RunSpec.backend.startup_timeout_s), show_default=True, type=click.FloatRange(min=0, min_open=True),
+@click.option("--startup-timeout", default=float(RunSpec.backend.startup_timeout_s), show_default=True, type=options.Finite(min=0, min_open=True),
               help="Seconds to wait for replicas.")
 @options.backend("Where to run, as the experiments do (JSON or a YAML file): engine, GPUs (the first serves), "
                  "cluster, model, load format, engine args. Replaces the options it covers.")
@@ -100,7 +100,8 @@ def mlperf_run(arm, dataset, out_dir, mode, engine, gpus, model, load_format, en
 @click.argument("run_manifest", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @click.option("--tokenizer", "tokenizer_dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
               required=True, help="Tokenizer directory (tokenizer.json): Llama 3.1's, or the smoke one.")
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="Accuracy manifest to write.")
+@click.option("--out", type=click.Path(path_type=Path), required=True, callback=options.writable_file,
+              help="Accuracy manifest to write.")
 @click.option("--nltk-data", type=click.Path(path_type=Path), default=None, help="Staged NLTK data (punkt_tab).")
 @click.option("--stand-in-splitter", is_flag=True,
               help="Use punkt without its English data (labelled, never comparable) where punkt_tab is absent.")
@@ -120,7 +121,7 @@ def mlperf_accuracy(run_manifest, tokenizer_dir, out, nltk_data, stand_in_splitt
 @mlperf_group.command("compare")
 @click.option("--standalone", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True)
 @click.option("--flame", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True)
-@click.option("--out", type=click.Path(path_type=Path), required=True)
+@click.option("--out", type=click.Path(path_type=Path), required=True, callback=options.writable_file)
 @friendly_errors
 def mlperf_compare(standalone, flame, out):
     """Both arms' run manifests side by side; flags a vLLM version mismatch and any other difference."""
@@ -136,7 +137,7 @@ def mlperf_compare(standalone, flame, out):
 @mlperf_group.command("smoke-dataset")
 @click.option("--tokenizer", "tokenizer_dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
               required=True, help="The smoke tokenizer (parity smoke-inputs).")
-@click.option("--out", type=click.Path(path_type=Path), required=True)
+@click.option("--out", type=click.Path(path_type=Path), required=True, callback=options.writable_file)
 @click.option("--samples", default=64, show_default=True, type=click.IntRange(min=1))
 @click.option("--seed", default=0, show_default=True)
 @friendly_errors
@@ -149,7 +150,7 @@ def mlperf_smoke_dataset(tokenizer_dir, out, samples, seed):
 
 
 @mlperf_group.command("random-dataset")
-@click.option("--out", type=click.Path(path_type=Path), required=True)
+@click.option("--out", type=click.Path(path_type=Path), required=True, callback=options.writable_file)
 @click.option("--samples", default=1000, show_default=True, type=click.IntRange(min=1))
 @click.option("--seed", default=0, show_default=True)
 @friendly_errors

@@ -5,6 +5,7 @@ line cannot drift from what a run does by default. And the one adapter they shar
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import click
@@ -16,6 +17,19 @@ from parity.flame.admission import ORDERS
 from parity.flame.settings import APIS, FlameSettings
 from parity.netns import MODES as NETWORK_MODES
 from parity.settings import key_values
+
+class Finite(click.FloatRange):
+    """A number within its range, and a number: click's FloatRange lets NaN through (no comparison fails for it),
+    and inf where a side is open."""
+
+    name = "finite float"
+
+    def convert(self, value, param, ctx):
+        number = super().convert(value, param, ctx)
+        if not math.isfinite(number):
+            self.fail(f"{value!r} is not a finite number", param, ctx)
+        return number
+
 
 REPLICA_KINDS = ("sim", "vllm")  # parity.standalone.replicas.KINDS, without importing httpx to build the options
 
@@ -117,9 +131,9 @@ def gpus(help: str):
 _FLAME = FlameSettings()
 flame_settings = stack(
     click.option("--batch-limit", default=_FLAME.batch_limit, show_default=True, type=click.IntRange(min=1)),
-    click.option("--window-ms", default=_FLAME.window_ms, show_default=True, type=click.FloatRange(min=0)),
+    click.option("--window-ms", default=_FLAME.window_ms, show_default=True, type=Finite(min=0)),
     click.option("--budget-mib", default=_FLAME.budget_mib, show_default=True,
-                 type=click.FloatRange(min=0, min_open=True), help="Decoded payload budget per task."),
+                 type=Finite(min=0, min_open=True), help="Decoded payload budget per task."),
     click.option("--api", type=click.Choice(APIS), default=_FLAME.api, show_default=True,
                  help="The engine API each worker drives: sync (LLM.generate) or async (AsyncLLM)."),
     click.option("--compress/--raw", default=_FLAME.compress, show_default=True, help="zlib level 1 task inputs."),
@@ -145,7 +159,8 @@ def experiment(default: str, help: str | None = None):
 
 
 def out_dir(help: str | None = None):
-    return click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, help=help)
+    return click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, callback=writable_folder,
+                        help=help)
 
 
 workflow_config = click.option(
@@ -153,5 +168,32 @@ workflow_config = click.option(
     type=click.Path(dir_okay=False, path_type=Path),  # read only where a setting is needed (workflow_config.load)
     help="The workflow config the study's settings come from (run from the repo root); repeat to merge a "
          "profile's file over it as Snakemake does, e.g. --config config/experiments.yaml --config config/host.yaml.")
-json_out = click.option("--out", type=click.Path(path_type=Path), default=None,
+def writable_file(ctx, param, path: Path | None) -> Path | None:
+    """An --out file checked when the command line is read (parity.cli.errors.writable_file): a long command is not
+    refused after it ran, and a path nothing can be written to is one line, not a traceback at the end."""
+    return _checked(ctx, param, path, "writable_file")
+
+
+def writable_folder(ctx, param, path: Path | None) -> Path | None:
+    """An --out folder checked when the command line is read (parity.cli.errors.writable_folder)."""
+    return _checked(ctx, param, path, "writable_folder")
+
+
+def _checked(ctx, param, path: Path | None, check: str) -> Path | None:
+    from parity.cli import errors
+
+    if path is not None:
+        try:
+            getattr(errors, check)(path)
+        except ParityError as exc:  # one line, as parity.cli.errors.friendly_errors gives it
+            raise click.ClickException(str(exc)) from None
+        except OSError as exc:
+            message = errors.environment_error(exc)
+            if message is None:
+                raise
+            raise click.ClickException(message) from None
+    return path
+
+
+json_out = click.option("--out", type=click.Path(path_type=Path), default=None, callback=writable_file,
                         help="Also write the result as JSON here.")

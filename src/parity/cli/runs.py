@@ -74,7 +74,8 @@ def sim_group():
 @click.option("--traces", type=click.Path(path_type=Path, exists=True), required=True,
               help="Folder with the trace manifests the measurements used.")
 @click.option("--base", type=click.Path(path_type=Path), default=None, help="Starting parameter file.")
-@click.option("--out", type=click.Path(path_type=Path), required=True, help="Fitted parameter file (YAML).")
+@click.option("--out", type=click.Path(path_type=Path), required=True, callback=options.writable_file,
+              help="Fitted parameter file (YAML).")
 @friendly_errors
 def sim_calibrate(measurements, traces, base, out):
     """Fit the simulator's step-time model to measured runs; print each run's prediction error."""
@@ -109,7 +110,7 @@ def standalone_group():
 @options.engine_options
 @options.sim_params
 @click.option("--startup-timeout", default=Backend.startup_timeout_s, show_default=True,
-              type=click.FloatRange(min=0, min_open=True), help="Seconds to wait for /health.")
+              type=options.Finite(min=0, min_open=True), help="Seconds to wait for /health.")
 @options.out_dir()
 @friendly_errors
 def standalone_run(kind, gpus, placements, traces, repeats, warmup_rounds, experiment, model, load_format,
@@ -211,7 +212,7 @@ def experiment_group():
               help="Where to run: JSON, or a YAML file (engine sim|vllm, gpus, cluster standin|flame, model, ...).")
 @click.option("--settings", "settings_text", default="{}", show_default=True,
               help="The experiment's settings as JSON (the config's experiments.NAME).")
-@click.option("--deadline", type=float, default=None, envvar="PARITY_DEADLINE", show_envvar=True,
+@click.option("--deadline", type=options.Finite(), default=None, envvar="PARITY_DEADLINE", show_envvar=True,
               help="Epoch seconds: begin no case predicted to end after it (a device call's time limit); the "
                    "trials finished before it are kept for the rerun.")
 @options.out_dir()
