@@ -209,7 +209,8 @@ def load_articles(corpus: Path, text_field: str = "article") -> list[str]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
-                raise TraceError(f"{corpus}:{number}: not valid JSON ({exc.msg})") from None
+                reason = exc.msg.removesuffix(" at")  # "Invalid control character at": the column follows
+                raise TraceError(f"{corpus}:{number}: not valid JSON at column {exc.colno} ({reason})") from None
             text = row.get(text_field) if isinstance(row, dict) else None
             if not isinstance(text, str) or not text.strip():
                 raise TraceError(f"{corpus}:{number}: no non-empty text field {text_field!r}")

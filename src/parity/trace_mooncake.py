@@ -66,7 +66,8 @@ def _parse_line(text: str, number: int, where: str) -> MooncakeRequest:
     try:
         row = json.loads(text)
     except json.JSONDecodeError as exc:
-        raise TraceError(f"{where}:{number}: not valid JSON ({exc.msg})") from None
+        reason = exc.msg.removesuffix(" at")  # "Invalid control character at": the column follows
+        raise TraceError(f"{where}:{number}: not valid JSON at column {exc.colno} ({reason})") from None
     if not isinstance(row, dict):
         raise TraceError(f"{where}:{number}: expected a JSON object, got {type(row).__name__}")
     for field in FIELDS:
