@@ -45,8 +45,10 @@ rule all:
     (parity bundle: the results, the inputs they link, the workflow, an RO-Crate of what ran, in a BagIt bag at
     RESULTS-bundle), checked once written (parity validate --bundle: the bag, the crate, the manifests inside).
     Neither has an output on purpose: they run each time `all` is asked for, so a file changed, added or
-    deleted since the last run is caught even when nothing needs remaking, and the bundle holds what is there now. Every manifest it vouches for is an input: Snakemake does not remake a deleted
-    intermediate when what follows is up to date, but it always makes the inputs of `all`."""
+    deleted since the last run is caught even when nothing needs remaking, and the bundle holds what is there now
+    (where any of the three fails no bundle is left, an earlier run's included, as a failed seal leaves no
+    run.json). Every manifest it vouches for is an input: Snakemake does not remake a deleted intermediate when
+    what follows is up to date, but it always makes the inputs of `all`."""
     default_target: True
     input:
         vouched=vouched_manifests(),
@@ -63,4 +65,5 @@ rule all:
     shell:
         "{{ parity seal {params.results:q} {params.inputs}"
         " && parity bundle {params.results:q} --out {params.bundle:q} {params.image}"
-        " && parity validate --bundle {params.bundle:q}; }} > {log:q} 2>&1 || {{ tail -n 20 {log:q} >&2; exit 1; }}"
+        " && parity validate --bundle {params.bundle:q}; }} > {log:q} 2>&1"
+        " || {{ rm -rf {params.bundle:q}; tail -n 20 {log:q} >&2; exit 1; }}"

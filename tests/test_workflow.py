@@ -229,6 +229,18 @@ def test_a_deleted_experiment_is_run_again_and_revalidated(checkout):
     assert jobs_of(run) == {"experiment": 1, "report": 1, "all": 1}, run.stdout[-2000:]
 
 
+def test_a_tree_that_fails_its_seal_keeps_no_bundle_of_an_earlier_one(checkout):
+    """Found by an outsider: a failed seal removed run.json but left the last run's bundle, valid for that tree,
+    beside a tree it no longer stands for."""
+    _finished_smoke_run(checkout)  # empty manifests: the seal refuses them
+    stale = checkout / "results/smoke-bundle"
+    stale.mkdir(parents=True)
+    (stale / "bagit.txt").write_text("BagIt-Version: 1.0\n")
+    run = snakemake(checkout, "--workflow-profile", "smoke", "all")
+    assert run.returncode != 0 and "parity seal" in run.stdout + run.stderr, (run.stdout + run.stderr)[-2000:]
+    assert not stale.exists() and not (checkout / "results/smoke/run.json").exists()
+
+
 def test_a_lock_left_by_a_killed_run_names_its_remedy_first(checkout):
     """`kill -9` of Snakemake leaves its lock (.snakemake/locks: the files it was making, one a line); the rerun's
     refusal begins with the remedy, Snakemake's own message after it."""
