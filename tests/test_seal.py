@@ -77,6 +77,17 @@ def test_a_tree_that_does_not_validate_is_not_sealed_and_an_earlier_seal_is_remo
     assert not (results / seal.RUN_MANIFEST).exists()  # nothing vouches for the tree now
 
 
+@pytest.mark.parametrize("cut", [b"", b'{"kind": "trace", '])
+def test_a_manifest_emptied_or_cut_short_is_not_sealed_as_a_plain_file(results, cut):
+    """Found by an outsider: a *.json that is not JSON was skipped as no manifest and sealed as one of the tree's
+    plain files, where `parity validate` of the same tree reports it."""
+    sealed(results)
+    (results / "traces" / "reuse.json").write_bytes(cut)
+    result = CliRunner().invoke(main, ["seal", str(results)])
+    assert result.exit_code == 1 and "traces/reuse.json: : not-json: " in result.output, result.output
+    assert not (results / seal.RUN_MANIFEST).exists()
+
+
 def test_sealing_again_links_what_a_rerun_added_and_the_cli_says_what_it_did(results):
     sealed(results)
     (results / "logs" / "rerun.log").write_text("again\n")

@@ -348,13 +348,17 @@ def _found_in(folder: Path) -> list[Path]:
                   if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts))
 
 
-def manifests_in(folder: Path | str) -> list[tuple[Path, dict]]:
-    """Every manifest under a folder, as `validate_paths` finds them, parsed; files that are not JSON skipped."""
+def manifests_in(folder: Path | str, unreadable: list[Problem] | None = None) -> list[tuple[Path, dict]]:
+    """Every manifest under a folder, as `validate_paths` finds them, parsed; a `*.json` that is not JSON is
+    skipped, or added to `unreadable` as `validate_paths` reports it (a manifest emptied or cut short is not
+    JSON, and must not pass for one of the tree's plain files)."""
     found = []
     for file in _found_in(Path(folder)):
         try:
             doc = _loads(file.read_text(encoding="utf-8"))
-        except (OSError, ValueError, UnicodeDecodeError):
+        except (OSError, ValueError, UnicodeDecodeError) as exc:
+            if unreadable is not None:
+                unreadable.append(Problem(str(file), "", "not-json", _one_line(str(exc))))
             continue
         if _looks_like_manifest(doc):
             found.append((file, doc))

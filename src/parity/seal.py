@@ -57,10 +57,11 @@ def _is_run_manifest(path: Path, doc: dict) -> bool:
     return path.name == RUN_MANIFEST and doc.get("kind") == KIND
 
 
-def _found(results: Path) -> tuple[list[tuple[Path, dict]], Path | None]:
-    """The tree's manifests other than its run manifest, and the run manifest's path if it has one."""
+def _found(results: Path, unreadable: list[Problem] | None = None) -> tuple[list[tuple[Path, dict]], Path | None]:
+    """The tree's manifests other than its run manifest, and the run manifest's path if it has one (`unreadable`:
+    as `manifests_in`)."""
     manifests, seal = [], None
-    for path, doc in manifests_in(results):
+    for path, doc in manifests_in(results, unreadable):
         if path.parent == results and _is_run_manifest(path, doc):
             seal = path
         else:
@@ -86,10 +87,11 @@ def seal(results: Path, inputs: Iterable[Path] = (), *, log=print) -> tuple[dict
     mine = [path for path in results.rglob("*") if own and path.is_file() and _identity(path) in own]
     if mine:  # (empty logs too: not kept now, kept once written) it would change after the seal, breaking it at once
         raise SealError(f"{mine[0]} is this command's own output: write it outside the tree it seals")
-    manifests, old = _found(results)
+    unreadable: list[Problem] = []  # a *.json that is not JSON: `parity validate` of the tree reports it too
+    manifests, old = _found(results, unreadable)
     log(f"seal: validating {len(manifests)} manifest(s) of {results} and {len(inputs)} input receipt(s)")
     checked, problems = validate([p for p, _ in manifests] + inputs, root=evidence_root(results))
-    problems += symlinks(results)
+    problems += unreadable + symlinks(results)
     (results / SIGNATURE).unlink(missing_ok=True)  # it signed the earlier run.json: sign the new one again
     if problems:
         if old is not None:
