@@ -9,7 +9,8 @@
 # parity.experiments.deadline), so a call ends between trials, not inside one its limit kills.
 # CUTOFF_S (a backstop, rarely needed now): start no trial after that many seconds: the run is stopped as soon as a
 # trial finishes past it (default: no cutoff).
-# A fresh machine takes three calls, each carry under 64 MiB with the tracked tree: .gpu/a (unpacked to /tmp/v),
+# A fresh machine takes three calls, each carry under 64 MiB with the tracked tree (and shared/; where .gpu/a no longer
+# fits beside them, split c.so.xz in two and carry the halves in two calls, as session 19 did): .gpu/a (unpacked to /tmp/v),
 # then .flame and .gl (`source benchmarks/flame-bins.sh`; .gl/t.tar.xz, the earlier trials, untarred at the repo
 # root; .gl/triton-cache.tgz, if an earlier session brought one back, untarred into ~/.triton), then .gpu/b and
 # .whl running this script (the slim vLLM bundle's two halves: shared/gpu/README.md); later calls of the same warm
