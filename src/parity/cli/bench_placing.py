@@ -114,7 +114,7 @@ def _refuse_unused_options(trace_file, explain) -> None:
     ctx = click.get_current_context()
     passed = {name for name in _FLAGS if ctx.get_parameter_source(name) is click.core.ParameterSource.COMMANDLINE}
     if trace_file is not None:
-        unused, mode = passed & {"only", "quick", "cases"} | ({"explain"} if explain else set()), "--trace-file"
+        unused, mode = passed & {"only", "quick", "cases", "explain"}, "--trace-file"
     elif explain:
         unused, mode = passed & {"trace_limit", "shards", "out"}, "--explain"
     else:

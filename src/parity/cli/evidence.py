@@ -113,7 +113,7 @@ def sign_cmd(results, secret_key):
 
 @main.command("bundle")
 @click.argument("results", type=click.Path(path_type=Path, exists=True, file_okay=False))
-@click.option("--out", "out", type=click.Path(path_type=Path), required=True, callback=options.writable_folder,
+@click.option("--out", "out", type=click.Path(path_type=Path), required=True, callback=options.out_folder,
               help="The bundle folder (a BagIt bag); an earlier bundle there is replaced.")
 @click.option("--workdir", type=click.Path(path_type=Path, exists=True, file_okay=False), default=Path("."),
               show_default=True, help="Where the Snakefile and Snakemake's job records (.snakemake/metadata) are.")
@@ -161,7 +161,7 @@ def check_cmd(trials, pinning_from):
               help="Folder of `parity mlperf run/compare` manifests (optional; absent: \"not run\").")
 @click.option("--reference", type=click.Path(path_type=Path, dir_okay=False), default="config/study-reference.yaml",
               show_default=True, help="The study's published numbers.")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, callback=options.writable_folder,
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, callback=options.out_folder,
               help="Folder for report.md, *.png and report.json.")
 @friendly_errors
 def report_cmd(experiments, results, mlperf_dir, reference, out_dir):

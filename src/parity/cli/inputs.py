@@ -13,7 +13,7 @@ from parity.cli.errors import friendly_errors
 
 
 @main.command("smoke-inputs")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, callback=options.writable_folder,
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, callback=options.out_folder,
               help="Directory for corpus.jsonl and tokenizer/.")
 @click.option("--articles", default=1200, show_default=True, type=click.IntRange(min=1),
               help="Synthetic articles to generate.")
@@ -61,7 +61,7 @@ def smoke_inputs_cmd(out_dir: Path, articles: int, seed: int, vocab_size: int):
 @click.option("--context-tokens", type=click.IntRange(min=1), default=None,
               help="Build for an engine context (max_model_len) of this many tokens, recorded in the manifest "
                    "[default: the study's max_model_len, not recorded].")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, callback=options.writable_folder,
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, callback=options.out_folder,
               help="Directory for NAME.json, NAME.tokens and NAME.warmupK.tokens.")
 @friendly_errors
 def trace_cmd(corpus, tokenizer_dir, name, documents, questions, prefix_tokens, seed, head_tokens, zipf, blocks,
@@ -86,7 +86,7 @@ def trace_cmd(corpus, tokenizer_dir, name, documents, questions, prefix_tokens, 
 @main.command("trace-mooncake")
 @click.argument("source", type=click.Path(path_type=Path, dir_okay=False))
 @click.option("--out", "out_dir", type=click.Path(path_type=Path, file_okay=False), required=True,
-              callback=options.writable_folder,
+              callback=options.out_folder,
               help="Directory for NAME.json, NAME.tokens, NAME.warmupK.tokens and NAME.replay.json.")
 @click.option("--name", default=None, help="Trace name [default: the file's stem].")
 @click.option("--max-model-len", type=click.IntRange(min=1), default=None,

@@ -26,7 +26,7 @@ def mlperf_group():
 @click.option("--arm", type=click.Choice(ARMS), required=True)
 @click.option("--dataset", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True,
               help="cnn_eval.json (or a synthetic one from smoke-dataset / random-dataset).")
-@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, callback=options.writable_folder,
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, callback=options.out_folder,
               help="Run folder: mlperf-run.json, user.conf, loadgen/ logs, replica/worker logs, cleanup receipt.")
 @click.option("--mode", type=click.Choice(MODES), default=RunSpec.mode, show_default=True)
 @click.option("--engine", type=click.Choice(ENGINES), default=RunSpec.backend.engine,
@@ -100,7 +100,7 @@ def mlperf_run(arm, dataset, out_dir, mode, engine, gpus, model, load_format, en
 @click.argument("run_manifest", type=click.Path(path_type=Path, exists=True, dir_okay=False))
 @click.option("--tokenizer", "tokenizer_dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
               required=True, help="Tokenizer directory (tokenizer.json): Llama 3.1's, or the smoke one.")
-@click.option("--out", type=click.Path(path_type=Path), required=True, callback=options.writable_file,
+@click.option("--out", type=click.Path(path_type=Path), required=True, callback=options.out_file,
               help="Accuracy manifest to write.")
 @click.option("--nltk-data", type=click.Path(path_type=Path), default=None, help="Staged NLTK data (punkt_tab).")
 @click.option("--stand-in-splitter", is_flag=True,
@@ -121,7 +121,7 @@ def mlperf_accuracy(run_manifest, tokenizer_dir, out, nltk_data, stand_in_splitt
 @mlperf_group.command("compare")
 @click.option("--standalone", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True)
 @click.option("--flame", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True)
-@click.option("--out", type=click.Path(path_type=Path), required=True, callback=options.writable_file)
+@click.option("--out", type=click.Path(path_type=Path), required=True, callback=options.out_file)
 @friendly_errors
 def mlperf_compare(standalone, flame, out):
     """Both arms' run manifests side by side; flags a vLLM version mismatch and any other difference."""
@@ -137,7 +137,7 @@ def mlperf_compare(standalone, flame, out):
 @mlperf_group.command("smoke-dataset")
 @click.option("--tokenizer", "tokenizer_dir", type=click.Path(path_type=Path, exists=True, file_okay=False),
               required=True, help="The smoke tokenizer (parity smoke-inputs).")
-@click.option("--out", type=click.Path(path_type=Path), required=True, callback=options.writable_file)
+@click.option("--out", type=click.Path(path_type=Path), required=True, callback=options.out_file)
 @click.option("--samples", default=64, show_default=True, type=click.IntRange(min=1))
 @click.option("--seed", default=0, show_default=True)
 @friendly_errors
@@ -150,7 +150,7 @@ def mlperf_smoke_dataset(tokenizer_dir, out, samples, seed):
 
 
 @mlperf_group.command("random-dataset")
-@click.option("--out", type=click.Path(path_type=Path), required=True, callback=options.writable_file)
+@click.option("--out", type=click.Path(path_type=Path), required=True, callback=options.out_file)
 @click.option("--samples", default=1000, show_default=True, type=click.IntRange(min=1))
 @click.option("--seed", default=0, show_default=True)
 @friendly_errors

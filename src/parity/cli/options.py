@@ -10,6 +10,7 @@ from pathlib import Path
 
 import click
 
+from parity.cli import errors
 from parity.engine import EngineArgs
 from parity.errors import ParityError
 from parity.backend import CLUSTERS, Backend
@@ -159,7 +160,7 @@ def experiment(default: str, help: str | None = None):
 
 
 def out_dir(help: str | None = None):
-    return click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, callback=writable_folder,
+    return click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, callback=out_folder,
                         help=help)
 
 
@@ -168,32 +169,24 @@ workflow_config = click.option(
     type=click.Path(dir_okay=False, path_type=Path),  # read only where a setting is needed (workflow_config.load)
     help="The workflow config the study's settings come from (run from the repo root); repeat to merge a "
          "profile's file over it as Snakemake does, e.g. --config config/experiments.yaml --config config/host.yaml.")
-def writable_file(ctx, param, path: Path | None) -> Path | None:
-    """An --out file checked when the command line is read (parity.cli.errors.writable_file): a long command is not
-    refused after it ran, and a path nothing can be written to is one line, not a traceback at the end."""
-    return _checked(ctx, param, path, "writable_file")
 
 
-def writable_folder(ctx, param, path: Path | None) -> Path | None:
-    """An --out folder checked when the command line is read (parity.cli.errors.writable_folder)."""
-    return _checked(ctx, param, path, "writable_folder")
+def _out_checked(check):
+    """An --out callback: `check` (parity.cli.errors.writable_file or writable_folder) run as the command line is
+    read, so a long command is not refused after it ran, and a path nothing can be written to is one Error line
+    (friendly_errors, as the command's own failures are), not a traceback at the end."""
+    check = errors.friendly_errors(check)
+
+    def callback(ctx, param, path: Path | None) -> Path | None:
+        if path is not None:
+            check(path)
+        return path
+
+    return callback
 
 
-def _checked(ctx, param, path: Path | None, check: str) -> Path | None:
-    from parity.cli import errors
+out_file = _out_checked(errors.writable_file)  # the callback of an --out file
+out_folder = _out_checked(errors.writable_folder)  # the callback of an --out folder
 
-    if path is not None:
-        try:
-            getattr(errors, check)(path)
-        except ParityError as exc:  # one line, as parity.cli.errors.friendly_errors gives it
-            raise click.ClickException(str(exc)) from None
-        except OSError as exc:
-            message = errors.environment_error(exc)
-            if message is None:
-                raise
-            raise click.ClickException(message) from None
-    return path
-
-
-json_out = click.option("--out", type=click.Path(path_type=Path), default=None, callback=writable_file,
+json_out = click.option("--out", type=click.Path(path_type=Path), default=None, callback=out_file,
                         help="Also write the result as JSON here.")

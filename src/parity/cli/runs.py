@@ -74,7 +74,7 @@ def sim_group():
 @click.option("--traces", type=click.Path(path_type=Path, exists=True), required=True,
               help="Folder with the trace manifests the measurements used.")
 @click.option("--base", type=click.Path(path_type=Path), default=None, help="Starting parameter file.")
-@click.option("--out", type=click.Path(path_type=Path), required=True, callback=options.writable_file,
+@click.option("--out", type=click.Path(path_type=Path), required=True, callback=options.out_file,
               help="Fitted parameter file (YAML).")
 @friendly_errors
 def sim_calibrate(measurements, traces, base, out):
