@@ -55,6 +55,13 @@ class TraceError(ParityError):
     """Bad trace input or a trace file that does not match its manifest."""
 
 
+def json_line_error(where, number: int, exc: json.JSONDecodeError) -> TraceError:
+    """Line `number` of the JSONL file `where` is not JSON: where in it, and why ("Invalid control character at"
+    ends where its column would follow)."""
+    reason = exc.msg.removesuffix(" at")
+    return TraceError(f"{where}:{number}: not valid JSON at column {exc.colno} ({reason})")
+
+
 @dataclass(frozen=True)
 class TraceSpec:
     """What a trace is: how many documents, questions per document, prefix length, seed, warmups."""
@@ -209,8 +216,7 @@ def load_articles(corpus: Path, text_field: str = "article") -> list[str]:
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as exc:
-                reason = exc.msg.removesuffix(" at")  # "Invalid control character at": the column follows
-                raise TraceError(f"{corpus}:{number}: not valid JSON at column {exc.colno} ({reason})") from None
+                raise json_line_error(corpus, number, exc) from None
             text = row.get(text_field) if isinstance(row, dict) else None
             if not isinstance(text, str) or not text.strip():
                 raise TraceError(f"{corpus}:{number}: no non-empty text field {text_field!r}")

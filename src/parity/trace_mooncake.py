@@ -27,6 +27,7 @@ from parity.trace import (
     TraceError,
     TraceTokenizer,
     encode_token_file,
+    json_line_error,
     token_sha256,
     utf8_line,
 )
@@ -66,8 +67,7 @@ def _parse_line(text: str, number: int, where: str) -> MooncakeRequest:
     try:
         row = json.loads(text)
     except json.JSONDecodeError as exc:
-        reason = exc.msg.removesuffix(" at")  # "Invalid control character at": the column follows
-        raise TraceError(f"{where}:{number}: not valid JSON at column {exc.colno} ({reason})") from None
+        raise json_line_error(where, number, exc) from None
     if not isinstance(row, dict):
         raise TraceError(f"{where}:{number}: expected a JSON object, got {type(row).__name__}")
     for field in FIELDS:
