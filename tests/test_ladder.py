@@ -464,6 +464,71 @@ def test_a_deadline_predicts_each_case_from_its_schedule_then_from_what_ran(tiny
     Deadline(None).check(rung, 640, 2, opens=True)  # no deadline: everything is begun
 
 
+def test_a_deadline_learns_each_paths_engine_start_from_the_starts_it_measured(tiny_reuse_trace):
+    """parity.experiments.deadline: a case that opens engines is predicted with START_S until a start on its path
+    was measured, then with the longest measured there plus START_SPREAD_S (2026-12-05: a bounded case not begun
+    for 90 s of start where the standalone start just measured took about 45); the other path keeps START_S."""
+    import dataclasses
+
+    from parity.experiments.deadline import MARGIN, SLACK_S, START_S, START_SPREAD_S, Deadline
+    from parity.experiments.plan import Case
+    from parity.flame.settings import FlameSettings
+    from parity.schedule import Schedule
+
+    unbounded = Case("sustained-rate-14-unbounded-reuse-640-p0-vllm", "sustained", "standalone", "sticky",
+                     tiny_reuse_trace, FlameSettings(), schedule=Schedule(kind="poisson", rate=14.0),
+                     warmup_requests=64, start="start-unbounded-vllm")
+    bounded = dataclasses.replace(unbounded, trial_id="sustained-rate-14-bounded-reuse-640-p0-vllm",
+                                  start="start-bounded-vllm", placement="prefix")
+    flame = dataclasses.replace(bounded, trial_id="sustained-rate-14-bounded-reuse-640-p0-flame", system="flame",
+                                start="start-bounded-flame")
+    run_s = MARGIN * (2 * 64 + 640) / 14 + SLACK_S
+    deadline = Deadline(None)
+    assert deadline.need_s(bounded, 640, 2, opens=True) == pytest.approx(run_s + START_S)  # 180 s, as on the H200
+    deadline.ran(unbounded, 640, 2, opened=True, wall_s=112.0, start_s=50.0)
+    assert deadline.need_s(bounded, 640, 2, opens=True) == pytest.approx(run_s + 50.0 + START_SPREAD_S)
+    assert deadline.need_s(bounded, 640, 2, opens=False) == pytest.approx(run_s)
+    assert deadline.need_s(flame, 640, 2, opens=True) == pytest.approx(run_s + START_S)  # its path not measured
+    deadline.ran(unbounded, 640, 2, opened=True, wall_s=90.0, start_s=30.0)  # the longest start is kept
+    assert deadline.need_s(bounded, 640, 2, opens=True) == pytest.approx(run_s + 50.0 + START_SPREAD_S)
+    deadline.ran(flame, 640, 2, opened=True, wall_s=400.0, start_s=150.0)  # longer than START_S: learned too
+    assert deadline.need_s(flame, 640, 2, opens=True) == pytest.approx(run_s + 150.0 + START_SPREAD_S)
+
+
+def test_the_runner_gives_the_deadline_each_start_it_opened_with_its_decode_sweep(tiny_reuse_trace, tmp_path,
+                                                                                  monkeypatch):
+    """parity.experiments.runner: the case that opens a shared start tells the deadline how long the opening and its
+    decode sweep took; the rungs after it on that start tell it none."""
+    from pathlib import Path as P
+
+    from parity.backend import Backend
+    from parity.experiments import plan, runner
+    from parity.experiments.deadline import Deadline
+
+    seen = []
+
+    class Recording(Deadline):
+        def ran(self, case, requests, warmup_rounds, opened, wall_s, start_s=None):
+            seen.append((case.trial_id, opened, start_s, wall_s))
+            super().ran(case, requests, warmup_rounds, opened, wall_s, start_s)
+
+    monkeypatch.setattr(runner, "Deadline", Recording)
+    params = str(P(__file__).resolve().parents[1] / "config/sim/h200-llama31-8b.yaml")
+    settings = {"rates": [20, 40], "shared_start": True, "warmup_requests": 4,
+                "flame": {"mode": "harvest", "api": "async"}}
+    cases = plan.for_experiment("sustained", [tiny_reuse_trace], settings)
+    backend = Backend.from_dict({"engine": "sim", "sim_params": params})
+    runner.run_experiment("sustained", cases, backend, tmp_path, settings=settings, log=lambda _: None)
+    assert [trial for trial, *_ in seen] == [c.trial_id for c in cases]
+    starts = {c.start for c in cases}
+    assert sum(opened for _, opened, _, _ in seen) == len(starts) == 2
+    for trial_id, opened, start_s, wall_s in seen:
+        assert (start_s is not None) == opened
+        if opened:
+            swept = json.loads((tmp_path / "trials" / f"{trial_id}.json").read_text())["warmup_sweep"]["duration_s"]
+            assert swept <= start_s <= wall_s
+
+
 def test_a_rerun_under_a_deadline_keeps_finished_trials_and_begins_no_case_that_would_end_past_it(tiny_reuse_trace,
                                                                                                   tmp_path):
     """A device call's deadline (--deadline, PARITY_DEADLINE): the kept trials are kept, and the case that would

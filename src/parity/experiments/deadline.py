@@ -3,7 +3,9 @@ would not finish before it, so a device call that its time limit will end stops 
 kept for the rerun, instead of inside one (whose work is then lost).
 
 A case's need is predicted before it begins: its paced warm-ups and arrivals (requests / rate) with a margin, plus an
-engine start where it opens one; once a case of the same rate, request count and answer length has run in this
+engine start where it opens one (START_S until this process has opened one on the case's path, then the longest it
+has seen there, its decode sweep included, plus START_SPREAD_S: on 2026-12-05 a bounded case was not begun for a
+START_S of 90 s where the standalone start just measured had taken about 45); once a case of the same rate, request count and answer length has run in this
 process, from the longest such instead (a saturated rung takes longer than its arrivals, and a measured one says by
 how much): a case on fresh engines by its whole time, a rung on a shared start by those that did not open it, plus a
 start where it opens one; one not yet measured by its schedule times the most a measured case overran its own. A
@@ -25,6 +27,7 @@ MARGIN = 1.1  # a rung's warm-ups and arrivals take this much longer than their 
 SLACK_S = 30.0  # and this much more: its drain, the cold reset, writing its manifest
 START_S = 90.0  # an engine start with its decode sweep, where the case opens one
 AGAIN = 1.1  # a case measured before takes at most this much longer again
+START_SPREAD_S = 20.0  # one path's engine starts on one machine differ by up to this much (20-40 s standalone)
 
 
 class Deadline:
@@ -34,20 +37,28 @@ class Deadline:
         self.at, self.clock = at, clock
         self._took: dict[tuple, float] = {}  # (rate, requests, answer length, fresh) -> the longest wall time seen
         self._slower = 1.0  # the most a measured case took over its schedule's prediction (at least 1)
+        self._starts: dict[str, float] = {}  # per path (system), the longest engine start seen, its sweep included
+
+    def start_s(self, case: Case) -> float:
+        """What opening `case`'s engines is predicted to take: the longest start measured on its path plus
+        START_SPREAD_S, or START_S before one was."""
+        seen = self._starts.get(case.system)
+        return START_S if seen is None else seen + START_SPREAD_S
 
     @staticmethod
     def _key(case: Case, requests: int) -> tuple:
         answers = case.lengths.to_dict() if case.lengths is not None else case.max_tokens
         return (case.schedule.rate if case.schedule.paced else None, requests, repr(answers), case.start is None)
 
-    @staticmethod
-    def _scheduled_s(case: Case, requests: int, warmup_rounds: int, opens: bool) -> float | None:
+    def _scheduled_s(self, case: Case, requests: int, warmup_rounds: int, opens: bool,
+                     start_s: float | None = None) -> float | None:
         """What `case`'s schedule predicts: its paced warm-ups and arrivals with the margin, and a start where it
-        opens one; None for a case not paced (a burst)."""
+        opens one (`start_s`, else the start predicted); None for a case not paced (a burst)."""
         if not case.schedule.paced:
             return None
         warmups = warmup_rounds * (case.warmup_requests if case.warmup_requests is not None else requests)
-        return MARGIN * (warmups + requests) / case.schedule.rate + SLACK_S + (START_S if opens else 0.0)
+        start = (self.start_s(case) if start_s is None else start_s) if opens else 0.0
+        return MARGIN * (warmups + requests) / case.schedule.rate + SLACK_S + start
 
     def need_s(self, case: Case, requests: int, warmup_rounds: int, opens: bool) -> float | None:
         """The seconds `case` (of `requests` requests) is predicted to take, `opens`: opening its engines (always,
@@ -57,10 +68,10 @@ class Deadline:
         says, as the study's burst mode under sustained load, overruns every rung alike)."""
         took = self._took.get(self._key(case, requests))
         if took is not None:  # a fresh case's time has its start in it
-            return AGAIN * took + (START_S if opens and case.start is not None else 0.0)
+            return AGAIN * took + (self.start_s(case) if opens and case.start is not None else 0.0)
         scheduled = self._scheduled_s(case, requests, warmup_rounds, opens)
         if scheduled is None:  # a burst: at least the engine start it opens, else nothing predicts it
-            return START_S + SLACK_S if opens else None
+            return self.start_s(case) + SLACK_S if opens else None
         return scheduled * self._slower
 
     def check(self, case: Case, requests: int, warmup_rounds: int, opens: bool) -> None:
@@ -72,11 +83,15 @@ class Deadline:
             raise ParityError(f"deadline: {case.trial_id} needs about {need:.0f} s and {max(left, 0.0):.0f} s are "
                               "left, so it is not begun; the trials finished so far are kept for the rerun")
 
-    def ran(self, case: Case, requests: int, warmup_rounds: int, opened: bool, wall_s: float) -> None:
-        """`case` took `wall_s`; a rung that opened its shared start teaches nothing (the start is in its time)."""
+    def ran(self, case: Case, requests: int, warmup_rounds: int, opened: bool, wall_s: float,
+            start_s: float | None = None) -> None:
+        """`case` took `wall_s`, `start_s` of it opening its engines where it opened them (measured: learned per
+        path); a rung that opened its shared start teaches nothing more (the start is in its time)."""
+        if opened and start_s is not None:
+            self._starts[case.system] = max(start_s, self._starts.get(case.system, 0.0))
         if case.start is None or not opened:
             key = self._key(case, requests)
             self._took[key] = max(wall_s, self._took.get(key, 0.0))
-            scheduled = self._scheduled_s(case, requests, warmup_rounds, opened)
+            scheduled = self._scheduled_s(case, requests, warmup_rounds, opened, start_s)
             if scheduled:
                 self._slower = max(self._slower, wall_s / scheduled)

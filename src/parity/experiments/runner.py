@@ -133,12 +133,18 @@ class Runner:
         began = time.monotonic()
         if case.start is not None:  # the start's first trial to run sweeps its engine's decode batch sizes
             serving, opened = self.started(case)
-            trial.run(serving, case.trace, self.trials_dir, sweep=case.warmup_requests if opened else None, **options)
+            start_s = time.monotonic() - began if opened else None
+            doc = trial.run(serving, case.trace, self.trials_dir, sweep=case.warmup_requests if opened else None,
+                            **options)
         else:
             self._close_start()
             with paths.get(case.system).for_case(case, self) as serving:
-                trial.run(serving, case.trace, self.trials_dir, sweep=case.sweep, **options)
-        self.deadline.ran(case, requests, self.backend.warmup_rounds, opens, time.monotonic() - began)
+                start_s = time.monotonic() - began
+                doc = trial.run(serving, case.trace, self.trials_dir, sweep=case.sweep, **options)
+        if start_s is not None:  # the engine start the deadline learns: its opening and its decode sweep
+            start_s += (doc.get("warmup_sweep") or {}).get("duration_s", 0.0)
+        self.deadline.ran(case, requests, self.backend.warmup_rounds, opens, time.monotonic() - began,
+                          start_s=start_s)
         return path
 
     def moved_pair(self, case: Case, partner: Case) -> list[str] | None:
