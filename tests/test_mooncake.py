@@ -269,3 +269,42 @@ def test_a_replay_pair_beside_a_shared_start_ladder_runs_fresh_and_never_on_the_
     assert {c.trace.stem for c in cases if c not in replayed} == {"reuse"}  # the ladder never runs on it
     assert replayed[0].schedule.replay == replayed[0].lengths.replay == str(tmp_path / "traces" / "t.replay.json")
     assert replayed[0].flame.mode == "harvest"
+
+
+def _full_after(monkeypatch, allowed: int, under):
+    """os.replace of a file under `under` (an atomic write's last step) reports a full disk after `allowed` of them."""
+    import errno
+    import os
+
+    real, done = os.replace, []
+
+    def replace(src, dst, *args, **kwargs):
+        if str(dst).startswith(str(under)):
+            if len(done) >= allowed:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            done.append(dst)
+        return real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+
+
+def test_a_full_disk_part_way_leaves_no_half_trace(tmp_path, monkeypatch):
+    """An outside evaluator (2026-12-05) filled a 64 KiB tmpfs: the tokens and first warm-up were left with no
+    manifest. Now one Error line, and nothing of the trace stays: not the files written, not a folder it made, and not
+    an earlier manifest of that name (it would name files no longer there); the folder's other files are kept."""
+    source = write(tmp_path / "t.jsonl", ROWS)
+    fresh = tmp_path / "fresh"
+    _full_after(monkeypatch, 2, tmp_path)
+    run = CliRunner().invoke(main, ["trace-mooncake", str(source), "--out", str(fresh)])
+    assert run.exit_code == 1 and "Traceback" not in run.output
+    assert run.output.splitlines() == [f"Error: {fresh / 't.warmup2.tokens'}: no space left on the device"]
+    assert not fresh.exists()
+    monkeypatch.undo()
+    again = tmp_path / "again"
+    convert(source, again)
+    (again / "other.txt").write_text("kept")
+    _full_after(monkeypatch, 1, tmp_path)
+    run = CliRunner().invoke(main, ["trace-mooncake", str(source), "--out", str(again)])
+    assert run.exit_code == 1 and "no space left" in run.output
+    assert sorted(p.name for p in again.iterdir()) == ["other.txt", "t.replay.json", "t.warmup1.tokens",
+                                                      "t.warmup2.tokens"]  # the earlier trace's, now unnamed

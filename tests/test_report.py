@@ -574,3 +574,37 @@ def test_a_sustained_experiment_without_arms_shows_bursts_alone(tmp_path):
     assert "| Trace | Output tokens | Offered req/s | Source | Achieved, Flame / vLLM: bursts | Client TTFT p99, " \
            "Flame / vLLM: bursts |" in md
     assert "An arm (ours)" not in md and list(made["manifest"]["sustained_steps"]["reuse-32"]["rate-30"]) == ["bursts"]
+
+
+def test_a_full_disk_part_way_leaves_no_half_report(results, tmp_path, monkeypatch):
+    """An outside evaluator (2026-12-05) filled a 64 KiB tmpfs: two plots were left with no report.md or report.json.
+    Now nothing of the report stays (and an earlier report.json goes, once a file it named was replaced); a report
+    that fails before it writes anything leaves an earlier one as it was."""
+    import errno
+    import os
+
+    out = tmp_path / "report"
+    experiments = [results / "confirmation", results / "locality", results / "gc"]
+    real, done = os.replace, []
+
+    def replace(src, dst, *args, **kwargs):
+        if str(dst).startswith(str(out)) and len(done) >= 2:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        done.append(dst)
+        return real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(OSError):
+        write_report(experiments, None, REFERENCE, out)
+    assert len(done) == 2 and not out.exists()
+    monkeypatch.undo()
+    write_report(experiments, None, REFERENCE, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    with pytest.raises(ParityError):
+        write_report(experiments, None, tmp_path / "no-such-reference.yaml", out)
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+    done.clear()
+    monkeypatch.setattr(os, "replace", replace)
+    with pytest.raises(OSError):
+        write_report(experiments, None, REFERENCE, out)
+    assert "report.json" not in {p.name for p in out.iterdir()}

@@ -178,6 +178,9 @@ def make(results: Path, bundle: Path, *, workdir: Path = Path("."), image: Path 
     log(f"bundle: {len(files)} result files of {results}, {len(outside)} input(s) they link from outside it, "
         f"the workflow, and {len(records)} job records")
     crate = ROCrate(version=RO_CRATE)
+    # RO-Crate 1.1's context has no `sha256` term (1.2's maps it to schema.org's): declared beside it, as RO-Crate
+    # allows, or a JSON-LD reader drops every file's checksum (roc-validator's REQUIRED check ro-crate-1.1_3.1)
+    crate.metadata.extra_terms["sha256"] = "http://schema.org/sha256"
     root = crate.root_dataset
     root["name"] = f"parity evidence: {results.name}"
     root["description"] = ("Reproduction of 'Bringing Flame Serving Close to Standalone vLLM': every kept result of one "
@@ -234,10 +237,14 @@ def make(results: Path, bundle: Path, *, workdir: Path = Path("."), image: Path 
                                  "startTime": _iso(min(times, default=None)), "endTime": _iso(max(times, default=None)),
                                  "actionStatus": FAILED if any(j["incomplete"] for j in records) else COMPLETED}))
     root["mentions"] = software + hardware + actions  # Process Run Crate: the actions, from the root
-    crate.write(staging)
-    bagit.make_bag(str(staging), {"Source-Organization": "parity", "External-Description": root["description"]},
-                   checksums=list(CHECKSUMS))
-    staging.rename(bundle)
+    try:
+        crate.write(staging)
+        bagit.make_bag(str(staging), {"Source-Organization": "parity", "External-Description": root["description"]},
+                       checksums=list(CHECKSUMS))
+        staging.rename(bundle)
+    except BaseException:  # a full disk, a kill: no half-made bag is left to fill the disk or be taken for one
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
     size = sum(p.stat().st_size for p in (bundle / "data").rglob("*") if p.is_file())
     return {"bundle": str(bundle), "files": len(files), "inputs": len(outside), "bytes": size, "jobs": len(records)}
 
@@ -353,6 +360,10 @@ def crate_problems(doc: dict) -> list[str]:
         problems.append("the main entity is not a ComputationalWorkflow")
     elif not graph.get((main.get("programmingLanguage") or {}).get("@id")):
         problems.append("the workflow names no programmingLanguage entity")
+    declared = {k for c in _list(doc.get("@context")) if isinstance(c, dict) for k in c}
+    if any("sha256" in e for e in graph.values()) and "sha256" not in declared:  # RO-Crate 1.1's context lacks it
+        problems.append("the crate's files carry sha256, a term its RO-Crate 1.1 context does not define and its "
+                        "own context does not declare")
     actions = [e for e in graph.values() if "CreateAction" in _list(e.get("@type"))]
     if not any((a.get("instrument") or {}).get("@id") == (main or {}).get("@id") for a in actions):
         problems.append("no CreateAction has the workflow as its instrument")

@@ -9,6 +9,8 @@ and an invalid document is refused before anything touches the disk.
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import hashlib
 import json
 import os
@@ -85,6 +87,33 @@ def _umask() -> int:
     return mask
 
 
+_WRITTEN: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar("written", default=None)
+
+
+@contextlib.contextmanager
+def all_or_nothing(folder: Path | str | None = None, *, manifest: Path | str | None = None):
+    """One output made of several files (a trace and its warm-ups, a report and its plots): should the command fail
+    part-way (a full disk, a problem found late), every file `atomic_write_bytes` wrote inside this block is removed,
+    with the output's `manifest` where any was (an earlier one would name files no longer there), and `folder` too
+    where the block made it and it is left empty: no part of an output is ever read as the whole, and none is half
+    old, half new; a command that fails before writing anything leaves an earlier output as it was."""
+    written: list[Path] = []
+    made = folder is not None and not Path(folder).exists()
+    token = _WRITTEN.set(written)
+    try:
+        yield
+    except BaseException:
+        for path in written + ([Path(manifest)] if written and manifest is not None else []):
+            with contextlib.suppress(OSError):
+                path.unlink(missing_ok=True)
+        if made:
+            with contextlib.suppress(OSError):  # only where nothing else is in it
+                Path(folder).rmdir()
+        raise
+    finally:
+        _WRITTEN.reset(token)
+
+
 def atomic_write_bytes(path: Path | str, data: bytes) -> None:
     """Write via a temporary file in the same folder and rename it into place; on failure leave nothing.
 
@@ -109,6 +138,8 @@ def atomic_write_bytes(path: Path | str, data: bytes) -> None:
         if isinstance(exc, OSError):
             _name(exc, path)
         raise
+    if (written := _WRITTEN.get()) is not None:  # inside all_or_nothing: undone if the output fails
+        written.append(path)
 
 
 def _name(exc: OSError, path: Path) -> None:

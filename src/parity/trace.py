@@ -20,6 +20,7 @@ import numpy as np
 
 from parity.errors import ParityError, first_problem
 from parity.manifest import (
+    all_or_nothing,
     atomic_write_bytes,
     dumps,
     file_ref,
@@ -390,41 +391,42 @@ def build_trace(spec: TraceSpec, corpus: Path, tokenizer_dir: Path, out_dir: Pat
     context = {} if context_tokens is None else {"context_tokens": context_tokens}
     _check_fits([TraceRequest(**r) for r in requests], *trace_context(context), f"trace {spec.name}")
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tokens_path = out_dir / f"{spec.name}.tokens"
-    atomic_write_bytes(tokens_path, encode_token_file(prompts))
-    warmups = []
-    for round_index, (s, variant) in enumerate(zip(spec.warmup_shifts, variants), start=1):
-        path = out_dir / f"{spec.name}.warmup{round_index}.tokens"
-        atomic_write_bytes(path, encode_token_file(variant))
-        warmups.append({"round": round_index, "shift": s, "tokens": file_ref(path, out_dir)})
+    with all_or_nothing(out_dir, manifest=out_dir / f"{spec.name}.json"):  # a full disk leaves no half trace
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tokens_path = out_dir / f"{spec.name}.tokens"
+        atomic_write_bytes(tokens_path, encode_token_file(prompts))
+        warmups = []
+        for round_index, (s, variant) in enumerate(zip(spec.warmup_shifts, variants), start=1):
+            path = out_dir / f"{spec.name}.warmup{round_index}.tokens"
+            atomic_write_bytes(path, encode_token_file(variant))
+            warmups.append({"round": round_index, "shift": s, "tokens": file_ref(path, out_dir)})
 
-    tokens_ref = file_ref(tokens_path, out_dir)
-    doc = header("trace", simulated=False) | {
-        "name": spec.name,
-        "spec": {"documents": spec.documents, "questions_per_document": spec.questions_per_document,
-                 "prefix_tokens": spec.prefix_tokens, "seed": spec.seed,
-                 "warmup_shifts": list(spec.warmup_shifts), "pack_articles": spec.pack_articles,
-                 "head_tokens": spec.head_tokens, **({"zipf": spec.zipf} if spec.zipf else {}),
-                 **({"blocks": spec.blocks, "block_shift": BLOCK_SHIFT} if spec.blocks > 1 else {}),
-                 **({"answer_tokens": spec.answer_tokens} if spec.answer_tokens else {})},
-        "inputs": {
-            "corpus": {"file": file_ref(corpus, out_dir), "origin": corpus_origin,
-                       "text_field": text_field, "articles": len(texts), "articles_used": articles_used},
-            "tokenizer": {"file": file_ref(tokenizer.path, out_dir), "origin": tokenizer_origin,
-                          "vocab_size": tokenizer.vocab_size, "special_token_ids": sorted(tokenizer.special_ids)},
-        },
-        "format": TOKEN_FILE_FORMAT,
-        "tokens": tokens_ref,
-        "trace_sha256": tokens_ref["sha256"],
-        "num_requests": len(prompts),
-        "total_tokens": int(sum(p.size for p in prompts)),
-        "warmups": warmups,
-        **context,
-        "requests": requests,
-    }
-    manifest_path = out_dir / f"{spec.name}.json"
-    write_manifest(manifest_path, doc)
+        tokens_ref = file_ref(tokens_path, out_dir)
+        doc = header("trace", simulated=False) | {
+            "name": spec.name,
+            "spec": {"documents": spec.documents, "questions_per_document": spec.questions_per_document,
+                     "prefix_tokens": spec.prefix_tokens, "seed": spec.seed,
+                     "warmup_shifts": list(spec.warmup_shifts), "pack_articles": spec.pack_articles,
+                     "head_tokens": spec.head_tokens, **({"zipf": spec.zipf} if spec.zipf else {}),
+                     **({"blocks": spec.blocks, "block_shift": BLOCK_SHIFT} if spec.blocks > 1 else {}),
+                     **({"answer_tokens": spec.answer_tokens} if spec.answer_tokens else {})},
+            "inputs": {
+                "corpus": {"file": file_ref(corpus, out_dir), "origin": corpus_origin,
+                           "text_field": text_field, "articles": len(texts), "articles_used": articles_used},
+                "tokenizer": {"file": file_ref(tokenizer.path, out_dir), "origin": tokenizer_origin,
+                              "vocab_size": tokenizer.vocab_size, "special_token_ids": sorted(tokenizer.special_ids)},
+            },
+            "format": TOKEN_FILE_FORMAT,
+            "tokens": tokens_ref,
+            "trace_sha256": tokens_ref["sha256"],
+            "num_requests": len(prompts),
+            "total_tokens": int(sum(p.size for p in prompts)),
+            "warmups": warmups,
+            **context,
+            "requests": requests,
+        }
+        manifest_path = out_dir / f"{spec.name}.json"
+        write_manifest(manifest_path, doc)
     return manifest_path
 
 
@@ -609,29 +611,30 @@ def write_subset(manifest_path: Path, positions: list[int], name: str, out_dir: 
         raise TraceError(f"an empty subset of {manifest_path}")
     parent = read_manifest(manifest_path)
     measured = load_trace(manifest_path)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tokens_path = out_dir / f"{name}.tokens"
-    atomic_write_bytes(tokens_path, encode_token_file([measured.prompts[i] for i in positions]))
-    warmups = []
-    for warm in parent["warmups"]:
-        variant = load_trace(manifest_path, f"warmup{warm['round']}")
-        path = out_dir / f"{name}.warmup{warm['round']}.tokens"
-        atomic_write_bytes(path, encode_token_file([variant.prompts[i] for i in positions]))
-        warmups.append({"round": warm["round"], "shift": warm["shift"], "tokens": file_ref(path, out_dir)})
-    tokens_ref = file_ref(tokens_path, out_dir)
-    requests = [dict(parent["requests"][i], position=new) for new, i in enumerate(positions)]
-    inputs = {key: value | ({"file": rebase(value["file"], manifest_path.parent, out_dir)} if "file" in value else {})
-              for key, value in parent["inputs"].items()}  # the corpus (or source) and tokenizer, linked from here
-    doc = dict(parent) | {
-        "name": name, "inputs": inputs, "tokens": tokens_ref, "trace_sha256": tokens_ref["sha256"], "warmups": warmups,
-        "num_requests": len(requests), "total_tokens": sum(r["tokens"] for r in requests), "requests": requests,
-        "parent": {"manifest": file_ref(manifest_path, out_dir), "name": parent["name"], "positions": list(positions)},
-    }
-    if "replay" in parent:  # a Mooncake trace's arrivals (parity.trace_mooncake): the subset's own, in its order
-        recorded = json.loads((manifest_path.parent / parent["replay"]["path"]).read_text(encoding="utf-8"))
-        replay = out_dir / f"{name}.replay.json"
-        atomic_write_bytes(replay, dumps({key: [values[i] for i in positions] for key, values in recorded.items()}).encode())
-        doc["replay"] = file_ref(replay, out_dir)
-    out = out_dir / f"{name}.json"
-    write_manifest(out, doc)
+    with all_or_nothing(out_dir, manifest=out_dir / f"{name}.json"):  # a full disk leaves no half trace
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tokens_path = out_dir / f"{name}.tokens"
+        atomic_write_bytes(tokens_path, encode_token_file([measured.prompts[i] for i in positions]))
+        warmups = []
+        for warm in parent["warmups"]:
+            variant = load_trace(manifest_path, f"warmup{warm['round']}")
+            path = out_dir / f"{name}.warmup{warm['round']}.tokens"
+            atomic_write_bytes(path, encode_token_file([variant.prompts[i] for i in positions]))
+            warmups.append({"round": warm["round"], "shift": warm["shift"], "tokens": file_ref(path, out_dir)})
+        tokens_ref = file_ref(tokens_path, out_dir)
+        requests = [dict(parent["requests"][i], position=new) for new, i in enumerate(positions)]
+        inputs = {key: value | ({"file": rebase(value["file"], manifest_path.parent, out_dir)} if "file" in value else {})
+                  for key, value in parent["inputs"].items()}  # the corpus (or source) and tokenizer, linked from here
+        doc = dict(parent) | {
+            "name": name, "inputs": inputs, "tokens": tokens_ref, "trace_sha256": tokens_ref["sha256"], "warmups": warmups,
+            "num_requests": len(requests), "total_tokens": sum(r["tokens"] for r in requests), "requests": requests,
+            "parent": {"manifest": file_ref(manifest_path, out_dir), "name": parent["name"], "positions": list(positions)},
+        }
+        if "replay" in parent:  # a Mooncake trace's arrivals (parity.trace_mooncake): the subset's own, in its order
+            recorded = json.loads((manifest_path.parent / parent["replay"]["path"]).read_text(encoding="utf-8"))
+            replay = out_dir / f"{name}.replay.json"
+            atomic_write_bytes(replay, dumps({key: [values[i] for i in positions] for key, values in recorded.items()}).encode())
+            doc["replay"] = file_ref(replay, out_dir)
+        out = out_dir / f"{name}.json"
+        write_manifest(out, doc)
     return out

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import numpy as np
 
-from parity.manifest import atomic_write_bytes, dumps, file_ref, header, write_manifest
+from parity.manifest import all_or_nothing, atomic_write_bytes, dumps, file_ref, header, write_manifest
 from parity.study import MAX_MODEL_LEN, OUTPUT_TOKENS
 from parity.trace import (
     TOKEN_FILE_FORMAT,
@@ -199,45 +199,46 @@ def convert(source: Path, out_dir: Path, *, name: str | None = None, context_tok
         requests.append({"id": f"{name}-l{r.line:06d}", "position": position, "document": doc,
                          "question": asked[doc], "tokens": int(prompt.size), "sha256": token_sha256(prompt)})
 
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tokens_path = out_dir / f"{name}.tokens"
-    atomic_write_bytes(tokens_path, encode_token_file(measured))
-    warmups = []
-    for round_index, s in enumerate(warmup_shifts, start=1):
-        path = out_dir / f"{name}.warmup{round_index}.tokens"
-        atomic_write_bytes(path, encode_token_file([shift.apply(p, s) for p in measured]))
-        warmups.append({"round": round_index, "shift": s, "tokens": file_ref(path, out_dir)})
-    first = trace.requests[0].timestamp_ms
-    replay_path = out_dir / f"{name}.replay.json"
-    atomic_write_bytes(replay_path, dumps({
-        "arrivals": [(r.timestamp_ms - first) / 1000 for r in trace.requests],
-        "output_lengths": [r.output_length for r in trace.requests]}).encode())
-    if tokenizer_dir is not None:
-        tok_doc["file"] = file_ref(tokenizer.path, out_dir)
-    tokens_ref = file_ref(tokens_path, out_dir)
-    doc = header("trace", simulated=False) | {
-        "name": name,
-        "spec": {"source": "mooncake", "block_tokens": BLOCK_TOKENS, "seed": seed,
-                 "warmup_shifts": list(warmup_shifts), "document_blocks": DOCUMENT_BLOCKS,
-                 **({"limit": limit} if limit is not None else {})},
-        "inputs": {
-            "mooncake": {"file": file_ref(source, out_dir), "name": source.name, "lines_read": trace.lines_read,
-                         "requests_read": trace.requests_read,
-                         "distinct_blocks": len({h for r in trace.requests for h in r.hash_ids}),
-                         "over_context": len(trace.over_context_lines),
-                         "over_context_lines": list(trace.over_context_lines), "exclusion": EXCLUSION},
-            "tokenizer": tok_doc | {"vocab_size": vocab, "special_token_ids": sorted(specials)},
-        },
-        "format": TOKEN_FILE_FORMAT,
-        "tokens": tokens_ref,
-        "trace_sha256": tokens_ref["sha256"],
-        "num_requests": len(measured),
-        "total_tokens": int(sum(p.size for p in measured)),
-        "warmups": warmups,
-        "context_tokens": context_tokens,
-        "replay": file_ref(replay_path, out_dir),
-        "requests": requests,
-    }
-    manifest_path = out_dir / f"{name}.json"
-    write_manifest(manifest_path, doc)
+    with all_or_nothing(out_dir, manifest=out_dir / f"{name}.json"):  # a full disk leaves no half trace
+        out_dir.mkdir(parents=True, exist_ok=True)
+        tokens_path = out_dir / f"{name}.tokens"
+        atomic_write_bytes(tokens_path, encode_token_file(measured))
+        warmups = []
+        for round_index, s in enumerate(warmup_shifts, start=1):
+            path = out_dir / f"{name}.warmup{round_index}.tokens"
+            atomic_write_bytes(path, encode_token_file([shift.apply(p, s) for p in measured]))
+            warmups.append({"round": round_index, "shift": s, "tokens": file_ref(path, out_dir)})
+        first = trace.requests[0].timestamp_ms
+        replay_path = out_dir / f"{name}.replay.json"
+        atomic_write_bytes(replay_path, dumps({
+            "arrivals": [(r.timestamp_ms - first) / 1000 for r in trace.requests],
+            "output_lengths": [r.output_length for r in trace.requests]}).encode())
+        if tokenizer_dir is not None:
+            tok_doc["file"] = file_ref(tokenizer.path, out_dir)
+        tokens_ref = file_ref(tokens_path, out_dir)
+        doc = header("trace", simulated=False) | {
+            "name": name,
+            "spec": {"source": "mooncake", "block_tokens": BLOCK_TOKENS, "seed": seed,
+                     "warmup_shifts": list(warmup_shifts), "document_blocks": DOCUMENT_BLOCKS,
+                     **({"limit": limit} if limit is not None else {})},
+            "inputs": {
+                "mooncake": {"file": file_ref(source, out_dir), "name": source.name, "lines_read": trace.lines_read,
+                             "requests_read": trace.requests_read,
+                             "distinct_blocks": len({h for r in trace.requests for h in r.hash_ids}),
+                             "over_context": len(trace.over_context_lines),
+                             "over_context_lines": list(trace.over_context_lines), "exclusion": EXCLUSION},
+                "tokenizer": tok_doc | {"vocab_size": vocab, "special_token_ids": sorted(specials)},
+            },
+            "format": TOKEN_FILE_FORMAT,
+            "tokens": tokens_ref,
+            "trace_sha256": tokens_ref["sha256"],
+            "num_requests": len(measured),
+            "total_tokens": int(sum(p.size for p in measured)),
+            "warmups": warmups,
+            "context_tokens": context_tokens,
+            "replay": file_ref(replay_path, out_dir),
+            "requests": requests,
+        }
+        manifest_path = out_dir / f"{name}.json"
+        write_manifest(manifest_path, doc)
     return manifest_path

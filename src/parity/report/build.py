@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parity.errors import ParityError
-from parity.manifest import atomic_write_bytes, atomic_write_text, file_ref, header, write_manifest
+from parity.manifest import all_or_nothing, atomic_write_bytes, atomic_write_text, file_ref, header, write_manifest
 from parity.report import plots, tables
 from parity.report.inputs import EXPERIMENTS, load_experiments, load_mlperf
 from parity.report.reference import load_reference
@@ -167,26 +167,27 @@ def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, referenc
     runs, compares = load_mlperf(mlperf_dir)
     if not experiments and not runs:
         raise ParityError("nothing to report: no experiment manifest and no MLPerf run was given")
-    out.mkdir(parents=True, exist_ok=True)
-    made = compose(experiments, runs, compares, ref, out, out)
-    atomic_write_text(out / "report.md", made.markdown)
-    from parity.report.html import render
+    with all_or_nothing(out, manifest=out / "report.json"):  # a full disk leaves no half report
+        out.mkdir(parents=True, exist_ok=True)
+        made = compose(experiments, runs, compares, ref, out, out)
+        atomic_write_text(out / "report.md", made.markdown)
+        from parity.report.html import render
 
-    atomic_write_text(out / "report.html", render(made.markdown, out))  # the same page, self-contained
+        atomic_write_text(out / "report.html", render(made.markdown, out))  # the same page, self-contained
 
-    atomic_write_bytes(out / "study-reference.yaml", Path(reference_path).read_bytes())  # whole, or not at all
-    fields = made.fields
-    doc = header("report", simulated=made.evidence in ("simulated", "mixed")) | {
-        "evidence": fields["evidence"],
-        "flame_clusters": fields["flame_clusters"],
-        "reference": file_ref(out / "study-reference.yaml", out),
-        "experiments": {name: file_ref(e.path, out) for name, e in sorted(experiments.items())},
-        "missing_experiments": fields["missing_experiments"],
-        "mlperf": [file_ref(r.path, out) for r in runs] + [file_ref(p, out) for p, _ in compares],
-        "outputs": {"markdown": file_ref(out / "report.md", out), "html": file_ref(out / "report.html", out),
-                    "plots": {name: file_ref(p, out) for name, p in made.plots.items()}},
-    } | {key: fields[key] for key in REDERIVED}
-    write_manifest(out / "report.json", doc)
+        atomic_write_bytes(out / "study-reference.yaml", Path(reference_path).read_bytes())  # whole, or not at all
+        fields = made.fields
+        doc = header("report", simulated=made.evidence in ("simulated", "mixed")) | {
+            "evidence": fields["evidence"],
+            "flame_clusters": fields["flame_clusters"],
+            "reference": file_ref(out / "study-reference.yaml", out),
+            "experiments": {name: file_ref(e.path, out) for name, e in sorted(experiments.items())},
+            "missing_experiments": fields["missing_experiments"],
+            "mlperf": [file_ref(r.path, out) for r in runs] + [file_ref(p, out) for p, _ in compares],
+            "outputs": {"markdown": file_ref(out / "report.md", out), "html": file_ref(out / "report.html", out),
+                        "plots": {name: file_ref(p, out) for name, p in made.plots.items()}},
+        } | {key: fields[key] for key in REDERIVED}
+        write_manifest(out / "report.json", doc)
     return {"manifest": doc, "markdown": made.markdown, "final_table": made.final_table, "evidence": made.evidence}
 
 
