@@ -156,6 +156,7 @@ def test_bad_engine_argument_is_one_line_before_anything_is_written(small_reuse_
     ("params:\n  fixed_s: fast\n", "simulator parameter fixed_s must be a number, got 'fast'"),
     ("- 1\n", "simulator parameters must be a mapping, got list"),
     ("params: {fixed_s: [1\n", "not YAML: "),
+    ("a: 1\n", "unknown key(s) a: "),
 ])
 def test_bad_simulator_parameters_are_one_line_before_anything_is_written(small_reuse_trace, tmp_path, text, says):
     params = tmp_path / "p.yaml"
@@ -163,7 +164,8 @@ def test_bad_simulator_parameters_are_one_line_before_anything_is_written(small_
     out = tmp_path / "out"
     for command in (["engine", "run", "--trace", small_reuse_trace, "--out", out],
                     ["bench", "order", "--trace", small_reuse_trace, "--out", out],
-                    ["standalone", "sim-server", "--port", 1]):
+                    ["standalone", "sim-server", "--port", 1],
+                    ["bench", "harvest", "--cluster", "standin", "--out", out / "h.json"]):  # before its cluster
         line = one_error_line(invoke(*command, "--sim-params", params))
         assert line == f"Error: {params}: {says}" or line.startswith(f"Error: {params}: {says}")
     assert not out.exists()
@@ -322,3 +324,12 @@ def test_a_missing_backend_file_is_named_as_missing_not_as_bad_json(small_reuse_
                                     "--out", tmp_path / "out"))
         assert line == f"Error: backend: {missing}: no such file (give a JSON or YAML file, or a JSON object)"
     assert not (tmp_path / "out").exists()
+
+
+def test_a_results_folder_with_no_experiment_is_named_as_such(tmp_path):
+    """An outside evaluator's (2026-12-05): `parity report --results EMPTY` was told to give --results."""
+    (tmp_path / "empty").mkdir()
+    assert one_error_line(invoke("report", "--results", tmp_path / "empty", "--out", tmp_path / "r")) == \
+        f"Error: {tmp_path / 'empty'}: no experiment in it (no {tmp_path / 'empty'}/*/experiment.json): give the " \
+        "folder a run wrote, or --experiment DIR or --mlperf DIR"
+    assert not (tmp_path / "r").exists()

@@ -45,6 +45,9 @@ def test_calibrated_parameters_load():
     ("", "simulator parameters must be a mapping, got an empty file"),
     ("params:\n  - 1\n", "`params` must be a mapping, got list"),
     ("params: {fixed_s: [1\n", "not YAML: expected ',' or ']', but got '<stream end>' at line 2"),
+    # an outside evaluator's (2026-12-05): a file of something else ran on the defaults, said nowhere
+    ("a: 1\n", "unknown key(s) a: a simulator parameter file has fit_report, measurements, params, source"),
+    ("source: x\n", "no `params` mapping (the simulator parameters)"),
 ])
 def test_bad_parameter_file_is_one_line_naming_file_and_key(tmp_path, text, says):
     path = tmp_path / "p.yaml"

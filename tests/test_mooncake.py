@@ -113,7 +113,9 @@ def test_a_study_trace_manifest_still_needs_its_spec(tmp_path):
 
 GOOD = json.dumps(ROWS[0])
 BAD = [
-    ("{not json", "not valid JSON"),
+    ("{not json", "not valid JSON at column 2 (Expecting property name enclosed in double quotes)"),
+    # a line cut short: its column on this line, not "column 1" of the next (an outside evaluator's, 2026-12-05)
+    ('{"timestamp": 0, "input_length": 1024', "not valid JSON at the end of the line (Expecting ',' delimiter)"),
     ("[1, 2]", "expected a JSON object"),
     ('{"timestamp": 0, "input_length": 10, "output_length": 1}', "missing field 'hash_ids'"),
     ('{"timestamp": "0", "input_length": 10, "output_length": 1, "hash_ids": [0]}', "timestamp must be an integer"),
@@ -123,8 +125,13 @@ BAD = [
     ('{"timestamp": 0, "input_length": 0, "output_length": 1, "hash_ids": [0]}', "input_length must be >= 1"),
     ('{"timestamp": 0, "input_length": 10, "output_length": -2, "hash_ids": [0]}', "output_length must be >= 0"),
     ('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": []}', "hash_ids must be a non-empty list"),
-    ('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [-3]}', "hash_ids must be integers >= 0"),
-    ('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": ["a"]}', "hash_ids must be integers >= 0"),
+    ('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [-3]}', "hash_ids must be integers from 0 to 2**63 - 1"),
+    ('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": ["a"]}', "hash_ids must be integers from 0"),
+    # an outside evaluator's (2026-12-05): an id past int64 was an OverflowError traceback
+    ('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [100000000000000000000000000000]}',
+     "hash_ids must be integers from 0 to 2**63 - 1, got 100000000000000000000000000000"),
+    ('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [9223372036854775808]}',
+     "hash_ids must be integers from 0 to 2**63 - 1"),
     ('{"timestamp": 0, "input_length": 513, "output_length": 1, "hash_ids": [0]}', "is 2 blocks of 512 tokens, hash_ids names 1"),
     ('{"timestamp": 0, "input_length": 512, "output_length": 1, "hash_ids": [0, 1]}', "is 1 blocks of 512 tokens, hash_ids names 2"),
     ('{"timestamp": 999, "input_length": 10, "output_length": 1, "hash_ids": [0]}', "timestamp 999 is before the previous request's 1000"),

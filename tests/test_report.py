@@ -371,6 +371,9 @@ def test_reference_without_a_section_is_refused(tmp_path):
     bad.write_text(yaml.safe_dump(copy.deepcopy(ref)))
     with pytest.raises(ParityError, match="missing section"):
         load_reference(bad)
+    bad.write_bytes(b"\x00\xff\xfe random bytes")  # an outside evaluator's (2026-12-05): a UnicodeDecodeError traceback
+    with pytest.raises(ParityError, match=r"ref.yaml: not text \(UTF-8\): byte 1 cannot be read$"):
+        load_reference(bad)
 
 
 def test_bad_report_inputs_are_named_in_one_line(tmp_path):

@@ -510,3 +510,17 @@ def test_a_trace_no_engine_of_the_studys_context_can_take_is_refused_before_anyt
         build_trace(small_spec(), corpus, tokenizer, tmp_path / "small", context_tokens=500)
     assert not (tmp_path / "small").exists()
 
+
+
+def test_a_tokenizer_with_fewer_than_two_ordinary_ids_is_refused_in_one_line(tmp_path):
+    """An outside evaluator's (2026-12-05): a tokenizer.json with an empty vocabulary ended in ZeroDivisionError
+    when `parity trace-mooncake --tokenizer` shifted its warm-ups; it is refused when the tokenizer is read."""
+    from tokenizers import Tokenizer, models
+
+    from parity.trace import TraceTokenizer
+
+    (tmp_path / "tok").mkdir()
+    Tokenizer(models.BPE({}, [])).save(str(tmp_path / "tok" / "tokenizer.json"))
+    with pytest.raises(TraceError, match=r"tokenizer .*tokenizer.json has 0 ordinary token IDs \(its vocabulary less "
+                                         r"its special tokens\): a trace needs two at least"):
+        TraceTokenizer(tmp_path / "tok")

@@ -58,9 +58,12 @@ class TraceError(ParityError):
 
 def json_line_error(where, number: int, exc: json.JSONDecodeError) -> TraceError:
     """Line `number` of the JSONL file `where` is not JSON: where in it, and why ("Invalid control character at"
-    ends where its column would follow)."""
+    ends where its column would follow). A line cut short fails past its end (`exc.colno` would call it column 1
+    of a next line): said as its end."""
     reason = exc.msg.removesuffix(" at")
-    return TraceError(f"{where}:{number}: not valid JSON at column {exc.colno} ({reason})")
+    end = len(exc.doc.rstrip())
+    at = "the end of the line" if exc.pos >= end else f"column {exc.pos + 1}"
+    return TraceError(f"{where}:{number}: not valid JSON at {at} ({reason})")
 
 
 @dataclass(frozen=True)
@@ -243,6 +246,9 @@ class TraceTokenizer:
         self.path = path
         self.vocab_size = self._tok.get_vocab_size(with_added_tokens=True)
         self.special_ids = {i for i, t in self._tok.get_added_tokens_decoder().items() if t.special}
+        if self.vocab_size - len(self.special_ids) < 2:  # the warm-ups shift ordinary IDs: they need two at least
+            raise TraceError(f"tokenizer {path} has {self.vocab_size - len(self.special_ids)} ordinary token IDs "
+                             "(its vocabulary less its special tokens): a trace needs two at least")
         self.leading_special = self._tok.encode("", add_special_tokens=True).ids
         unk = getattr(self._tok.model, "unk_token", None)
         self._unk_id = self._tok.token_to_id(unk) if unk else None

@@ -83,8 +83,8 @@ def _parse_line(text: str, number: int, where: str) -> MooncakeRequest:
     if not isinstance(ids, list) or not ids:
         raise TraceError(f"{where}:{number}: hash_ids must be a non-empty list of integers, got {ids!r}")
     for value in ids:
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise TraceError(f"{where}:{number}: hash_ids must be integers >= 0, got {value!r}")
+        if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**63:  # kept as int64
+            raise TraceError(f"{where}:{number}: hash_ids must be integers from 0 to 2**63 - 1, got {value!r}")
     blocks = -(-row["input_length"] // BLOCK_TOKENS)
     if blocks != len(ids):
         raise TraceError(f"{where}:{number}: input_length {row['input_length']} is {blocks} blocks of {BLOCK_TOKENS} "

@@ -99,7 +99,7 @@ def bench_startup(engine, cluster, flame_bin_dir, gpu, repeats, sim_params, mode
 @options.repeats(2, help="Runs (seeds) per hold time.")
 @click.option("--samples", default=50, show_default=True, type=click.IntRange(min=1),
               help="Memory samples over the tasks.")
-@click.option("--sim-params", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None)
+@options.sim_params
 @click.option("--work-dir", type=click.Path(path_type=Path), default=None,
               help="The cluster's logs and receipt (default: a folder beside --out, else ./bench-harvest).")
 @options.json_out

@@ -175,6 +175,9 @@ def report_cmd(experiments, results, mlperf_dir, reference, out_dir):
             raise ParityError(f"{results}: no such results folder")
         paths += [p for p in find_experiments(results) if p.resolve() not in {Path(x).resolve() for x in paths}]
     if not paths and mlperf_dir is None:
+        if results is not None:
+            raise ParityError(f"{results}: no experiment in it (no {results}/*/experiment.json): give the folder a "
+                              "run wrote, or --experiment DIR or --mlperf DIR")
         raise ParityError("give --experiment DIR (repeatable), --results DIR or --mlperf DIR")
     made = write_report(paths, mlperf_dir, reference, out_dir)
     click.echo(f"evidence: {made['evidence'] or 'none'}")

@@ -55,7 +55,19 @@ load_format = click.option("--load-format", default=None,
 engine_arg = click.option("--engine-arg", "engine_args", multiple=True,
                           help="Override an engine setting: KEY=VALUE.")
 engine_options = stack(model, load_format, engine_arg)
-sim_params = click.option("--sim-params", type=click.Path(path_type=Path), default=None,
+
+
+def _sim_params_read(ctx, param, path: Path | None) -> Path | None:
+    """--sim-params read as the command line is (SimParams.load): a bad file is one Error line before the command
+    starts anything (an outside evaluator's, 2026-12-05: `bench harvest` started its cluster, then failed in a worker)."""
+    if path is not None:
+        from parity.engine.sim import SimParams
+
+        errors.friendly_errors(SimParams.load)(path)
+    return path
+
+
+sim_params = click.option("--sim-params", type=click.Path(path_type=Path), default=None, callback=_sim_params_read,
                           help="Simulator parameter file.")
 warmup_rounds = click.option("--warmup-rounds", default=Backend.warmup_rounds, show_default=True,
                              type=click.IntRange(min=0), help="Warmup rounds on token-shifted variants.")

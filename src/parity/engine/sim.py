@@ -37,6 +37,7 @@ from parity.errors import ParityError
 from parity.trace import out_of_vocab
 
 DEFAULT_PARAMS = Path(__file__).resolve().parents[3] / "config" / "sim" / "h200-llama31-8b.yaml"
+FILE_KEYS = frozenset({"source", "measurements", "params", "fit_report"})  # what `parity sim calibrate` writes
 
 
 @dataclass(frozen=True)
@@ -72,6 +73,11 @@ class SimParams:
         if not isinstance(data, dict):
             got = "an empty file" if data is None else type(data).__name__
             raise ParityError(f"{path}: simulator parameters must be a mapping, got {got}")
+        if unknown := sorted(set(data) - FILE_KEYS, key=str):  # a file of something else: not silently the defaults
+            raise ParityError(f"{path}: unknown key(s) {', '.join(map(str, unknown))}: a simulator parameter file has "
+                              f"{', '.join(sorted(FILE_KEYS))} (`parity sim calibrate` writes them)")
+        if "params" not in data:
+            raise ParityError(f"{path}: no `params` mapping (the simulator parameters)")
         if not isinstance(data.get("params") or {}, dict):
             raise ParityError(f"{path}: `params` must be a mapping, got {type(data['params']).__name__}")
         values = dict(data.get("params") or {})

@@ -22,6 +22,8 @@ def load_reference(path: Path) -> dict:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ParityError(f"{path}: no study reference file") from None
+    except UnicodeDecodeError as exc:  # bytes of something else
+        raise ParityError(f"{path}: not text (UTF-8): byte {exc.start} cannot be read") from None
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
