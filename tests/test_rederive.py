@@ -177,6 +177,18 @@ def test_sealing_refuses_a_tree_that_holds_a_symbolic_link(tree):
     assert result.exit_code == 1 and "symlink" in result.output and not (tree / "run.json").exists()
 
 
+@pytest.mark.skipif(not hasattr(os, "mkfifo"), reason="no named pipes here")
+def test_a_named_pipe_is_refused_by_seal_and_named_by_validate(tree):
+    """An outside evaluator's (2026-12-05): a named pipe in a results tree was skipped silently by seal, bundle and
+    validate; evidence is plain files, so it is named like a symbolic link."""
+    assert CliRunner().invoke(main, ["seal", str(tree)]).exit_code == 0
+    os.mkfifo(tree / "confirmation" / "pipe")
+    result = CliRunner().invoke(main, ["validate", str(tree)])
+    assert result.exit_code == 1 and "pipe" in result.output and "special file" in result.output
+    result = CliRunner().invoke(main, ["seal", str(tree)])
+    assert result.exit_code == 1 and "special file (a named pipe, socket or device)" in result.output
+
+
 # ---- signatures --------------------------------------------------------------------------------
 
 @pytest.fixture(scope="session")

@@ -46,11 +46,20 @@ def kept(results: Path) -> list[Path]:
     return files
 
 
-def symlinks(results: Path) -> list[Problem]:
-    """Every symbolic link in a results tree, named: evidence is files, and a link could stand for anything."""
-    return [Problem(str(path), "", "symlink", f"a symbolic link to {os.readlink(path)!r} in the results tree "
-                    f"{results}: evidence is plain files (copy the file in, or remove the link)")
-            for path in sorted(Path(results).rglob("*")) if path.is_symlink()]
+def not_plain(results: Path) -> list[Problem]:
+    """Every symbolic link and special file (a named pipe, a socket, a device) in a results tree, named: evidence is
+    plain files, and a link could stand for anything (a pipe was skipped silently until an outside evaluator's
+    2026-12-05 pass)."""
+    problems = []
+    for path in sorted(Path(results).rglob("*")):
+        if path.is_symlink():
+            problems.append(Problem(str(path), "", "symlink", f"a symbolic link to {os.readlink(path)!r} in the "
+                                    f"results tree {results}: evidence is plain files (copy the file in, or remove "
+                                    "the link)"))
+        elif not (path.is_file() or path.is_dir()):
+            problems.append(Problem(str(path), "", "special-file", f"a special file (a named pipe, socket or device) "
+                                    f"in the results tree {results}: evidence is plain files (remove it)"))
+    return problems
 
 
 def _is_run_manifest(path: Path, doc: dict) -> bool:
@@ -91,7 +100,7 @@ def seal(results: Path, inputs: Iterable[Path] = (), *, log=print) -> tuple[dict
     manifests, old = _found(results, unreadable)
     log(f"seal: validating {len(manifests)} manifest(s) of {results} and {len(inputs)} input receipt(s)")
     checked, problems = validate([p for p, _ in manifests] + inputs, root=evidence_root(results))
-    problems += unreadable + symlinks(results)
+    problems += unreadable + not_plain(results)
     (results / SIGNATURE).unlink(missing_ok=True)  # it signed the earlier run.json: sign the new one again
     if problems:
         if old is not None:
@@ -147,7 +156,7 @@ def unlinked(results: Path) -> list[Problem]:
     here = Path(os.path.abspath(results))
     return [Problem(str(results / rel), "", "unlinked",
                     f"kept in the sealed tree {results} but linked by no manifest (added after its run manifest?)")
-            for rel in kept(results) if (here / rel) not in linked and rel != Path(RUN_MANIFEST)] + symlinks(results)
+            for rel in kept(results) if (here / rel) not in linked and rel != Path(RUN_MANIFEST)] + not_plain(results)
 
 
 def sealed_trees(folder: Path) -> list[Path]:
