@@ -5,8 +5,8 @@ kept for the rerun, instead of inside one (whose work is then lost).
 A case's need is predicted before it begins: its paced warm-ups and arrivals (requests / rate) with a margin, plus an
 engine start where it opens one (START_S until this process has opened one on the case's path, then the longest it
 has seen there, its decode sweep included, plus START_SPREAD_S: on 2026-12-05 a bounded case was not begun for a
-START_S of 90 s where the standalone start just measured had taken about 45); once a case of the same rate, request count and answer length has run in this
-process, from the longest such instead (a saturated rung takes longer than its arrivals, and a measured one says by
+START_S of 90 s where the standalone start just measured had taken about 45); once a case of the same rate, request
+count and answer length has run in this process, from the longest such instead (a saturated rung takes longer than its arrivals, and a measured one says by
 how much): a case on fresh engines by its whole time, a rung on a shared start by those that did not open it, plus a
 start where it opens one; one not yet measured by its schedule times the most a measured case overran its own. A
 burst not yet measured has no schedule to go by: on fresh engines it needs at least their start and its drain
