@@ -395,3 +395,41 @@ def test_rotation_closes_and_deletes_the_drained_session_and_the_next_one_serves
         assert all(r["executors"] for r in sessions.rotated)  # who served the old sessions, kept for the record
         listed = {s.id for s in sessions.connection.list_sessions()}
         assert not listed & set(old) and "hv-0-n2" in listed  # deleted: the session manager holds them no more
+
+
+@pytest.mark.parametrize("kind", CLUSTERS)
+def test_the_bounded_ladder_runs_each_arm_on_its_own_start_through_the_cluster(kind, tiny_reuse_trace, tmp_path):
+    """Issue 30's bounded ladder as `LADDER_STAGE=bounded` runs it on the H200 (`bounded_rates`, shared starts): the
+    unbounded comparator, then each path under bounded admission, the Flame side in the harvest mode, on the stand-in
+    and on real Flame v0.6.0 (rehearsed here on the CPU before any device time is spent on it): every trial passes its
+    checks, and each bounded one accounts for every request, admitted (a record) or refused (with its reason)."""
+    from pathlib import Path
+
+    from real_flame import bin_dir
+
+    from parity.backend import Backend
+    from parity.experiments import plan
+    from parity.experiments.runner import run_experiment
+    from parity.manifest import read_manifest
+
+    settings = {"rates": {tiny_reuse_trace.stem: []}, "bounded_rates": {tiny_reuse_trace.stem: [90]}, "bounded": {}, "shared_start": True,
+                "warmup_requests": 2, "objective": {"ttft_s": 0.2, "itl_s": 0.1},
+                "flame": {"window_ms": 5, "api": "async"}}
+    cases = plan.for_experiment("sustained", [tiny_reuse_trace], settings)
+    assert [(c.arm, c.system) for c in cases] == [("unbounded", "standalone"), ("bounded", "standalone"),
+                                                  ("bounded", "flame")]
+    params = str(Path(__file__).resolve().parents[1] / "config/sim/h200-llama31-8b.yaml")
+    backend = Backend.from_dict({"engine": "sim", "sim_params": params, "warmup_rounds": 1, "cluster": kind,
+                                 **({"flame_bin_dir": bin_dir()} if kind == "flame" else {})})
+    run_experiment("sustained", cases, backend, tmp_path, settings=settings, log=lambda m: None)
+    requests = len(json.loads(tiny_reuse_trace.read_text())["requests"])
+    for case in cases:
+        doc = read_manifest(tmp_path / "trials" / f"{case.trial_id}.json")
+        assert doc["verdict"]["status"] == "passed", (case.trial_id, doc["verdict"])
+        if case.arm == "bounded":
+            refused = doc["refused"]
+            assert len(doc["records"]) + len(refused) == requests and all(r["reason"] for r in refused)
+            assert not {r["request_id"] for r in refused} & {r["request_id"] for r in doc["records"]}
+    flame = read_manifest(tmp_path / "trials" / f"{cases[-1].trial_id}.json")
+    assert flame["config"]["flame"]["mode"] == "harvest"
+    assert flame["config"]["cluster"] == ("stand-in" if kind == "standin" else "flame-v0.6.0")
