@@ -91,24 +91,25 @@ _WRITTEN: contextvars.ContextVar[list[Path] | None] = contextvars.ContextVar("wr
 
 
 @contextlib.contextmanager
-def all_or_nothing(folder: Path | str | None = None, *, manifest: Path | str | None = None):
-    """One output made of several files (a trace and its warm-ups, a report and its plots): should the command fail
-    part-way (a full disk, a problem found late), every file `atomic_write_bytes` wrote inside this block is removed,
-    with the output's `manifest` where any was (an earlier one would name files no longer there), and `folder` too
-    where the block made it and it is left empty: no part of an output is ever read as the whole, and none is half
-    old, half new; a command that fails before writing anything leaves an earlier output as it was."""
+def all_or_nothing(manifest: Path):
+    """One output made of several files and written last, its `manifest` (a trace and its warm-ups, a report and its
+    plots): should the command fail part-way (a full disk, a problem found late), every file `atomic_write_bytes`
+    wrote inside this block is removed, with the manifest where any was (an earlier one would name files no longer
+    there), and the manifest's folder too where the block made it and it is left empty: no part of an output is ever
+    read as the whole, and none is half old, half new; a command that fails before writing anything leaves an
+    earlier output as it was."""
     written: list[Path] = []
-    made = folder is not None and not Path(folder).exists()
+    made = not manifest.parent.exists()
     token = _WRITTEN.set(written)
     try:
         yield
     except BaseException:
-        for path in written + ([Path(manifest)] if written and manifest is not None else []):
+        for path in written + ([manifest] if written else []):
             with contextlib.suppress(OSError):
                 path.unlink(missing_ok=True)
         if made:
             with contextlib.suppress(OSError):  # only where nothing else is in it
-                Path(folder).rmdir()
+                manifest.parent.rmdir()
         raise
     finally:
         _WRITTEN.reset(token)

@@ -397,7 +397,8 @@ def build_trace(spec: TraceSpec, corpus: Path, tokenizer_dir: Path, out_dir: Pat
     context = {} if context_tokens is None else {"context_tokens": context_tokens}
     _check_fits([TraceRequest(**r) for r in requests], *trace_context(context), f"trace {spec.name}")
 
-    with all_or_nothing(out_dir, manifest=out_dir / f"{spec.name}.json"):  # a full disk leaves no half trace
+    manifest_path = out_dir / f"{spec.name}.json"
+    with all_or_nothing(manifest_path):  # a full disk leaves no half trace
         out_dir.mkdir(parents=True, exist_ok=True)
         tokens_path = out_dir / f"{spec.name}.tokens"
         atomic_write_bytes(tokens_path, encode_token_file(prompts))
@@ -431,7 +432,6 @@ def build_trace(spec: TraceSpec, corpus: Path, tokenizer_dir: Path, out_dir: Pat
             **context,
             "requests": requests,
         }
-        manifest_path = out_dir / f"{spec.name}.json"
         write_manifest(manifest_path, doc)
     return manifest_path
 
@@ -617,7 +617,8 @@ def write_subset(manifest_path: Path, positions: list[int], name: str, out_dir: 
         raise TraceError(f"an empty subset of {manifest_path}")
     parent = read_manifest(manifest_path)
     measured = load_trace(manifest_path)
-    with all_or_nothing(out_dir, manifest=out_dir / f"{name}.json"):  # a full disk leaves no half trace
+    out = out_dir / f"{name}.json"
+    with all_or_nothing(out):  # a full disk leaves no half trace
         out_dir.mkdir(parents=True, exist_ok=True)
         tokens_path = out_dir / f"{name}.tokens"
         atomic_write_bytes(tokens_path, encode_token_file([measured.prompts[i] for i in positions]))
@@ -641,6 +642,5 @@ def write_subset(manifest_path: Path, positions: list[int], name: str, out_dir: 
             replay = out_dir / f"{name}.replay.json"
             atomic_write_bytes(replay, dumps({key: [values[i] for i in positions] for key, values in recorded.items()}).encode())
             doc["replay"] = file_ref(replay, out_dir)
-        out = out_dir / f"{name}.json"
         write_manifest(out, doc)
     return out

@@ -199,7 +199,8 @@ def convert(source: Path, out_dir: Path, *, name: str | None = None, context_tok
         requests.append({"id": f"{name}-l{r.line:06d}", "position": position, "document": doc,
                          "question": asked[doc], "tokens": int(prompt.size), "sha256": token_sha256(prompt)})
 
-    with all_or_nothing(out_dir, manifest=out_dir / f"{name}.json"):  # a full disk leaves no half trace
+    manifest_path = out_dir / f"{name}.json"
+    with all_or_nothing(manifest_path):  # a full disk leaves no half trace
         out_dir.mkdir(parents=True, exist_ok=True)
         tokens_path = out_dir / f"{name}.tokens"
         atomic_write_bytes(tokens_path, encode_token_file(measured))
@@ -239,6 +240,5 @@ def convert(source: Path, out_dir: Path, *, name: str | None = None, context_tok
             "replay": file_ref(replay_path, out_dir),
             "requests": requests,
         }
-        manifest_path = out_dir / f"{name}.json"
         write_manifest(manifest_path, doc)
     return manifest_path

@@ -167,7 +167,8 @@ def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, referenc
     runs, compares = load_mlperf(mlperf_dir)
     if not experiments and not runs:
         raise ParityError("nothing to report: no experiment manifest and no MLPerf run was given")
-    with all_or_nothing(out, manifest=out / "report.json"):  # a full disk leaves no half report
+    manifest = out / "report.json"
+    with all_or_nothing(manifest):  # a full disk leaves no half report
         out.mkdir(parents=True, exist_ok=True)
         made = compose(experiments, runs, compares, ref, out, out)
         atomic_write_text(out / "report.md", made.markdown)
@@ -187,7 +188,7 @@ def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, referenc
             "outputs": {"markdown": file_ref(out / "report.md", out), "html": file_ref(out / "report.html", out),
                         "plots": {name: file_ref(p, out) for name, p in made.plots.items()}},
         } | {key: fields[key] for key in REDERIVED}
-        write_manifest(out / "report.json", doc)
+        write_manifest(manifest, doc)
     return {"manifest": doc, "markdown": made.markdown, "final_table": made.final_table, "evidence": made.evidence}
 
 
