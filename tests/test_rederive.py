@@ -101,6 +101,11 @@ def _report_cell(tree):
     page.write_text(text.replace(row, row.replace("|", "| 1.01x", 3).replace("| 1.01x", "|", 2), 1))
 
 
+def _pair_dropped(tree):
+    """What dropping a pair (its trials, pair manifest and lines) leaves: fewer cases than the settings plan."""
+    edit(tree / "confirmation" / "experiment.json", lambda doc: doc["settings"].update(pairs=2))
+
+
 def _report_headline(tree):
     edit(tree / "report" / "report.json", lambda doc: doc["headline"]["reuse"].update(pairs=5))
 
@@ -115,6 +120,9 @@ FORGERIES = {  # name: (forgery, the file named, the reason's pointer and words)
     "a pair's ratio changed": (_pair_ratio, "pairs/final-reuse-p0.json", "/ratio: disagrees: states 1.05"),
     "a table cell of the report changed": (_report_cell, "report/report.json",
                                            "/outputs/markdown: disagrees: report.md is not the page"),
+    "a pair dropped: its settings plan more cases": (
+        _pair_dropped, "confirmation/experiment.json",
+        "/cases: disagrees: its settings plan 4 case(s) on the traces its trials ran; 2 are not listed"),
     "a number of report.json changed": (_report_headline, "report/report.json",
                                         "/headline/reuse/pairs: disagrees: states 5, its linked manifests give 1"),
 }

@@ -1,14 +1,17 @@
 """What an experiment manifest states, derived again from its trials and pairs (`parity.rederive`): a forged
-rate or verdict re-hashed into experiment.json disagrees with the trial it links, and a pair dropped or
-swapped disagrees with the cases it pairs."""
+rate or verdict re-hashed into experiment.json disagrees with the trial it links, a pair swapped disagrees
+with the cases it pairs, and a case dropped (with its trials, pair and log lines: a failed or unfavourable
+pair hidden) disagrees with the cases its own settings plan on the traces its trials ran."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
 from parity.errors import ParityError
 from parity.experiments.offline_limit import OFFLINE_LIMIT, limit
+from parity.experiments.plan import for_experiment, runs_cases
 from parity.manifest import read_manifest
 from parity.stats import trial_facts
 
@@ -17,7 +20,7 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
     """(pointer, why) for each thing an experiment manifest states that its trials and pairs do not give
     (`parity.rederive`): each case's facts, and one pair manifest for each pair of cases, linking those two."""
     path, found = Path(path), []
-    groups, shards = {}, {}
+    groups, shards, traces = {}, {}, {}
     for number, case in enumerate(doc["cases"]):
         trial = os.path.normpath(path.parent / case["manifest"]["path"])
         try:
@@ -31,8 +34,11 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
             shards.setdefault(facts["trace_name"], []).append(trial_doc)
         found += [(f"/cases/{number}/{key}", f"states {case.get(key)!r}, its trial gives {value!r}")
                   for key, value in facts.items() if case.get(key) != value]
+        if isinstance(trial_doc.get("trace"), dict):
+            traces.setdefault(os.path.normpath(Path(trial).parent / trial_doc["trace"]["path"]), None)
         if case.get("pair") is not None:
             groups.setdefault((case.get("stage"), case["trace_name"], case["pair"]), set()).add(trial)
+    found += _unplanned(doc, [Path(t) for t in traces])
     if doc["simulated"] != any(case.get("simulated") for case in doc["cases"]):
         found.append(("/simulated", f"states {doc['simulated']}, its cases give the opposite"))
     listed = []
@@ -57,3 +63,28 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
             key = next((k for k in derived if derived[k] != stated.get(k)), "trace_name")
             found.append((f"/limits/{number}/{key}", f"states {stated.get(key)!r}, its shards' trials give {derived[key]!r}"))
     return found
+
+
+def _unplanned(doc: dict, traces: list[Path]) -> list[tuple[str, str]]:
+    """The cases the experiment's settings plan on the traces its trials ran, against the cases it lists: the
+    runner writes experiment.json only once every planned case ran, so a case missing was removed. The traces
+    in each order (a few), since a ladder's first rate, which extra pairs default to, follows their order."""
+    if not runs_cases(doc["experiment"]) or not traces:
+        return []
+    listed = [case.get("trial_id") for case in doc["cases"]]
+    first = None
+    for order in itertools.islice(itertools.permutations(traces), 120):
+        try:
+            planned = [case.trial_id for case in for_experiment(doc["experiment"], list(order), doc["settings"])]
+        except (ParityError, KeyError, TypeError, ValueError, OSError) as exc:
+            return [("/settings", f"its cases cannot be planned again from its settings: {' '.join(str(exc).split())}")]
+        if sorted(planned) == sorted(listed):
+            return []
+        first = first or planned
+    found = []
+    if missing := [t for t in first if t not in listed]:
+        found.append(("/cases", f"its settings plan {len(first)} case(s) on the traces its trials ran; "
+                                f"{len(missing)} are not listed, e.g. {missing[0]}"))
+    if extra := [t for t in listed if t not in first]:
+        found.append(("/cases", f"lists {len(extra)} case(s) its settings do not plan, e.g. {extra[0]}"))
+    return found or [("/cases", "lists a case twice")]
