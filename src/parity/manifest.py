@@ -431,6 +431,11 @@ def validate_paths(paths: Iterable[Path | str], *, derive: Callable[[Path, dict]
         if key in seen:
             continue
         seen.add(key)
+        if file.exists() and not file.is_file():  # reading a named pipe would wait for a writer forever
+            problems.append(Problem(str(file), "", "not-json", f"{file} is not a plain file (a folder, named pipe, "
+                                    "socket or device): a manifest is a plain JSON file"))
+            checked += explicit
+            continue
         try:
             doc = _loads(file.read_text(encoding="utf-8"))
         except FileNotFoundError:

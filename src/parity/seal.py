@@ -40,7 +40,8 @@ def kept(results: Path) -> list[Path]:
     for path in sorted(Path(results).rglob("*")):
         if not path.is_file() or path.is_symlink() or path == Path(results) / SIGNATURE:
             continue
-        if path.suffix in NOT_KEPT or (path.suffix in LOG_SUFFIXES and path.stat().st_size == 0):
+        if (path.suffix in NOT_KEPT or (path.suffix in LOG_SUFFIXES and path.stat().st_size == 0)
+                or _leftover(path)):  # a killed write's temporary file is never evidence (`not_evidence` names it)
             continue
         files.append(path.relative_to(results))
     return files
@@ -60,6 +61,23 @@ def not_plain(results: Path) -> list[Problem]:
             problems.append(Problem(str(path), "", "special-file", f"a special file (a named pipe, socket or device) "
                                     f"in the results tree {results}: evidence is plain files (remove it)"))
     return problems
+
+
+def _leftover(path: Path) -> bool:
+    """A temporary file of parity's atomic writes (`manifest.atomic_write_bytes`: `.NAME.XXXX.tmp`), left when
+    the write was killed before its rename."""
+    return path.name.startswith(".") and path.name.endswith(".tmp") and path.is_file()
+
+
+def not_evidence(results: Path) -> list[Problem]:
+    """What must not be in an evidence tree, named: symbolic links and special files (`not_plain`), and the
+    temporary files killed writes left (an outside evaluator's second 2026-12-05 pass: seal linked one into
+    run.json and the bundle carried it)."""
+    return not_plain(results) + [
+        Problem(str(path), "", "leftover", f"a temporary file a killed write left in the results tree {results}: "
+                "not evidence (remove it; the step that writes "
+                f"{path.name[1:].removesuffix('.tmp').rsplit('.', 1)[0]} wrote it again or will)")
+        for path in sorted(Path(results).rglob(".*.tmp")) if _leftover(path)]
 
 
 def _is_run_manifest(path: Path, doc: dict) -> bool:
@@ -100,7 +118,7 @@ def seal(results: Path, inputs: Iterable[Path] = (), *, log=print) -> tuple[dict
     manifests, old = _found(results, unreadable)
     log(f"seal: validating {len(manifests)} manifest(s) of {results} and {len(inputs)} input receipt(s)")
     checked, problems = validate([p for p, _ in manifests] + inputs, root=evidence_root(results))
-    problems += unreadable + not_plain(results)
+    problems += unreadable + not_evidence(results)
     (results / SIGNATURE).unlink(missing_ok=True)  # it signed the earlier run.json: sign the new one again
     if problems:
         if old is not None:
@@ -156,7 +174,7 @@ def unlinked(results: Path) -> list[Problem]:
     here = Path(os.path.abspath(results))
     return [Problem(str(results / rel), "", "unlinked",
                     f"kept in the sealed tree {results} but linked by no manifest (added after its run manifest?)")
-            for rel in kept(results) if (here / rel) not in linked and rel != Path(RUN_MANIFEST)] + not_plain(results)
+            for rel in kept(results) if (here / rel) not in linked and rel != Path(RUN_MANIFEST)] + not_evidence(results)
 
 
 def sealed_trees(folder: Path) -> list[Path]:
