@@ -1,16 +1,17 @@
-"""What a re-hash cannot forge: every manifest's stated facts derived again from what it cites.
+"""What a re-hash cannot forge: the facts a result rests on, derived again from what each manifest cites.
 
 A hash chain proves only that nothing changed since someone last hashed it. A forger who edits a trial
 and re-writes the SHA-256 and sizes up the chain (trial → experiment → report → run) passes every hash
-check. So validation also derives, from the content, each thing a manifest states and names a
-disagreement (rule `disagrees`): a trial's timing from its records and its verdict from its records and
-trace (`checks`); a pair's rates, ratio and pinning from its two trials (`stats`); an experiment's
-cases, pairs and offline limits from its trials (`experiments.derive`); an MLPerf run's result from
-its LoadGen logs (`mlperf.logs`); a report's page, tables and numbers, composed again from the
-manifests it links (`report.build`); a trace as the engines would take it (`trace`). A forgery must
-then be consistent with the trace and with itself on every line. What remains (a forger who re-runs
-all of it on invented records) only a signature by a key the reviewer trusts can exclude:
-`parity.signature`.
+check. So validation also derives, from the content, what a manifest states that a result rests on and
+names a disagreement (rule `disagrees`): a trial's timing from its records and its verdict from its records
+and trace (`checks`); a pair's rates, ratio and pinning from its two trials (`stats`); an experiment's cases
+(every one its settings plan), pairs and offline limits from its trials (`experiments.derive`); an MLPerf
+run's result from its LoadGen logs (`mlperf.logs`); a report's page, tables, numbers and label, composed
+again from the manifests it links (`report.build`); the run manifest's label from the manifests it links
+(`seal`); a trace as the engines would take it (`trace`). A forgery of those must then be consistent with
+the trace and with itself on every line. Not derived: what a manifest records as given (settings, versions,
+GPU names, `ran_with`, cleanup receipts); those, and a forger who re-runs all of it on invented records,
+only a signature by a key the reviewer trusts can vouch for: `parity.signature`.
 
 Each room keeps its own derivation beside the code that writes the manifest; this module only routes by
 kind, so `manifest.validate_paths` (below every room) stays ignorant of what a kind means.
@@ -28,13 +29,13 @@ RULE = "disagrees"
 
 def _derivers() -> dict:
     """kind → function(path, doc) giving (pointer, why) pairs; imported on first use (the report pulls in plots)."""
-    from parity import checks, stats, trace
+    from parity import checks, seal, stats, trace
     from parity.experiments import derive
     from parity.mlperf import logs
     from parity.report import build
 
     return {"trial": checks.derived_problems, "pair": stats.pair_problems, "experiment": derive.derived_problems,
-            "report": build.derived_problems, "mlperf": logs.derived_problems,
+            "report": build.derived_problems, "mlperf": logs.derived_problems, "run": seal.derived_problems,
             "trace": lambda path, doc: [("", why) for why in trace.engine_problems(path, doc)]}
 
 

@@ -219,6 +219,9 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
     except ParityError as exc:
         return [("", f"cannot be composed again from what it links: {exc}")]
     found = []
+    if doc["simulated"] != (made.evidence in ("simulated", "mixed")):
+        found.append(("/simulated", f"states {doc['simulated']}, its linked manifests give the opposite (evidence "
+                                    f"{made.evidence})"))
     outputs = doc["outputs"]
     if (out / outputs["markdown"]["path"]).read_text(encoding="utf-8") != made.markdown:
         found.append(("/outputs/markdown", f"{outputs['markdown']['path']} is not the page its linked manifests give"
