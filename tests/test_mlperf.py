@@ -6,6 +6,7 @@ Every LoadGen run is a subprocess (`parity mlperf run`), as LoadGen reads mlperf
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -175,3 +176,28 @@ def test_a_run_manifest_states_only_what_its_loadgen_logs_give(smoke, tmp_path):
     found = problems(path, doc)
     assert len(found) == 1 and found[0].pointer == "/result/samples_per_second" and found[0].rule == "disagrees"
     assert "its LoadGen logs give" in found[0].message
+
+
+def test_the_summary_log_and_a_compare_manifest_state_only_what_the_runs_give(smoke, tmp_path):
+    """An outside evaluator's (2026-12-05, second pass): a LoadGen summary edited to another rate or verdict, and a
+    compare manifest's ratio or a run's rate in it, passed validation after a re-hash (parity.rederive)."""
+    from parity.mlperf.logs import SUMMARY
+    from parity.rederive import problems
+
+    for arm in ("standalone", "flame"):
+        run(smoke, tmp_path / arm, arm, *TINY)
+    mlperf("compare", "--standalone", tmp_path / "standalone" / "mlperf-run.json",
+           "--flame", tmp_path / "flame" / "mlperf-run.json", "--out", tmp_path / "compare.json")
+    path = tmp_path / "compare.json"
+    doc = read_manifest(path)
+    assert problems(path, doc) == []
+    forged = json.loads(json.dumps(doc))
+    forged["flame_to_standalone_samples_per_second"] = 1.01
+    forged["runs"]["flame"]["samples_per_second"] += 1.0
+    assert sorted(p.pointer for p in problems(path, forged)) == ["/flame_to_standalone_samples_per_second",
+                                                                 "/runs/flame/samples_per_second"]
+    summary = tmp_path / "flame" / "loadgen" / SUMMARY
+    summary.write_text(re.sub(r"Samples per second\s*:.*", "Samples per second: 99.5", summary.read_text()))
+    run_path = tmp_path / "flame" / "mlperf-run.json"
+    found = problems(run_path, read_manifest(run_path))
+    assert len(found) == 1 and found[0].pointer == f"/logs/{SUMMARY}" and "99.5" in found[0].message

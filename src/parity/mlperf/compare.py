@@ -6,6 +6,7 @@ as are different datasets, LoadGen settings or engine settings, and any non-comp
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from parity.errors import ParityError
@@ -29,9 +30,11 @@ def _run(path: Path, arm: str, out_dir: Path) -> tuple[dict, dict]:
                  "duration_s": r["duration_s"], "sample_count": r["sample_count"]}
 
 
-def compare(standalone: Path, flame: Path, out: Path) -> dict:
-    a, sa = _run(standalone, "standalone", out.parent)
-    b, sb = _run(flame, "flame", out.parent)
+def compose(standalone: Path, flame: Path, out_dir: Path) -> dict:
+    """The comparison of two run manifests, as `compare` writes it (less its header and versions): what
+    validation composes again from the runs a compare manifest links (`derived_problems`)."""
+    a, sa = _run(standalone, "standalone", out_dir)
+    b, sb = _run(flame, "flame", out_dir)
     flags = []
     versions = (sa["vllm_version"], sb["vllm_version"])
     match = None if versions == (None, None) else versions[0] == versions[1]
@@ -57,11 +60,34 @@ def compare(standalone: Path, flame: Path, out: Path) -> dict:
     def ratio(key: str) -> float | None:
         return round(sb[key] / sa[key], 4) if sa[key] and sb[key] is not None else None
 
-    doc = header("mlperf", simulated=a["simulated"] or b["simulated"]) | {
-        "step": "compare", "runs": {"standalone": sa, "flame": sb}, "vllm_versions_match": match, "flags": flags,
-        "flame_to_standalone_samples_per_second": ratio("samples_per_second"),
-        "flame_to_standalone_tokens_per_second": ratio("tokens_per_second"),  # the official checker's metric
-        "versions": package_versions(),
-    }
+    return {"simulated": a["simulated"] or b["simulated"], "step": "compare", "runs": {"standalone": sa, "flame": sb},
+            "vllm_versions_match": match, "flags": flags,
+            "flame_to_standalone_samples_per_second": ratio("samples_per_second"),
+            "flame_to_standalone_tokens_per_second": ratio("tokens_per_second")}  # the official checker's metric
+
+
+def compare(standalone: Path, flame: Path, out: Path) -> dict:
+    fields = compose(standalone, flame, out.parent)
+    doc = header("mlperf", simulated=fields.pop("simulated")) | fields | {"versions": package_versions()}
     write_manifest(out, doc)
     return doc
+
+
+def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
+    """(pointer, why) for each thing a compare manifest states that the two run manifests it links (by hash,
+    checked before this) do not give: their numbers, the ratios, the flags and the label."""
+    folder = Path(path).parent
+    try:
+        fields = compose(folder / doc["runs"]["standalone"]["manifest"]["path"],
+                         folder / doc["runs"]["flame"]["manifest"]["path"], folder)
+    except (ParityError, KeyError, TypeError, ZeroDivisionError) as exc:
+        return [("/runs", f"cannot be composed again from the runs it links: {' '.join(str(exc).split())}")]
+    fields = json.loads(json.dumps(fields))  # as a manifest holds it
+    found = []
+    for key, derived in fields.items():
+        if key == "runs":
+            found += [(f"/runs/{arm}/{k}", f"states {doc['runs'][arm].get(k)!r}, its run manifest gives {v!r}")
+                      for arm, run in derived.items() for k, v in run.items() if doc["runs"][arm].get(k) != v]
+        elif doc.get(key) != derived:
+            found.append((f"/{key}", f"states {doc.get(key)!r}, its linked runs give {derived!r}"))
+    return found

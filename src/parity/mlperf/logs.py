@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
@@ -80,6 +81,8 @@ def read_logs(log_dir: Path) -> dict:
     max_latency_ns = v.get("result_max_latency_ns")
     return {
         "summary": summary, "detail_errors": detail["errors"], "detail_warnings": detail["warnings"],
+        "detail": {"validity": v.get("result_validity"), "samples_per_second": v.get("result_samples_per_second"),
+                   "tokens_per_second": v.get("result_tokens_per_second")},
         "loadgen_version": v.get("loadgen_version"),
         "validity": v.get("result_validity", summary["validity"]),
         "samples_per_second": v.get("result_samples_per_second", summary["samples_per_second"]),
@@ -88,6 +91,20 @@ def read_logs(log_dir: Path) -> dict:
         "sample_count": per_query * queries if per_query else None,
         "effective": {key[len("effective_"):]: value for key, value in v.items() if key.startswith("effective_")},
     }
+
+
+def summary_disagrees(logs: dict) -> str | None:
+    """Where LoadGen's summary log states a verdict or rate its detail log (where the manifest's come from) does
+    not: one line, or None. The two print the same digits, so a rate is compared to one part in 10^5."""
+    for key in ("validity", "samples_per_second", "tokens_per_second"):
+        stated, detailed = logs["summary"].get(key), logs["detail"].get(key)
+        if stated is None or detailed is None:
+            continue
+        same = (stated == detailed if key == "validity"
+                else math.isclose(float(stated), float(detailed), rel_tol=1e-5))
+        if not same:
+            return f"its summary says {key} {stated}, its detail log {detailed}"
+    return None
 
 
 def result_fields(result: dict, mode: str) -> dict:
@@ -104,7 +121,12 @@ def result_fields(result: dict, mode: str) -> dict:
 
 def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
     """(pointer, why) for each number an MLPerf run manifest states that its LoadGen logs (linked by hash) do not
-    give (`parity.rederive`); other MLPerf steps state nothing of their own to derive here."""
+    give, or where its summary log (what people and MLCommons' checker read) disagrees with its detail log
+    (`parity.rederive`); a compare manifest's, from the runs it links (`compare.derived_problems`)."""
+    if doc.get("step") == "compare":
+        from parity.mlperf.compare import derived_problems as compare_problems
+
+        return compare_problems(path, doc)
     if doc.get("step") != "run" or SUMMARY not in doc.get("logs", {}) or DETAIL not in doc.get("logs", {}):
         return []
     folder = Path(path).parent
@@ -112,9 +134,12 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
     if summary.parent != detail.parent:
         return [("/logs", "its LoadGen summary and detail lie in two folders: not one run's logs")]
     try:
-        derived = result_fields(read_logs(summary.parent), doc["mode"])
+        logs = read_logs(summary.parent)
+        derived = result_fields(logs, doc["mode"])
     except (ParityError, OSError, KeyError, ValueError) as exc:
         return [("/logs", f"its LoadGen logs cannot be read again: {exc}")]
+    if split := summary_disagrees(logs):
+        return [(f"/logs/{SUMMARY}", split)]
     derived = json.loads(json.dumps(derived))  # as a manifest holds it
     return [(f"/result/{key}", f"states {doc['result'].get(key)!r}, its LoadGen logs give {value!r}")
             for key, value in derived.items() if doc["result"].get(key) != value]
