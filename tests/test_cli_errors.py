@@ -175,6 +175,8 @@ def out_of_range_cases(trace, dataset, tokenizer, out):
     mlperf = ["mlperf", "run", "--arm", "standalone", "--dataset", dataset, "--out", out]
     return [
         (["smoke-inputs", "--out", out, "--articles", 0], "--articles"),
+        *[(["trace", "--corpus", dataset, "--tokenizer", tokenizer, "--name", "t", "--documents", 2, "--questions", 2,
+            "--out", out, option, 0], option) for option in ("--documents", "--questions", "--prefix-tokens")],
         (["smoke-inputs", "--out", out, "--articles", 10, "--vocab-size", 100], "--vocab-size"),
         (["engine", "run", "--trace", trace, "--out", out, "--batch", -1], "--batch"),
         (["engine", "run", "--trace", trace, "--out", out, "--warmup-rounds", -1], "--warmup-rounds"),

@@ -35,9 +35,10 @@ def smoke_inputs_cmd(out_dir: Path, articles: int, seed: int, vocab_size: int):
 @click.option("--tokenizer", "tokenizer_dir", type=click.Path(path_type=Path), required=True,
               help="Hugging Face tokenizer directory (with tokenizer.json).")
 @click.option("--name", required=True, help="Trace name, e.g. no-reuse or reuse.")
-@click.option("--documents", type=int, required=True, help="Distinct document prefixes.")
-@click.option("--questions", type=int, required=True, help="Questions per document.")
-@click.option("--prefix-tokens", default=8000, show_default=True, help="Exact document prefix length.")
+@click.option("--documents", type=click.IntRange(min=1), required=True, help="Distinct document prefixes.")
+@click.option("--questions", type=click.IntRange(min=1), required=True, help="Questions per document.")
+@click.option("--prefix-tokens", default=8000, show_default=True, type=click.IntRange(min=1),
+              help="Exact document prefix length.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the burst order.")
 @click.option("--head-tokens", default=0, show_default=True, type=click.IntRange(min=0),
               help="A head of this many tokens shared by every document (a system prompt), within the prefix.")
