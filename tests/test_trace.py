@@ -524,3 +524,28 @@ def test_a_tokenizer_with_fewer_than_two_ordinary_ids_is_refused_in_one_line(tmp
     with pytest.raises(TraceError, match=r"tokenizer .*tokenizer.json has 0 ordinary token IDs \(its vocabulary less "
                                          r"its special tokens\): a trace needs two at least"):
         TraceTokenizer(tmp_path / "tok")
+
+
+def test_a_trace_is_built_again_from_its_inputs_and_spec_when_validated(inputs, tmp_path):
+    """An outside evaluator's (2026-12-05, second pass): a trace's prefix length, seed, a request's document and a
+    warm-up shift, each edited and re-hashed, passed validation; now the trace is built again from the corpus and
+    tokenizer it links, with the spec it states, and must come out the same (its subsets: their parent's requests)."""
+    from parity.trace import derived_problems, write_subset
+
+    corpus, tokenizer = inputs
+    path = build_trace(small_spec(), corpus, tokenizer, tmp_path / "t")
+    subset = write_subset(path, [2, 0], "reuse-shard0", tmp_path / "s")
+    good = json.loads(path.read_text())
+    assert derived_problems(path, good) == [] and derived_problems(subset, json.loads(subset.read_text())) == []
+    forgeries = {"/spec/prefix_tokens": lambda d: d["spec"].update(prefix_tokens=d["spec"]["prefix_tokens"] + 16),
+                 "/spec/seed": lambda d: d["spec"].update(seed=d["spec"]["seed"] + 1),
+                 "/requests/0/document": lambda d: d["requests"][0].update(document=d["requests"][0]["document"] + 1),
+                 "/warmups/0/shift": lambda d: d["warmups"][0].update(shift=1)}
+    for name, forge in forgeries.items():
+        doc = json.loads(path.read_text())
+        forge(doc)
+        found = derived_problems(path, doc)
+        assert len(found) == 1 and "the trace built again from its inputs and spec gives" in found[0][1], (name, found)
+    doc = json.loads(subset.read_text())
+    doc["requests"][1]["document"] += 1
+    assert derived_problems(subset, doc)[0][0] == "/requests/1/document"

@@ -115,6 +115,20 @@ def all_or_nothing(manifest: Path):
         _WRITTEN.reset(token)
 
 
+def first_difference(pointer: str, stated, derived) -> tuple[str, object, object]:
+    """The first place two JSON values differ (its JSON pointer, and each value there), so a line that names a
+    disagreement names the number, not the whole table."""
+    if isinstance(stated, dict) and isinstance(derived, dict):
+        for key in sorted(set(stated) | set(derived)):
+            if stated.get(key) != derived.get(key):
+                return first_difference(f"{pointer}/{key}", stated.get(key), derived.get(key))
+    if isinstance(stated, list) and isinstance(derived, list) and len(stated) == len(derived):
+        for index, (a, b) in enumerate(zip(stated, derived)):
+            if a != b:
+                return first_difference(f"{pointer}/{index}", a, b)
+    return pointer, stated, derived
+
+
 def atomic_write_bytes(path: Path | str, data: bytes) -> None:
     """Write via a temporary file in the same folder and rename it into place; on failure leave nothing.
 

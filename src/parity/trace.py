@@ -24,6 +24,7 @@ from parity.manifest import (
     atomic_write_bytes,
     dumps,
     file_ref,
+    first_difference,
     header,
     sha256_file,
     write_manifest,
@@ -512,6 +513,69 @@ def engine_problems(manifest_path: Path, doc: dict) -> list[str]:
     except TraceError as exc:
         problems.append(str(exc))
     return problems
+
+
+def derived_problems(manifest_path: Path, doc: dict) -> list[tuple[str, str]]:
+    """(pointer, why) for what a trace manifest states that its content and inputs do not give (`parity.rederive`):
+    `engine_problems`, then, where those pass, the trace built again (`build_trace`, into a scratch folder) from
+    the corpus and tokenizer it links (by hash, checked before this) with the spec it states: its spec, requests
+    (document, question, length, hash, order), warm-up shifts, token files and counts must come out the same. A
+    forged prefix length, seed or shift so disagrees with the tokens. Recorded as given: the inputs' origins. A
+    trace of another source (`parity trace-mooncake`) is not built here."""
+    import tempfile
+
+    found = [("", why) for why in engine_problems(manifest_path, doc)]
+    folder = Path(manifest_path).parent
+    if found or "parent" in doc:  # a subset (`write_subset`): its parent's requests at its positions
+        return found or _subset_problems(folder, doc)
+    if "source" in doc["spec"]:
+        return found
+    spec, inputs = doc["spec"], doc["inputs"]
+    try:
+        wanted = TraceSpec(name=doc["name"], documents=spec["documents"],
+                           questions_per_document=spec["questions_per_document"], prefix_tokens=spec["prefix_tokens"],
+                           seed=spec["seed"], warmup_shifts=tuple(spec["warmup_shifts"]),
+                           pack_articles=spec["pack_articles"], head_tokens=spec["head_tokens"],
+                           zipf=spec.get("zipf", 0.0), blocks=spec.get("blocks", 1),
+                           answer_tokens=spec.get("answer_tokens", 0))
+        with tempfile.TemporaryDirectory(prefix="parity-trace-") as scratch:
+            built = json.loads(build_trace(
+                wanted, folder / inputs["corpus"]["file"]["path"], (folder / inputs["tokenizer"]["file"]["path"]).parent,
+                Path(scratch), text_field=inputs["corpus"]["text_field"], corpus_origin=inputs["corpus"]["origin"],
+                tokenizer_origin=inputs["tokenizer"]["origin"], context_tokens=doc.get("context_tokens")).read_text())
+    except (ParityError, KeyError, TypeError, ValueError, OSError) as exc:
+        return [("/spec", f"cannot be built again from its inputs and spec: {' '.join(str(exc).split())}")]
+    for part in ("corpus", "tokenizer"):  # where the scratch build found them is not where the trace lies
+        built["inputs"][part]["file"]["path"] = inputs[part]["file"]["path"]
+    for key in sorted(set(built) | set(doc)):
+        if key not in ("parity_version", "schema_version") and built.get(key) != doc.get(key):
+            pointer, stated, given = first_difference(f"/{key}", doc.get(key), built.get(key))
+            found.append((pointer, f"states {_brief(stated)}, the trace built again from its inputs and spec gives "
+                                   f"{_brief(given)}"))
+            break  # one forged number moves many after it: the first says where
+    return found
+
+
+def _subset_problems(folder: Path, doc: dict) -> list[tuple[str, str]]:
+    """A subset trace against the parent it links (by hash, checked before this; the parent is derived in turn):
+    the same spec and warm-up shifts, and the parent's requests at its positions."""
+    try:
+        parent = json.loads((folder / doc["parent"]["manifest"]["path"]).read_text(encoding="utf-8"))
+        positions = doc["parent"]["positions"]
+        derived = {"spec": parent["spec"], "warmups": [w["shift"] for w in parent["warmups"]],
+                   "requests": [dict(parent["requests"][i], position=new) for new, i in enumerate(positions)]}
+    except (OSError, ValueError, KeyError, TypeError, IndexError) as exc:
+        return [("/parent", f"its parent cannot be read again: {' '.join(str(exc).split())}")]
+    stated = {"spec": doc["spec"], "warmups": [w["shift"] for w in doc["warmups"]], "requests": doc["requests"]}
+    if stated == derived:
+        return []
+    pointer, was, given = first_difference("", stated, derived)
+    return [(pointer, f"states {_brief(was)}, its parent trace at its positions gives {_brief(given)}")]
+
+
+def _brief(value, limit: int = 100) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def trace_context(doc: dict) -> tuple[int, int, str]:

@@ -12,7 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from parity.errors import ParityError
-from parity.manifest import all_or_nothing, atomic_write_bytes, atomic_write_text, file_ref, header, write_manifest
+from parity.manifest import (all_or_nothing, atomic_write_bytes, atomic_write_text, file_ref, first_difference, header,
+                             write_manifest)
 from parity.report import plots, tables
 from parity.report.inputs import EXPERIMENTS, load_experiments, load_mlperf
 from parity.report.reference import load_reference
@@ -233,18 +234,9 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
     for key in ("evidence", "flame_clusters", "missing_experiments", *REDERIVED):
         derived = json.loads(json.dumps(made.fields[key]))  # as JSON holds it (string keys)
         if derived != doc.get(key):
-            pointer, stated, given = _leaf(f"/{key}", doc.get(key), derived)
+            pointer, stated, given = first_difference(f"/{key}", doc.get(key), derived)
             found.append((pointer, f"states {_short(stated)}, its linked manifests give {_short(given)}"))
     return found
-
-
-def _leaf(pointer: str, stated, derived) -> tuple[str, object, object]:
-    """The first place two JSON values differ, so the line names the number, not the whole table."""
-    if isinstance(stated, dict) and isinstance(derived, dict):
-        for key in sorted(set(stated) | set(derived)):
-            if stated.get(key) != derived.get(key):
-                return _leaf(f"{pointer}/{key}", stated.get(key), derived.get(key))
-    return pointer, stated, derived
 
 
 def _first_difference(stated: str, derived: str) -> str:
