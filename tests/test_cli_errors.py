@@ -335,3 +335,23 @@ def test_a_results_folder_with_no_experiment_is_named_as_such(tmp_path):
         f"Error: {tmp_path / 'empty'}: no experiment in it (no {tmp_path / 'empty'}/*/experiment.json): give the " \
         "folder a run wrote, or --experiment DIR or --mlperf DIR"
     assert not (tmp_path / "r").exists()
+
+
+def test_what_an_outside_evaluator_met_on_a_second_pass_is_one_line_naming_the_cause(small_inputs, small_reuse_trace,
+                                                                                     tmp_path):
+    """2026-12-05: a missing .pub file was called "not a minisign public key (invalid base64)", a corpus folder
+    "not found", a past --deadline left empty folders, and seal sealed a folder holding nothing."""
+    _, tokenizer = small_inputs
+    (tmp_path / "empty").mkdir()
+    cases = [
+        (["validate", tmp_path / "empty", "--public-key", tmp_path / "nope.pub"], 1, "no public key file at"),
+        (["trace", "--corpus", tmp_path, "--tokenizer", tokenizer, "--name", "t", "--documents", 2, "--questions", 2,
+          "--out", tmp_path / "out"], 1, "is a folder: give its JSONL file"),
+        (["experiment", "run", "confirmation", "--trace", small_reuse_trace, "--backend", '{"engine": "sim"}',
+          "--deadline", -5, "--out", tmp_path / "out"], 2, "is already past"),
+        (["seal", tmp_path / "empty"], 1, "nothing to seal in"),
+    ]
+    for args, code, says in cases:
+        result = invoke(*args)
+        assert result.exit_code == code and says in one_error_line(result), (args, result.output)
+    assert not (tmp_path / "out").exists() and not (tmp_path / "empty" / "run.json").exists()

@@ -116,6 +116,8 @@ def seal(results: Path, inputs: Iterable[Path] = (), *, log=print) -> tuple[dict
         raise SealError(f"{mine[0]} is this command's own output: write it outside the tree it seals")
     unreadable: list[Problem] = []  # a *.json that is not JSON: `parity validate` of the tree reports it too
     manifests, old = _found(results, unreadable)
+    if not manifests and not unreadable:
+        raise SealError(f"nothing to seal in {results}: it holds no manifest (run the workflow's steps first)")
     log(f"seal: validating {len(manifests)} manifest(s) of {results} and {len(inputs)} input receipt(s)")
     checked, problems = validate([p for p, _ in manifests] + inputs, root=evidence_root(results))
     problems += unreadable + not_evidence(results)

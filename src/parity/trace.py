@@ -210,6 +210,8 @@ def utf8_line(path: Path, number: int, raw: bytes) -> str:
 
 def load_articles(corpus: Path, text_field: str = "article") -> list[str]:
     """Article texts from a JSONL corpus, in file order; each bad line is named."""
+    if corpus.is_dir():
+        raise TraceError(f"corpus {corpus} is a folder: give its JSONL file")
     if not corpus.is_file():
         raise TraceError(f"corpus not found: {corpus}")
     texts = []

@@ -3,6 +3,7 @@ and the simulator's calibration from real runs."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import click
@@ -223,6 +224,9 @@ def experiment_run(name, traces, backend_text, settings_text, deadline, out_dir)
     from parity.experiments.plan import runs_cases
     from parity.experiments.runner import run_named
 
+    if deadline is not None and deadline <= time.time():  # no case could begin: refused before a folder is made
+        raise click.BadParameter(f"{deadline:.0f} is already past (epoch seconds; now {time.time():.0f})",
+                                 param_hint="'--deadline'")
     backend = Backend.parse(backend_text)
     # Real Flame listens on 0.0.0.0: contain the whole job first (this may re-execute the command).
     netns.contain(backend.network, needed=backend.cluster == "flame" and runs_cases(name), log=echo)
