@@ -114,6 +114,11 @@ def _run_measured(tree):
     edit(tree / "run.json", lambda doc: doc.update(simulated=False))
 
 
+def _receipt_clean(tree):
+    receipt = next((tree / "confirmation" / "cleanup").glob("*-vllm.json"))
+    edit(receipt, lambda doc: doc.update(clean=False))  # (the schema already refuses errors under clean: true)
+
+
 def _report_headline(tree):
     edit(tree / "report" / "report.json", lambda doc: doc["headline"]["reuse"].update(pairs=5))
 
@@ -135,6 +140,8 @@ FORGERIES = {  # name: (forgery, the file named, the reason's pointer and words)
                                                     "/simulated: disagrees: states False, its linked manifests give"),
     "a simulated run relabelled a measurement": (_run_measured, "run.json",
                                                  "/simulated: disagrees: states False, the manifests it links give"),
+    "a cleanup receipt's verdict changed, its errors not": (
+        _receipt_clean, "-vllm.json", "/clean: disagrees: states False, its errors (0) give the opposite"),
     "a number of report.json changed": (_report_headline, "report/report.json",
                                         "/headline/reuse/pairs: disagrees: states 5, its linked manifests give 1"),
 }

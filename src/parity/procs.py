@@ -434,6 +434,14 @@ def receipt(what: str, *, processes: list[dict], ports_released: list[int], gpus
         "gpus_released": gpus_released, "clean": not errors, "errors": errors, "ended_by": ended_by}
 
 
+def receipt_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
+    """(pointer, why) where a cleanup receipt's verdict disagrees with its own lines (`parity.rederive`): it is
+    clean exactly when it names no error. (What each process did is recorded as seen, not derived.)"""
+    if doc["clean"] != (not doc["errors"]):
+        return [("/clean", f"states {doc['clean']}, its errors ({len(doc['errors'])}) give the opposite")]
+    return []
+
+
 # ---- SIGTERM as an orderly exit ----------------------------------------------------------------
 
 class Terminated(SystemExit):

@@ -8,7 +8,7 @@ and trace (`checks`); a pair's rates, ratio and pinning from its two trials (`st
 (every one its settings plan), pairs and offline limits from its trials (`experiments.derive`); an MLPerf
 run's result from its LoadGen logs (`mlperf.logs`); a report's page, tables, numbers and label, composed
 again from the manifests it links (`report.build`); the run manifest's label from the manifests it links
-(`seal`); a trace as the engines would take it, and built again from its inputs and spec (`trace`). A forgery of those must then be consistent with
+(`seal`); a cleanup receipt's verdict from its errors (`procs`); a trace as the engines would take it, and built again from its inputs and spec (`trace`). A forgery of those must then be consistent with
 the trace and with itself on every line. Not derived: what a manifest records as given (settings, versions,
 GPU names, `ran_with`, cleanup receipts); those, and a forger who re-runs all of it on invented records,
 only a signature by a key the reviewer trusts can vouch for: `parity.signature`.
@@ -29,13 +29,14 @@ RULE = "disagrees"
 
 def _derivers() -> dict:
     """kind → function(path, doc) giving (pointer, why) pairs; imported on first use (the report pulls in plots)."""
-    from parity import checks, seal, stats, trace
+    from parity import checks, procs, seal, stats, trace
     from parity.experiments import derive
     from parity.mlperf import logs
     from parity.report import build
 
     return {"trial": checks.derived_problems, "pair": stats.pair_problems, "experiment": derive.derived_problems,
             "report": build.derived_problems, "mlperf": logs.derived_problems, "run": seal.derived_problems,
+            "cleanup-receipt": procs.receipt_problems,
             "trace": trace.derived_problems}
 
 
