@@ -39,7 +39,7 @@ def pristine(small_inputs, sim_backend, tmp_path_factory) -> Path:
                         tree / "inputs" / "corpus.jsonl", tree / "inputs" / "tokenizer", tree / "traces")
     final = FlameSettings(batch_limit=128, window_ms=10, budget_mib=4, api="async", compress=True, gc_freeze=True)
     run_experiment("confirmation", plan.confirmation([trace], 1, final), sim_backend, tree / "confirmation",
-                   settings={"pairs": 1}, log=lambda m: None)
+                   settings={"pairs": 1, "flame": final.to_dict()}, log=lambda m: None)
     write_report([tree / "confirmation"], None, REFERENCE, tree / "report")
     summary, problems = seal.seal(tree, log=lambda m: None)
     assert problems == [], problems
@@ -119,6 +119,18 @@ def _receipt_clean(tree):
     edit(receipt, lambda doc: doc.update(clean=False))  # (the schema already refuses errors under clean: true)
 
 
+def _settings_flame(tree):
+    edit(tree / "confirmation" / "experiment.json", lambda doc: doc["settings"]["flame"].update(batch_limit=256))
+
+
+def _trial_flame(tree):
+    edit(flame_trial(tree), lambda doc: doc["config"]["flame"].update(batch_limit=256))
+
+
+def _placement_unverified(tree):
+    edit(flame_trial(tree), lambda doc: doc.update(placement_verified=False))
+
+
 def _report_headline(tree):
     edit(tree / "report" / "report.json", lambda doc: doc["headline"]["reuse"].update(pairs=5))
 
@@ -142,6 +154,14 @@ FORGERIES = {  # name: (forgery, the file named, the reason's pointer and words)
                                                  "/simulated: disagrees: states False, the manifests it links give"),
     "a cleanup receipt's verdict changed, its errors not": (
         _receipt_clean, "-vllm.json", "/clean: disagrees: states False, its errors (0) give the opposite"),
+    "the experiment's Flame settings changed": (_settings_flame, "confirmation/experiment.json",
+                                                "/flame/batch_limit: disagrees: states 128, its settings plan 256"),
+    "a trial's recorded Flame settings changed": (_trial_flame, "confirmation/experiment.json",
+                                                  "/flame/batch_limit: disagrees: its trial's config says 256, its "
+                                                  "settings plan 128"),
+    "a trial's placement said unverified, its verdict passed": (
+        _placement_unverified, "trials/confirmation-final-reuse-p0-flame.json",
+        "/placement_verified: disagrees: states False"),
     "a number of report.json changed": (_report_headline, "report/report.json",
                                         "/headline/reuse/pairs: disagrees: states 5, its linked manifests give 1"),
 }

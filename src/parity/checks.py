@@ -216,6 +216,9 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
     found = []
     if why := timing_mismatch(doc):
         found.append(("/timing", f"its timing is not what its records give: {why}"))
+    if doc.get("placement_verified", True) is not True:  # the Flame path writes a trial only once it verified it
+        found.append(("/placement_verified", f"states {doc['placement_verified']!r}: the Flame path writes a trial only "
+                                             "once every batch's placement is verified (its placement check says how)"))
     try:
         trace = trace_of(path, doc)
     except ParityError as exc:

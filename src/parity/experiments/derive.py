@@ -6,13 +6,14 @@ pair hidden) disagrees with the cases its own settings plan on the traces its tr
 from __future__ import annotations
 
 import itertools
+import json
 import os
 from pathlib import Path
 
 from parity.errors import ParityError
 from parity.experiments.offline_limit import OFFLINE_LIMIT, limit
 from parity.experiments.plan import for_experiment, runs_cases
-from parity.manifest import read_manifest
+from parity.manifest import first_difference, read_manifest
 from parity.stats import trial_facts
 
 
@@ -20,7 +21,7 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
     """(pointer, why) for each thing an experiment manifest states that its trials and pairs do not give
     (`parity.rederive`): each case's facts, and one pair manifest for each pair of cases, linking those two."""
     path, found = Path(path), []
-    groups, shards, traces = {}, {}, {}
+    groups, shards, traces, configs = {}, {}, {}, {}
     for number, case in enumerate(doc["cases"]):
         trial = os.path.normpath(path.parent / case["manifest"]["path"])
         try:
@@ -34,11 +35,12 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
             shards.setdefault(facts["trace_name"], []).append(trial_doc)
         found += [(f"/cases/{number}/{key}", f"states {case.get(key)!r}, its trial gives {value!r}")
                   for key, value in facts.items() if case.get(key) != value]
+        configs[case.get("trial_id")] = trial_doc.get("config") or {}
         if isinstance(trial_doc.get("trace"), dict):
             traces.setdefault(os.path.normpath(Path(trial).parent / trial_doc["trace"]["path"]), None)
         if case.get("pair") is not None:
             groups.setdefault((case.get("stage"), case["trace_name"], case["pair"]), set()).add(trial)
-    found += _unplanned(doc, [Path(t) for t in traces])
+    found += _unplanned(doc, [Path(t) for t in traces], configs)
     if doc["simulated"] != any(case.get("simulated") for case in doc["cases"]):
         found.append(("/simulated", f"states {doc['simulated']}, its cases give the opposite"))
     listed = []
@@ -65,26 +67,48 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
     return found
 
 
-def _unplanned(doc: dict, traces: list[Path]) -> list[tuple[str, str]]:
-    """The cases the experiment's settings plan on the traces its trials ran, against the cases it lists: the
-    runner writes experiment.json only once every planned case ran, so a case missing was removed. The traces
-    in each order (a few), since a ladder's first rate, which extra pairs default to, follows their order."""
+def _unplanned(doc: dict, traces: list[Path], configs: dict[str, dict]) -> list[tuple[str, str]]:
+    """The cases the experiment's settings plan on the traces its trials ran, against the cases it lists (the
+    runner writes experiment.json only once every planned case ran, so a case missing was removed), and what it
+    states of each (`runner.case_entry`: placement, stage, rate, arm, Flame settings) against the plan and against
+    its trial's own config (`configs`, by trial id). The traces in each order (a few), since a ladder's first rate,
+    which extra pairs default to, follows their order."""
+    from parity.experiments.runner import case_entry
+
     if not runs_cases(doc["experiment"]) or not traces:
         return []
-    listed = [case.get("trial_id") for case in doc["cases"]]
+    listed = {case.get("trial_id"): (number, case) for number, case in enumerate(doc["cases"])}
     first = None
     for order in itertools.islice(itertools.permutations(traces), 120):
         try:
-            planned = [case.trial_id for case in for_experiment(doc["experiment"], list(order), doc["settings"])]
+            planned = for_experiment(doc["experiment"], list(order), doc["settings"])
         except (ParityError, KeyError, TypeError, ValueError, OSError) as exc:
             return [("/settings", f"its cases cannot be planned again from its settings: {' '.join(str(exc).split())}")]
-        if sorted(planned) == sorted(listed):
-            return []
-        first = first or planned
+        if sorted(c.trial_id for c in planned) == sorted(listed) and len(listed) == len(doc["cases"]):
+            break
+        first = first or [c.trial_id for c in planned]
+    else:
+        found = []
+        if missing := [t for t in first if t not in listed]:
+            found.append(("/cases", f"its settings plan {len(first)} case(s) on the traces its trials ran; "
+                                    f"{len(missing)} are not listed, e.g. {missing[0]}"))
+        if extra := [t for t in listed if t not in first]:
+            found.append(("/cases", f"lists {len(extra)} case(s) its settings do not plan, e.g. {extra[0]}"))
+        return found or [("/cases", "lists a case twice")]
     found = []
-    if missing := [t for t in first if t not in listed]:
-        found.append(("/cases", f"its settings plan {len(first)} case(s) on the traces its trials ran; "
-                                f"{len(missing)} are not listed, e.g. {missing[0]}"))
-    if extra := [t for t in listed if t not in first]:
-        found.append(("/cases", f"lists {len(extra)} case(s) its settings do not plan, e.g. {extra[0]}"))
-    return found or [("/cases", "lists a case twice")]
+    for case in planned:
+        number, entry = listed[case.trial_id]
+        stated = json.loads(json.dumps(case_entry(case)))  # as a manifest holds it
+        for key, value in stated.items():
+            if entry.get(key) != value:
+                pointer, was, given = first_difference(f"/cases/{number}/{key}", entry.get(key), value)
+                found.append((pointer, f"states {was!r}, its settings plan {given!r}"))
+        config = configs.get(case.trial_id, {})
+        if config.get("placement") not in (None, case.placement):
+            found.append((f"/cases/{number}/placement", f"its trial's config says placement {config['placement']!r}, "
+                                                        f"its settings plan {case.placement!r}"))
+        planned_flame = {k: v for k, v in (stated["flame"] or {}).items() if k != "label"}
+        if case.system == "flame" and "flame" in config and config["flame"] != planned_flame:
+            pointer, was, given = first_difference(f"/cases/{number}/flame", config["flame"], planned_flame)
+            found.append((pointer, f"its trial's config says {was!r}, its settings plan {given!r}"))
+    return found

@@ -197,6 +197,14 @@ def ran(case: Case) -> dict:
             "output_tokens": case.max_tokens if case.lengths is None else None, "arm": case.arm}
 
 
+def case_entry(case: Case) -> dict:
+    """What experiment.json states of a case from its plan (beside its trial's facts): its placement, stage, pair,
+    rate, answer length, arm and, on the Flame path, its settings with their label (`experiments.derive` plans the
+    cases again and compares these)."""
+    return {"placement": case.placement, "stage": case.stage, "pair": case.pair, **ran(case),
+            "flame": case.flame.to_dict() | {"label": case.flame.label()} if case.system == "flame" else None}
+
+
 def run_named(experiment: str, traces: list[Path], backend: Backend, out_dir: Path, *, settings: dict,
               log=print, deadline: float | None = None) -> Path:
     """Experiment `experiment` from its settings (the config's experiments.NAME, recorded as given): its cases
@@ -260,9 +268,7 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
     entries = []
     for case in cases:
         doc = docs[case.trial_id]
-        entries.append({"placement": case.placement, "stage": case.stage, "pair": case.pair, **ran(case),
-                        "flame": case.flame.to_dict() | {"label": case.flame.label()} if case.system == "flame" else None,
-                        "manifest": file_ref(trials[case.trial_id], out_dir)} | trial_facts(doc))
+        entries.append(case_entry(case) | {"manifest": file_ref(trials[case.trial_id], out_dir)} | trial_facts(doc))
     simulated = any(e["simulated"] for e in entries)
     # the cleanup receipts of its cases (a standalone case's replicas) and of its shared Flame cluster, by hash
     starts = list(dict.fromkeys(c.start for c in cases if c.start is not None))
