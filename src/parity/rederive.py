@@ -8,7 +8,7 @@ and trace (`checks`); a pair's rates, ratio and pinning from its two trials (`st
 (every one its settings plan), pairs and offline limits from its trials (`experiments.derive`); an MLPerf
 run's result from its LoadGen logs (`mlperf.logs`); a report's page, tables, numbers and label, composed
 again from the manifests it links (`report.build`); the run manifest's label from the manifests it links
-(`seal`); a cleanup receipt's verdict from its errors (`procs`); a trace as the engines would take it, and built again from its inputs and spec (`trace`). A forgery of those must then be consistent with
+(here); a cleanup receipt's verdict from its errors (`procs`); a trace as the engines would take it, and built again from its inputs and spec (`trace`). A forgery of those must then be consistent with
 the trace and with itself on every line. Not derived: what a manifest records as given (settings, versions,
 GPU names, `ran_with`, cleanup receipts); those, and a forger who re-runs all of it on invented records,
 only a signature by a key the reviewer trusts can vouch for: `parity.signature`.
@@ -22,20 +22,21 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 
-from parity.manifest import Problem, validate_paths
+from parity.errors import ParityError
+from parity.manifest import Problem, read_manifest, validate_paths
 
 RULE = "disagrees"
 
 
 def _derivers() -> dict:
     """kind → function(path, doc) giving (pointer, why) pairs; imported on first use (the report pulls in plots)."""
-    from parity import checks, procs, seal, stats, trace
+    from parity import checks, procs, stats, trace
     from parity.experiments import derive
     from parity.mlperf import logs
     from parity.report import build
 
     return {"trial": checks.derived_problems, "pair": stats.pair_problems, "experiment": derive.derived_problems,
-            "report": build.derived_problems, "mlperf": logs.derived_problems, "run": seal.derived_problems,
+            "report": build.derived_problems, "mlperf": logs.derived_problems, "run": _run_problems,
             "cleanup-receipt": procs.receipt_problems,
             "trace": trace.derived_problems}
 
@@ -53,3 +54,18 @@ def validate(paths: Iterable[Path | str], root: Path | None = None) -> tuple[int
     own), each sound manifest's statements derived again: what `parity validate`, `seal` and
     `validate --bundle` check."""
     return validate_paths(paths, derive=problems, contained=True, root=root)
+
+
+def _run_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
+    """(pointer, why) where a run manifest's label (`parity.seal`, which validates through this module, so its one
+    derivation lives here) disagrees with the manifests it links: it is `simulated` exactly when one of its tops
+    is (each top's own label derived from its content in turn), so a simulated tree cannot be relabelled a
+    measurement by editing run.json."""
+    folder = Path(path).parent
+    try:
+        labels = [read_manifest(folder / ref["path"]).get("simulated") for ref in doc["manifests"]]
+    except ParityError as exc:
+        return [("/manifests", f"a manifest it links cannot be read: {exc}")]
+    if doc["simulated"] != any(labels):
+        return [("/simulated", f"states {doc['simulated']}, the manifests it links give the opposite")]
+    return []

@@ -179,20 +179,6 @@ def unlinked(results: Path) -> list[Problem]:
             for rel in kept(results) if (here / rel) not in linked and rel != Path(RUN_MANIFEST)] + not_evidence(results)
 
 
-def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
-    """(pointer, why) where a run manifest's label disagrees with the manifests it links (`parity.rederive`): it is
-    `simulated` exactly when one of its tops is (each top's own label derived from its content in turn), so a
-    simulated tree cannot be relabelled a measurement by editing run.json."""
-    folder = Path(path).parent
-    try:
-        labels = [read_manifest(folder / ref["path"]).get("simulated") for ref in doc["manifests"]]
-    except ParityError as exc:
-        return [("/manifests", f"a manifest it links cannot be read: {exc}")]
-    if doc["simulated"] != any(labels):
-        return [("/simulated", f"states {doc['simulated']}, the manifests it links give the opposite")]
-    return []
-
-
 def sealed_trees(folder: Path) -> list[Path]:
     """The sealed results trees under `folder` (each folder holding a run manifest), shallowest first."""
     trees = []
