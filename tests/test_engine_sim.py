@@ -246,3 +246,20 @@ def test_describe_says_simulated():
     d = SimEngine().describe()
     assert d["simulated"] is True and d["gpu_uuid"].startswith("sim-")
     assert d["args"]["max_num_seqs"] == 64 and d["args"]["attention_backend"] == "TRITON_ATTN"
+
+
+def test_the_simulators_answers_are_told_from_an_engines_by_their_content_alone():
+    """An outside evaluator's (2026-12-05, second pass): a simulated tree relabelled a measurement on real GPUs
+    (labels, GPU names and engine names edited, then report and seal re-run) validated. The simulator's answers are
+    a function of the prompt alone, so a trial's outputs say whether it was simulated, whatever the vocabulary."""
+    from parity.engine.sim import answers_like_the_simulator, output_tokens
+
+    rng = np.random.default_rng(3)
+    prompts = [rng.integers(0, 1800, 300, dtype=np.uint32) for _ in range(8)]
+    for vocab in (300, 1800, 128_256):
+        assert answers_like_the_simulator(prompts, [output_tokens(p, vocab, n) for p, n in zip(prompts, range(4, 40, 5))])
+    answers = [output_tokens(p, 1800) for p in prompts]
+    assert not answers_like_the_simulator(prompts, [[int(t) for t in rng.integers(0, 1800, 16)] for _ in prompts])
+    assert not answers_like_the_simulator(prompts, [[0] * 16 for _ in prompts])  # one token repeated: dummy weights
+    assert not answers_like_the_simulator(prompts, [answers[0][:1]])  # too little to judge
+    assert not answers_like_the_simulator(prompts, answers[:-1] + [answers[-1][:15] + [answers[-1][15] ^ 1]])

@@ -131,6 +131,22 @@ def _placement_unverified(tree):
     edit(flame_trial(tree), lambda doc: doc.update(placement_verified=False))
 
 
+def _relabelled_measured(tree):
+    """Every label of a simulated trial made a measurement's (GPU and engine names too), its records untouched."""
+    import re
+
+    def relabel(node, key=None):
+        if isinstance(node, dict):
+            return {k: False if k == "simulated" and isinstance(v, bool) else relabel(v, k) for k, v in node.items()}
+        if isinstance(node, list):
+            return [relabel(v, key) for v in node]
+        if isinstance(node, str) and (m := re.fullmatch(r"sim-(\d+)", node)):
+            return f"GPU-5f3c2a1e-0000-4000-8000-{int(m.group(1)):012d}"
+        return "vllm" if node == "sim" and key in ("name", "engine", "replicas") else node
+
+    edit(flame_trial(tree), lambda doc: doc.update(relabel(doc)))
+
+
 def _report_headline(tree):
     edit(tree / "report" / "report.json", lambda doc: doc["headline"]["reuse"].update(pairs=5))
 
@@ -162,6 +178,9 @@ FORGERIES = {  # name: (forgery, the file named, the reason's pointer and words)
     "a trial's placement said unverified, its verdict passed": (
         _placement_unverified, "trials/confirmation-final-reuse-p0-flame.json",
         "/placement_verified: disagrees: states False"),
+    "a simulated trial relabelled a measurement on GPUs": (
+        _relabelled_measured, "trials/confirmation-final-reuse-p0-flame.json",
+        "/simulated: disagrees: states False, yet every output is the one the simulator gives its prompt"),
     "a number of report.json changed": (_report_headline, "report/report.json",
                                         "/headline/reuse/pairs: disagrees: states 5, its linked manifests give 1"),
 }

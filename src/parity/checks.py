@@ -225,4 +225,17 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
         return found + [("/trace", f"its verdict cannot be re-derived: {exc}")]
     if why := unsupported(doc, trace):
         found.append(("/verdict", why))
+    if doc["simulated"] is False and _simulators_answers(doc, trace):
+        found.append(("/simulated", "states False, yet every output is the one the simulator gives its prompt (a "
+                                    "function of the prompt alone, parity.engine.sim): a simulated trial relabelled"))
     return found
+
+
+def _simulators_answers(doc: dict, trace: Trace) -> bool:
+    """Whether a trial's outputs are the simulator's, from its records and trace alone (no label is trusted)."""
+    from parity.engine.sim import answers_like_the_simulator
+
+    prompts = {r.id: p for r, p in zip(trace.requests, trace.prompts)}
+    records = [r for r in doc["records"] if r["request_id"] in prompts and r.get("output_token_ids")]
+    return answers_like_the_simulator([prompts[r["request_id"]] for r in records],
+                                      [r["output_token_ids"] for r in records])

@@ -19,6 +19,7 @@ It is a model: every result it produces is labelled simulated.
 from __future__ import annotations
 
 import hashlib
+import math
 import threading
 import time
 from collections import deque
@@ -110,7 +111,13 @@ class StepWork:
 
 
 def output_tokens(prompt: np.ndarray, vocab_size: int, count: int = OUTPUT_TOKENS) -> list[int]:
-    """A deterministic stand-in for greedy decoding: a function of the whole prompt.
+    """A deterministic stand-in for greedy decoding: a function of the whole prompt (`output_words` modulo the
+    vocabulary)."""
+    return [int(v) % vocab_size for v in output_words(prompt, count)]
+
+
+def output_words(prompt: np.ndarray, count: int) -> np.ndarray:
+    """The 32-bit words the simulator's answer of `count` tokens is drawn from, one per token.
 
     blake2b gives at most 16 tokens per digest; tokens beyond the first 16 come from further digests
     salted with their block number, so the first 16 are unchanged whatever the count.
@@ -119,7 +126,26 @@ def output_tokens(prompt: np.ndarray, vocab_size: int, count: int = OUTPUT_TOKEN
     digest = hashlib.blake2b(data, digest_size=4 * min(count, 16)).digest()
     for block in range(1, -(-count // 16)):
         digest += hashlib.blake2b(data, digest_size=64, salt=block.to_bytes(16, "little")).digest()
-    return [int(v) % vocab_size for v in np.frombuffer(digest, dtype="<u4")[:count]]
+    return np.frombuffer(digest, dtype="<u4")[:count].astype(np.int64)
+
+
+def answers_like_the_simulator(prompts: list[np.ndarray], outputs: list[list[int]]) -> bool:
+    """Whether every output is what the simulator answers its prompt with, for one vocabulary size, whatever it is
+    (so no parameter file is needed): token i is word i modulo V, so every word is at least its token and V divides
+    every difference; some V above the largest token exists exactly when their greatest common divisor is above it
+    (or zero). Asked also: V at least 64 (no vocabulary is smaller), so answers of one token repeated, which a
+    model with dummy weights may give, are not taken for the simulator's (the gcd of unrelated words is small). A
+    real engine's answers pass with a chance far below one in a million. False when there is no output to judge."""
+    divisor, largest, seen = 0, -1, 0
+    for prompt, tokens in zip(prompts, outputs):
+        if not tokens:
+            continue
+        words, given = output_words(prompt, len(tokens)), np.asarray(tokens, dtype=np.int64)
+        if (given < 0).any() or (words < given).any():
+            return False
+        divisor = math.gcd(divisor, *map(int, words - given))
+        largest, seen = max(largest, int(given.max())), seen + len(tokens)
+    return seen >= 16 and (divisor == 0 or divisor > max(largest, 63))
 
 
 @dataclass(eq=False)  # identity, not numpy array comparison
