@@ -147,6 +147,10 @@ def _relabelled_measured(tree):
     edit(flame_trial(tree), lambda doc: doc.update(relabel(doc)))
 
 
+def _config_edited(tree):
+    edit(flame_trial(tree), lambda doc: doc["config"].update(warmup_rounds=doc["config"]["warmup_rounds"] + 1))
+
+
 def _report_headline(tree):
     edit(tree / "report" / "report.json", lambda doc: doc["headline"]["reuse"].update(pairs=5))
 
@@ -181,6 +185,8 @@ FORGERIES = {  # name: (forgery, the file named, the reason's pointer and words)
     "a simulated trial relabelled a measurement on GPUs": (
         _relabelled_measured, "trials/confirmation-final-reuse-p0-flame.json",
         "/simulated: disagrees: states False, yet every output is the one the simulator gives its prompt"),
+    "a trial's config edited after the run": (_config_edited, "trials/confirmation-final-reuse-p0-flame.json",
+                                              "/config_sha256: disagrees: is not the SHA-256 of its config"),
     "a number of report.json changed": (_report_headline, "report/report.json",
                                         "/headline/reuse/pairs: disagrees: states 5, its linked manifests give 1"),
 }
@@ -322,6 +328,15 @@ def test_a_named_pipe_given_by_name_is_refused_at_once(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "not a plain file" in done.stdout + done.stderr, done
     assert "Traceback" not in done.stderr
+
+
+def test_an_unsealed_tree_still_names_a_leftover_or_a_link(tree):
+    """An outside evaluator's re-test (2026-12-05): once a refused seal removed run.json, validate named nothing."""
+    (tree / "run.json").unlink()
+    (tree / "traces" / ".reuse.tokens.abc123.tmp").write_bytes(b"half")
+    os.symlink("/etc/hostname", tree / "logs.txt")
+    result = validate(tree)
+    assert result.exit_code == 1 and "leftover" in result.output and "symlink" in result.output, result.output
 
 
 def test_a_killed_writes_temporary_file_is_never_sealed_and_is_named(tree):

@@ -26,7 +26,7 @@ from pathlib import Path
 from parity.engine import OUTPUT_TOKENS
 from parity.errors import ParityError, first_problem
 from parity.manifest import read_manifest, validate_document, write_manifest
-from parity.record import timing
+from parity.record import config_sha256, timing
 from parity.routing import PLACEMENTS
 from parity.trace import Trace, load_trace
 
@@ -216,6 +216,8 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
     found = []
     if why := timing_mismatch(doc):
         found.append(("/timing", f"its timing is not what its records give: {why}"))
+    if "config" in doc and doc.get("config_sha256") != config_sha256(doc["config"]):
+        found.append(("/config_sha256", "is not the SHA-256 of its config: the config was edited after the run"))
     if doc.get("placement_verified", True) is not True:  # the Flame path writes a trial only once it verified it
         found.append(("/placement_verified", f"states {doc['placement_verified']!r}: the Flame path writes a trial only "
                                              "once every batch's placement is verified (its placement check says how)"))

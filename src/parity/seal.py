@@ -198,4 +198,5 @@ def certify(paths: Iterable[Path]) -> tuple[int, list[Problem]]:
     tree, that every kept file is linked and none is a symbolic link; returns (manifests checked, problems)."""
     paths = [Path(p) for p in paths]
     checked, problems = validate(paths)
-    return checked, problems + [problem for path in paths if path.is_dir() for problem in unlinked(path)]
+    return checked, problems + [problem for path in paths if path.is_dir() for problem in
+                                (unlinked(path) if (path / RUN_MANIFEST).is_file() else not_evidence(path))]
