@@ -24,6 +24,7 @@ from collections import Counter
 from pathlib import Path
 
 from parity.engine import OUTPUT_TOKENS
+from parity.engine.sim import answers_like_the_simulator
 from parity.errors import ParityError, first_problem
 from parity.manifest import read_manifest, validate_document, write_manifest
 from parity.record import config_sha256, timing
@@ -219,8 +220,9 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
     if "config" in doc and doc.get("config_sha256") != config_sha256(doc["config"]):
         found.append(("/config_sha256", "is not the SHA-256 of its config: the config was edited after the run"))
     if doc.get("placement_verified", True) is not True:  # the Flame path writes a trial only once it verified it
-        found.append(("/placement_verified", f"states {doc['placement_verified']!r}: the Flame path writes a trial only "
-                                             "once every batch's placement is verified (its placement check says how)"))
+        found.append(("/placement_verified", f"states {doc['placement_verified']!r}: the Flame path writes a trial "
+                                             "only once every batch's placement is verified (its placement check "
+                                             "says how)"))
     try:
         trace = trace_of(path, doc)
     except ParityError as exc:
@@ -235,8 +237,6 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
 
 def _simulators_answers(doc: dict, trace: Trace) -> bool:
     """Whether a trial's outputs are the simulator's, from its records and trace alone (no label is trusted)."""
-    from parity.engine.sim import answers_like_the_simulator
-
     prompts = {r.id: p for r, p in zip(trace.requests, trace.prompts)}
     records = [r for r in doc["records"] if r["request_id"] in prompts and r.get("output_token_ids")]
     return answers_like_the_simulator([prompts[r["request_id"]] for r in records],

@@ -207,7 +207,7 @@ def read_manifest(path: Path | str) -> dict:
     except IsADirectoryError:
         raise ManifestError(f"{path}: is a directory, not a manifest") from None
     except (ValueError, UnicodeDecodeError) as exc:  # JSONDecodeError is a ValueError
-        raise ManifestError(f"{path}: not valid JSON: {_one_line(str(exc))}") from None
+        raise ManifestError(f"{path}: not valid JSON: {one_line(str(exc))}") from None
     if not isinstance(doc, dict):
         raise ManifestError(f"{path}: not a JSON object but {type(doc).__name__}")
     return doc
@@ -251,7 +251,7 @@ def _validators() -> dict:
         try:
             Draft202012Validator.check_schema(schema)
         except SchemaError as exc:
-            raise ManifestError(f"{file}: not a valid JSON Schema: {_one_line(exc.message)}") from None
+            raise ManifestError(f"{file}: not a valid JSON Schema: {one_line(exc.message)}") from None
         schemas[file.name[: -len(SCHEMA_SUFFIX)]] = schema
     registry = Registry().with_resources((s["$id"], Resource.from_contents(s)) for s in schemas.values())
     return {kind: Draft202012Validator(schema, registry=registry, format_checker=FormatChecker())
@@ -262,7 +262,7 @@ def known_kinds() -> list[str]:
     return sorted(_validators())
 
 
-def _one_line(text: str, limit: int = _MESSAGE_LIMIT) -> str:
+def one_line(text: str, limit: int = _MESSAGE_LIMIT) -> str:
     """Messages can quote whole sub-documents; keep each problem to one readable line."""
     text = " ".join(text.split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
@@ -282,7 +282,7 @@ def validate_document(doc, *, path: Path | str | None = None) -> list[Problem]:
     if validator is None:
         what = "no kind" if kind is None else f"kind {kind!r}"
         return [Problem(file, "/kind", "unknown-kind", f"{what}; known kinds: {', '.join(known_kinds())}")]
-    problems = {Problem(file, _pointer(error.absolute_path), str(error.validator), _one_line(error.message))
+    problems = {Problem(file, _pointer(error.absolute_path), str(error.validator), one_line(error.message))
                 for error in validator.iter_errors(doc)}
     return sorted(problems, key=lambda p: (p.pointer, p.rule, p.message))
 
@@ -369,7 +369,7 @@ def check_references(doc, manifest_path: Path | str, *, hashes: dict | None = No
             if key not in hashes:
                 hashes[key] = sha256_file(target)
         except OSError as exc:
-            problems.append(Problem(file, pointer, "unreadable", _one_line(f"{target}: {exc}")))
+            problems.append(Problem(file, pointer, "unreadable", one_line(f"{target}: {exc}")))
             continue
         size_note = (f" ({stat.st_size} bytes, the manifest says {ref['bytes']!r})"
                      if "bytes" in ref and ref["bytes"] != stat.st_size else "")
@@ -404,7 +404,7 @@ def manifests_in(folder: Path | str, unreadable: list[Problem] | None = None) ->
             doc = _loads(file.read_text(encoding="utf-8"))
         except (OSError, ValueError, UnicodeDecodeError) as exc:
             if unreadable is not None:
-                unreadable.append(Problem(str(file), "", "not-json", _one_line(str(exc))))
+                unreadable.append(Problem(str(file), "", "not-json", one_line(str(exc))))
             continue
         if _looks_like_manifest(doc):
             found.append((file, doc))
@@ -456,7 +456,7 @@ def validate_paths(paths: Iterable[Path | str], *, derive: Callable[[Path, dict]
             problems.append(Problem(str(file), "", "file-missing", f"{file} does not exist"))
             continue
         except (OSError, ValueError, UnicodeDecodeError) as exc:  # a JSON list or string is fine here
-            problems.append(Problem(str(file), "", "not-json", _one_line(str(exc))))
+            problems.append(Problem(str(file), "", "not-json", one_line(str(exc))))
             checked += explicit
             continue
         if not explicit and not _looks_like_manifest(doc):

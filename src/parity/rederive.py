@@ -4,13 +4,15 @@ A hash chain proves only that nothing changed since someone last hashed it. A fo
 and re-writes the SHA-256 and sizes up the chain (trial → experiment → report → run) passes every hash
 check. So validation also derives, from the content, what a manifest states that a result rests on and
 names a disagreement (rule `disagrees`): a trial's timing from its records and its verdict from its records
-and trace (`checks`); a pair's rates, ratio and pinning from its two trials (`stats`); an experiment's cases
-(every one its settings plan), pairs and offline limits from its trials (`experiments.derive`); an MLPerf
-run's result from its LoadGen logs (`mlperf.logs`); a report's page, tables, numbers and label, composed
-again from the manifests it links (`report.build`); the run manifest's label from the manifests it links
-(here); a cleanup receipt's verdict from its errors (`procs`); a trace as the engines would take it, and built again from its inputs and spec (`trace`). A forgery of those must then be consistent with
-the trace and with itself on every line. Not derived: what a manifest records as given (settings, versions,
-GPU names, `ran_with`, cleanup receipts); those, and a forger who re-runs all of it on invented records,
+and trace, and whether its outputs are the simulator's (`checks`); a pair's rates, ratio and pinning from its
+two trials (`stats`); an experiment's cases (every one its settings plan), pairs and offline limits from its
+trials (`experiments.derive`); an MLPerf run's result from its LoadGen logs, a comparison from its two runs
+(`mlperf`); a report's page, tables, numbers and label, composed again from the manifests it links
+(`report.build`); the run manifest's label from the manifests it links (here); a cleanup receipt's verdict
+from its errors (`procs`); a trace as the engines would take it, and built again from its inputs and spec
+(`trace`). A forgery of those must then be consistent with the trace and with itself on every line. Not
+derived: what a manifest records as given (settings, versions, GPU names, `ran_with`, what each cleaned-up
+process did); those, and a forger who re-runs all of it on invented records,
 only a signature by a key the reviewer trusts can vouch for: `parity.signature`.
 
 Each room keeps its own derivation beside the code that writes the manifest; this module only routes by

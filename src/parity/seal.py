@@ -47,10 +47,17 @@ def kept(results: Path) -> list[Path]:
     return files
 
 
-def not_plain(results: Path) -> list[Problem]:
-    """Every symbolic link and special file (a named pipe, a socket, a device) in a results tree, named: evidence is
-    plain files, and a link could stand for anything (a pipe was skipped silently until an outside evaluator's
-    2026-12-05 pass)."""
+def _leftover(path: Path) -> bool:
+    """A temporary file of parity's atomic writes (`manifest.atomic_write_bytes`: `.NAME.XXXX.tmp`), left when
+    the write was killed before its rename."""
+    return path.name.startswith(".") and path.name.endswith(".tmp") and path.is_file()
+
+
+def not_evidence(results: Path) -> list[Problem]:
+    """What must not be in an evidence tree, named, in one walk of it: symbolic links and special files (a named
+    pipe, a socket, a device: evidence is plain files, and a link could stand for anything; a pipe was skipped
+    silently until an outside evaluator's 2026-12-05 pass), and the temporary files killed writes left (its second
+    pass: seal linked one into run.json and the bundle carried it)."""
     problems = []
     for path in sorted(Path(results).rglob("*")):
         if path.is_symlink():
@@ -60,24 +67,11 @@ def not_plain(results: Path) -> list[Problem]:
         elif not (path.is_file() or path.is_dir()):
             problems.append(Problem(str(path), "", "special-file", f"a special file (a named pipe, socket or device) "
                                     f"in the results tree {results}: evidence is plain files (remove it)"))
+        elif _leftover(path):
+            problems.append(Problem(str(path), "", "leftover", f"a temporary file a killed write left in the results "
+                                    f"tree {results}: not evidence (remove it; the step that writes "
+                                    f"{path.name[1:].removesuffix('.tmp').rsplit('.', 1)[0]} wrote it again or will)"))
     return problems
-
-
-def _leftover(path: Path) -> bool:
-    """A temporary file of parity's atomic writes (`manifest.atomic_write_bytes`: `.NAME.XXXX.tmp`), left when
-    the write was killed before its rename."""
-    return path.name.startswith(".") and path.name.endswith(".tmp") and path.is_file()
-
-
-def not_evidence(results: Path) -> list[Problem]:
-    """What must not be in an evidence tree, named: symbolic links and special files (`not_plain`), and the
-    temporary files killed writes left (an outside evaluator's second 2026-12-05 pass: seal linked one into
-    run.json and the bundle carried it)."""
-    return not_plain(results) + [
-        Problem(str(path), "", "leftover", f"a temporary file a killed write left in the results tree {results}: "
-                "not evidence (remove it; the step that writes "
-                f"{path.name[1:].removesuffix('.tmp').rsplit('.', 1)[0]} wrote it again or will)")
-        for path in sorted(Path(results).rglob(".*.tmp")) if _leftover(path)]
 
 
 def _is_run_manifest(path: Path, doc: dict) -> bool:
@@ -176,7 +170,7 @@ def unlinked(results: Path) -> list[Problem]:
     here = Path(os.path.abspath(results))
     return [Problem(str(results / rel), "", "unlinked",
                     f"kept in the sealed tree {results} but linked by no manifest (added after its run manifest?)")
-            for rel in kept(results) if (here / rel) not in linked and rel != Path(RUN_MANIFEST)] + not_evidence(results)
+            for rel in kept(results) if (here / rel) not in linked and rel != Path(RUN_MANIFEST)]
 
 
 def sealed_trees(folder: Path) -> list[Path]:
@@ -194,9 +188,10 @@ def sealed_trees(folder: Path) -> list[Path]:
 
 
 def certify(paths: Iterable[Path]) -> tuple[int, list[Problem]]:
-    """What `parity validate` checks of named manifests and trees (`rederive.validate`) and, in each sealed
-    tree, that every kept file is linked and none is a symbolic link; returns (manifests checked, problems)."""
+    """What `parity validate` checks of named manifests and trees (`rederive.validate`) and, in each named tree,
+    that nothing in it is not evidence (`not_evidence`) and, where it is sealed, that every kept file is linked;
+    returns (manifests checked, problems)."""
     paths = [Path(p) for p in paths]
     checked, problems = validate(paths)
-    return checked, problems + [problem for path in paths if path.is_dir() for problem in
-                                (unlinked(path) if (path / RUN_MANIFEST).is_file() else not_evidence(path))]
+    return checked, problems + [problem for path in paths if path.is_dir()
+                                for problem in unlinked(path) + not_evidence(path)]

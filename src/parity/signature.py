@@ -40,7 +40,7 @@ def _minisign():
 def public_key(text_or_path: str):
     """A minisign public key: a .pub file, or its base64 line (as published beside the artifact)."""
     minisign = _minisign()
-    if not Path(text_or_path).is_file() and (text_or_path.endswith(".pub") or "." in text_or_path):
+    if not Path(text_or_path).is_file() and "." in text_or_path:  # a file's name (a base64 line has no dot)
         raise SignatureError(f"no public key file at {text_or_path} (give a minisign .pub file or its base64 line)")
     try:
         if Path(text_or_path).is_file():

@@ -26,6 +26,7 @@ from parity.manifest import (
     file_ref,
     first_difference,
     header,
+    one_line,
     sha256_file,
     write_manifest,
 )
@@ -528,10 +529,12 @@ def derived_problems(manifest_path: Path, doc: dict) -> list[tuple[str, str]]:
 
     found = [("", why) for why in engine_problems(manifest_path, doc)]
     folder = Path(manifest_path).parent
-    if found or "parent" in doc:  # a subset (`write_subset`): its parent's requests at its positions
-        return found or _subset_problems(folder, doc)
-    if "source" in doc["spec"]:
+    if found:
         return found
+    if "parent" in doc:  # a subset (`write_subset`): its parent's requests at its positions
+        return _subset_problems(folder, doc)
+    if "source" in doc["spec"]:
+        return []
     spec, inputs = doc["spec"], doc["inputs"]
     try:
         wanted = TraceSpec(name=doc["name"], documents=spec["documents"],
@@ -541,10 +544,11 @@ def derived_problems(manifest_path: Path, doc: dict) -> list[tuple[str, str]]:
                            zipf=spec.get("zipf", 0.0), blocks=spec.get("blocks", 1),
                            answer_tokens=spec.get("answer_tokens", 0))
         with tempfile.TemporaryDirectory(prefix="parity-trace-") as scratch:
+            corpus, tokenizer = folder / inputs["corpus"]["file"]["path"], folder / inputs["tokenizer"]["file"]["path"]
             built = json.loads(build_trace(
-                wanted, folder / inputs["corpus"]["file"]["path"], (folder / inputs["tokenizer"]["file"]["path"]).parent,
-                Path(scratch), text_field=inputs["corpus"]["text_field"], corpus_origin=inputs["corpus"]["origin"],
-                tokenizer_origin=inputs["tokenizer"]["origin"], context_tokens=doc.get("context_tokens")).read_text())
+                wanted, corpus, tokenizer.parent, Path(scratch), text_field=inputs["corpus"]["text_field"],
+                corpus_origin=inputs["corpus"]["origin"], tokenizer_origin=inputs["tokenizer"]["origin"],
+                context_tokens=doc.get("context_tokens")).read_text())
     except (ParityError, KeyError, TypeError, ValueError, OSError) as exc:
         return [("/spec", f"cannot be built again from its inputs and spec: {' '.join(str(exc).split())}")]
     for part in ("corpus", "tokenizer"):  # where the scratch build found them is not where the trace lies
@@ -552,8 +556,8 @@ def derived_problems(manifest_path: Path, doc: dict) -> list[tuple[str, str]]:
     for key in sorted(set(built) | set(doc)):
         if key not in ("parity_version", "schema_version") and built.get(key) != doc.get(key):
             pointer, stated, given = first_difference(f"/{key}", doc.get(key), built.get(key))
-            found.append((pointer, f"states {_brief(stated)}, the trace built again from its inputs and spec gives "
-                                   f"{_brief(given)}"))
+            found.append((pointer, f"states {one_line(repr(stated), 100)}, the trace built again from its inputs "
+                                   f"and spec gives {one_line(repr(given), 100)}"))
             break  # one forged number moves many after it: the first says where
     return found
 
@@ -572,12 +576,8 @@ def _subset_problems(folder: Path, doc: dict) -> list[tuple[str, str]]:
     if stated == derived:
         return []
     pointer, was, given = first_difference("", stated, derived)
-    return [(pointer, f"states {_brief(was)}, its parent trace at its positions gives {_brief(given)}")]
-
-
-def _brief(value, limit: int = 100) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
+    return [(pointer, f"states {one_line(repr(was), 100)}, its parent trace at its positions gives "
+                      f"{one_line(repr(given), 100)}")]
 
 
 def trace_context(doc: dict) -> tuple[int, int, str]:

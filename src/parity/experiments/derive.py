@@ -13,6 +13,7 @@ from pathlib import Path
 from parity.errors import ParityError
 from parity.experiments.offline_limit import OFFLINE_LIMIT, limit
 from parity.experiments.plan import for_experiment, runs_cases
+from parity.experiments.runner import case_entry
 from parity.manifest import first_difference, read_manifest
 from parity.stats import trial_facts
 
@@ -73,18 +74,17 @@ def _unplanned(doc: dict, traces: list[Path], configs: dict[str, dict]) -> list[
     states of each (`runner.case_entry`: placement, stage, rate, arm, Flame settings) against the plan and against
     its trial's own config (`configs`, by trial id). The traces in each order (a few), since a ladder's first rate,
     which extra pairs default to, follows their order."""
-    from parity.experiments.runner import case_entry
-
     if not runs_cases(doc["experiment"]) or not traces:
         return []
     listed = {case.get("trial_id"): (number, case) for number, case in enumerate(doc["cases"])}
+    once = len(listed) == len(doc["cases"])  # no case listed twice
     first = None
     for order in itertools.islice(itertools.permutations(traces), 120):
         try:
             planned = for_experiment(doc["experiment"], list(order), doc["settings"])
         except (ParityError, KeyError, TypeError, ValueError, OSError) as exc:
             return [("/settings", f"its cases cannot be planned again from its settings: {' '.join(str(exc).split())}")]
-        if sorted(c.trial_id for c in planned) == sorted(listed) and len(listed) == len(doc["cases"]):
+        if once and sorted(c.trial_id for c in planned) == sorted(listed):
             break
         first = first or [c.trial_id for c in planned]
     else:
