@@ -267,6 +267,14 @@ def test_cli_finds_experiments_under_results_and_prints_the_final_table(results,
     assert "Traceback" not in missing.output
 
 
+def test_cli_finds_the_study_reference_from_any_working_folder(results, tmp_path, monkeypatch):
+    """The default --reference is the repository's file, not a path relative to where the command runs."""
+    monkeypatch.chdir(tmp_path)
+    run = CliRunner().invoke(main, ["report", "--results", str(results), "--out", str(tmp_path / "r")])
+    assert run.exit_code == 0, run.output
+    assert (tmp_path / "r" / "study-reference.yaml").read_bytes() == REFERENCE.read_bytes()
+
+
 def test_mlperf_runs_fill_the_control_table(tmp_path):
     _confirmation(tmp_path / "confirmation")
     mlperf = tmp_path / "mlperf"

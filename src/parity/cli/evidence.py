@@ -159,8 +159,8 @@ def check_cmd(trials, pinning_from):
               help="Results folder: uses every RESULTS/*/experiment.json.")
 @click.option("--mlperf", "mlperf_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Folder of `parity mlperf run/compare` manifests (optional; absent: \"not run\").")
-@click.option("--reference", type=click.Path(path_type=Path, dir_okay=False), default="config/study-reference.yaml",
-              show_default=True, help="The study's published numbers.")
+@click.option("--reference", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="The study's published numbers (default: the repository's config/study-reference.yaml).")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, callback=options.out_folder,
               help="Folder for report.md, *.png and report.json.")
 @friendly_errors
@@ -168,6 +168,7 @@ def report_cmd(experiments, results, mlperf_dir, reference, out_dir):
     """Tables shaped like the study's with its numbers beside ours, PNG plots, and a report manifest."""
     from parity.report import write_report
     from parity.report.inputs import find_experiments
+    from parity.report.reference import DEFAULT_REFERENCE
 
     paths = list(experiments)
     if results is not None:
@@ -179,7 +180,7 @@ def report_cmd(experiments, results, mlperf_dir, reference, out_dir):
             raise ParityError(f"{results}: no experiment in it (no {results}/*/experiment.json): give the folder a "
                               "run wrote, or --experiment DIR or --mlperf DIR")
         raise ParityError("give --experiment DIR (repeatable), --results DIR or --mlperf DIR")
-    made = write_report(paths, mlperf_dir, reference, out_dir)
+    made = write_report(paths, mlperf_dir, reference or DEFAULT_REFERENCE, out_dir)
     click.echo(f"evidence: {made['evidence'] or 'none'}")
     click.echo(made["final_table"], nl=False)
     click.echo(f"wrote {out_dir / 'report.md'} and {out_dir / 'report.json'}", err=True)

@@ -13,6 +13,8 @@ import yaml
 from parity.errors import ParityError
 
 SECTIONS = ("final_throughput", "locality", "admission", "gc", "mlperf")
+DEFAULT_REFERENCE = Path(__file__).resolve().parents[3] / "config" / "study-reference.yaml"  # the repository's, from
+# any working folder
 
 
 def load_reference(path: Path) -> dict:
