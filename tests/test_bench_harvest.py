@@ -39,6 +39,19 @@ def test_bench_harvest_on_the_stand_in_runs_every_phase_and_says_where(tmp_path)
     assert (tmp_path / "harvest-work" / "cleanup-flame.json").exists()
 
 
+def test_bench_harvest_express_runs_each_hold_both_ways_side_by_side(tmp_path):
+    out = tmp_path / "harvest.json"
+    tiny = ["--tasks", 5, "--round-trips", 2, "--warmup", 1, "--requests", 4, "--repeats", 1, "--rate", 20,
+            "--samples", 2, "--hold-ms", 5, "--express"]
+    result = CliRunner().invoke(main, ["bench", "harvest", "--cluster", "standin", *map(str, tiny), "--out", str(out)])
+    assert result.exit_code == 0, result.output
+    doc = json.loads(out.read_text())
+    assert [(c["hold_ms"], c["express"]) for c in doc["cycles"]] == [(5, False), (5, True)]
+    assert all(c["arrival_to_seen_s"]["n"] == 4 for c in doc["cycles"])
+    assert "hold 5 ms, EXPRESS:" in result.output
+    assert "express / as the arm ran, side by side: admission wait p99 " in result.output
+
+
 def test_spread_gives_the_percentiles_and_range():
     s = spread(range(101))
     assert (s["n"], s["p50"], s["p90"], s["p99"], s["min"], s["max"]) == (101, 50, 90, 99, 0, 100)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+import time
 from concurrent.futures import Future
 
 import flamepy
@@ -254,6 +255,72 @@ def test_closing_waits_for_the_outstanding_task_then_fails_what_is_left_by_name(
         harvester.submit("c", [1])
 
 
+def test_express_sends_what_arrives_behind_the_outstanding_task_at_once_and_takes_results_in_order():
+    """FlameSettings express: a prompt arriving while the session's task is out goes at once in a second task (Flame
+    queues it behind the first); a third waits until one of the two comes back; results are applied in the order
+    the tasks went, whatever order their futures resolve in."""
+    from waiting import wait_until  # tests/ is on sys.path
+
+    sent: list[tuple[list[str], Future]] = []
+
+    def send(data: bytes) -> Future:
+        sent.append(([p.request_id for p in codec.decode(data, budget=1 << 30)], Future()))
+        return sent[-1][1]
+
+    def output(events=(), outputs=()) -> bytes:
+        return codec.encode_output(list(outputs), {"executor_id": "e"}, {}, list(events))
+
+    def done(rid: str, tokens: list[int]) -> dict:
+        return {"request_id": rid, "output_token_ids": tokens, "prompt_tokens": 3, "cached_tokens": 0}
+
+    harvester = Harvester(send, FlameSettings.from_dict(HARVEST | {"express": True}), name="s1")
+    try:
+        a = harvester.submit("a", [1, 2, 3])
+        wait_until(lambda: len(sent) == 1, what="the first task")
+        b = harvester.submit("b", [4, 5, 6])  # the first is out: b goes at once, behind it
+        wait_until(lambda: len(sent) == 2, what="the express task")
+        assert [ids for ids, _ in sent] == [["a"], ["b"]]
+        c = harvester.submit("c", [7, 8, 9])  # two out: c waits
+        time.sleep(0.2)
+        assert len(sent) == 2
+        sent[0][1].set_result(output([{"request_id": "a", "from": 0, "token_s": [1.0]},
+                                      {"request_id": "b", "from": 0, "token_s": [1.0]}], [done("a", [9])]))
+        assert a.result(timeout=30).output_token_ids == [9]
+        wait_until(lambda: len(sent) == 3, what="c's task")  # behind b's, the loop's task now
+        assert sent[2][0] == ["c"]
+        # the third's result resolves first: it is not applied before the second's (b's token would be from 2)
+        sent[2][1].set_result(output([{"request_id": "b", "from": 2, "token_s": [3.0]},
+                                      {"request_id": "c", "from": 0, "token_s": [3.0]}], [done("b", [5, 5, 5]),
+                                                                                          done("c", [1])]))
+        time.sleep(0.1)
+        assert not b.done()
+        sent[1][1].set_result(output([{"request_id": "b", "from": 1, "token_s": [2.0]}]))
+        assert b.result(timeout=30).output_token_ids == [5, 5, 5] and c.result(timeout=30).output_token_ids == [1]
+    finally:
+        harvester.close()
+    assert [bool(t.get("express")) for t in harvester.tasks] == [False, True, True]
+
+
+def test_without_express_one_task_is_outstanding_and_what_arrives_waits_for_it():
+    from waiting import wait_until  # tests/ is on sys.path
+
+    sent: list[Future] = []
+    harvester = Harvester(lambda data: sent.append(Future()) or sent[-1], FlameSettings.from_dict(HARVEST), name="s2")
+    try:
+        harvester.submit("a", [1, 2, 3])
+        wait_until(lambda: len(sent) == 1, what="the first task")
+        harvester.submit("b", [4, 5, 6])
+        time.sleep(0.2)
+        assert len(sent) == 1  # the harvest arm as it ran: b goes only once the first comes back
+        sent[0].set_result(codec.encode_output([], {"executor_id": "e"}, {}, []))
+        wait_until(lambda: len(sent) == 2, what="b's task")
+    finally:
+        for future in sent:
+            if not future.done():
+                future.set_result(codec.encode_output([], {"executor_id": "e"}, {}, []))
+        harvester.close()
+
+
 def test_the_mode_is_ours_and_the_studys_settings_record_without_it():
     study = FlameSettings(batch_limit=256, window_ms=10, api="async", order="prefix")
     assert "mode" not in study.to_dict() and "hold_ms" not in study.to_dict() and "harvest" not in study.label()
@@ -262,6 +329,9 @@ def test_the_mode_is_ours_and_the_studys_settings_record_without_it():
     assert FlameSettings.from_dict(HARVEST | {"hold_ms": 0}).hold_s == 0
     rotating = FlameSettings.from_dict(HARVEST | {"rotate_tasks": 1000})
     assert rotating.label().endswith("-harvest-h5ms-rotate1000") and "rotate_tasks" not in ours.to_dict()
+    express = FlameSettings.from_dict(HARVEST | {"express": True})
+    assert express.label().endswith("-harvest-h5ms-express") and express.to_dict()["express"] is True
+    assert "express" not in ours.to_dict() and FlameSettings.from_dict(express.to_dict()) == express
 
 
 @pytest.mark.parametrize("values, message", [
@@ -272,6 +342,8 @@ def test_the_mode_is_ours_and_the_studys_settings_record_without_it():
     ({"hold_ms": 3}, "hold_ms \\(3\\) applies only with mode harvest"),
     ({"rotate_tasks": 3}, "rotate_tasks \\(3\\) applies only with mode harvest"),
     (HARVEST | {"rotate_tasks": -1}, "rotate_tasks must be 0 \\(never\\) or more"),
+    ({"express": True}, "express applies only with mode harvest"),
+    (HARVEST | {"express": "yes"}, "express"),
 ])
 def test_a_bad_harvest_setting_is_refused_in_one_line(values, message):
     with pytest.raises(ParityError, match=message):
@@ -356,6 +428,25 @@ def test_an_empty_task_comes_back_empty_and_a_hold_of_zero_returns_between_token
         assert answer.output_token_ids == output_tokens(np.arange(1, 100), 128_256, 6)
         # 200 ms engine steps: with no hold, tasks come back with nothing while the request runs
         assert any(t["open"] and not t["events"] and not t["completions"] for t in harvester.tasks)
+
+
+@pytest.mark.parametrize("kind", CLUSTERS)
+def test_express_tasks_queue_behind_the_outstanding_one_and_every_answer_is_whole_and_in_order(kind, tmp_path):
+    """Through the cluster's own task path: prompts arriving while a task is out go behind it at once (Flame
+    queues the second task and the one executor takes it next), and each answer's tokens come in order."""
+    with harvest_session(kind, tmp_path, step_s=0.02, hold_ms=50, express=True) as (_, sessions):
+        harvester = sessions.batchers[0]
+        prompts = {f"r{k}": np.arange(1 + k, 80 + k) for k in range(6)}
+        futures = {}
+        for rid, prompt in prompts.items():  # 20 ms engine steps: each arrives while a task is out
+            futures[rid] = harvester.submit(rid, prompt, max_tokens=8)
+            time.sleep(0.03)
+        for rid, future in futures.items():
+            answer = future.result(timeout=120)
+            assert answer.output_token_ids == output_tokens(prompts[rid], 128_256, 8)
+            assert answer.token_s == sorted(answer.token_s)
+        assert any(t.get("express") for t in harvester.tasks)
+        assert {t["executor_id"] for t in harvester.tasks} <= {e["executor_id"] for e in sessions.executors()}
 
 
 @pytest.mark.parametrize("kind", CLUSTERS)

@@ -20,6 +20,10 @@ name (`sim-0`), one sticky session at a time, in three phases:
    it lives. With `rotate_tasks` the phase runs again with the harvester moving to a fresh session every
    that many tasks (FlameSettings `rotate_tasks`, ours, off by default): before and after.
 
+With `express`, phase 2 runs each hold twice, side by side on fresh sessions: as the harvest arm ran (one task
+outstanding), then with FlameSettings `express` (what arrives while a task is out goes at once in a second task
+queued behind it), and prints the second's admission wait, event-to-client time and task rate against the first's.
+
 Clock: CLOCK_MONOTONIC (Python's time.monotonic) on both sides. Flame runs its executor on this host
 (one loopback node), and CLOCK_MONOTONIC is one clock for every process of a host since its boot, so the
 worker's stamps and the client's subtract directly; it does not step with NTP as time.time() can. The
@@ -231,7 +235,7 @@ def _delete(running, session_id: str) -> None:
 def run(kind: str, out_dir: Path, *, bin_dir=None, tasks: int = 100_000, holds_ms=HOLDS_MS, round_trip_count: int = 500,
         warmup: int = 50, rate: float = 4.0, requests: int = 40, repeats: int = 2, warmup_requests: int = 4,
         output_tokens: int = 16, samples: int = 50, rotate_tasks: int = 0, sim_params: str | None = None, save=None,
-        log=print) -> dict:
+        express: bool = False, log=print) -> dict:
     """All three phases on one cluster (`kind`: flame or standin); `save(result)` after each phase. With
     `rotate_tasks`, phase 3 runs again with the harvester rotating sessions every that many tasks (after)."""
     from parity.paths.flame import cluster
@@ -243,16 +247,20 @@ def run(kind: str, out_dir: Path, *, bin_dir=None, tasks: int = 100_000, holds_m
                  log=log) as running:
         result["cluster"] = running.describe()
         for index, hold_ms in enumerate(holds_ms):
-            with _session(running, f"hv-h{index}", sim_params, hold_ms=hold_ms) as sessions:
-                if index == 0:
-                    log(f"empty-task round trip: {warmup} untimed, {round_trip_count} timed")
-                    result["round_trip"] = round_trips(sessions.sessions[0], round_trip_count, warmup)
+            for sent_behind in (False, True) if express else (False,):
+                name = f"hv-h{index}" + ("-express" if sent_behind else "")
+                with _session(running, name, sim_params, hold_ms=hold_ms, express=sent_behind) as sessions:
+                    if "round_trip" not in result:
+                        log(f"empty-task round trip: {warmup} untimed, {round_trip_count} timed")
+                        result["round_trip"] = round_trips(sessions.sessions[0], round_trip_count, warmup)
+                        save(result)
+                    log(f"harvest cycle, hold {hold_ms:g} ms{', express' if sent_behind else ''}: {repeats} x "
+                        f"{requests} requests at {rate:g}/s")
+                    result.setdefault("cycles", []).append(cycle(
+                        sessions.batchers[0], hold_ms, rate=rate, requests=requests, repeats=repeats,
+                        output_tokens=output_tokens, warmup_requests=warmup_requests, pids=_path_pids(running))
+                        | {"express": sent_behind})
                     save(result)
-                log(f"harvest cycle, hold {hold_ms:g} ms: {repeats} x {requests} requests at {rate:g}/s")
-                result.setdefault("cycles", []).append(cycle(
-                    sessions.batchers[0], hold_ms, rate=rate, requests=requests, repeats=repeats,
-                    output_tokens=output_tokens, warmup_requests=warmup_requests, pids=_path_pids(running)))
-                save(result)
         for key, rotate in (("memory", 0), ("memory_rotating", rotate_tasks)):
             if key == "memory_rotating" and not rotate:
                 continue
@@ -283,6 +291,19 @@ def _row(name: str, s: dict | None) -> str:
             f"  min {_ms(s, 'min'):>8}  max {_ms(s, 'max'):>8} ms")
 
 
+def express_line(plain: dict, express: dict) -> str:
+    """The express cycle against the plain one at the same hold: p99s and their ratios, and the task rate."""
+    parts = []
+    for key, name in (("arrival_to_seen_s", "admission wait"), ("event_to_client_s", "event -> client"),
+                      ("ttft_client_s", "client TTFT")):
+        a, b = plain.get(key), express.get(key)
+        if a and b:
+            parts.append(f"{name} p99 {a['p99'] * 1e3:.2f} -> {b['p99'] * 1e3:.2f} ms ({b['p99'] / a['p99']:.2f}x)")
+    a, b = plain["tasks_per_s"], express["tasks_per_s"]
+    parts.append(f"tasks/s over the window p50 {a['p50']:.1f} -> {b['p50']:.1f}")
+    return "express / as the arm ran, side by side: " + "; ".join(parts)
+
+
 def summary_lines(result: dict) -> list[str]:
     """The result, readable: one block per phase."""
     where = ("real Flame v0.6.0" if result["cluster_kind"] == "flame"
@@ -292,10 +313,12 @@ def summary_lines(result: dict) -> list[str]:
         rt = result["round_trip"]
         lines += [f"empty-task round trip ({rt['warmup']} warmup tasks untimed):", _row("client send -> result held",
                                                                                        rt["round_trip_s"])]
+    plain: dict[float, dict] = {}
     for c in result.get("cycles", []):
         tps, busy = c["tasks_per_s"], c["busy_tasks_per_s"]
         tasks, empty = sum(r["tasks"] for r in c["runs"]), sum(r["empty_tasks"] for r in c["runs"])
-        lines += [f"hold {c['hold_ms']:g} ms: {c['repeats']} runs x {c['requests']} requests, Poisson "
+        lines += [f"hold {c['hold_ms']:g} ms{', EXPRESS' if c.get('express') else ''}: {c['repeats']} runs x "
+                  f"{c['requests']} requests, Poisson "
                   f"{c['rate_per_s']:g}/s, {c['output_tokens']} tokens each ({c['warmup_requests']} warmup requests "
                   f"untimed): {tps['min']:.1f}-{tps['max']:.1f} tasks/s over the window, {busy['min']:.1f}-"
                   f"{busy['max']:.1f} while busy (min-max of runs); {empty} of {tasks} tasks carried no prompt",
@@ -307,6 +330,10 @@ def summary_lines(result: dict) -> list[str]:
         if c.get("cpu"):
             lines.append("  CPU per task (share of a core over the window): " + "; ".join(
                 f"{name} {u['ms_per_task']:.2f} ms ({u['cores']:.0%})" for name, u in c["cpu"].items()))
+        if not c.get("express"):
+            plain[c["hold_ms"]] = c
+        elif c["hold_ms"] in plain:
+            lines.append("  " + express_line(plain[c["hold_ms"]], c))
     for key in ("memory", "memory_rotating"):
         if key not in result:
             continue

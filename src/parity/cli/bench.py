@@ -91,6 +91,8 @@ def bench_startup(engine, cluster, flame_bin_dir, gpu, repeats, sim_params, mode
               help="A hold time to measure the harvest cycle at (repeat); default 0, 1, 5 and 20 ms.")
 @click.option("--round-trips", default=500, show_default=True, type=click.IntRange(min=1),
               help="Timed empty-task round trips.")
+@click.option("--express", is_flag=True,
+              help="Run each hold twice, side by side: as the harvest arm ran, then with Flame setting express.")
 @click.option("--warmup", default=50, show_default=True, type=click.IntRange(min=0),
               help="Untimed empty tasks before each timed phase.")
 @click.option("--rate", default=4.0, show_default=True, type=options.Finite(min=0, min_open=True),
@@ -104,8 +106,8 @@ def bench_startup(engine, cluster, flame_bin_dir, gpu, repeats, sim_params, mode
               help="The cluster's logs and receipt (default: a folder beside --out, else ./bench-harvest).")
 @options.json_out
 @friendly_errors
-def bench_harvest(cluster, flame_bin_dir, tasks, rotate_tasks, holds_ms, round_trips, warmup, rate, requests, repeats, samples,
-                  sim_params, work_dir, out):
+def bench_harvest(cluster, flame_bin_dir, tasks, rotate_tasks, holds_ms, round_trips, express, warmup, rate, requests,
+                  repeats, samples, sim_params, work_dir, out):
     """The harvest mode's costs on Flame's task path, on the CPU (simulated engine): the empty-task round trip,
     the harvest cycle at several hold times under a light stream (admission wait, event to client), and the
     session manager's memory over many tasks on one session."""
@@ -115,7 +117,7 @@ def bench_harvest(cluster, flame_bin_dir, tasks, rotate_tasks, holds_ms, round_t
     result = harvest.run(cluster, work_dir, bin_dir=flame_bin_dir, tasks=tasks, holds_ms=holds_ms or harvest.HOLDS_MS,
                          round_trip_count=round_trips, warmup=warmup, rate=rate, requests=requests, repeats=repeats,
                          samples=samples, rotate_tasks=rotate_tasks, sim_params=str(sim_params) if sim_params else None,
-                         save=lambda result: save(out, result), log=echo)
+                         save=lambda result: save(out, result), express=express, log=echo)
     for line in harvest.summary_lines(result):
         click.echo(line)
 

@@ -64,7 +64,7 @@ class PromptQueue:
             if self._closed:
                 raise ParityError(f"{self.what} {self.name} is closed")
             self._queue.append((request_id, np.asarray(tokens, dtype="<u4"), time.monotonic(), max_tokens, future))
-            self._lock.notify()
+            self._lock.notify_all()  # a harvester's loop and its express thread wait on it
         return future
 
 

@@ -1,4 +1,4 @@
-"""The harvest mode's client side: one session, exactly one task outstanding while it has work.
+"""The harvest mode's client side: one session, exactly one task outstanding while it has work (two, with express).
 
 The counterpart of `parity.flame.harvest` (ours, FlameSettings `mode: harvest`), with the batcher's face
 (`submit` a prompt, get a future of its `Result`; `close`), so `FlameSessions` and the Flame path use either.
@@ -19,6 +19,12 @@ hold: that memory grows with the run. With `rotate_tasks` (FlameSettings, ours, 
 harvester bounds it: after that many tasks it carries no new prompt until the session's open requests are
 done, then asks `rotate` for a fresh session (FlameSessions closes and deletes the old one; the new one has
 a new worker and engine, so its prefix cache starts cold) and goes on there; prompts arriving meanwhile wait.
+
+With `express` (FlameSettings, ours, off by default) a prompt that arrives while the session's task is out does
+not wait for that task to come back: a second thread sends it at once in a task of its own, which Flame's session
+manager queues behind the first (v0.6.0: one executor per sticky session, tasks taken in order), so the executor
+starts it the moment the first completes, without the trip back to the client and out again. At most two tasks
+are outstanding; the loop takes their results in the order they were sent, the second as its own next task.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ from parity.flame.settings import FlameSettings
 
 
 ROTATE = "rotate"  # what `_next` says when the session is due for rotation and drained
+SENDING = "sending"  # an express task being encoded and sent
 
 
 @dataclass
@@ -51,7 +58,8 @@ class _Open:
 
 
 class Harvester(PromptQueue):
-    """Keeps one harvest task outstanding on one session while prompts are queued or requests open."""
+    """Keeps one harvest task outstanding on one session while prompts are queued or requests open (with `express`,
+    a second behind it while prompts arrive)."""
 
     what = "harvester"
 
@@ -66,15 +74,23 @@ class Harvester(PromptQueue):
         self.send, self.batch_limit = send, settings.batch_limit
         self.rotate_tasks, self.rotate, self._on_session, self.rotations = settings.rotate_tasks, rotate, 0, 0
         self.rotation_s: list[float] = []  # per rotation, how long its fresh session took (not the drain before)
+        self.express = settings.express
+        self._out = False  # the loop's task is outstanding (an express task may go behind it)
+        self._express: tuple | None = None  # the task sent behind it: (task_id, future, sent, count, arrived); or
+        # SENDING while the express thread encodes and sends it
         self.budget, self.compress, self.output_tokens = settings.budget, settings.compress, output_tokens
         self._open: dict[str, _Open] = {}
         self._task_ids = itertools.count()
         self.batch_sizes: list[int] = []  # new prompts per task that carried any
         self.task_bytes: list[int] = []
         self.tasks: list[dict] = []  # per task: its id, executor, the service's timings, the round trip, and its
-        # prompts' admission waits and tokens' event-to-client times (`_waits`)
+        # prompts' admission waits and tokens' event-to-client times (`_waits`); `express` when sent behind another
         self._thread = threading.Thread(target=self._loop, name=f"harvester-{name}", daemon=True)
         self._thread.start()
+        self._express_thread = None
+        if self.express:
+            self._express_thread = threading.Thread(target=self._express_loop, name=f"express-{name}", daemon=True)
+            self._express_thread.start()
 
     def idle(self) -> bool:
         """No prompt queued and no request open (so no task outstanding)."""
@@ -94,7 +110,11 @@ class Harvester(PromptQueue):
                 return None
             if self._due():  # draining: no new prompt on this session
                 return [] if self._open else ROTATE
-            return [self._queue.popleft() for _ in range(min(self.batch_limit, len(self._queue)))]
+            return self._take_queued()
+
+    def _take_queued(self) -> list:
+        """Lock held: the prompts of the next task, oldest first."""
+        return [self._queue.popleft() for _ in range(min(self.batch_limit, len(self._queue)))]
 
     def _rotate(self) -> None:
         """Go on with a fresh session; if none can be had, close, failing what is queued in one line."""
@@ -116,29 +136,82 @@ class Harvester(PromptQueue):
             if taken is ROTATE:
                 self._rotate()
                 continue
-            task_id = f"{self.name}/h{next(self._task_ids)}"
-            try:
-                data, count = self._encode(taken)
-            except codec.PayloadError as exc:  # a prompt no task can carry: it alone fails
-                for *_, future in taken:
-                    future.set_exception(exc)
-                continue
-            with self._lock:  # what the budget left out goes first next time
-                self._queue.extendleft(reversed(taken[count:]))
-                self._open.update({rid: _Open(tokens, submitted, future)
-                                   for rid, tokens, submitted, _, future in taken[:count]})
-            if count:
-                self.batch_sizes.append(count)
-            self.task_bytes.append(len(data))
-            sent = time.monotonic()
-            self._on_session += 1
-            try:
-                doc = codec.decode_output(self.send(data).result())
-            except BaseException as exc:  # noqa: BLE001 - the transport or the task failed: loudly, to all
-                self._fail_open(task_id, exc)
-                continue
-            self._take(doc, task_id, sent, time.monotonic(), [submitted for _, _, submitted, _, _ in taken[:count]])
+            task = self._send(taken)
+            with self._lock:  # created in Flame: an express task may go behind it now, not before
+                self._out = task is not None
+                self._lock.notify_all()
+            while task is not None:  # its result, then that of an express task sent behind it, in order
+                self._result(*task)
+                task = self._behind()
         self._fail_open(None, ParityError(f"harvester {self.name} closed with the request unanswered"))
+
+    def _send(self, taken: list, behind: bool = False) -> tuple | None:
+        """Send a task carrying what it can of `taken` (the rest goes first next time): (task_id, future of its
+        output, when sent, their arrivals, whether it went behind another, as an express task); None if no task
+        went (a prompt no task can carry fails alone)."""
+        task_id = f"{self.name}/h{next(self._task_ids)}"
+        try:
+            data, count = self._encode(taken)
+        except codec.PayloadError as exc:
+            for *_, future in taken:
+                future.set_exception(exc)
+            return None
+        with self._lock:  # what the budget left out goes first next time
+            self._queue.extendleft(reversed(taken[count:]))
+            self._open.update({rid: _Open(tokens, submitted, future)
+                               for rid, tokens, submitted, _, future in taken[:count]})
+        if count:
+            self.batch_sizes.append(count)
+        self.task_bytes.append(len(data))
+        sent = time.monotonic()
+        self._on_session += 1
+        try:
+            output = self.send(data)
+        except BaseException as exc:  # noqa: BLE001 - the transport failed: its result is the failure
+            output = Future()
+            output.set_exception(exc)
+        return task_id, output, sent, [submitted for _, _, submitted, _, _ in taken[:count]], behind
+
+    def _result(self, task_id: str, output: Future, sent: float, arrived: list[float], behind: bool) -> None:
+        try:
+            doc = codec.decode_output(output.result())
+        except BaseException as exc:  # noqa: BLE001 - the transport or the task failed: loudly, to all
+            self._fail_open(task_id, exc)
+            return
+        self._take(doc, task_id, sent, time.monotonic(), arrived, behind)
+
+    def _behind(self) -> tuple | None:
+        """After the loop's task came back: the express task sent behind it (the loop's task now, so another may
+        go behind it), else None (nothing outstanding)."""
+        with self._lock:
+            while self._express is SENDING:
+                self._lock.wait()
+            task, self._express = self._express, None
+            self._out = task is not None
+            self._lock.notify_all()
+            return task
+
+    def _express_loop(self) -> None:
+        """Send what arrives while the loop's task is out, at once, in a task queued behind it (one at a time)."""
+        while True:
+            with self._lock:
+                while not self._closed and not (self._out and self._express is None and self._queue
+                                                and not self._due()):
+                    self._lock.wait()
+                if self._closed:
+                    return
+                self._express = SENDING
+                taken = self._take_queued()
+            task = None
+            try:
+                task = self._send(taken, behind=True)
+            except BaseException as exc:  # noqa: BLE001 - never leave the loop waiting on a task that did not go
+                for *_, future in taken:
+                    if not future.done():
+                        future.set_exception(exc)
+            with self._lock:
+                self._express = task
+                self._lock.notify_all()
 
     def _encode(self, taken: list) -> tuple[bytes, int]:
         """The task input and how many of `taken` (the first ones) it carries."""
@@ -148,12 +221,13 @@ class Harvester(PromptQueue):
         first = codec.split(prompts, compress=self.compress, budget=self.budget, output_tokens=self.output_tokens)[0]
         return first.data, first.count
 
-    def _take(self, doc: dict, task_id: str, sent: float, received: float, arrived: list[float]) -> None:
+    def _take(self, doc: dict, task_id: str, sent: float, received: float, arrived: list[float],
+              behind: bool = False) -> None:
         """Record the task, apply its events, then its completions; a result that breaks the order fails the
         session's open requests (it cannot be trusted for any of them)."""
         self.tasks.append({"task_id": task_id, "executor_id": doc["worker"].get("executor_id"),
                            "round_trip_s": received - sent, **doc.get("timings", {}),
-                           **self._waits(doc, received, arrived)})
+                           **self._waits(doc, received, arrived), **({"express": True} if behind else {})})
         finished: list[tuple[_Open, Result]] = []
         try:
             with self._lock:
@@ -216,8 +290,10 @@ class Harvester(PromptQueue):
                 entry.future.set_exception(exc)
 
     def close(self) -> None:
-        """Stop after the task outstanding (at most one hold away); requests still open fail, by name."""
+        """Stop after the tasks outstanding (at most two holds away); requests still open fail, by name."""
         with self._lock:
             self._closed = True
             self._lock.notify_all()
+        if self._express_thread is not None:
+            self._express_thread.join(timeout=10)
         self._thread.join(timeout=10)

@@ -40,6 +40,9 @@ class FlameSettings(Settings):
     rotate_tasks: int = 0  # ours, harvest: after this many tasks on one session, drain it and go on with a fresh one
     # (a new worker and engine), so Flame v0.6.0's session manager, which keeps every task of a session in memory
     # until the session is deleted, stays bounded (parity.flame.harvester); 0: never, the default
+    express: bool = False  # ours, harvest: a prompt arriving while the session's task is out goes at once in a second
+    # task, queued behind it in Flame's session manager, instead of waiting for the first to come back (at most two
+    # outstanding; parity.flame.harvester). Off: exactly one task outstanding, as the harvest arm ran
 
     def __post_init__(self):  # when the plan is made, not when a worker binds after earlier cases ran
         check_order(self.order)
@@ -63,6 +66,8 @@ class FlameSettings(Settings):
                 raise ParityError(f"Flame setting hold_ms ({self.hold_ms:g}) applies only with mode harvest")
             if self.rotate_tasks:
                 raise ParityError(f"Flame setting rotate_tasks ({self.rotate_tasks}) applies only with mode harvest")
+            if self.express:
+                raise ParityError("Flame setting express applies only with mode harvest")
             return
         if self.api != "async":
             raise ParityError("Flame setting mode harvest needs api async: it admits prompts into a running engine")
@@ -88,8 +93,8 @@ class FlameSettings(Settings):
         return int(self.budget_mib * 1024 * 1024)
 
     def to_dict(self) -> dict:
-        """As `from_dict` takes it; `inflight`, `mode`, `hold_ms` and `rotate_tasks` only when set, so the study's
-        configurations record what they did."""
+        """As `from_dict` takes it; `inflight`, `mode`, `hold_ms`, `rotate_tasks` and `express` only when set, so the
+        study's configurations (and the harvest arm as it ran) record what they did."""
         values = super().to_dict()
         if not self.inflight:
             del values["inflight"]
@@ -97,6 +102,8 @@ class FlameSettings(Settings):
             del values["mode"], values["hold_ms"]
         if not self.rotate_tasks:
             del values["rotate_tasks"]
+        if not self.express:
+            del values["express"]
         return values
 
     def label(self) -> str:
@@ -104,7 +111,7 @@ class FlameSettings(Settings):
                 + ("-freeze" if self.gc_freeze else "") + ("" if self.order == "arrival" else f"-{self.order}")
                 + (f"-inflight{self.inflight}" if self.inflight else "")
                 + (f"-harvest-h{self.hold_ms:g}ms" if self.mode == "harvest" else "")
-                + (f"-rotate{self.rotate_tasks}" if self.rotate_tasks else ""))
+                + (f"-rotate{self.rotate_tasks}" if self.rotate_tasks else "") + ("-express" if self.express else ""))
 
 
 def session_data(settings: FlameSettings, engine: str, engine_args: dict, sim_params: str | None,

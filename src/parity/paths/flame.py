@@ -382,6 +382,8 @@ def harvest_summary(tasks: list[dict]) -> dict:
     return {"tasks": len(tasks), "empty_tasks": sum(1 for t in tasks if not t.get("prompts")),
             "events": sum(t.get("events", 0) for t in tasks),
             "completions": sum(t.get("completions", 0) for t in tasks),
+            **({"express_tasks": sum(1 for t in tasks if t.get("express"))} if any("express" in t for t in tasks)
+               else {}),  # sent behind another (FlameSettings express)
             **{key: percentiles(t[key] for t in tasks if key in t) for key in ("admit_s", "wait_s", "round_trip_s")},
             # per prompt and per token, where the worker ran on this host (one CLOCK_MONOTONIC): a prompt's
             # arrival to the service seeing it and to its admission, an engine token to the client holding it
