@@ -449,20 +449,24 @@ def test_express_tasks_queue_behind_the_outstanding_one_and_every_answer_is_whol
         assert {t["executor_id"] for t in harvester.tasks} <= {e["executor_id"] for e in sessions.executors()}
 
 
+@pytest.mark.parametrize("express", [False, True], ids=["one-task", "express"])
 @pytest.mark.parametrize("kind", CLUSTERS)
-def test_a_killed_worker_fails_the_sessions_open_and_later_requests_and_is_named(kind, tmp_path):
+def test_a_killed_worker_fails_the_sessions_open_and_later_requests_and_is_named(kind, express, tmp_path):
+    """With express, a request sent behind the outstanding task fails with it too (two tasks out, neither hangs)."""
     from parity.restart import kill_tree
     from waiting import wait_until  # tests/ is on sys.path
 
-    with harvest_session(kind, tmp_path, step_s=0.05) as (running, sessions):
+    with harvest_session(kind, tmp_path, step_s=0.05, express=express) as (running, sessions):
         harvester = sessions.batchers[0]
         long = harvester.submit("long", np.arange(1, 100), max_tokens=512)  # 25 s of engine steps
         wait_until(lambda: any(t["events"] for t in harvester.tasks), 120, "the request's first tokens")
+        behind = [harvester.submit("behind", np.arange(2, 90), max_tokens=512)] if express else []
         pid = sessions.worker(0)["pid"]
         kill_tree(pid)
-        with pytest.raises(ParityError, match=r"^harvest task hv-0/h\d+ failed: ") as error:  # at once, not a hang
-            long.result(timeout=60)
-        assert "\n" not in str(error.value)
+        for future in [long, *behind]:
+            with pytest.raises(ParityError, match=r"^harvest task hv-0/h\d+ failed: ") as error:  # at once, no hang
+                future.result(timeout=60)
+            assert "\n" not in str(error.value)
         later = harvester.submit("later", np.arange(1, 50), max_tokens=4)  # v0.6.0: the session serves no more
         with pytest.raises(ParityError, match=r"^harvest task hv-0/h\d+ failed: "):
             later.result(timeout=60)

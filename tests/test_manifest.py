@@ -143,6 +143,22 @@ def test_header_fields_are_required(kind):
             assert ("", "required") in rules(problems) and field in problems[0].message
 
 
+@pytest.mark.parametrize("kind", sorted(MINIMAL))
+def test_an_unknown_top_level_field_is_refused(kind):
+    """A field no schema declares is named, not carried along unchecked (a forged or misspelt entry)."""
+    doc = MINIMAL[kind]() | {"speedup_claimed": 2.0}
+    problems = validate_document(doc)
+    assert rules(problems) == [("", "unevaluatedProperties")] and "speedup_claimed" in problems[0].message
+
+
+def test_an_unknown_field_is_named_once_the_rest_is_right():
+    """A failing part of a schema leaves the fields it declares unevaluated: beside a real problem they are not
+    named as unexpected (an MLPerf run with a wrong scenario names the scenario, not its other fields)."""
+    doc = MINIMAL["trial"]() | {"speedup_claimed": 2.0}
+    doc["schema_version"] = SCHEMA_VERSION + 1
+    assert rules(validate_document(doc)) == [("/schema_version", "const")]
+
+
 # ---- schema problems: pointer, rule, message ---------------------------------------------------
 
 def test_missing_field_is_named_with_pointer_and_rule():

@@ -284,6 +284,9 @@ def validate_document(doc, *, path: Path | str | None = None) -> list[Problem]:
         return [Problem(file, "/kind", "unknown-kind", f"{what}; known kinds: {', '.join(known_kinds())}")]
     problems = {Problem(file, _pointer(error.absolute_path), str(error.validator), one_line(error.message))
                 for error in validator.iter_errors(doc)}
+    if any(p.rule != "unevaluatedProperties" for p in problems):  # a failing subschema leaves the fields it
+        # declares unevaluated, so beside another problem this would name declared fields as unexpected
+        problems = {p for p in problems if p.rule != "unevaluatedProperties"}
     return sorted(problems, key=lambda p: (p.pointer, p.rule, p.message))
 
 
