@@ -76,8 +76,8 @@ class Harvester(PromptQueue):
         self.rotation_s: list[float] = []  # per rotation, how long its fresh session took (not the drain before)
         self.express = settings.express
         self._out = False  # the loop's task is outstanding (an express task may go behind it)
-        self._express: tuple | None = None  # the task sent behind it: (task_id, future, sent, count, arrived); or
-        # SENDING while the express thread encodes and sends it
+        self._express: tuple | str | None = None  # the task sent behind it (as `_send` returns it), or SENDING while
+        # the express thread encodes and sends it
         self.budget, self.compress, self.output_tokens = settings.budget, settings.compress, output_tokens
         self._open: dict[str, _Open] = {}
         self._task_ids = itertools.count()
