@@ -235,6 +235,56 @@ def test_rotation_needs_a_way_to_rotate():
         Harvester(lambda data: Future(), FlameSettings(mode="harvest", api="async", rotate_tasks=5))
 
 
+def test_a_prompt_no_task_can_carry_fails_alone_and_the_loop_survives_bad_results():
+    """An outside evaluator's (2026-12-05): a prompt over the payload budget failed every prompt taken with it; an
+    output length no task can encode, a result missing a field, or a caller's cancelled future killed the loop, and
+    every later request waited forever."""
+    from waiting import wait_until  # tests/ is on sys.path
+
+    sent: list[tuple[list[str], Future]] = []
+
+    def send(data: bytes) -> Future:
+        sent.append(([p.request_id for p in codec.decode(data, budget=1 << 30)], Future()))
+        return sent[-1][1]
+
+    def answer(index: int, rid: str, tokens: list[int], events=None) -> None:
+        events = [{"request_id": rid, "from": 0, "token_s": [1.0] * len(tokens)}] if events is None else events
+        sent[index][1].set_result(codec.encode_output(
+            [{"request_id": rid, "output_token_ids": tokens, "prompt_tokens": 3, "cached_tokens": 0}],
+            {"executor_id": "e"}, {}, events))
+
+    harvester = Harvester(send, FlameSettings.from_dict(HARVEST | {"budget_mib": 0.001}), name="s3")
+    try:
+        hold = harvester.submit("hold", [1, 2, 3])  # out first, so the next three are taken together
+        wait_until(lambda: len(sent) == 1, what="the first task")
+        ok1 = harvester.submit("ok1", [4, 5, 6])
+        big = harvester.submit("big", list(range(1, 2000)))  # over the 1,048-byte budget alone
+        wide = harvester.submit("wide", [7, 8], max_tokens=2**32)  # an output length no task can encode
+        ok2 = harvester.submit("ok2", [9, 10])
+        answer(0, "hold", [1])
+        for future, why in ((big, "alone .* exceeds the payload budget"), (wide, "out of bounds")):
+            with pytest.raises(Exception, match=why):
+                future.result(timeout=30)
+        wait_until(lambda: len(sent) == 2, what="the task carrying the two that fit")
+        assert sent[1][0] == ["ok1", "ok2"]
+        ok1.cancel()  # its caller gave up: the result for it goes nowhere, the other is delivered
+        sent[1][1].set_result(codec.encode_output(
+            [{"request_id": r, "output_token_ids": [5], "prompt_tokens": 3, "cached_tokens": 0} for r in ("ok1", "ok2")],
+            {"executor_id": "e"}, {}, [{"request_id": r, "from": 0, "token_s": [1.0]} for r in ("ok1", "ok2")]))
+        assert ok2.result(timeout=30).output_token_ids == [5] and hold.result(timeout=30).output_token_ids == [1]
+        later = harvester.submit("later", [3, 4])
+        wait_until(lambda: len(sent) == 3, what="the next task")
+        answer(2, "later", [2], events=[{"request_id": "later", "token_s": [1.0]}])  # no "from": unreadable
+        with pytest.raises(ParityError, match=r"^harvest task s3/h\d+ failed: "):
+            later.result(timeout=30)
+        after = harvester.submit("after", [5, 6])  # the loop went on
+        wait_until(lambda: len(sent) == 4, what="a task after the unreadable one")
+        answer(3, "after", [8])
+        assert after.result(timeout=30).output_token_ids == [8]
+    finally:
+        harvester.close()
+
+
 def test_closing_waits_for_the_outstanding_task_then_fails_what_is_left_by_name():
     from waiting import wait_until  # tests/ is on sys.path
 

@@ -61,6 +61,22 @@ def flame_trial(tree: Path) -> Path:
     return tree / "confirmation" / "trials" / "confirmation-final-reuse-p0-flame.json"
 
 
+def test_a_routers_realized_hits_are_the_records_own(tree):
+    """An outside evaluator's (2026-12-05): a router's realized cached tokens, printed in the routing table, were
+    carried as given; they are the engines' counts, which the records hold, so they are derived."""
+    from parity import checks
+    from parity.manifest import read_manifest
+
+    path = flame_trial(tree)
+    doc = read_manifest(path)
+    held = sum(r["cached_tokens"] for r in doc["records"])
+    doc["router"]["realized_cached_tokens"] = held
+    assert not [p for p, _ in checks.derived_problems(path, doc) if p.startswith("/router")]
+    doc["router"]["realized_cached_tokens"] = held + 88_888
+    assert ("/router/realized_cached_tokens", f"states {held + 88_888}, its records' cached tokens sum to {held}") \
+        in checks.derived_problems(path, doc)
+
+
 def test_the_tree_parity_made_validates(tree):
     result = validate(tree)
     assert result.exit_code == 0 and "manifest(s) valid" in result.output, result.output

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import re
 from collections import Counter
 from pathlib import Path
@@ -18,7 +19,7 @@ from parity.errors import ParityError
 from parity.manifest import file_ref, header, read_manifest, sha256_file, validate_paths, write_manifest
 from parity.report import tables, write_report
 from parity.report.inputs import load_experiment
-from parity.report.reference import load_reference
+from parity.report.reference import SECTIONS, load_reference
 from parity.record import timing as record_timing
 from parity.stats import gc_pause_by_worker, max_worker_gc_pause, write_pair
 from test_manifest import trial_doc  # tests/ is on sys.path (pytest's rootdir-relative import)
@@ -382,6 +383,30 @@ def test_reference_without_a_section_is_refused(tmp_path):
     bad.write_bytes(b"\x00\xff\xfe random bytes")  # an outside evaluator's (2026-12-05): a UnicodeDecodeError traceback
     with pytest.raises(ParityError, match=r"ref.yaml: not text \(UTF-8\): byte 1 cannot be read$"):
         load_reference(bad)
+
+
+def test_a_reference_of_another_shape_or_not_a_file_is_one_line(tmp_path):
+    """An outside evaluator's (2026-12-05): every section present but empty gave a KeyError traceback from the
+    tables, a number written as a word a TypeError, and a named pipe as --reference waited forever."""
+    bad = tmp_path / "ref.yaml"
+    bad.write_text(yaml.safe_dump({s: {"section": "x"} for s in SECTIONS} | {"study": "s"}))
+    with pytest.raises(ParityError, match=r"ref.yaml: final_throughput.hardware is missing \(the report reads"):
+        load_reference(bad)
+    ref = yaml.safe_load(REFERENCE.read_text())
+    ref["gc"]["max_worker_gc_pause_ms"]["normal"] = "lots"
+    bad.write_text(yaml.safe_dump(ref))
+    with pytest.raises(ParityError, match="gc.max_worker_gc_pause_ms.normal is a string, not a number"):
+        load_reference(bad)
+    ref = yaml.safe_load(REFERENCE.read_text())
+    ref["final_throughput"]["traces"]["reuse"]["ratio_range_pct"] = [99, "x"]
+    bad.write_text(yaml.safe_dump(ref))
+    with pytest.raises(ParityError, match=r"ratio_range_pct\[1\] is a string, not a number"):
+        load_reference(bad)
+    pipe = tmp_path / "pipe.yaml"
+    os.mkfifo(pipe)
+    with pytest.raises(ParityError, match="pipe.yaml: not a regular file"):
+        load_reference(pipe)
+    assert load_reference(REFERENCE)["study"]
 
 
 def test_bad_report_inputs_are_named_in_one_line(tmp_path):

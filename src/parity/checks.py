@@ -223,6 +223,12 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
         found.append(("/placement_verified", f"states {doc['placement_verified']!r}: the Flame path writes a trial "
                                              "only once every batch's placement is verified (its placement check "
                                              "says how)"))
+    router = doc.get("router") or {}
+    if router.get("realized_cached_tokens") is not None:  # the engines' own counts, which the records hold
+        held = sum(r["cached_tokens"] for r in doc["records"])
+        if router["realized_cached_tokens"] != held:
+            found.append(("/router/realized_cached_tokens", f"states {router['realized_cached_tokens']}, its records' "
+                                                            f"cached tokens sum to {held}"))
     try:
         trace = trace_of(path, doc)
     except ParityError as exc:

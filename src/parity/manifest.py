@@ -18,11 +18,11 @@ import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import lru_cache
-from importlib import resources
 from pathlib import Path
 
 from parity import __version__
 from parity.errors import ParityError, first_problem
+from parity.shipped import shipped
 
 SCHEMA_VERSION = 3  # 2: systems named by serving path (standalone, not vllm); `placement` for routing
 # 3: inputs linked by path and hash (a trace's corpus and tokenizer, MLPerf's dataset); the `run` manifest
@@ -230,10 +230,7 @@ def write_manifest(path: Path | str, doc: dict) -> dict:
 
 def schemas_dir() -> Path:
     """The checkout's `schemas/` when running from source, else the copy packaged in the wheel."""
-    checkout = Path(__file__).resolve().parents[2] / "schemas"
-    if checkout.is_dir():
-        return checkout
-    return Path(str(resources.files("parity") / "schemas"))
+    return shipped("schemas")
 
 
 @lru_cache(maxsize=1)

@@ -35,9 +35,10 @@ from parity import __version__
 from parity.engine import OUTPUT_TOKENS, Completion, Engine, EngineArgs, checked_fields
 from parity.engine.sim_cache import PrefixCache, block_hashes
 from parity.errors import ParityError
+from parity.shipped import shipped
 from parity.trace import out_of_vocab
 
-DEFAULT_PARAMS = Path(__file__).resolve().parents[3] / "config" / "sim" / "h200-llama31-8b.yaml"
+DEFAULT_PARAMS = shipped("config/sim/h200-llama31-8b.yaml")
 FILE_KEYS = frozenset({"source", "measurements", "params", "fit_report"})  # what `parity sim calibrate` writes
 
 

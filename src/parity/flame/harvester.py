@@ -149,13 +149,12 @@ class Harvester(PromptQueue):
         """Send a task carrying what it can of `taken` (the rest goes first next time): (task_id, future of its
         output, when sent, their arrivals, whether it went behind another, as an express task); None if no task
         went (a prompt no task can carry fails alone)."""
-        task_id = f"{self.name}/h{next(self._task_ids)}"
         try:
             data, count = self._encode(taken)
-        except codec.PayloadError as exc:
-            for *_, future in taken:
-                future.set_exception(exc)
+        except BaseException as exc:  # noqa: BLE001 - a prompt no task can carry (too big, a bad length): it alone
+            self._fail_alone(taken, exc)  # fails
             return None
+        task_id = f"{self.name}/h{next(self._task_ids)}"
         with self._lock:  # what the budget left out goes first next time
             self._queue.extendleft(reversed(taken[count:]))
             self._open.update({rid: _Open(tokens, submitted, future)
@@ -172,13 +171,32 @@ class Harvester(PromptQueue):
             output.set_exception(exc)
         return task_id, output, sent, [submitted for _, _, submitted, _, _ in taken[:count]], behind
 
+    def _fail_alone(self, taken: list, exc: BaseException) -> None:
+        """`taken` could not be encoded (`exc`): each prompt that cannot alone fails with its reason, the others go
+        first in the next task (if each can alone, they all fail with `exc`: never sent again and again)."""
+        keep = []
+        for entry in taken:
+            try:
+                self._encode([entry])
+                keep.append(entry)
+            except BaseException as own:  # noqa: BLE001 - its own reason, to its own caller
+                if not entry[-1].done():
+                    entry[-1].set_exception(own)
+        if len(keep) == len(taken):
+            for *_, future in taken:
+                if not future.done():
+                    future.set_exception(exc)
+            return
+        with self._lock:
+            self._queue.extendleft(reversed(keep))
+
     def _result(self, task_id: str, output: Future, sent: float, arrived: list[float], behind: bool) -> None:
         try:
             doc = codec.decode_output(output.result())
-        except BaseException as exc:  # noqa: BLE001 - the transport or the task failed: loudly, to all
+            self._take(doc, task_id, sent, time.monotonic(), arrived, behind)
+        except BaseException as exc:  # noqa: BLE001 - the transport or the task failed, or its result cannot be
+            # read: loudly, to every request open on the session (the loop goes on)
             self._fail_open(task_id, exc)
-            return
-        self._take(doc, task_id, sent, time.monotonic(), arrived, behind)
 
     def _behind(self) -> tuple | None:
         """After the loop's task came back: the express task sent behind it (the loop's task now, so another may
@@ -236,7 +254,8 @@ class Harvester(PromptQueue):
             self._fail_open(task_id, exc, [entry for entry, _ in finished])
             return
         for entry, result in finished:
-            entry.future.set_result(result)
+            if not entry.future.done():  # a caller may have cancelled it
+                entry.future.set_result(result)
 
     @staticmethod
     def _waits(doc: dict, received: float, arrived: list[float]) -> dict:

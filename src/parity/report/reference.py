@@ -11,15 +11,18 @@ from pathlib import Path
 import yaml
 
 from parity.errors import ParityError
+from parity.shipped import shipped
 
 SECTIONS = ("final_throughput", "locality", "admission", "gc", "mlperf")
-DEFAULT_REFERENCE = Path(__file__).resolve().parents[3] / "config" / "study-reference.yaml"  # the repository's, from
-# any working folder
+DEFAULT_REFERENCE = shipped("config/study-reference.yaml")  # the repository's, from any working folder
 
 
 def load_reference(path: Path) -> dict:
-    """The reference as a dict; ParityError if the file is missing or lacks a section the report prints."""
+    """The reference as a dict; ParityError if the file is missing, lacks a section the report prints, or departs
+    from the shipped reference's shape (a key the tables read missing, a value of another type)."""
     path = Path(path)
+    if path.exists() and not path.is_file():  # a folder, a named pipe (reading one would wait for a writer)
+        raise ParityError(f"{path}: not a regular file")
     try:
         doc = yaml.safe_load(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
@@ -35,4 +38,33 @@ def load_reference(path: Path) -> dict:
     missing = [s for s in SECTIONS if not isinstance(doc.get(s), dict) or "section" not in doc[s]]
     if missing:
         raise ParityError(f"{path}: missing section(s) {', '.join(missing)} (each with the study section it came from)")
+    if path.resolve() != DEFAULT_REFERENCE.resolve():
+        shape = yaml.safe_load(DEFAULT_REFERENCE.read_text(encoding="utf-8"))
+        if (problem := _departs(doc, shape, "")) is not None:
+            raise ParityError(f"{path}: {problem} (the report reads what {DEFAULT_REFERENCE.name} holds)")
     return doc
+
+
+def _kind(value) -> str:
+    if isinstance(value, bool) or value is None:
+        return "a boolean" if isinstance(value, bool) else "null"
+    return {int: "a number", float: "a number", str: "a string", list: "a list", dict: "a mapping"}.get(
+        type(value), type(value).__name__)
+
+
+def _departs(given, model, where: str) -> str | None:
+    """Where `given` first departs from `model`'s shape: a key `model` has that it lacks, or a value of another
+    kind (lists: each item as `model`'s first); None if it does not."""
+    if model is not None and _kind(given) != _kind(model):
+        return f"{where.rstrip('.') or 'the file'} is {_kind(given)}, not {_kind(model)}"
+    if isinstance(model, dict):
+        for key, value in model.items():
+            if key not in given:
+                return f"{where}{key} is missing"
+            if (problem := _departs(given[key], value, f"{where}{key}.")) is not None:
+                return problem
+    if isinstance(model, list) and model:
+        for index, item in enumerate(given):
+            if (problem := _departs(item, model[0], f"{where.rstrip('.')}[{index}].")) is not None:
+                return problem
+    return None
