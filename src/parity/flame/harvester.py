@@ -309,7 +309,8 @@ class Harvester(PromptQueue):
                 entry.future.set_exception(exc)
 
     def close(self) -> None:
-        """Stop after the tasks outstanding (at most two holds away); requests still open fail, by name."""
+        """Stop after the tasks outstanding (at most two holds away; a task that never returns is waited for 10 s
+        per thread, its requests then failed when it does); requests still open fail, by name."""
         with self._lock:
             self._closed = True
             self._lock.notify_all()
