@@ -241,11 +241,7 @@ def test_a_prompt_no_task_can_carry_fails_alone_and_the_loop_survives_bad_result
     every later request waited forever."""
     from waiting import wait_until  # tests/ is on sys.path
 
-    sent: list[tuple[list[str], Future]] = []
-
-    def send(data: bytes) -> Future:
-        sent.append(([p.request_id for p in codec.decode(data, budget=1 << 30)], Future()))
-        return sent[-1][1]
+    sent, send = recording_send()
 
     def answer(index: int, rid: str, tokens: list[int], events=None) -> None:
         events = [{"request_id": rid, "from": 0, "token_s": [1.0] * len(tokens)}] if events is None else events
@@ -305,17 +301,23 @@ def test_closing_waits_for_the_outstanding_task_then_fails_what_is_left_by_name(
         harvester.submit("c", [1])
 
 
+def recording_send() -> tuple[list[tuple[list[str], Future]], callable]:
+    """flamepy's session.run, by hand: each task's request ids and the future of its output, resolved by the test."""
+    sent: list[tuple[list[str], Future]] = []
+
+    def send(data: bytes) -> Future:
+        sent.append(([p.request_id for p in codec.decode(data, budget=1 << 30)], Future()))
+        return sent[-1][1]
+    return sent, send
+
+
 def test_express_sends_what_arrives_behind_the_outstanding_task_at_once_and_takes_results_in_order():
     """FlameSettings express: a prompt arriving while the session's task is out goes at once in a second task (Flame
     queues it behind the first); a third waits until one of the two comes back; results are applied in the order
     the tasks went, whatever order their futures resolve in."""
     from waiting import wait_until  # tests/ is on sys.path
 
-    sent: list[tuple[list[str], Future]] = []
-
-    def send(data: bytes) -> Future:
-        sent.append(([p.request_id for p in codec.decode(data, budget=1 << 30)], Future()))
-        return sent[-1][1]
+    sent, send = recording_send()
 
     def output(events=(), outputs=()) -> bytes:
         return codec.encode_output(list(outputs), {"executor_id": "e"}, {}, list(events))

@@ -45,11 +45,12 @@ def load_reference(path: Path) -> dict:
     return doc
 
 
+_KINDS = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list", dict: "a mapping",
+          type(None): "null"}  # by exact type, so True is a boolean, not a number
+
+
 def _kind(value) -> str:
-    if isinstance(value, bool) or value is None:
-        return "a boolean" if isinstance(value, bool) else "null"
-    return {int: "a number", float: "a number", str: "a string", list: "a list", dict: "a mapping"}.get(
-        type(value), type(value).__name__)
+    return _KINDS.get(type(value), type(value).__name__)
 
 
 def _departs(given, model, where: str) -> str | None:
