@@ -59,6 +59,18 @@ def test_an_unknown_flame_setting_is_refused():
     assert FlameSettings.from_dict({"batch_limit": 64}).batch_limit == 64
 
 
+@pytest.mark.parametrize("build, named", [
+    (lambda: FlameSettings(express="yes"), "Flame setting express must be true or false, got 'yes'"),
+    (lambda: FlameSettings(batch_limit=32.5), "Flame setting batch_limit must be an integer"),
+    (lambda: FlameSettings(window_ms=float("nan")), "Flame setting window_ms must be a number"),
+])
+def test_settings_built_directly_are_checked_as_from_dict_checks_them(build, named):
+    """An adapter or a test that builds a settings object by hand gets the same one-line refusal as a config."""
+    with pytest.raises(ParityError, match=named.replace("(", r"\(")):
+        build()
+    assert FlameSettings(window_ms=2).window_ms == 2.0 and isinstance(FlameSettings(window_ms=2).window_ms, float)
+
+
 @pytest.mark.parametrize("values, named", [
     ({"gpus": "sim-0"}, "gpus"), ({"engine": "vllm-sync"}, "engine"), ({"warmup_rounds": -1}, "warmup_rounds"),
     ({"gpu": ["sim-0"]}, "gpu"), ({"engine_args": []}, "engine_args"),

@@ -37,7 +37,7 @@ class OutputLengths(Settings):
     seed: int = 0
     replay: str = ""  # ours: a file whose `output_lengths` are the lengths (NAME.replay.json); unset: drawn
 
-    def __post_init__(self):
+    def check(self):
         if not 1 <= self.low <= self.median <= self.high:
             raise ParityError(f"output lengths need 1 <= low <= median <= high, got low {self.low!r}, "
                               f"median {self.median!r}, high {self.high!r}")

@@ -31,7 +31,7 @@ class Restart(Settings):
     at: float = 0.4  # when, as a fraction of the schedule's span after the release
     timeout_s: float = 600.0  # the new engine must answer within this long after the kill, else the trial fails
 
-    def __post_init__(self):
+    def check(self):
         if not 0 < self.at < 1:
             raise ParityError(f"restart at must be a fraction of the schedule's span, above 0 and below 1, "
                               f"got {self.at!r}")

@@ -37,7 +37,7 @@ class Schedule(Settings):
     seed: int = 0  # poisson, gamma
     replay: str = ""  # replay: the file of recorded arrival times
 
-    def __post_init__(self):
+    def check(self):
         if self.kind not in KINDS:
             raise ParityError(f"unknown arrival schedule {self.kind!r}: use one of {', '.join(KINDS)}")
         if self.paced and not self.rate > 0:

@@ -18,6 +18,7 @@ class Settings:
     an unknown key or a mistyped value refused by name) and `to_dict` (what `from_dict` takes back)."""
 
     what: ClassVar[str] = "setting"  # how an error names one of its keys: "Flame setting batch_limt"
+    typed_fields: ClassVar[bool] = True  # False where fields are nested settings or tuples (experiments' sections)
 
     @classmethod
     def from_dict(cls, values: dict | None):
@@ -25,6 +26,18 @@ class Settings:
 
     def to_dict(self) -> dict:
         return dataclasses.asdict(self)
+
+    def __post_init__(self):
+        """Built directly (a test, an adapter) as `from_dict` builds it: each field's type checked in one line
+        (an int taken where a number is meant), then the class's own checks across fields (`check`)."""
+        if self.typed_fields:
+            given = {f.name: getattr(self, f.name) for f in dataclasses.fields(self)}
+            for key, value in checked_fields(type(self), given, self.what).items():
+                object.__setattr__(self, key, value)  # frozen: a float for an int given where a number is meant
+        self.check()
+
+    def check(self) -> None:
+        """A subclass's checks across its fields, after their types."""
 
 
 _TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null"}

@@ -42,7 +42,7 @@ class BoundedSettings(Settings):
         """The quantile's standard normal score (0 for none: the errors' mean alone)."""
         return NormalDist().inv_cdf(self.quantile) if self.quantile else 0.0
 
-    def __post_init__(self):
+    def check(self):
         for name in ("headroom", "seed_tokens_per_s"):
             if getattr(self, name) <= 0:
                 raise ParityError(f"admission setting {name} must be above 0, got {getattr(self, name)!r}")

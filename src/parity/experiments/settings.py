@@ -41,6 +41,7 @@ class Section(Settings):
     of every range and enum, so it refuses what the schema refuses by whichever route its values came."""
 
     experiment: ClassVar[str | None] = None
+    typed_fields = False  # `from_dict` builds each field by its own type (`build`)
 
     @classmethod
     def from_dict(cls, values: dict | None):
@@ -126,7 +127,7 @@ class Arrivals(Settings):
     burstiness: float = Schedule.burstiness
     seed: int = Schedule.seed
 
-    def __post_init__(self):
+    def check(self):
         if self.kind not in PACED:
             raise ParityError(f"sustained schedule kind {self.kind!r}: a ladder's rungs are poisson or gamma")
 

@@ -44,7 +44,7 @@ class FlameSettings(Settings):
     # task, queued behind it in Flame's session manager, instead of waiting for the first to come back (at most two
     # outstanding; parity.flame.harvester). Off: exactly one task outstanding, as the harvest arm ran
 
-    def __post_init__(self):  # when the plan is made, not when a worker binds after earlier cases ran
+    def check(self):  # when the plan is made, not when a worker binds after earlier cases ran
         check_order(self.order)
         if self.api not in APIS:
             raise ParityError(f"Flame setting api {self.api!r}: use one of {', '.join(APIS)}")

@@ -82,7 +82,7 @@ class RouterSettings(Settings):
     cache_tokens: int = 880_000  # prefix: KV cache tokens per shard (an H200 replica of the 8B model)
     block_tokens: int = 256  # prefix: tokens per hashed block
 
-    def __post_init__(self):
+    def check(self):
         facts_of(self.placement)
 
     @property
