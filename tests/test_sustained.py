@@ -314,3 +314,12 @@ def test_paced_rungs_are_bounded_and_added_up_bursts_count_nothing(tiny_reuse_tr
                               {tiny_reuse_trace: 6})
     assert plan.paced_span_s(plan.for_experiment("locality", [tiny_reuse_trace], {"repeats": 1}),
                              {tiny_reuse_trace: 6}) == 0.0
+
+
+def test_an_arm_the_flame_settings_refuse_is_named(small_reuse_trace):
+    """An arm's changes that the Flame settings refuse (express without harvest) name the arm they came from."""
+    from parity.errors import ParityError
+    from parity.experiments import plan
+
+    with pytest.raises(ParityError, match="^Flame arm 'quick': Flame setting express applies only with mode harvest$"):
+        plan.sustained([small_reuse_trace], [40.0], plan.FlameSettings(), arms={"quick": {"express": True}})

@@ -188,8 +188,16 @@ def confirmation(traces: list[Path], count: int | dict[str, int], flame: FlameSe
         raise ParityError(f"confirmation: flame_arms and arms both name {clash[0]!r} (stage final-{clash[0]} twice)")
     for name, changes in flame_arms.items():
         cases += [replace(case, arm=name) for case in
-                  pairs("confirmation", f"final-{name}", traces, count, replace(flame, **changes), pinned=True)]
+                  pairs("confirmation", f"final-{name}", traces, count, with_arm(flame, name, changes), pinned=True)]
     return sorted(cases, key=lambda case: case.pair)  # stable: each stage's pair keeps its order and first side
+
+
+def with_arm(flame: FlameSettings, name: str, changes: dict) -> FlameSettings:
+    """`flame` with an arm's changes over it; a combination the Flame settings refuse names the arm it came from."""
+    try:
+        return replace(flame, **changes)
+    except ParityError as exc:
+        raise ParityError(f"Flame arm {name!r}: {exc}") from None
 
 
 def gc_diagnostics(trace: Path, flame: FlameSettings, repeats: int = 1) -> list[Case]:
@@ -268,7 +276,7 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
             raise ParityError("sustained: bounded admission's Flame side runs the harvest mode, which needs the "
                               f"async engine API; the experiment's Flame settings say api {flame.api!r}")
         streaming = replace(flame, mode="harvest", inflight=0)
-    variants = [(None, flame)] + [(name, replace(flame, **changes)) for name, changes in (arms or {}).items()]
+    variants = [(None, flame)] + [(name, with_arm(flame, name, changes)) for name, changes in (arms or {}).items()]
     if shared_start:  # the newest arm (the last named) first, the study's configuration last
         variants = variants[1:][::-1] + variants[:1]
     names = [name for name, _ in variants]  # an arm's place among the blocks (None: the study's configuration)
@@ -292,7 +300,7 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
         rate, name = float(ladder[0] if spec.rate is None else spec.rate), spec.arm
         if name is not None and name not in (arms or {}):
             raise ParityError(f"sustained: an extra pair names arm {name!r}; the arms are {sorted(arms or {}) or 'none'}")
-        settings = flame if name is None else replace(flame, **arms[name])
+        settings = flame if name is None else with_arm(flame, name, arms[name])
         if spec.trace is None:
             return rate, name, settings, [t for t in traces if rate in per_trace.get(t.stem, [])] or list(traces)
         if not (named := [t for t in traces if t.stem == spec.trace]):
@@ -379,7 +387,7 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
             for trace in on:
                 pair(f"restart-{rate:g}", trace, settings, repeat, at(rate), arm, restart=restart.restart)
         if replay is not None:
-            settings = flame if replay.arm is None else replace(flame, **arms[replay.arm])
+            settings = flame if replay.arm is None else with_arm(flame, replay.arm, arms[replay.arm])
             recorded = str(replay_file(replayed))
             pair("replay", replayed, settings, repeat, Schedule(kind="replay", replay=recorded), replay.arm,
                  lengths=OutputLengths(replay=recorded))
