@@ -353,6 +353,23 @@ def test_express_sends_what_arrives_behind_the_outstanding_task_at_once_and_take
     assert [bool(t.get("express")) for t in harvester.tasks] == [False, True, True]
 
 
+
+def test_close_waits_for_two_tasks_that_never_return_once_not_twice(monkeypatch):
+    """With express, both threads may wait on a task that never returns: close() waits CLOSE_WAIT_S in all."""
+    from parity.flame import harvester as module
+    from waiting import wait_until  # tests/ is on sys.path
+
+    monkeypatch.setattr(module, "CLOSE_WAIT_S", 1.0)
+    sent, send = recording_send()
+    harvester = Harvester(send, FlameSettings.from_dict(HARVEST | {"express": True}), name="s2")
+    harvester.submit("a", [1, 2, 3])
+    wait_until(lambda: len(sent) == 1, what="the first task")
+    harvester.submit("b", [4, 5, 6])
+    wait_until(lambda: len(sent) == 2, what="the express task")  # two out; neither future is ever resolved
+    start = time.monotonic()
+    harvester.close()
+    assert time.monotonic() - start < 1.9  # one wait of 1 s, not one per thread
+
 def test_without_express_one_task_is_outstanding_and_what_arrives_waits_for_it():
     from waiting import wait_until  # tests/ is on sys.path
 

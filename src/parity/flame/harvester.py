@@ -44,6 +44,8 @@ from parity.flame import codec
 from parity.flame.batcher import PromptQueue, Result
 from parity.flame.settings import FlameSettings
 
+CLOSE_WAIT_S = 10.0  # how long close() waits for tasks still out, both threads together
+
 
 ROTATE = "rotate"  # what `_next` says when the session is due for rotation and drained
 SENDING = "sending"  # an express task being encoded and sent
@@ -309,11 +311,11 @@ class Harvester(PromptQueue):
                 entry.future.set_exception(exc)
 
     def close(self) -> None:
-        """Stop after the tasks outstanding (at most two holds away; a task that never returns is waited for 10 s
-        per thread, its requests then failed when it does); requests still open fail, by name."""
+        """Stop after the tasks outstanding (at most two holds away; tasks that never return are waited for 10 s
+        in all, both threads together, their requests then failed when they do); requests still open fail, by name."""
         with self._lock:
             self._closed = True
             self._lock.notify_all()
-        if self._express_thread is not None:
-            self._express_thread.join(timeout=10)
-        self._thread.join(timeout=10)
+        deadline = time.monotonic() + CLOSE_WAIT_S
+        for thread in filter(None, (self._express_thread, self._thread)):
+            thread.join(timeout=max(0.0, deadline - time.monotonic()))
