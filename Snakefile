@@ -37,6 +37,10 @@ include: "workflow/rules/report.smk"
 onstart:
     if IMAGE_PROBLEM:
         raise WorkflowError(IMAGE_PROBLEM)
+    # a run that will change the tree first removes the bundle an earlier `all` made of it: were a job killed or to
+    # fail, that bundle would stand beside a tree it no longer describes (`all` makes it again; a run with nothing
+    # to do never gets here)
+    shutil.rmtree(f"{RESULTS}-bundle", ignore_errors=True)
 
 
 rule all:
