@@ -2,7 +2,7 @@
 from the trial manifests, and a record checked against the archive it names, so every number it states about a
 trial or a pair is what `parity.latency` derives from the archived manifest whose SHA-256 it gives.
 
-  python benchmarks/ladder_record.py derive TRIALS_DIR      the trials, pairs and rungs as JSON (a session adds
+  python benchmarks/ladder_record.py derive TRIALS_DIR      the trials, pairs, rungs and bounded rungs as JSON (a session adds
                                                             its GPUs, commands, calls and conclusion by hand)
   python benchmarks/ladder_record.py check RECORD.json ...  one line per disagreement; exit 1 if there is any
 
@@ -17,6 +17,7 @@ import hashlib
 import io
 import json
 import math
+import re
 import statistics
 import sys
 import tarfile
@@ -26,6 +27,10 @@ from parity.latency import summarize
 from parity.stats import rps
 
 SIDES = ("flame", "vllm")
+# issue 30's bounded ladder (parity.experiments.plan.sustained with bounded_rates): each rung's unbounded sticky
+# standalone comparator and both paths bounded, unpaired (each refuses its own requests)
+ADMISSION = re.compile(r"^sustained-rate-(?P<rate>[0-9.]+)-(?P<arm>bounded|unbounded)-(?P<trace>.+)-p(?P<seed>[0-9]+)"
+                       r"-(?P<side>vllm|flame)$")
 
 
 def _ms(p: dict) -> dict:
@@ -105,15 +110,47 @@ def rungs(pairs: list[dict]) -> list[dict]:
     return out
 
 
+def _arm(s: dict) -> dict:
+    """One admission arm's numbers at a rung: rates, goodput (the first-token part and the whole objective),
+    what it admitted and refused in the window, and its admitted requests' client TTFT."""
+    r4 = lambda x: None if x is None else round(x, 4)  # noqa: E731
+    return {"achieved_per_s": r4(s["achieved_per_s"]), "goodput_ttft_per_s": r4(s["goodput_ttft_client_per_s"]),
+            "goodput_per_s": r4(s["goodput_client_per_s"]), "admitted": s.get("admitted"), "refused": s.get("refused"),
+            "ttft_client_ms": _ms(s["ttft_client"]), "saturated": s["saturated"]}
+
+
+def bounded(summaries: dict[str, dict]) -> list[dict]:
+    """Per bounded-ladder rung and seed: each arm (unbounded-vllm, bounded-vllm, bounded-flame) and issue 30's ratios:
+    the bounded standalone arm's first-token goodput and admitted completions/s over the unbounded arm's goodput and
+    achieved rate, and Flame's bounded first-token goodput over standalone's."""
+    by: dict[tuple, dict] = {}
+    for tid, s in summaries.items():
+        if (m := ADMISSION.match(tid)) and s is not None:
+            key = (float(m["rate"]), m["trace"], int(m["seed"]))
+            by.setdefault(key, {})[f"{m['arm']}-{m['side']}"] = _arm(s)
+    out = []
+    for (rate, trace, seed), arms in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
+        entry = {"rung": f"rate-{rate:g}-{trace}-p{seed}", "offered_per_s": rate, "arms": arms}
+        free, vllm, flame = (arms.get(k) for k in ("unbounded-vllm", "bounded-vllm", "bounded-flame"))
+        ratio = lambda a, b: round(a / b, 4) if a is not None and b else None  # noqa: E731
+        if free and vllm:
+            entry["goodput_ttft_over_unbounded"] = ratio(vllm["goodput_ttft_per_s"], free["goodput_ttft_per_s"])
+            entry["admitted_over_unbounded_achieved"] = ratio(vllm["achieved_per_s"], free["achieved_per_s"])
+        if vllm and flame:
+            entry["flame_over_vllm_goodput_ttft"] = ratio(flame["goodput_ttft_per_s"], vllm["goodput_ttft_per_s"])
+        out.append(entry)
+    return out
+
+
 def derive(manifests: dict[str, bytes]) -> dict:
     """Trial id -> manifest bytes, to the record's derived part: every trial, every whole pair, every rung."""
     docs = {tid: json.loads(raw) for tid, raw in manifests.items()}
     summaries = {tid: summarize(doc) for tid, doc in docs.items()}  # each once: a trial's entry and its pair's
     trials = [trial(docs[tid], manifests[tid], summaries[tid]) for tid in sorted(docs)]
-    names = sorted({tid.rsplit("-", 1)[0] for tid in docs if tid.rsplit("-", 1)[-1] in SIDES})
+    names = sorted({tid.rsplit("-", 1)[0] for tid in docs if tid.rsplit("-", 1)[-1] in SIDES and not ADMISSION.match(tid)})
     pairs = [pair(n, docs[f"{n}-flame"], docs[f"{n}-vllm"], summaries[f"{n}-flame"], summaries[f"{n}-vllm"])
              for n in names if f"{n}-flame" in docs and f"{n}-vllm" in docs]
-    return {"rungs": rungs(pairs), "pairs": pairs, "trials": trials}
+    return {"rungs": rungs(pairs), "pairs": pairs, "bounded": bounded(summaries), "trials": trials}
 
 
 def archived(path: Path) -> dict[str, bytes]:
@@ -190,6 +227,13 @@ def check(record_path: Path) -> list[str]:
             continue
         problems += [f"{record_path.name}: {d}" for d in _differences(stated, by_rung[stated["rung"]],
                                                                         f"rung {stated['rung']}")]
+    by_bounded = {b["rung"]: b for b in derived["bounded"]}
+    for stated in record.get("bounded", []):
+        if stated.get("rung") not in by_bounded:
+            problems.append(f"{record_path.name}: bounded rung {stated.get('rung')} has no trial in {name}")
+            continue
+        problems += [f"{record_path.name}: {d}" for d in _differences(stated, by_bounded[stated["rung"]],
+                                                                        f"bounded {stated['rung']}")]
     return problems
 
 

@@ -94,3 +94,20 @@ def test_a_record_or_archive_that_cannot_be_read_is_one_line(tmp_path):
     path.write_text(json.dumps(record))
     (problem,) = ladder_record.check(path)
     assert problem.startswith(f"{path.name}: its archive {archive.name} cannot be read as trial manifests")
+
+
+def test_a_bounded_ladder_rung_is_derived_per_arm_and_an_edited_one_is_named(tmp_path):
+    """Issue 30's bounded ladder: each rung's arms (here session 20's unbounded comparator alone) and its ratios come
+    from the trials, never in the issue-28 pairs; a record's edited bounded number is named."""
+    record, path = _copy(tmp_path, "h200-ladder-2026-12-05-session20.json")
+    derived = ladder_record.derive(ladder_record.archived(tmp_path / record["archive"].split(":")[0]))
+    [rung] = derived["bounded"]
+    assert rung["rung"] == "rate-14-reuse-640-p0" and list(rung["arms"]) == ["unbounded-vllm"]
+    assert rung["arms"]["unbounded-vllm"]["goodput_ttft_per_s"] == 0.0 and rung["arms"]["unbounded-vllm"]["saturated"]
+    assert not any("unbounded" in p["pair"] for p in derived["pairs"])
+    record["bounded"] = [json.loads(json.dumps(rung))]
+    record["bounded"][0]["arms"]["unbounded-vllm"]["achieved_per_s"] += 0.5
+    path.write_text(json.dumps(record))
+    assert ladder_record.check(path) == [f"{path.name}: bounded rate-14-reuse-640-p0.arms.unbounded-vllm.achieved_per_s: "
+                                         f"the record says {rung['arms']['unbounded-vllm']['achieved_per_s'] + 0.5!r}, "
+                                         f"its trials give {rung['arms']['unbounded-vllm']['achieved_per_s']!r}"]
