@@ -186,6 +186,31 @@ def test_a_prefix_trial_follows_the_engines_events_and_records_them(small_reuse_
     assert router["expected_cached_tokens"] == router["realized_cached_tokens"] and router["expected_vs_realized"] == 1
 
 
+
+def test_a_prefix_trial_on_engines_that_log_their_compilations_records_both(small_reuse_trace, tmp_path):
+    """Found on an H200 (issue 30's bounded ladder, 2026-12-05): a router that follows KV events and engines that log
+    their kernel compilations (real vLLM) in one trial; the events' mark took the name of the JIT window's start, and
+    the trial failed after its timed window. Here the simulator's path is given a JIT log, stamped during warm-up."""
+    import time as clock
+
+    from parity import trial
+    from parity.routing import RouterSettings
+
+    followed, log = _Followed(publish=True), tmp_path / "replica-0.jit"
+
+    def jit_logs():  # asked for just before the timed window: a compilation stamped now is the warm-up's
+        log.write_text(f"{clock.time()} Triton kernel JIT compilation during inference: reduce_segments\n")
+        return [log]
+
+    followed.path.jit_logs = jit_logs
+    try:
+        doc = trial.run(followed.path, small_reuse_trace, tmp_path, trial_id="t", experiment="routing",
+                        router=RouterSettings("prefix"), warmup_rounds=1, log=lambda m: None)
+    finally:
+        followed.close()
+    assert doc["jit"] == {"monitored": True, "warmup": 1, "measured": []}
+    assert doc["kv_events"]["events"][0]["BlockStored"] > 0
+
 def test_engines_that_were_to_publish_and_sent_nothing_fail_the_trial(small_reuse_trace, tmp_path):
     _refused(_Followed(publish=False), small_reuse_trace, tmp_path, "t", r"no KV cache events arrived from shard\(s\) 0")
 

@@ -102,7 +102,7 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
             events.settle()
             routed.follow(events.changes)
             routed.sync()
-            since = events.mark()
+            counted = events.mark()  # the events so far: the trial's own are counted from here
         jit_logs = path.jit_logs()
         window_start = time.time()
         with client_heap_still():
@@ -120,7 +120,7 @@ def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
             if unreadable := events.unreadable():  # followed, but not all of it: said here, and in the manifest
                 log(f"  KV events: {unreadable}")
             routed.sync()
-            kv_events = events.stats(since) | {"router_held_blocks": routed.stats()["held_blocks"]}
+            kv_events = events.stats(counted) | {"router_held_blocks": routed.stats()["held_blocks"]}
         if routed.models_cache and routed.overflowed:
             log(f"  the prefix router's map outgrew the engine's cache ({routed.cache_tokens:,} tokens): "
                 f"{routed.stats()['evicted_blocks']} blocks forgotten")
