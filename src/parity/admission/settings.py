@@ -50,7 +50,7 @@ class BoundedSettings(Settings):
             raise ParityError(f"admission setting cold_sd_s must be 0 or more, got {self.cold_sd_s!r}")
         if not 0 <= self.orphan_s < inf:
             raise ParityError(f"admission setting orphan_s must be 0 or more seconds, got {self.orphan_s!r}")
-        if isinstance(self.orphan_grace, bool) or not isinstance(self.orphan_grace, int) or self.orphan_grace < 0:
+        if self.orphan_grace < 0:  # its type is checked with every field's (Settings)
             raise ParityError(f"admission setting orphan_grace must be a whole number 0 or more, "
                               f"got {self.orphan_grace!r}")
         if self.orphan_grace and not self.orphan_s:
