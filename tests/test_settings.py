@@ -63,6 +63,7 @@ def test_an_unknown_flame_setting_is_refused():
     (lambda: FlameSettings(express="yes"), "Flame setting express must be true or false, got 'yes'"),
     (lambda: FlameSettings(batch_limit=32.5), "Flame setting batch_limit must be an integer"),
     (lambda: FlameSettings(window_ms=float("nan")), "Flame setting window_ms must be a number"),
+    (lambda: FlameSettings(window_ms=10**400), "Flame setting window_ms must be a number"),  # past every float
 ])
 def test_settings_built_directly_are_checked_as_from_dict_checks_them(build, named):
     """An adapter or a test that builds a settings object by hand gets the same one-line refusal as a config."""
@@ -108,3 +109,19 @@ def test_a_local_model_folder_is_passed_by_its_absolute_path(tmp_path, monkeypat
     monkeypatch.chdir(tmp_path)
     assert Backend.from_dict({"model": "resources/model"}).model == str(tmp_path / "resources" / "model")
     assert Backend.from_dict({"model": "meta-llama/Llama-3.1-8B-Instruct"}).model == "meta-llama/Llama-3.1-8B-Instruct"
+
+
+def test_a_number_past_every_float_and_a_selection_the_screens_cannot_run_are_one_line():
+    """Found by an outsider: a 401-digit rate was an OverflowError traceback; an admission `selected` in the harvest
+    mode was refused for an api the user had not written (the API screen runs the selection with sync too)."""
+    from pathlib import Path
+
+    from parity.experiments import plan
+    from parity.experiments.settings import AdmissionSettings, SustainedSettings
+
+    with pytest.raises(ParityError, match=r"^sustained rates\[0\] must be a number, got 1000"):
+        SustainedSettings.from_dict({"rates": [10**400]})
+    settings = AdmissionSettings.from_dict({"batch_windows": [[32, 2]], "selected": {"mode": "harvest", "api": "async"}})
+    with pytest.raises(ParityError, match=r"^admission: selected \{'mode': 'harvest', 'api': 'async'\} cannot run the "
+                                          r"API screen, which runs it with api sync and async: .*needs api async"):
+        plan.admission([Path("reuse.json")], settings)

@@ -258,6 +258,17 @@ def test_a_run_that_changes_the_tree_first_removes_the_earlier_bundle(checkout):
     assert run.returncode != 0 and "rule report" in run.stdout + run.stderr, (run.stdout + run.stderr)[-2000:]
     assert not stale.exists()
 
+
+@pytest.mark.parametrize("results", ["results/../../victim", "results/smoke/", "results/", "results/a/../../b"])
+def test_a_results_folder_outside_results_is_refused_before_anything_is_removed(checkout, results):
+    """Found by an outsider: `results: results/../../victim` passed the schema, and the run's start removed the
+    folder victim-bundle beside the checkout. A results path that climbs out or ends in a slash is refused."""
+    victim = checkout.parent / "victim-bundle"
+    victim.mkdir()
+    run = snakemake(checkout, "--workflow-profile", "smoke", "--config", f"results={results}", "--until", "trace")
+    assert run.returncode != 0 and "results" in run.stderr, run.stderr[-2000:]
+    assert victim.exists()
+
 def test_a_lock_left_by_a_killed_run_names_its_remedy_first(checkout):
     """`kill -9` of Snakemake leaves its lock (.snakemake/locks: the files it was making, one a line); the rerun's
     refusal begins with the remedy, Snakemake's own message after it."""

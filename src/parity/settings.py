@@ -73,7 +73,10 @@ def _fits(value, allowed: tuple) -> bool:
     if isinstance(value, bool):  # an int to Python, never a number here
         return bool in allowed
     if isinstance(value, (int, float)) and float in allowed:
-        return math.isfinite(value)
+        try:
+            return math.isfinite(value)
+        except OverflowError:  # an integer past every float (401 digits): not a number a setting can hold
+            return False
     return isinstance(value, allowed)
 
 

@@ -152,9 +152,14 @@ def admission(traces: list[Path], settings: AdmissionSettings) -> list[Case]:
     base = settings.base
     screen_trace = pick_trace(traces, settings.screen_trace)
     grid = [replace(base, batch_limit=b, window_ms=w) for b, w in settings.batch_windows]
-    selected = replace(base, **settings.selected)
-    engines = [replace(selected, api=api, compress=compress) for api in ("sync", "async") for compress in (False, True)]
-    orders = [replace(selected, api="async", compress=True, order=order) for order in ORDERS]
+    selected = with_arm(base, "selected", settings.selected)
+    try:  # the study's screens: each engine API and codec over the selection, then each order
+        engines = [replace(selected, api=api, compress=compress) for api in ("sync", "async")
+                   for compress in (False, True)]
+        orders = [replace(selected, api="async", compress=True, order=order) for order in ORDERS]
+    except ParityError as exc:
+        raise ParityError(f"admission: selected {settings.selected} cannot run the API screen, which runs it with api "
+                          f"sync and async: {exc}") from None
     cases = (screening("admission", "screen-batch", screen_trace, grid)
              + screening("admission", "screen-api", screen_trace, engines)
              + screening("admission", "screen-order", screen_trace, orders))

@@ -14,6 +14,7 @@ and enum on both sides through the classes.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -100,12 +101,20 @@ def build(hint, value, where: str):
     if hint is type(None) and value is None:
         return None
     fits = (isinstance(value, bool) if hint is bool
-            else isinstance(value, (int, float)) and not isinstance(value, bool) if hint is float
+            else isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value) if hint is float
             else isinstance(value, hint) and not isinstance(value, bool) if hint is int
             else isinstance(value, hint))
     if not fits:
         raise ParityError(f"{where} must be {kind(hint)}, got {value!r}")
     return value
+
+
+def _finite(value: int | float) -> bool:
+    """A number a float can hold (numbers are kept as written, so an integer past every float is refused here)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 def kind(hint) -> str:
