@@ -29,8 +29,8 @@ from parity.stats import rps
 SIDES = ("flame", "vllm")
 # issue 30's bounded ladder (parity.experiments.plan.sustained with bounded_rates): each rung's unbounded sticky
 # standalone comparator and both paths bounded, unpaired (each refuses its own requests)
-ADMISSION = re.compile(r"^sustained-rate-(?P<rate>[0-9.]+)-(?P<arm>bounded|unbounded)-(?P<trace>.+)-p(?P<seed>[0-9]+)"
-                       r"-(?P<side>vllm|flame)$")
+ADMISSION = re.compile(r"^sustained-rate-(?P<rate>[0-9.]+)(?P<length>-out[0-9]+)?-(?P<arm>bounded|unbounded)-(?P<trace>.+)"
+                       r"-p(?P<seed>[0-9]+)-(?P<side>vllm|flame)$")
 
 
 def _ms(p: dict) -> dict:
@@ -126,11 +126,11 @@ def bounded(summaries: dict[str, dict]) -> list[dict]:
     by: dict[tuple, dict] = {}
     for tid, s in summaries.items():
         if (m := ADMISSION.match(tid)) and s is not None:
-            key = (float(m["rate"]), m["trace"], int(m["seed"]))
+            key = (m["trace"], m["length"] or "", float(m["rate"]), int(m["seed"]))
             by.setdefault(key, {})[f"{m['arm']}-{m['side']}"] = _arm(s)
     out = []
-    for (rate, trace, seed), arms in sorted(by.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
-        entry = {"rung": f"rate-{rate:g}-{trace}-p{seed}", "offered_per_s": rate, "arms": arms}
+    for (trace, length, rate, seed), arms in sorted(by.items()):
+        entry = {"rung": f"rate-{rate:g}{length}-{trace}-p{seed}", "offered_per_s": rate, "arms": arms}
         free, vllm, flame = (arms.get(k) for k in ("unbounded-vllm", "bounded-vllm", "bounded-flame"))
         ratio = lambda a, b: round(a / b, 4) if a is not None and b else None  # noqa: E731
         if free and vllm:
@@ -176,10 +176,30 @@ def _differences(stated, derived, where: str, tol: float = 0.0) -> list[str]:
     if isinstance(stated, list) and isinstance(derived, list) and len(stated) == len(derived):
         return [d for i, (a, b) in enumerate(zip(stated, derived)) for d in _differences(a, b, f"{where}[{i}]", tol)]
     if isinstance(stated, bool) or isinstance(derived, bool) or not isinstance(stated, (int, float)):
-        return [] if stated == derived else [f"{where}: the record says {stated!r}, its trials give {derived!r}"]
+        same = stated == derived and isinstance(stated, bool) == isinstance(derived, bool)  # 1 is not true here
+        return [] if same else [f"{where}: the record says {stated!r}, its trials give {derived!r}"]
     if isinstance(derived, (int, float)) and math.isclose(stated, derived, rel_tol=0, abs_tol=tol):
         return []
     return [f"{where}: the record says {stated!r}, its trials give {derived!r}"]
+
+
+def _entries(record: dict, key: str, ident: str, said) -> list[dict]:
+    """The record's `key` section as a list of objects each naming itself by a string `ident` (absent: none); one
+    line through `said`, and nothing to compare, where it is anything else."""
+    listed = record.get(key, [])
+    if isinstance(listed, list) and all(isinstance(e, dict) and isinstance(e.get(ident), str) for e in listed):
+        return listed
+    said([f"its {key} are not a list of objects that each name their {ident}"])
+    return []
+
+
+def _shape(stated, derived, where: str) -> list[str]:
+    """Keys a stated object has that its derivation lacks (forged), and keys it leaves out, at every depth."""
+    if not (isinstance(stated, dict) and isinstance(derived, dict)):
+        return []
+    return ([f"{where}.{k}: the record states it, its trials give no such thing" for k in stated.keys() - derived.keys()]
+            + [f"{where}.{k}: its trials give it, the record leaves it out" for k in derived.keys() - stated.keys()]
+            + [d for k in stated.keys() & derived.keys() for d in _shape(stated[k], derived[k], f"{where}.{k}")])
 
 
 def check(record_path: Path) -> list[str]:
@@ -200,40 +220,40 @@ def check(record_path: Path) -> list[str]:
         derived = derive(archived(archive))
     except (OSError, tarfile.TarError, EOFError, json.JSONDecodeError, KeyError, TypeError) as e:
         return [f"{record_path.name}: its archive {name} cannot be read as trial manifests ({type(e).__name__}: {e})"]
-    problems = []
+    problems: list[str] = []
+    said = lambda lines: problems.extend(f"{record_path.name}: {line}" for line in lines)  # noqa: E731
+    sections = {key: _entries(record, key, ident, said) for key, ident in
+                (("trials", "trial"), ("pairs", "pair"), ("rungs", "rung"), ("bounded", "rung"))}
     by_trial = {t["trial"]: t for t in derived["trials"]}
-    for stated in record.get("trials", []):
-        tid = stated.get("trial")
-        if tid not in by_trial:
-            problems.append(f"{record_path.name}: trial {tid} is not in {name}")
+    for stated in sections["trials"]:
+        if stated["trial"] not in by_trial:
+            said([f"trial {stated['trial']} is not in {name}"])
             continue
-        problems += [f"{record_path.name}: {d}" for d in _differences(stated, by_trial[tid], f"trial {tid}")]
+        said(_differences(stated, by_trial[stated["trial"]], f"trial {stated['trial']}"))
     by_pair = {p["pair"]: p for p in derived["pairs"]}
-    listed = record.get("pairs", [])
-    if not isinstance(listed, list) or not all(isinstance(p, dict) and "pair" in p for p in listed):
-        problems.append(f"{record_path.name}: its pairs are not a list of objects that each name their pair")
-        listed = []
-    stated_pairs = listed + [v for v in record.values() if isinstance(v, dict) and "pair" in v]
+    stated_pairs = sections["pairs"] + [v for v in record.values() if isinstance(v, dict) and isinstance(v.get("pair"), str)]
     for stated in stated_pairs:
         if stated["pair"] not in by_pair:
-            problems.append(f"{record_path.name}: pair {stated['pair']} has no two trials in {name}")
+            said([f"pair {stated['pair']} has no two trials in {name}"])
             continue
-        problems += [f"{record_path.name}: {d}" for d in _differences(stated, by_pair[stated["pair"]],
-                                                                        f"pair {stated['pair']}")]
+        said(_differences(stated, by_pair[stated["pair"]], f"pair {stated['pair']}"))
     by_rung = {r["rung"]: r for r in derived["rungs"]}
-    for stated in record.get("rungs", []):
+    for stated in sections["rungs"]:
         if stated["rung"] not in by_rung:
-            problems.append(f"{record_path.name}: rung {stated['rung']} has no pair in {name}")
+            said([f"rung {stated['rung']} has no pair in {name}"])
             continue
-        problems += [f"{record_path.name}: {d}" for d in _differences(stated, by_rung[stated["rung"]],
-                                                                        f"rung {stated['rung']}")]
+        said(_differences(stated, by_rung[stated["rung"]], f"rung {stated['rung']}"))
+    # the bounded ladder (issue 30), whole: a record that states it states every rung, arm and number its trials give
     by_bounded = {b["rung"]: b for b in derived["bounded"]}
-    for stated in record.get("bounded", []):
-        if stated.get("rung") not in by_bounded:
-            problems.append(f"{record_path.name}: bounded rung {stated.get('rung')} has no trial in {name}")
+    for stated in sections["bounded"]:
+        if stated["rung"] not in by_bounded:
+            said([f"bounded rung {stated['rung']} has no trial in {name}"])
             continue
-        problems += [f"{record_path.name}: {d}" for d in _differences(stated, by_bounded[stated["rung"]],
-                                                                        f"bounded {stated['rung']}")]
+        where = f"bounded {stated['rung']}"
+        said(_shape(stated, by_bounded[stated["rung"]], where) + _differences(stated, by_bounded[stated["rung"]], where))
+    if "bounded" in record and sections["bounded"] is record["bounded"]:  # (a malformed one is said once, above)
+        said(f"bounded rung {rung} of its trials is not stated" for rung in by_bounded
+             if rung not in {b["rung"] for b in sections["bounded"]})
     return problems
 
 

@@ -355,20 +355,33 @@ def test_express_sends_what_arrives_behind_the_outstanding_task_at_once_and_take
 
 
 def test_close_waits_for_two_tasks_that_never_return_once_not_twice(monkeypatch):
-    """With express, both threads may wait on a task that never returns: close() waits CLOSE_WAIT_S in all."""
+    """With express, both threads may be held by tasks that never return (here the express thread inside its send,
+    the loop on the first task's result): close() waits CLOSE_WAIT_S in all, not once per thread."""
     from parity.flame import harvester as module
     from waiting import wait_until  # tests/ is on sys.path
 
     monkeypatch.setattr(module, "CLOSE_WAIT_S", 1.0)
-    sent, send = recording_send()
+    sent, record = recording_send()
+    stuck = threading.Event()
+
+    def send(data: bytes) -> Future:
+        future = record(data)
+        if len(sent) == 2:  # the express task's send never returns (until the test ends)
+            stuck.wait(30)
+        return future
+
     harvester = Harvester(send, FlameSettings.from_dict(HARVEST | {"express": True}), name="s2")
-    harvester.submit("a", [1, 2, 3])
-    wait_until(lambda: len(sent) == 1, what="the first task")
-    harvester.submit("b", [4, 5, 6])
-    wait_until(lambda: len(sent) == 2, what="the express task")  # two out; neither future is ever resolved
-    start = time.monotonic()
-    harvester.close()
-    assert time.monotonic() - start < 1.9  # one wait of 1 s, not one per thread
+    try:
+        harvester.submit("a", [1, 2, 3])
+        wait_until(lambda: len(sent) == 1, what="the first task")
+        harvester.submit("b", [4, 5, 6])
+        wait_until(lambda: len(sent) == 2, what="the express task")  # its thread now held in send
+        start = time.monotonic()
+        harvester.close()
+        assert 0.9 < time.monotonic() - start < 1.9  # one wait of 1 s for both threads, not 1 s each
+    finally:
+        stuck.set()
+
 
 def test_without_express_one_task_is_outstanding_and_what_arrives_waits_for_it():
     from waiting import wait_until  # tests/ is on sys.path

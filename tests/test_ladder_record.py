@@ -111,3 +111,42 @@ def test_a_bounded_ladder_rung_is_derived_per_arm_and_an_edited_one_is_named(tmp
     assert ladder_record.check(path) == [f"{path.name}: bounded rate-14-reuse-640-p0.arms.unbounded-vllm.achieved_per_s: "
                                          f"the record says {rung['arms']['unbounded-vllm']['achieved_per_s'] + 0.5!r}, "
                                          f"its trials give {rung['arms']['unbounded-vllm']['achieved_per_s']!r}"]
+
+
+def _session23(tmp_path):
+    record, path = _copy(tmp_path, "h200-ladder-2026-12-05-session23.json")
+    path.write_text(json.dumps(record))
+    assert ladder_record.check(path) == []
+    return record, path
+
+
+@pytest.mark.parametrize("forge, named", [
+    (lambda r: r["bounded"][0]["arms"].pop("bounded-flame"), "arms.bounded-flame: its trials give it, the record leaves it out"),
+    (lambda r: r["bounded"][0]["arms"].__setitem__("bounded-flame-x", {}), "arms.bounded-flame-x: the record states it"),
+    (lambda r: r["bounded"][0].__setitem__("flame_over_vllm_goodput", 99), "flame_over_vllm_goodput: the record states it"),
+    (lambda r: r["bounded"].pop(), "bounded rung rate-18-reuse-640-p0 of its trials is not stated"),
+    (lambda r: r["bounded"][0]["arms"]["bounded-vllm"].__setitem__("saturated", 1), "saturated: the record says 1"),
+    (lambda r: r.__setitem__("bounded", {"rung": "x"}), "its bounded are not a list of objects that each name their rung"),
+    (lambda r: r["bounded"].append(None), "its bounded are not a list of objects that each name their rung"),
+    (lambda r: r["rungs"].append({"ratio": 1}), "its rungs are not a list of objects that each name their rung"),
+    (lambda r: r.__setitem__("trials", {"trial": "x"}), "its trials are not a list of objects that each name their trial"),
+])
+def test_a_forged_or_malformed_bounded_ladder_is_one_line_each(tmp_path, forge, named):
+    """Found by an outsider: a record's bounded rungs were compared only on the keys both sides had (a dropped arm, a
+    forged key, a dropped rung, 1 for true passed) and a malformed section was a traceback."""
+    record, path = _session23(tmp_path)
+    record.setdefault("rungs", [])
+    forge(record)
+    path.write_text(json.dumps(record))
+    problems = ladder_record.check(path)
+    assert len(problems) == 1 and named in problems[0], problems
+
+
+def test_a_bounded_rung_at_another_answer_length_is_its_own_rung_and_never_a_pair(tmp_path):
+    """Found by an outsider: `-outN` trial ids (the ladder at 128 and 512 tokens) fell out of the bounded rungs and were
+    paired Flame against standalone."""
+    manifests = ladder_record.archived(MEASURED / "h200-ladder-2026-12-05-trials-session23.tar.xz")
+    renamed = {tid.replace("rate-16-", "rate-16-out128-"): raw for tid, raw in manifests.items() if "rate-16-" in tid}
+    derived = ladder_record.derive(renamed)
+    assert [b["rung"] for b in derived["bounded"]] == ["rate-16-out128-hot-640-p0"] and derived["pairs"] == []
+    assert set(derived["bounded"][0]["arms"]) == {"unbounded-vllm", "bounded-vllm", "bounded-flame"}
