@@ -224,33 +224,23 @@ def check(record_path: Path) -> list[str]:
     said = lambda lines: problems.extend(f"{record_path.name}: {line}" for line in lines)  # noqa: E731
     sections = {key: _entries(record, key, ident, said) for key, ident in
                 (("trials", "trial"), ("pairs", "pair"), ("rungs", "rung"), ("bounded", "rung"))}
-    by_trial = {t["trial"]: t for t in derived["trials"]}
-    for stated in sections["trials"]:
-        if stated["trial"] not in by_trial:
-            said([f"trial {stated['trial']} is not in {name}"])
-            continue
-        said(_differences(stated, by_trial[stated["trial"]], f"trial {stated['trial']}"))
-    by_pair = {p["pair"]: p for p in derived["pairs"]}
     stated_pairs = sections["pairs"] + [v for v in record.values() if isinstance(v, dict) and isinstance(v.get("pair"), str)]
-    for stated in stated_pairs:
-        if stated["pair"] not in by_pair:
-            said([f"pair {stated['pair']} has no two trials in {name}"])
-            continue
-        said(_differences(stated, by_pair[stated["pair"]], f"pair {stated['pair']}"))
-    by_rung = {r["rung"]: r for r in derived["rungs"]}
-    for stated in sections["rungs"]:
-        if stated["rung"] not in by_rung:
-            said([f"rung {stated['rung']} has no pair in {name}"])
-            continue
-        said(_differences(stated, by_rung[stated["rung"]], f"rung {stated['rung']}"))
-    # the bounded ladder (issue 30), whole: a record that states it states every rung, arm and number its trials give
+    # each stated entry against the one its trials give by name; the bounded ladder (issue 30) also key for key: a
+    # record that states it states every arm and number its trials give, and nothing else
+    for stated_list, key, ident, absent in ((sections["trials"], "trials", "trial", "is not in"),
+                                            (stated_pairs, "pairs", "pair", "has no two trials in"),
+                                            (sections["rungs"], "rungs", "rung", "has no pair in"),
+                                            (sections["bounded"], "bounded", "rung", "has no trial in")):
+        label = "bounded" if key == "bounded" else ident
+        by_name = {entry[ident]: entry for entry in derived[key]}
+        for stated in stated_list:
+            where = f"{label} {stated[ident]}"
+            if stated[ident] not in by_name:
+                said([f"{where} {absent} {name}"])
+                continue
+            said((_shape(stated, by_name[stated[ident]], where) if key == "bounded" else [])
+                 + _differences(stated, by_name[stated[ident]], where))
     by_bounded = {b["rung"]: b for b in derived["bounded"]}
-    for stated in sections["bounded"]:
-        if stated["rung"] not in by_bounded:
-            said([f"bounded rung {stated['rung']} has no trial in {name}"])
-            continue
-        where = f"bounded {stated['rung']}"
-        said(_shape(stated, by_bounded[stated["rung"]], where) + _differences(stated, by_bounded[stated["rung"]], where))
     if "bounded" in record and sections["bounded"] is record["bounded"]:  # (a malformed one is said once, above)
         said(f"bounded rung {rung} of its trials is not stated" for rung in by_bounded
              if rung not in {b["rung"] for b in sections["bounded"]})
