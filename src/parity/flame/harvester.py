@@ -44,9 +44,8 @@ from parity.flame import codec
 from parity.flame.batcher import PromptQueue, Result
 from parity.flame.settings import FlameSettings
 
+
 CLOSE_WAIT_S = 10.0  # how long close() waits for tasks still out, both threads together
-
-
 ROTATE = "rotate"  # what `_next` says when the session is due for rotation and drained
 SENDING = "sending"  # an express task being encoded and sent
 
