@@ -73,11 +73,16 @@ def _fits(value, allowed: tuple) -> bool:
     if isinstance(value, bool):  # an int to Python, never a number here
         return bool in allowed
     if isinstance(value, (int, float)) and float in allowed:
-        try:
-            return math.isfinite(value)
-        except OverflowError:  # an integer past every float (401 digits): not a number a setting can hold
-            return False
+        return finite(value)
     return isinstance(value, allowed)
+
+
+def finite(value: int | float) -> bool:
+    """A number a float can hold: not NaN or infinite, and not an integer past every float (401 digits)."""
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
 
 
 

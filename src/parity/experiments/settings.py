@@ -14,7 +14,6 @@ and enum on both sides through the classes.
 from __future__ import annotations
 
 import dataclasses
-import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -27,7 +26,7 @@ from parity.latency import Objective
 from parity.lengths import OutputLengths
 from parity.restart import Restart
 from parity.schedule import PACED, Schedule
-from parity.settings import Settings, checked_fields
+from parity.settings import Settings, checked_fields, finite
 from parity.workflow_config import check_experiment_settings
 
 # Flame setting changes, applied over a configuration (an arm: {inflight: 1}); a mapping, keys and types checked.
@@ -101,20 +100,12 @@ def build(hint, value, where: str):
     if hint is type(None) and value is None:
         return None
     fits = (isinstance(value, bool) if hint is bool
-            else isinstance(value, (int, float)) and not isinstance(value, bool) and _finite(value) if hint is float
+            else isinstance(value, (int, float)) and not isinstance(value, bool) and finite(value) if hint is float
             else isinstance(value, hint) and not isinstance(value, bool) if hint is int
             else isinstance(value, hint))
     if not fits:
         raise ParityError(f"{where} must be {kind(hint)}, got {value!r}")
     return value
-
-
-def _finite(value: int | float) -> bool:
-    """A number a float can hold (numbers are kept as written, so an integer past every float is refused here)."""
-    try:
-        return math.isfinite(value)
-    except OverflowError:
-        return False
 
 
 def kind(hint) -> str:
