@@ -27,7 +27,7 @@
 # a later archive over an earlier one (its pair replaces one that failed), and carry results/host/sustained
 # (results/host/confirmation/trials for the confirmation bursts) in the first call; the run keeps each one whose
 # ran_with is what it would run now (the same traces, generated again from the same seeds, and the same bundle),
-# a pair that ran whole on an earlier session's GPU included.
+# a pair or a bounded rung (its three arms) that ran whole on an earlier session's GPU included.
 set -uo pipefail
 out=$1
 limit=${2:-540}

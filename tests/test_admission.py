@@ -543,3 +543,36 @@ def test_the_bounded_arms_own_ladder_runs_with_an_unbounded_comparator_on_one_gp
     table, _ = tables.sustained(load_experiment(tmp_path))
     assert "standalone vLLM (streamed), sticky router, unbounded (the bounded arm's comparator)" in [r[3] for r in
                                                                                                   table.rows]
+
+
+def test_a_bounded_rung_finished_whole_on_an_earlier_gpu_is_kept_and_a_split_one_runs_again_whole(tiny_reuse_trace,
+                                                                                                   tmp_path):
+    """A bounded ladder spread over device sessions meets another GPU each session: a rung whose three arms (its
+    unbounded comparator, each path bounded) all ran on one earlier GPU is kept there; a rung with an arm missing runs
+    again whole here, so a rung's arms never compare across two GPUs (simulated)."""
+    from pathlib import Path as P
+
+    from parity.backend import Backend
+    from parity.experiments import plan
+    from parity.experiments.runner import groups, run_experiment
+    from parity.manifest import read_manifest
+
+    params = str(P(__file__).resolve().parents[1] / "config/sim/h200-llama31-8b.yaml")
+    on = lambda gpu: Backend.from_dict({"engine": "sim", "sim_params": params, "gpus": [gpu],  # noqa: E731
+                                        "warmup_rounds": 0})
+    flame = plan.FlameSettings(api="async", window_ms=5)
+    cases = [c for c in plan.sustained([tiny_reuse_trace], [20.0], flame, shared_start=True, warmup_requests=2,
+                                       bounded=BoundedSettings(), objective=Objective(ttft_s=0.05),
+                                       bounded_rates={tiny_reuse_trace.stem: (30.0, 40.0)}) if c.rung]
+    assert {tuple(sorted(c.trial_id for c in (case, *groups(cases)[case.trial_id]))) for case in cases} == {
+        tuple(sorted(f"sustained-rate-{r}-{arm}-{tiny_reuse_trace.stem}-p0-{side}" for arm, side in
+                     [("unbounded", "vllm"), ("bounded", "vllm"), ("bounded", "flame")])) for r in (30, 40)}
+    settings = {"rates": [20.0]}
+    run_experiment("sustained", cases, on("sim-0"), tmp_path, settings=settings, log=lambda _: None)
+    (tmp_path / "trials" / f"sustained-rate-40-bounded-{tiny_reuse_trace.stem}-p0-flame.json").unlink()
+    lines: list[str] = []
+    run_experiment("sustained", cases, on("sim-1"), tmp_path, settings=settings, log=lines.append)
+    gpus = {c.trial_id: read_manifest(tmp_path / "trials" / f"{c.trial_id}.json")["ran_with"]["gpus"] for c in cases}
+    assert gpus == {c.trial_id: ["sim-1" if c.stage.startswith("rate-40") else "sim-0"] for c in cases}
+    assert any("its group ran whole on sim-0 (an earlier machine)" in line for line in lines)
+    assert sum(": kept (already run and checked)" in line for line in lines) == 3

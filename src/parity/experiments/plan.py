@@ -50,6 +50,7 @@ class Case:
     admission: BoundedSettings | None = None  # ours: bounded admission against `objective` (parity.admission)
     objective: Objective | None = None  # what bounded admission holds each request to (None: no admission)
     sweep: int | None = None  # ours: a fresh engine's decode sweep of groups 1..N before its warm-ups (parity.trial)
+    rung: str | None = None  # ours: a bounded rung's arms share it; they run again together on another GPU (runner.groups)
 
     @property
     def load(self) -> dict:
@@ -338,7 +339,8 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
         stage = f"rate-{rate:g}{length}-bounded"
         lone = Case(f"sustained-{stage}-{trace.stem}-p{repeat}-vllm", "sustained", "standalone", "prefix", trace,
                     flame, stage=stage, schedule=arrivals, stream=True, max_tokens=tokens,
-                    warmup_requests=warmup_requests, arm="bounded", admission=bounded, objective=objective)
+                    warmup_requests=warmup_requests, arm="bounded", admission=bounded, objective=objective,
+                    rung=f"{stage}-{trace.stem}-p{repeat}")
         other = replace(lone, trial_id=lone.trial_id.removesuffix("-vllm") + "-flame", system="flame", flame=streaming)
         free = [replace(lone, trial_id=lone.trial_id.replace("-bounded-", "-unbounded-"), placement="sticky",
                         stage=f"rate-{rate:g}{length}-unbounded", arm="unbounded", admission=None,

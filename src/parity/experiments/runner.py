@@ -54,7 +54,7 @@ class Runner:
         self._shared: dict = {}
         self._flame_binaries = None
         self._start: tuple[str, contextlib.ExitStack, object] | None = None  # (name, its stack, its open path)
-        self._moved: dict[frozenset, list[str] | None] = {}  # a pair's trial ids -> moved_pair's answer for both
+        self._moved: dict[frozenset, list[str] | None] = {}  # a group's trial ids -> moved's answer for them all
 
     def __enter__(self) -> "Runner":
         for sub in ("trials", "cleanup", "logs", "pairs"):
@@ -111,12 +111,12 @@ class Runner:
     def trial_path(self, case: Case) -> Path:
         return self.trials_dir / f"{case.trial_id}.json"
 
-    def run(self, case: Case, partner: Case | None = None) -> Path:
+    def run(self, case: Case, others: tuple[Case, ...] = ()) -> Path:
         """One fresh case: its trial manifest, checked (pinning is checked later, once its pair exists).
-        `partner`: the other side of its pair, if it has one."""
+        `others`: the cases judged with it on another machine (`groups`: its pair's other side, its rung's arms)."""
         path = self.trial_path(case)
         wanted = self.wanted(case)
-        if partner is not None and (gpus := self.moved_pair(case, partner)) is not None:
+        if others and (gpus := self.moved(case, others)) is not None:
             wanted = wanted | {"gpus": gpus}
         if trial.keep(path, case.trial_id, wanted, self.recorded, self.log):
             return path
@@ -147,27 +147,29 @@ class Runner:
                           start_s=start_s)
         return path
 
-    def moved_pair(self, case: Case, partner: Case) -> list[str] | None:
-        """The GPUs a finished pair ran on when it ran whole on others than this run's, as many as this run's (a
-        shard each; a ladder spread over device sessions gets another machine each session): both its trials are
-        then judged against those GPUs, so every pair finished on one GPU is kept and no pair is ever split over
-        two, nor kept for a run of another shard count (a pair with only one side on disk, or either side stale
-        otherwise, runs again here whole). Judged once per pair, for both its sides."""
-        key = frozenset((case.trial_id, partner.trial_id))
+    def moved(self, case: Case, others: tuple[Case, ...]) -> list[str] | None:
+        """The GPUs a finished group (a pair, a bounded rung's arms: `groups`) ran on when it ran whole on others
+        than this run's, as many as this run's (a shard each; a ladder spread over device sessions gets another
+        machine each session): all its trials are then judged against those GPUs, so every group finished on one
+        GPU is kept and none is ever split over two, nor kept for a run of another shard count (a group with a
+        trial missing, or any stale otherwise, runs again here whole). Judged once per group, for all of it."""
+        group = (case, *others)
+        key = frozenset(c.trial_id for c in group)
         if key not in self._moved:
-            self._moved[key] = self._judge_moved(case, partner)
+            self._moved[key] = self._judge_moved(group)
         return self._moved[key]
 
-    def _judge_moved(self, case: Case, partner: Case) -> list[str] | None:
+    def _judge_moved(self, group: tuple[Case, ...]) -> list[str] | None:
         try:
-            gpus = [read_manifest(self.trial_path(c))["ran_with"]["gpus"] for c in (case, partner)]
+            gpus = [read_manifest(self.trial_path(c))["ran_with"]["gpus"] for c in group]
         except (OSError, KeyError, TypeError, ParityError):
             return None
-        if gpus[0] != gpus[1] or gpus[0] == list(self.gpus) or len(gpus[0]) != len(self.gpus):
-            return None  # a pair of other shards (one GPU each) than this run's is never kept for it
-        if any(trial.must_run(self.trial_path(c), self.wanted(c) | {"gpus": gpus[0]}, self.recorded) for c in (case, partner)):
+        if any(g != gpus[0] for g in gpus) or gpus[0] == list(self.gpus) or len(gpus[0]) != len(self.gpus):
+            return None  # a group of other shards (one GPU each) than this run's is never kept for it
+        if any(trial.must_run(self.trial_path(c), self.wanted(c) | {"gpus": gpus[0]}, self.recorded) for c in group):
             return None
-        self.log(f"{case.trial_id}: its pair ran whole on {', '.join(gpus[0])} (an earlier machine), judged there")
+        what = "pair" if len(group) == 2 and group[0].pair is not None else "group"
+        self.log(f"{group[0].trial_id}: its {what} ran whole on {', '.join(gpus[0])} (an earlier machine), judged there")
         return gpus[0]
 
     def wanted(self, case: Case) -> dict:
@@ -185,6 +187,18 @@ def _pair_cases(cases: list[Case]) -> dict[tuple, dict[str, Case]]:
         if case.pair is not None:
             out.setdefault((case.stage, case.trace.stem, case.pair), {})[case.side] = case
     return out
+
+
+def groups(cases: list[Case]) -> dict[str, tuple[Case, ...]]:
+    """Trial id -> the other cases judged with it when a ladder moves machines (Runner.moved): a pair's other side;
+    a bounded rung's other arms (its unbounded comparator, each path bounded: `Case.rung`), which compare on one GPU."""
+    units = [list(sides.values()) for sides in _pair_cases(cases).values() if len(sides) == 2]
+    rungs: dict[str, list[Case]] = {}
+    for case in cases:
+        if case.rung is not None:
+            rungs.setdefault(case.rung, []).append(case)
+    units += [unit for unit in rungs.values() if len(unit) > 1]
+    return {case.trial_id: tuple(c for c in unit if c is not case) for unit in units for case in unit}
 
 
 def ran(case: Case) -> dict:
@@ -238,8 +252,7 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
             "(requests / rate, case by case; engine starts and warmups come on top)")
     trials = {}
     paired = _pair_cases(cases)
-    partners = {one.trial_id: other for sides in paired.values() if len(sides) == 2
-                for one, other in (tuple(sides.values()), tuple(sides.values())[::-1])}
+    together = groups(cases)
     # per side, where the experiment's settings name them (read only there: the cases carry everything else)
     named = {f.name for f in dataclasses.fields(registered(experiment).settings)}
     shards = settings_of(experiment, settings).shards if "shards" in named else None
@@ -247,7 +260,7 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
                 requests=requests) as runner:
         for number, case in enumerate(cases, start=1):
             log(f"[{number}/{len(cases)}] {case.trial_id}")
-            trials[case.trial_id] = runner.run(case, partners.get(case.trial_id))
+            trials[case.trial_id] = runner.run(case, together.get(case.trial_id, ()))
     pairs = sorted(paired.items())
     for (stage, trace, index), sides in pairs:  # pinning first: it may change a candidate's verdict
         if set(sides) != {"reference", "candidate"}:
