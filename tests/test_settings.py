@@ -59,6 +59,19 @@ def test_an_unknown_flame_setting_is_refused():
     assert FlameSettings.from_dict({"batch_limit": 64}).batch_limit == 64
 
 
+def test_from_dict_checks_each_value_once(monkeypatch):
+    """A config's values are type-checked once, where the object is built (__post_init__), not again by from_dict."""
+    import parity.settings as base
+
+    seen = []
+    real = base._fits
+    monkeypatch.setattr(base, "_fits", lambda value, allowed: seen.append(value) or real(value, allowed))
+    FlameSettings.from_dict({"batch_limit": 77})
+    assert seen.count(77) == 1
+    with pytest.raises(ParityError, match="Flame setting batch_limit must be an integer, got 'x'"):
+        FlameSettings.from_dict({"batch_limit": "x"})
+
+
 @pytest.mark.parametrize("build, named", [
     (lambda: FlameSettings(express="yes"), "Flame setting express must be true or false, got 'yes'"),
     (lambda: FlameSettings(batch_limit=32.5), "Flame setting batch_limit must be an integer"),

@@ -22,6 +22,10 @@ class Settings:
 
     @classmethod
     def from_dict(cls, values: dict | None):
+        """The defaults with `values` over them; each value's type is checked once, by `__post_init__` where the
+        class types its fields, else here."""
+        if cls.typed_fields:
+            return cls(**known_keys(cls, values, cls.what))
         return cls(**checked_fields(cls, values, cls.what))
 
     def to_dict(self) -> dict:
@@ -50,15 +54,8 @@ def checked_fields(cls, values, what: str) -> dict:
     type, naming the key, the expected type and the value. An integer is taken where a number is
     meant (YAML and KEY=VALUE write 1 for 1.0); true/false never count as numbers.
     """
-    if values is None:
-        return {}
-    if not isinstance(values, dict):
-        raise ParityError(f"{what}s: expected a mapping of KEY: VALUE, got {type(values).__name__} {values!r}")
+    values = known_keys(cls, values, what)
     hints = typing.get_type_hints(cls)
-    known = [f.name for f in dataclasses.fields(cls)]
-    unknown = sorted(map(str, set(values) - set(known)))
-    if unknown:
-        raise ParityError(f"unknown {what}(s) {', '.join(unknown)}: known are {', '.join(known)}")
     checked = {}
     for key, value in values.items():
         allowed = typing.get_args(hints[key]) or (hints[key],)
@@ -67,6 +64,19 @@ def checked_fields(cls, values, what: str) -> dict:
             raise ParityError(f"{what} {key} must be {expected}, got {value!r}")
         checked[key] = float(value) if float in allowed and isinstance(value, int) else value
     return checked
+
+
+def known_keys(cls, values, what: str) -> dict:
+    """`values` as a mapping of the dataclass `cls`'s field names (None: none); anything else refused in one line."""
+    if values is None:
+        return {}
+    if not isinstance(values, dict):
+        raise ParityError(f"{what}s: expected a mapping of KEY: VALUE, got {type(values).__name__} {values!r}")
+    known = [f.name for f in dataclasses.fields(cls)]
+    unknown = sorted(map(str, set(values) - set(known)))
+    if unknown:
+        raise ParityError(f"unknown {what}(s) {', '.join(unknown)}: known are {', '.join(known)}")
+    return values
 
 
 def _fits(value, allowed: tuple) -> bool:
@@ -83,8 +93,6 @@ def finite(value: int | float) -> bool:
         return math.isfinite(value)
     except OverflowError:
         return False
-
-
 
 
 def key_values(items, what: str) -> dict:
