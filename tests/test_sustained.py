@@ -323,3 +323,5 @@ def test_an_arm_the_flame_settings_refuse_is_named(small_reuse_trace):
 
     with pytest.raises(ParityError, match="^Flame arm 'quick': Flame setting express applies only with mode harvest$"):
         plan.sustained([small_reuse_trace], [40.0], plan.FlameSettings(), arms={"quick": {"express": True}})
+    with pytest.raises(ParityError, match="^Flame arm 'typo': unknown Flame setting\\(s\\) batch_limt: known are "):
+        plan.with_arm(plan.FlameSettings(), "typo", {"batch_limt": 8})  # called directly, not through a config

@@ -24,6 +24,7 @@ from parity.latency import Objective
 from parity.lengths import OutputLengths
 from parity.restart import Restart
 from parity.schedule import Schedule
+from parity.settings import known_keys
 
 
 @dataclass(frozen=True)
@@ -201,7 +202,7 @@ def confirmation(traces: list[Path], count: int | dict[str, int], flame: FlameSe
 def with_arm(flame: FlameSettings, name: str, changes: dict) -> FlameSettings:
     """`flame` with an arm's changes over it; a combination the Flame settings refuse names the arm it came from."""
     try:
-        return replace(flame, **changes)
+        return replace(flame, **known_keys(type(flame), changes, flame.what))
     except ParityError as exc:
         raise ParityError(f"Flame arm {name!r}: {exc}") from None
 
