@@ -39,9 +39,11 @@ onstart:
         raise WorkflowError(IMAGE_PROBLEM)
     # a run that will change the tree first removes the bundle an earlier `all` made of it: were a job killed or to
     # fail, that bundle would stand beside a tree it no longer describes (`all` makes it again; a run with nothing
-    # to do never gets here)
+    # to do never gets here; nor does --touch, which changes only times, and no bundle holds those)
     bundle = f"{RESULTS}-bundle"
-    if os.path.islink(bundle):
+    if workflow.touch:
+        pass
+    elif os.path.islink(bundle):
         os.unlink(bundle)
     elif os.path.realpath(bundle).startswith(os.path.realpath("results") + os.sep):  # never a folder outside it
         shutil.rmtree(bundle, ignore_errors=True)

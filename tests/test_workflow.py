@@ -241,10 +241,10 @@ def test_a_tree_that_fails_its_seal_keeps_no_bundle_of_an_earlier_one(checkout):
     assert not stale.exists() and not (checkout / "results/smoke/run.json").exists()
 
 
-
 def test_a_run_that_changes_the_tree_first_removes_the_earlier_bundle(checkout):
     """Found by an outsider: a killed (or failed) report job left the last run's bundle beside a tree it no longer
-    stood for. A run with nothing to do keeps it; one that remakes anything removes it before its first job."""
+    stood for. A run with nothing to do keeps it, as does `--touch` (it changes only times, which no bundle holds);
+    one that remakes anything removes it before its first job."""
     _finished_smoke_run(checkout)
     stale = checkout / "results/smoke-bundle"
     stale.mkdir(parents=True)
@@ -254,6 +254,8 @@ def test_a_run_that_changes_the_tree_first_removes_the_earlier_bundle(checkout):
     assert idle.returncode == 0 and stale.exists(), (idle.stdout + idle.stderr)[-2000:]
     later = checkout.joinpath(report).stat().st_mtime + 60
     os.utime(checkout / "config/study-reference.yaml", (later, later))  # newer: the report is made again, fails here
+    touched = snakemake(checkout, "--touch", "--workflow-profile", "smoke", report)  # past its start: its job ran
+    assert "rule report" in touched.stdout + touched.stderr and stale.exists(), (touched.stdout + touched.stderr)[-2000:]
     run = snakemake(checkout, "--workflow-profile", "smoke", report)
     assert run.returncode != 0 and "rule report" in run.stdout + run.stderr, (run.stdout + run.stderr)[-2000:]
     assert not stale.exists()
