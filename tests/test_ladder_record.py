@@ -150,3 +150,20 @@ def test_a_bounded_rung_at_another_answer_length_is_its_own_rung_and_never_a_pai
     derived = ladder_record.derive(renamed)
     assert [b["rung"] for b in derived["bounded"]] == ["rate-16-out128-hot-640-p0"] and derived["pairs"] == []
     assert set(derived["bounded"][0]["arms"]) == {"unbounded-vllm", "bounded-vllm", "bounded-flame"}
+
+
+def test_the_bounded_seeds_archive_draws_report_section_7_alone(tmp_path):
+    """ARTIFACT.md's command: the GPU's bounded ladder (seed p0, session 24's archive: its twelve trials and the
+    experiment manifest) gives the report's section 7, goodput curves and first over-saturated rungs, with nothing else."""
+    import tarfile
+
+    from parity.report import write_report
+    from parity.report.reference import DEFAULT_REFERENCE
+
+    with tarfile.open(MEASURED / "h200-ladder-2026-12-05-trials-session24.tar.xz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    out = tmp_path / "report"
+    write_report([tmp_path / "results/host/sustained"], None, DEFAULT_REFERENCE, out)
+    text = (out / "report.md").read_text()
+    assert (out / "sustained.png").stat().st_size > 10_000
+    assert "First over-saturated rung (measured" in text and "bounded admission on reuse-640: 14 req/s" in text
