@@ -12,6 +12,7 @@ from pathlib import Path
 import matplotlib.style
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
 
 from parity.manifest import atomic_write_bytes
 
@@ -143,8 +144,11 @@ def sustained(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
             if key.startswith("flame-") and key not in colors:
                 colors[key] = ARM_COLORS[(len(colors) - 5) % len(ARM_COLORS)]
                 names[key] = f"Flame, {key.removeprefix('flame-')} arm (ours)"
+    drawn = list(dict.fromkeys(system for by_path in per_trace.values() for system in by_path))
+    rows = -(-(len(drawn) + 2) // 2)  # the one legend, below the panels, two entries a row
+    legend_in = 0.3 + 0.2 * rows
     with matplotlib.style.context("default"):
-        fig = Figure(figsize=(13, 3.6 * len(per_trace)))
+        fig = Figure(figsize=(13, 3.6 * len(per_trace) + legend_in))
         for row, (trace, by_path) in enumerate(per_trace.items()):
             axes = [fig.add_subplot(len(per_trace), 3, 3 * row + k + 1) for k in range(3)]
             for system, points in by_path.items():
@@ -157,20 +161,27 @@ def sustained(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
                 offered = [p["offered"] for p in points]
                 axes[2].plot(offered, [p["goodput"] or 0 for p in points], "o-", color=colors.get(system),
                              label=names.get(system, system))
-                if all("goodput_ttft" in p for p in points):  # the first-token part alone, dashed (the title says
-                    # so: no legend entry of its own, which would double a legend that already covers the panel)
-                    axes[2].plot(offered, [p["goodput_ttft"] or 0 for p in points], "s--", color=colors.get(system))
+                if all("goodput_ttft" in p for p in points):  # the first-token part alone, dashed
+                    axes[2].plot(offered, [p["goodput_ttft"] or 0 for p in points], "s--", color=colors.get(system),
+                                 label=f"{names.get(system, system)}, first token only")
             for ax, title, xlabel, ylabel in (
-                    (axes[0], f"{trace}: time to first token (client)", "achieved requests/s", "seconds"),
-                    (axes[1], f"{trace}: end to end", "achieved requests/s", "seconds"),
-                    (axes[2], f"{trace}: goodput (dashed: first token only)", "offered requests/s",
-                     "requests/s meeting the objective")):
+                    (axes[0], f"{trace}: time to first token (client)", "achieved requests/s", "seconds (log)"),
+                    (axes[1], f"{trace}: end to end", "achieved requests/s", "seconds (log)"),
+                    (axes[2], f"{trace}: goodput", "offered requests/s", "requests/s meeting the objective")):
                 ax.set_title(title, fontsize=10)
                 ax.set_xlabel(xlabel)
                 ax.set_ylabel(ylabel)
-                ax.legend(fontsize=7)
+            for ax in axes[:2]:  # past saturation an unbounded p99 is ten times a bounded one: both stay readable
+                ax.set_yscale("log")
+        # one legend for every panel, below them, so no curve is hidden under it: a colour per path, a style per
+        # statistic
+        handles = [Line2D([], [], color=colors.get(system), linewidth=3, label=names.get(system, system))
+                   for system in drawn]
+        handles += [Line2D([], [], color="gray", marker="o", linestyle="-", label="p50; goodput: the whole objective"),
+                    Line2D([], [], color="gray", marker="s", linestyle="--", label="p99; goodput: first token only")]
+        fig.legend(handles=handles, loc="lower center", ncol=2, fontsize=8, frameon=False)
         fig.suptitle(_title("Sustained load", evidence))
-        fig.tight_layout()
+        fig.tight_layout(rect=(0, legend_in / fig.get_figheight(), 1, 1))
         return _save(fig, path)
 
 
