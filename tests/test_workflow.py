@@ -114,6 +114,18 @@ def test_every_shell_argument_is_quoted(checkout):
     assert not any(word in ("b", "results/a") or word.startswith("b/") for word in words)
 
 
+def test_a_nested_config_override_keeps_its_numbers_and_booleans(checkout):
+    """Found by an outsider: Snakemake reads a nested --config value with YAML's BaseLoader, so ARTIFACT.md's own
+    `--config fetch='{record_pins: true}'` was refused ('true' is not of type 'boolean'), as was any number in one."""
+    run = snakemake(checkout, "-n", "-p", "--workflow-profile", "smoke", "results/smoke/gc/experiment.json",
+                    "--config", "fetch={record_pins: true}", 'experiments={"gc": {"flame": {"batch_limit": 64}}}')
+    assert run.returncode == 0, run.stderr[-2000:]
+    (command,) = [c for c in shell_commands(run.stdout + run.stderr) if c[:4] == ["parity", "experiment", "run", "gc"]]
+    assert yaml.safe_load(command[command.index("--settings") + 1])["flame"]["batch_limit"] == 64
+    bad = snakemake(checkout, "-n", "--workflow-profile", "smoke", "all", "--config", "fetch={record_pins: maybe}")
+    assert bad.returncode != 0 and "'maybe' is not of type 'boolean'" in bad.stdout + bad.stderr
+
+
 def test_a_truncated_profile_config_does_not_fall_back_to_another(checkout):
     edit_config(checkout, "smoke", lambda doc: doc.pop("backend"))
     run = snakemake(checkout, "-n", "--workflow-profile", "smoke", "all")

@@ -16,6 +16,33 @@ if "profile" not in config:
         "no profile config: run with a profile (bare `snakemake` loads profiles/default; "
         "`--workflow-profile smoke` for the CPU run) or pass --configfile config/<profile>.yaml"
     )
+
+
+def _typed_overrides(config):
+    """Snakemake reads a nested --config value (fetch='{record_pins: true}') with YAML's BaseLoader, so every number
+    and boolean in it arrives as a string the schema refuses; each such leaf is read again as a config file's would
+    be (a string stays a string), before validation."""
+    import yaml
+    from snakemake.utils import update_config
+
+    def typed(value):
+        if isinstance(value, dict):
+            return {key: typed(child) for key, child in value.items()}
+        if isinstance(value, list):
+            return [typed(child) for child in value]
+        if isinstance(value, str) and value:
+            try:
+                read = yaml.safe_load(value)
+            except yaml.YAMLError:
+                return value
+            return read if isinstance(read, (bool, int, float)) or read is None else value
+        return value
+
+    overrides = getattr(getattr(workflow, "config_settings", None), "overwrite_config", None) or {}
+    update_config(config, {key: typed(value) for key, value in overrides.items() if isinstance(value, (dict, list))})
+
+
+_typed_overrides(config)
 validate(config, schema="../../schemas/config.schema.yaml", set_default=False)
 
 
