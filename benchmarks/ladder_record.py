@@ -8,7 +8,9 @@ trial or a pair is what `parity.latency` derives from the archived manifest whos
 
 A record lists the trials it ran (`trials`) and the pairs it states (`pairs`, or a top-level object with a `pair`
 key); a check compares each number the record and the derivation both have (a record written before a field
-existed simply lacks it), to its rounding.
+existed simply lacks it), to its rounding. A record that names the experiment manifest its archive holds
+(`experiment`: {path, sha256}, so `parity report --experiment` draws from the archive) is checked against it too:
+that file byte for byte, linking exactly the archive's trials, against the objective they were admitted by.
 """
 
 from __future__ import annotations
@@ -153,6 +155,45 @@ def derive(manifests: dict[str, bytes]) -> dict:
     return {"rungs": rungs(pairs), "pairs": pairs, "bounded": bounded(summaries), "trials": trials}
 
 
+def _member(path: Path, name: str) -> bytes | None:
+    """The bytes of the archive's file `name` (None: it has none)."""
+    with tarfile.open(path) as tar:
+        try:
+            member = tar.getmember(name)
+        except KeyError:
+            return None
+        return tar.extractfile(member).read() if member.isfile() else None
+
+
+def _experiment(stated, archive: Path, trials: dict[str, bytes]) -> list[str]:
+    """Where the record states the experiment manifest its archive holds ({path, sha256}): that file, byte for
+    byte, linking exactly the archive's trials by their SHA-256, and admitting none against another objective than
+    it states (`parity report` judges goodput by it; parity.experiments.derive checks the same on a results tree)."""
+    if not (isinstance(stated, dict) and isinstance(stated.get("path"), str) and isinstance(stated.get("sha256"), str)):
+        return ["its experiment is not an object of a path and a sha256"]
+    data = _member(archive, stated["path"])
+    if data is None:
+        return [f"its experiment {stated['path']} is not in {archive.name}"]
+    if hashlib.sha256(data).hexdigest() != stated["sha256"]:
+        return [f"its experiment {stated['path']} has SHA-256 {hashlib.sha256(data).hexdigest()}, the record says "
+                f"{stated['sha256']}"]
+    try:
+        doc = json.loads(data)
+        linked = {case["trial_id"]: case["manifest"]["sha256"] for case in doc["cases"]}
+        objective = doc["settings"].get("objective")
+    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+        return [f"its experiment {stated['path']} is not an experiment manifest ({type(e).__name__}: {e})"]
+    problems = [f"its experiment links trial {tid} {'by another SHA-256' if tid in trials else 'not in the archive'}"
+                for tid, sha in sorted(linked.items()) if hashlib.sha256(trials.get(tid, b"")).hexdigest() != sha]
+    problems += [f"its experiment does not link archived trial {tid}" for tid in sorted(set(trials) - set(linked))]
+    for tid, data in sorted(trials.items()):
+        judged = ((json.loads(data).get("ran_with") or {}).get("load") or {}).get("admission", {}).get("objective")
+        if judged is not None and judged != objective:
+            problems.append(f"its experiment states objective {objective!r}, trial {tid} was admitted against {judged!r}")
+            break
+    return problems
+
+
 def archived(path: Path) -> dict[str, bytes]:
     """The trial manifests in a session's archive (results/host/<experiment>/trials/<id>.json), by trial id."""
     out = {}
@@ -217,11 +258,14 @@ def check(record_path: Path) -> list[str]:
     if not archive.is_file():
         return [f"{record_path.name}: its archive {name} is not beside it"]
     try:
-        derived = derive(archived(archive))
+        trials = archived(archive)
+        derived = derive(trials)
     except (OSError, tarfile.TarError, EOFError, json.JSONDecodeError, KeyError, TypeError) as e:
         return [f"{record_path.name}: its archive {name} cannot be read as trial manifests ({type(e).__name__}: {e})"]
     problems: list[str] = []
     said = lambda lines: problems.extend(f"{record_path.name}: {line}" for line in lines)  # noqa: E731
+    if "experiment" in record:
+        said(_experiment(record["experiment"], archive, trials))
     sections = {key: _entries(record, key, ident, said) for key, ident in
                 (("trials", "trial"), ("pairs", "pair"), ("rungs", "rung"), ("bounded", "rung"))}
     stated_pairs = sections["pairs"] + [v for v in record.values() if isinstance(v, dict) and isinstance(v.get("pair"), str)]

@@ -167,3 +167,59 @@ def test_the_bounded_seeds_archive_draws_report_section_7_alone(tmp_path):
     text = (out / "report.md").read_text()
     assert (out / "sustained.png").stat().st_size > 10_000
     assert "First over-saturated rung (measured" in text and "bounded admission on reuse-640: 14 req/s" in text
+
+
+@pytest.mark.parametrize("forge, named", [
+    ("objective", "its experiment states objective {'ttft_s': 30.0, 'itl_s': 1.0}, trial "),
+    ("drop", "its experiment results/host/sustained/experiment.json is not in"),
+    ("garbage", "its experiment results/host/sustained/experiment.json is not an experiment manifest"),
+    ("relink", "its experiment links trial sustained-rate-18-bounded-reuse-640-p0-flame by another SHA-256"),
+])
+def test_the_experiment_manifest_a_record_names_is_checked_even_when_rehashed(tmp_path, forge, named):
+    """Found by an outsider: session 24's archive holds the experiment manifest the report draws from, which no
+    check covered: its objective, edited, turned the unbounded arm's goodput from 0 to 9.48/s. The record states its
+    SHA-256; a manifest edited and re-hashed into the record still disagrees with the trials it links."""
+    import hashlib
+    import io
+    import tarfile
+
+    name = "h200-ladder-2026-12-05-session24.json"
+    record = json.loads((MEASURED / name).read_text())
+    source = MEASURED / record["archive"].split(":")[0]
+    path = record["experiment"]["path"]
+    forged = tmp_path / source.name
+    with tarfile.open(source) as tar_in, tarfile.open(forged, "w:xz") as tar_out:
+        for member in tar_in.getmembers():
+            data = tar_in.extractfile(member).read() if member.isfile() else None
+            if member.name == path:
+                if forge == "drop":
+                    continue
+                doc = json.loads(data)
+                if forge == "objective":
+                    doc["settings"]["objective"] = {"ttft_s": 30.0, "itl_s": 1.0}
+                elif forge == "relink":
+                    doc["cases"][-1]["manifest"]["sha256"] = "0" * 64
+                data = b"not json" if forge == "garbage" else json.dumps(doc).encode()
+                record["experiment"]["sha256"] = hashlib.sha256(data).hexdigest()  # re-hashed into the record
+                member.size = len(data)
+            tar_out.addfile(member, io.BytesIO(data) if data is not None else None)
+    (tmp_path / name).write_text(json.dumps(record))
+    problems = ladder_record.check(tmp_path / name)
+    assert len(problems) == 1 and named in problems[0], problems
+
+
+def test_an_experiment_manifest_stating_another_objective_than_its_trials_were_admitted_by_is_named(tmp_path):
+    """The same forgery on a results tree (`parity validate`): the objective the report judges goodput by must be
+    the one the bounded trials were admitted against; one line for all of them."""
+    import tarfile
+
+    from parity.experiments.derive import derived_problems
+
+    with tarfile.open(MEASURED / "h200-ladder-2026-12-05-trials-session24.tar.xz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    path = tmp_path / "results/host/sustained/experiment.json"
+    doc = json.loads(path.read_text())
+    assert derived_problems(path, doc) == []
+    doc["settings"]["objective"] = {"ttft_s": 30.0, "itl_s": 1.0}
+    (problem,) = derived_problems(path, doc)
+    assert problem[0] == "/settings/objective" and "(and 7 more)" in problem[1]

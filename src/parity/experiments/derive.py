@@ -22,7 +22,7 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
     """(pointer, why) for each thing an experiment manifest states that its trials and pairs do not give
     (`parity.rederive`): each case's facts, and one pair manifest for each pair of cases, linking those two."""
     path, found = Path(path), []
-    groups, shards, traces, configs = {}, {}, {}, {}
+    groups, shards, traces, configs, admitted = {}, {}, {}, {}, []
     for number, case in enumerate(doc["cases"]):
         trial = os.path.normpath(path.parent / case["manifest"]["path"])
         try:
@@ -36,11 +36,18 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
             shards.setdefault(facts["trace_name"], []).append(trial_doc)
         found += [(f"/cases/{number}/{key}", f"states {case.get(key)!r}, its trial gives {value!r}")
                   for key, value in facts.items() if case.get(key) != value]
+        judged = ((trial_doc.get("ran_with") or {}).get("load") or {}).get("admission", {}).get("objective")
+        if judged is not None and (doc.get("settings") or {}).get("objective") != judged:
+            admitted.append((case.get("trial_id"), judged))
         configs[case.get("trial_id")] = trial_doc.get("config") or {}
         if isinstance(trial_doc.get("trace"), dict):
             traces.setdefault(os.path.normpath(Path(trial).parent / trial_doc["trace"]["path"]), None)
         if case.get("pair") is not None:
             groups.setdefault((case.get("stage"), case["trace_name"], case["pair"]), set()).add(trial)
+    if admitted:  # the report judges every case's goodput by the stated objective
+        (trial_id, judged), more = admitted[0], len(admitted) - 1
+        found.append(("/settings/objective", f"states {(doc.get('settings') or {}).get('objective')!r}, its trial "
+                      f"{trial_id} was admitted against {judged!r}" + (f" (and {more} more)" if more else "")))
     found += _unplanned(doc, [Path(t) for t in traces], configs)
     if doc["simulated"] != any(case.get("simulated") for case in doc["cases"]):
         found.append(("/simulated", f"states {doc['simulated']}, its cases give the opposite"))
