@@ -34,19 +34,28 @@ include: "workflow/rules/bench.smk"
 include: "workflow/rules/report.smk"
 
 
+def drop_bundle():
+    """The bundle an earlier `all` made of the tree, removed (a link unlinked; never a folder outside results/)."""
+    bundle = f"{RESULTS}-bundle"
+    if os.path.islink(bundle):
+        os.unlink(bundle)
+    elif os.path.realpath(bundle).startswith(os.path.realpath("results") + os.sep):
+        shutil.rmtree(bundle, ignore_errors=True)
+
+
 onstart:
     if IMAGE_PROBLEM:
         raise WorkflowError(IMAGE_PROBLEM)
     # a run that will change the tree first removes the bundle an earlier `all` made of it: were a job killed or to
     # fail, that bundle would stand beside a tree it no longer describes (`all` makes it again; a run with nothing
-    # to do never gets here; nor does --touch, which changes only times, and no bundle holds those)
-    bundle = f"{RESULTS}-bundle"
-    if workflow.touch:
-        pass
-    elif os.path.islink(bundle):
-        os.unlink(bundle)
-    elif os.path.realpath(bundle).startswith(os.path.realpath("results") + os.sep):  # never a folder outside it
-        shutil.rmtree(bundle, ignore_errors=True)
+    # to do never gets here). --touch changes only times, which no bundle holds: it keeps the bundle unless it fails
+    # (Snakemake then removes the failed job's outputs: onerror)
+    if not workflow.touch:
+        drop_bundle()
+
+
+onerror:
+    drop_bundle()
 
 
 rule all:

@@ -12,6 +12,7 @@ import os
 import shlex
 import shutil
 import subprocess
+import time
 import sys
 from pathlib import Path
 
@@ -255,19 +256,31 @@ def test_a_tree_that_fails_its_seal_keeps_no_bundle_of_an_earlier_one(checkout):
 
 def test_a_run_that_changes_the_tree_first_removes_the_earlier_bundle(checkout):
     """Found by an outsider: a killed (or failed) report job left the last run's bundle beside a tree it no longer
-    stood for. A run with nothing to do keeps it, as does `--touch` (it changes only times, which no bundle holds);
-    one that remakes anything removes it before its first job."""
+    stood for. A run with nothing to do keeps it, as does a `--touch` that succeeds (it changes only times, which no
+    bundle holds); a `--touch` that fails (Snakemake then removes the failed job's outputs) and a run that remakes
+    anything remove it."""
     _finished_smoke_run(checkout)
+    now = time.time()
+    for path in checkout.rglob("*"):  # the finished tree and its inputs an hour back, their order kept: no
+        if path.is_file():  # file newer than the clock, which Snakemake's --touch refuses (clock skew)
+            os.utime(path, (path.stat().st_mtime - 3600, path.stat().st_mtime - 3600))
     stale = checkout / "results/smoke-bundle"
     stale.mkdir(parents=True)
     (stale / "bagit.txt").write_text("BagIt-Version: 1.0\n")
     report = "results/smoke/report/report.json"
     idle = snakemake(checkout, "--workflow-profile", "smoke", report)
     assert idle.returncode == 0 and stale.exists(), (idle.stdout + idle.stderr)[-2000:]
-    later = checkout.joinpath(report).stat().st_mtime + 60
-    os.utime(checkout / "config/study-reference.yaml", (later, later))  # newer: the report is made again, fails here
-    touched = snakemake(checkout, "--touch", "--workflow-profile", "smoke", report)  # past its start: its job ran
-    assert "rule report" in touched.stdout + touched.stderr and stale.exists(), (touched.stdout + touched.stderr)[-2000:]
+    reference = checkout / "config/study-reference.yaml"
+    os.utime(reference, (now - 60, now - 60))  # newer than the report: the report is to be made again
+    touched = snakemake(checkout, "--touch", "--workflow-profile", "smoke", report)
+    assert touched.returncode == 0 and stale.exists(), (touched.stdout + touched.stderr)[-2000:]
+    reference.write_text(reference.read_text() + "# changed\n")
+    os.utime(reference, (now + 60, now + 60))  # newer than the clock: the touch fails, the report's outputs go
+    failed = snakemake(checkout, "--touch", "--workflow-profile", "smoke", report)
+    assert failed.returncode != 0 and not stale.exists(), (failed.stdout + failed.stderr)[-2000:]
+    stale.mkdir(parents=True)
+    (stale / "bagit.txt").write_text("BagIt-Version: 1.0\n")
+    os.utime(reference, (time.time(), time.time()))
     run = snakemake(checkout, "--workflow-profile", "smoke", report)
     assert run.returncode != 0 and "rule report" in run.stdout + run.stderr, (run.stdout + run.stderr)[-2000:]
     assert not stale.exists()
