@@ -34,15 +34,6 @@ include: "workflow/rules/bench.smk"
 include: "workflow/rules/report.smk"
 
 
-def drop_bundle():
-    """The bundle an earlier `all` made of the tree, removed (a link unlinked; never a folder outside results/)."""
-    bundle = f"{RESULTS}-bundle"
-    if os.path.islink(bundle):
-        os.unlink(bundle)
-    elif os.path.realpath(bundle).startswith(os.path.realpath("results") + os.sep):
-        shutil.rmtree(bundle, ignore_errors=True)
-
-
 onstart:
     if IMAGE_PROBLEM:
         raise WorkflowError(IMAGE_PROBLEM)

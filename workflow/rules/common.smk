@@ -5,6 +5,7 @@
 import json
 import logging
 import math
+import os
 import shlex
 import shutil
 
@@ -254,3 +255,13 @@ def image_check():
     problem = "this profile runs every job in the pinned Apptainer image, but apptainer is not installed"
     logger.warning(f"{problem}: only a dry run (-n) can go on")
     return problem
+
+
+def drop_bundle():
+    """The bundle an earlier `all` made of the tree, removed (a link unlinked; never a folder outside results/)."""
+    bundle = f"{RESULTS}-bundle"
+    if os.path.islink(bundle):
+        os.unlink(bundle)
+    elif os.path.realpath(bundle).startswith(os.path.realpath("results") + os.sep):
+        shutil.rmtree(bundle, ignore_errors=True)
+
