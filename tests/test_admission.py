@@ -582,4 +582,6 @@ def test_a_bounded_rung_finished_whole_on_an_earlier_gpu_is_kept_and_a_split_one
     gpus = {c.trial_id: read_manifest(tmp_path / "trials" / f"{c.trial_id}.json")["ran_with"]["gpus"] for c in cases}
     assert gpus == {c.trial_id: ["sim-1" if c.stage.startswith("rate-40") else "sim-0"] for c in cases}
     assert any("its group ran whole on sim-0 (an earlier machine)" in line for line in lines)
+    assert f"sustained-rate-40-unbounded-{tiny_reuse_trace.stem}-p0-vllm: its group runs again whole here: " \
+           f"sustained-rate-40-bounded-{tiny_reuse_trace.stem}-p0-flame is not on disk (or not readable)" in lines
     assert sum(": kept (already run and checked)" in line for line in lines) == 3

@@ -553,3 +553,36 @@ def test_a_rerun_under_a_deadline_keeps_finished_trials_and_begins_no_case_that_
                        deadline=time.time() + 5)
     assert sum(": kept (already run and checked)" in line for line in lines) == len(cases) - 1
     assert not last.exists() and kept == {p.name: p.stat().st_mtime_ns for p in (tmp_path / "trials").glob("*.json")}
+
+
+def test_a_trial_copied_under_another_name_or_relabelled_for_another_gpu_runs_again(tiny_reuse_trace, tmp_path):
+    """Found by an outsider: a manifest copied over another case's file (the same settings) was kept, so one
+    measurement counted twice; a trial whose ran_with named another GPU than its records ran on was kept for that GPU.
+    Each now runs again, saying why (simulated)."""
+    import json as _json
+    from pathlib import Path as P
+
+    from parity.backend import Backend
+    from parity.experiments import plan
+    from parity.experiments.runner import run_experiment
+
+    params = str(P(__file__).resolve().parents[1] / "config/sim/h200-llama31-8b.yaml")
+    settings = {"rates": [20, 40], "flame": {"mode": "harvest", "api": "async"}}
+    cases = plan.for_experiment("sustained", [tiny_reuse_trace], settings)
+    backend = Backend.from_dict({"engine": "sim", "sim_params": params, "gpus": ["sim-0"]})
+    run_experiment("sustained", cases, backend, tmp_path, settings=settings, log=lambda _: None)
+    trials = tmp_path / "trials"
+    (tmp_path / "experiment.json").unlink()  # no record of the hashes: the trial itself must tell
+    cases = [c for c in cases if c.system == "standalone"]  # one side of each rung's pair
+    first, second = (trials / f"{c.trial_id}.json" for c in cases)
+    second.write_bytes(first.read_bytes())
+    doc = _json.loads(first.read_text())
+    doc["ran_with"]["gpus"] = ["sim-9"]
+    first.write_text(_json.dumps(doc))
+    lines: list[str] = []
+    run_experiment("sustained", plan.for_experiment("sustained", [tiny_reuse_trace], settings), backend, tmp_path,
+                   settings=settings, log=lines.append)
+    assert f"{cases[1].trial_id}: run again: the trial on disk is {cases[0].trial_id!r}, not {cases[1].trial_id!r}" \
+        in lines
+    assert any(line.startswith(f"{cases[0].trial_id}: run again: ") and "its records ran on sim-0, which its ran_with "
+               "gpus do not name" in line for line in lines), lines

@@ -211,12 +211,24 @@ def check_file(path: Path, pinning: dict[int, str] | None = None) -> dict:
     return doc["verdict"]
 
 
+def gpus_unnamed(doc: dict) -> str | None:
+    """Why a trial's records ran on GPUs its `ran_with` does not name (a trial re-labelled for another machine),
+    else None: a moved ladder keeps a trial by the GPUs `ran_with` names."""
+    named = set((doc.get("ran_with") or {}).get("gpus") or [])
+    used = {r.get("gpu_uuid") for r in doc.get("records", []) if isinstance(r, dict) and r.get("gpu_uuid")}
+    if named and used - named:
+        return f"its records ran on {', '.join(sorted(used - named))}, which its ran_with gpus do not name"
+    return None
+
+
 def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
     """(pointer, why) for each thing a trial states that its records and its trace do not give: its timing,
     and its verdict held to its recorded pinning (`parity.rederive`: what a re-hash cannot forge)."""
     found = []
     if why := timing_mismatch(doc):
         found.append(("/timing", f"its timing is not what its records give: {why}"))
+    if why := gpus_unnamed(doc):
+        found.append(("/ran_with/gpus", why))
     if "config" in doc and doc.get("config_sha256") != config_sha256(doc["config"]):
         found.append(("/config_sha256", "is not the SHA-256 of its config: the config was edited after the run"))
     if doc.get("placement_verified", True) is not True:  # the Flame path writes a trial only once it verified it

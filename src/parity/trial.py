@@ -32,7 +32,7 @@ import time
 from pathlib import Path
 
 from parity import cpus, jit
-from parity.checks import check_trial, read_trial, trace_of, unsupported
+from parity.checks import check_trial, gpus_unnamed, read_trial, trace_of, unsupported
 from parity.engine import EngineArgs
 from parity.errors import ParityError
 from parity.manifest import ManifestError, is_file_reference, read_manifest, sha256_file, write_manifest
@@ -345,6 +345,10 @@ def must_run(path: Path, wanted: dict, recorded: dict[str, list[tuple[Path, str]
         return str(exc)
     if doc["verdict"]["status"] == "pending":
         return "the trial on disk was never checked"
+    if doc.get("trial_id") != path.stem:  # a manifest copied under another case's name: one measurement, counted twice
+        return f"the trial on disk is {doc.get('trial_id')!r}, not {path.stem!r}"
+    if why := gpus_unnamed(doc):
+        return f"the trial on disk is not what its records give: {why}"
     if why := stale(doc, wanted):
         return f"the trial on disk is stale: {why}"
     actual = sha256_file(path)

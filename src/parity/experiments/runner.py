@@ -160,17 +160,30 @@ class Runner:
         return self._moved[key]
 
     def _judge_moved(self, group: tuple[Case, ...]) -> list[str] | None:
-        try:
-            gpus = [read_manifest(self.trial_path(c))["ran_with"]["gpus"] for c in group]
-        except (OSError, KeyError, TypeError, ParityError):
-            return None
-        if any(g != gpus[0] for g in gpus) or gpus[0] == list(self.gpus) or len(gpus[0]) != len(self.gpus):
-            return None  # a group of other shards (one GPU each) than this run's is never kept for it
-        if any(trial.must_run(self.trial_path(c), self.wanted(c) | {"gpus": gpus[0]}, self.recorded) for c in group):
-            return None
         what = "pair" if len(group) == 2 and group[0].pair is not None else "group"
-        self.log(f"{group[0].trial_id}: its {what} ran whole on {', '.join(gpus[0])} (an earlier machine), judged there")
-        return gpus[0]
+        gpus = {}
+        for c in group:
+            try:
+                gpus[c.trial_id] = read_manifest(self.trial_path(c))["ran_with"]["gpus"]
+            except (OSError, KeyError, TypeError, ParityError):
+                continue
+        if not gpus or all(g == list(self.gpus) for g in gpus.values()):
+            return None  # none on disk, or all on this machine: each trial judged as it is
+        said = f"{group[0].trial_id}: its {what} runs again whole here"
+        if len(gpus) < len(group):
+            missing = next(c.trial_id for c in group if c.trial_id not in gpus)
+            self.log(f"{said}: {missing} is not on disk (or not readable)")
+            return None
+        first = next(iter(gpus.values()))
+        if any(g != first for g in gpus.values()) or first == list(self.gpus) or len(first) != len(self.gpus):
+            self.log(f"{said}: it did not run whole on one earlier machine of this run's GPU count")
+            return None  # a group of other shards (one GPU each) than this run's is never kept for it
+        for c in group:
+            if why := trial.must_run(self.trial_path(c), self.wanted(c) | {"gpus": first}, self.recorded):
+                self.log(f"{said}: {c.trial_id}: {why}")
+                return None
+        self.log(f"{group[0].trial_id}: its {what} ran whole on {', '.join(first)} (an earlier machine), judged there")
+        return first
 
     def wanted(self, case: Case) -> dict:
         """RESULT_SETTINGS as this case runs now."""
