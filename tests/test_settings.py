@@ -14,6 +14,7 @@ from parity.cli import main
 from parity.errors import ParityError
 from parity.backend import Backend
 from parity.flame.settings import FlameSettings
+from parity.experiments.settings import SustainedSettings
 from parity.workflow_config import check_experiment_settings, experiment_names, schema
 
 SIM = json.dumps({"engine": "sim", "gpus": ["sim-0", "sim-1"], "cluster": "standin"})
@@ -138,3 +139,17 @@ def test_a_number_past_every_float_and_a_selection_the_screens_cannot_run_are_on
     with pytest.raises(ParityError, match=r"^admission: selected \{'mode': 'harvest', 'api': 'async'\} cannot run the "
                                           r"API screen, which runs it with api sync and async: .*needs api async"):
         plan.admission([Path("reuse.json")], settings)
+
+
+@pytest.mark.parametrize("build, named", [
+    (lambda: FlameSettings.from_dict({"batch_limit": 10**23}), "Flame setting batch_limit must be an integer within 64 bits"),
+    (lambda: SustainedSettings.from_dict({"rates": [30], "evict": {"cache_blocks": 10**23}}),
+     "sustained evict cache_blocks must be an integer within 64 bits"),
+    (lambda: SustainedSettings.from_dict({"rates": [30], "schedule": {"seed": -(2**63)}}),
+     "sustained schedule setting seed must be an integer within 64 bits"),
+])
+def test_an_integer_past_64_bits_is_refused_by_name_before_anything_runs(build, named):
+    """Found by an outsider: cache_blocks 1e23 ran two trials, then failed inside a worker (OverflowError: cannot fit
+    'int' into an index-sized integer), naming no key."""
+    with pytest.raises(ParityError, match=named):
+        build()

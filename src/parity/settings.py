@@ -59,7 +59,10 @@ def checked_fields(cls, values, what: str) -> dict:
     checked = {}
     for key, value in values.items():
         allowed = typing.get_args(hints[key]) or (hints[key],)
-        if not _fits(value, allowed):
+        fits = _fits(value, allowed)
+        if not fits and isinstance(value, int) and not isinstance(value, bool) and int in allowed:
+            raise ParityError(f"{what} {key} must be an integer within 64 bits, got {value!r}")
+        if not fits:
             expected = " or ".join(_TYPE_NAMES[t] for t in allowed)
             raise ParityError(f"{what} {key} must be {expected}, got {value!r}")
         checked[key] = float(value) if float in allowed and isinstance(value, int) else value
@@ -79,11 +82,16 @@ def known_keys(cls, values, what: str) -> dict:
     return values
 
 
+INT_LIMIT = 2**63  # what an engine, numpy or a C index takes: a larger count fails late, inside a worker
+
+
 def _fits(value, allowed: tuple) -> bool:
     if isinstance(value, bool):  # an int to Python, never a number here
         return bool in allowed
     if isinstance(value, (int, float)) and float in allowed:
         return finite(value)
+    if isinstance(value, int) and int in allowed:
+        return -INT_LIMIT < value < INT_LIMIT
     return isinstance(value, allowed)
 
 
