@@ -167,6 +167,9 @@ def test_the_bounded_seeds_archive_draws_report_section_7_alone(tmp_path):
     text = (out / "report.md").read_text()
     assert (out / "sustained.png").stat().st_size > 10_000
     assert "First over-saturated rung (measured" in text and "bounded admission on reuse-640: 14 req/s" in text
+    # a bounded arm refusing a tenth of the load is said to be that, apart from the ladder's saturated rungs
+    unbounded, bounded = text.split("A bounded arm's achieved rate counts only what it admitted")[:2]
+    assert "comparator) on reuse-640: 14 req/s" in unbounded and "bounded admission on reuse-640: 6 req/s" in bounded
 
 
 @pytest.mark.parametrize("forge, named", [

@@ -712,7 +712,9 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
         "A row offered `replay` ran a recorded trace (parity trace-mooncake) at its own arrivals, each request "
         "asking for its recorded answer length, the same on both sides. "
         "Achieved: the window's requests over the time from the first's "
-        "arrival to the last's answer; saturated: below 90% of the offered rate.")
+        "arrival to the last's answer; saturated: below 90% of the offered rate measured in the same window (the "
+        "window's requests over its span, refused ones included, which differs from the rung's nominal rate by the "
+        "draw).")
     for trace in curves:
         for points in curves[trace].values():
             points.sort(key=lambda p: p["offered"])
@@ -739,8 +741,13 @@ def _first_saturated(rows: list[list]) -> str | None:
             first.setdefault((trace, tokens, label), offered)
     if not first:
         return None
-    return ("First over-saturated rung (measured: achieved below 90% of offered): " + "; ".join(
-        f"{label} on {trace}: {offered} req/s" for (trace, _, label), offered in first.items()) + ".")
+    said = lambda found: "; ".join(f"{label} on {trace}: {offered} req/s" for (trace, _, label), offered in found)  # noqa: E731
+    free = [item for item in first.items() if "bounded admission" not in item[0][2]]
+    held = [item for item in first.items() if "bounded admission" in item[0][2]]
+    return ((f"First over-saturated rung (measured: achieved below 90% of offered): {said(free)}." if free else "")
+            + (" " if free and held else "")
+            + (f"A bounded arm's achieved rate counts only what it admitted, so its first rung below 90% of offered "
+               f"is where it refused (or fell behind) more than a tenth of the load: {said(held)}." if held else ""))
 
 
 def _step_cell(pairs: list[tuple[dict, dict]], excluded: int) -> tuple[str, str, dict]:
