@@ -13,6 +13,7 @@ import matplotlib.style
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
+from matplotlib.ticker import FuncFormatter
 
 from parity.manifest import atomic_write_bytes
 
@@ -134,7 +135,7 @@ def sustained(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
              "standalone-bounded": "standalone vLLM, bounded admission (ours)",
              "flame-bounded": "Flame, harvested, bounded admission (ours)",
              "standalone-unbounded": "standalone vLLM, unbounded, the bounded arm's comparator (ours)"}
-    colors = {"standalone": COLORS["vllm"], "flame": COLORS["flame"], "standalone-bounded": COLORS["study"],
+    colors = {"standalone": COLORS["vllm"], "flame": COLORS["flame"], "standalone-bounded": "#17becf",
               "flame-bounded": "#000000", "standalone-unbounded": "#7f7f7f"}
     # an arm's own standalone reference repeats the standalone curve: not drawn (the bounded arm is its own path)
     per_trace = {trace: {k: v for k, v in by_path.items() if k in names or not k.startswith("standalone-")}
@@ -173,6 +174,9 @@ def sustained(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
                 ax.set_ylabel(ylabel)
             for ax in axes[:2]:  # past saturation an unbounded p99 is ten times a bounded one: both stay readable
                 ax.set_yscale("log")
+                low, high = ax.get_ylim()
+                ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 10, not 10^1
+                ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _, few=high / low < 20: f"{v:g}" if few else ""))
         # one legend for every panel, below them, so no curve is hidden under it: a colour per path, a style per
         # statistic
         handles = [Line2D([], [], color=colors.get(system), linewidth=3, label=names.get(system, system))
