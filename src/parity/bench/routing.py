@@ -13,8 +13,8 @@ document bigger than a shard's share spread over several; alternating (which win
 most of the burst); the study's sticky placement (so the bound is never below a baseline it is compared
 with: on `zipf one doc x 120` sticky beat the other candidates); and, for issue 31's families, groups of
 documents (a tenant's) or documents each to the shard it adds the fewest tokens to (`by_prefix`). A
-reference to compare with, not a proven optimum (a router may beat it). A row is flagged (`flags`) when the prefix router misses issue 31's targets: 97% of
-the bound, and the better of sticky and alternating less 1%.
+reference to compare with, not a proven optimum (a router may beat it). A row is flagged (`flags`) when the
+prefix router misses issue 31's targets: 97% of the bound, and the better of sticky and alternating less 1%.
 Everything here is simulated.
 """
 
