@@ -189,7 +189,8 @@ def _experiment(stated, archive: Path, trials: dict[str, bytes]) -> list[str]:
     for tid, data in sorted(trials.items()):
         judged = ((json.loads(data).get("ran_with") or {}).get("load") or {}).get("admission", {}).get("objective")
         if judged is not None and judged != objective:
-            problems.append(f"its experiment states objective {objective!r}, trial {tid} was admitted against {judged!r}")
+            problems.append(f"its experiment states objective {objective!r}, trial {tid} was admitted against "
+                            f"{judged!r}")
             break
     return problems
 

@@ -469,7 +469,8 @@ def test_the_report_names_each_paths_first_saturated_rung_and_draws_the_bounded_
     plots.sustained({"reuse": {"standalone": [point], "standalone-bounded": [point]}}, None, tmp_path / "s.png")
     *panels, below = legends[0]
     assert all(legend is None for _, legend in panels) and len(below) == 1  # one legend, under the panels
-    assert [t.get_text() for t in below[0].get_texts()][:2] == ["standalone vLLM", "standalone vLLM, bounded admission (ours)"]
+    assert [t.get_text() for t in below[0].get_texts()][:2] == ["standalone vLLM",
+                                                                "standalone vLLM, bounded admission (ours)"]
 
 
 def test_a_flame_shared_start_whose_sessions_fail_to_open_closes_its_kv_event_subscriber(monkeypatch):

@@ -154,7 +154,8 @@ def test_a_bounded_rung_at_another_answer_length_is_its_own_rung_and_never_a_pai
 
 def test_the_bounded_seeds_archive_draws_report_section_7_alone(tmp_path):
     """ARTIFACT.md's command: the GPU's bounded ladder (seed p0, session 24's archive: its twelve trials and the
-    experiment manifest) gives the report's section 7, goodput curves and first over-saturated rungs, with nothing else."""
+    experiment manifest) gives the report's section 7, goodput curves and first over-saturated rungs, with nothing
+    else."""
     import tarfile
 
     from parity.report import write_report

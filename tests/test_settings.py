@@ -142,7 +142,8 @@ def test_a_number_past_every_float_and_a_selection_the_screens_cannot_run_are_on
 
 
 @pytest.mark.parametrize("build, named", [
-    (lambda: FlameSettings.from_dict({"batch_limit": 10**23}), "Flame setting batch_limit must be an integer within 64 bits"),
+    (lambda: FlameSettings.from_dict({"batch_limit": 10**23}),
+     "Flame setting batch_limit must be an integer within 64 bits"),
     (lambda: SustainedSettings.from_dict({"rates": [30], "evict": {"cache_blocks": 10**23}}),
      "sustained evict cache_blocks must be an integer within 64 bits"),
     (lambda: SustainedSettings.from_dict({"rates": [30], "schedule": {"seed": -(2**63)}}),

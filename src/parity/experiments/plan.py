@@ -51,7 +51,7 @@ class Case:
     admission: BoundedSettings | None = None  # ours: bounded admission against `objective` (parity.admission)
     objective: Objective | None = None  # what bounded admission holds each request to (None: no admission)
     sweep: int | None = None  # ours: a fresh engine's decode sweep of groups 1..N before its warm-ups (parity.trial)
-    rung: str | None = None  # ours: a bounded rung's arms share it; they run again together on another GPU (runner.groups)
+    rung: str | None = None  # ours: a bounded rung's arms share it: judged together on another GPU (runner.groups)
 
     @property
     def load(self) -> dict:

@@ -741,7 +741,10 @@ def _first_saturated(rows: list[list]) -> str | None:
             first.setdefault((trace, tokens, label), offered)
     if not first:
         return None
-    said = lambda found: "; ".join(f"{label} on {trace}: {offered} req/s" for (trace, _, label), offered in found)  # noqa: E731
+
+    def said(found: list) -> str:
+        return "; ".join(f"{label} on {trace}: {offered} req/s" for (trace, _, label), offered in found)
+
     free = [item for item in first.items() if "bounded admission" not in item[0][2]]
     held = [item for item in first.items() if "bounded admission" in item[0][2]]
     return ((f"First over-saturated rung (measured: achieved below 90% of offered): {said(free)}." if free else "")
