@@ -169,14 +169,15 @@ def sustained(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
                     (axes[0], f"{trace}: time to first token (client)", "achieved requests/s", "seconds (log)"),
                     (axes[1], f"{trace}: end to end", "achieved requests/s", "seconds (log)"),
                     (axes[2], f"{trace}: goodput", "offered requests/s", "requests/s meeting the objective")):
-                ax.set_title(title, fontsize=10)
+                ax.set_title(textwrap.fill(title, 48), fontsize=10)  # a long case name wraps, never overlaps
                 ax.set_xlabel(xlabel)
                 ax.set_ylabel(ylabel)
             for ax in axes[:2]:  # past saturation an unbounded p99 is ten times a bounded one: both stay readable
                 ax.set_yscale("log")
                 low, high = ax.get_ylim()
                 ax.yaxis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))  # 10, not 10^1
-                ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _, few=high / low < 20: f"{v:g}" if few else ""))
+                ax.yaxis.set_minor_formatter(FuncFormatter(lambda v, _, few=high / low < 20: f"{v:g}" if few
+                                                           and f"{v:e}"[0] in "25" else ""))  # 2 and 5 between
         # one legend for every panel, below them, so no curve is hidden under it: a colour per path, a style per
         # statistic
         handles = [Line2D([], [], color=colors.get(system), linewidth=3, label=names.get(system, system))
