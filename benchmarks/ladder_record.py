@@ -25,6 +25,7 @@ import sys
 import tarfile
 from pathlib import Path
 
+from parity.experiments.derive import admitted_against
 from parity.latency import summarize
 from parity.stats import rps
 
@@ -187,7 +188,7 @@ def _experiment(stated, archive: Path, trials: dict[str, bytes]) -> list[str]:
                 for tid, sha in sorted(linked.items()) if hashlib.sha256(trials.get(tid, b"")).hexdigest() != sha]
     problems += [f"its experiment does not link archived trial {tid}" for tid in sorted(set(trials) - set(linked))]
     for tid, data in sorted(trials.items()):
-        judged = ((json.loads(data).get("ran_with") or {}).get("load") or {}).get("admission", {}).get("objective")
+        judged = admitted_against(json.loads(data))
         if judged is not None and judged != objective:
             problems.append(f"its experiment states objective {objective!r}, trial {tid} was admitted against "
                             f"{judged!r}")

@@ -82,7 +82,9 @@ def known_keys(cls, values, what: str) -> dict:
     return values
 
 
-INT_LIMIT = 2**63  # what an engine, numpy or a C index takes: a larger count fails late, inside a worker
+def within_64_bits(value: int) -> bool:
+    """An integer an engine, numpy or a C index takes: a larger count fails late, inside a worker."""
+    return -2**63 < value < 2**63
 
 
 def _fits(value, allowed: tuple) -> bool:
@@ -91,7 +93,7 @@ def _fits(value, allowed: tuple) -> bool:
     if isinstance(value, (int, float)) and float in allowed:
         return finite(value)
     if isinstance(value, int) and int in allowed:
-        return -INT_LIMIT < value < INT_LIMIT
+        return within_64_bits(value)
     return isinstance(value, allowed)
 
 

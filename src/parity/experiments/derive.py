@@ -18,6 +18,11 @@ from parity.manifest import first_difference, read_manifest
 from parity.stats import trial_facts
 
 
+def admitted_against(trial_doc: dict) -> dict | None:
+    """The objective a bounded trial's controller admitted against (None: a trial with no admission)."""
+    return ((trial_doc.get("ran_with") or {}).get("load") or {}).get("admission", {}).get("objective")
+
+
 def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
     """(pointer, why) for each thing an experiment manifest states that its trials and pairs do not give
     (`parity.rederive`): each case's facts, and one pair manifest for each pair of cases, linking those two."""
@@ -36,7 +41,7 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
             shards.setdefault(facts["trace_name"], []).append(trial_doc)
         found += [(f"/cases/{number}/{key}", f"states {case.get(key)!r}, its trial gives {value!r}")
                   for key, value in facts.items() if case.get(key) != value]
-        judged = ((trial_doc.get("ran_with") or {}).get("load") or {}).get("admission", {}).get("objective")
+        judged = admitted_against(trial_doc)
         if judged is not None and (doc.get("settings") or {}).get("objective") != judged:
             admitted.append((case.get("trial_id"), judged))
         configs[case.get("trial_id")] = trial_doc.get("config") or {}

@@ -26,7 +26,7 @@ from parity.latency import Objective
 from parity.lengths import OutputLengths
 from parity.restart import Restart
 from parity.schedule import PACED, Schedule
-from parity.settings import INT_LIMIT, Settings, checked_fields, finite
+from parity.settings import Settings, checked_fields, finite, within_64_bits
 from parity.workflow_config import check_experiment_settings
 
 # Flame setting changes, applied over a configuration (an arm: {inflight: 1}); a mapping, keys and types checked.
@@ -105,7 +105,7 @@ def build(hint, value, where: str):
             else isinstance(value, hint))
     if not fits:
         raise ParityError(f"{where} must be {kind(hint)}, got {value!r}")
-    if hint is int and not -INT_LIMIT < value < INT_LIMIT:  # a count no engine, numpy or C index takes
+    if hint is int and not within_64_bits(value):
         raise ParityError(f"{where} must be an integer within 64 bits, got {value!r}")
     return value
 
