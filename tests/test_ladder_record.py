@@ -15,7 +15,7 @@ spec = importlib.util.spec_from_file_location("ladder_record", ROOT / "benchmark
 ladder_record = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(ladder_record)
 
-RECORDS = sorted(p for p in MEASURED.glob("h200-ladder-*.json") if "archive" in json.loads(p.read_text()))
+RECORDS = sorted(p for p in MEASURED.glob("h[12]00-ladder-*.json") if "archive" in json.loads(p.read_text()))
 
 
 def test_there_are_archived_records():
