@@ -20,7 +20,7 @@
 # machine has always started so). Runs `benchmarks/host.sh sustained` (config/host.yaml: 640-request rungs, each path's rungs on one engine
 # start), killed at LIMIT_S (default 540) so a device call ends in time: a rerun keeps every finished trial and
 # goes on. Leaves OUTDIR/ladder.tgz (trials, experiment manifest, engine logs and JIT records, cleanup receipts)
-# OUTDIR/gpu.txt, OUTDIR/cpu.txt (each process's CPU every 10 s), OUTDIR/gpu-clocks.txt and OUTDIR/engine-threads.txt. A session's
+# OUTDIR/gpu.txt, OUTDIR/workflow.txt (the workflow's output), OUTDIR/cpu.txt (each process's CPU every 10 s), OUTDIR/gpu-clocks.txt and OUTDIR/engine-threads.txt. A session's
 # record is derived from the last call's trials (`python benchmarks/ladder_record.py derive DIR`: trials, pairs, rungs) and
 # checked against its archive (`... check RECORD.json`). A later session continues the ladder from the trials an earlier one archived
 # (benchmarks/measured/h200-ladder-*-trials*.tar.xz): extract them at the repo root in the order they were made,
@@ -91,8 +91,13 @@ if [ -n "${LADDER_STAGE:-}" ]; then
 fi
 start=$(date +%s)
 trials=results/host/$experiment/trials
+# Every call runs the experiment (its runner keeps each finished trial): an experiment manifest untarred from
+# .gl/t.tar.xz (an earlier session's archive has one) made snakemake find the target up to date and run nothing
+# (2026-12-05, session 25: rc 0 in 8 s). The workflow's whole output goes to OUTDIR/workflow.txt too, with
+# snakemake's own times: there the seconds before the experiment begins (about 85 s a call in session 25) show.
+rm -f "results/host/$experiment/experiment.json"
 export PARITY_DEADLINE=$(( start + limit - 15 ))  # leaves the run's end and this script's archive in the limit
-timeout "$limit" benchmarks/host.sh "$target" &
+timeout "$limit" benchmarks/host.sh "$target" > >(tee "$out/workflow.txt") 2>&1 &
 run=$!
 [ -n "$cutoff" ] && benchmarks/cutoff.sh "$run" "$trials" "$start" "$cutoff" &  # a trial written past it ends the run
 # Each process's CPU beside the run (issue 28: on 2026-12-03 the Flame side's engine stepped ~30% slower than
