@@ -23,7 +23,8 @@ arrival to the last arrival plus ttft_s (the bounded arm's admitted rate counts 
   python benchmarks/admission_bound.py TRIAL.json [--ttft-s 2] [--late 0.01] [--integer 120] [--sim-params FILE]
 
 TRIAL.json: a saturated unbounded sustained trial (records with arrival_s, prompt_tokens, cached_tokens and a
-request_id naming its document, `-dNNNN-qN`, and its block, `-bN`, in a trace of blocks). Needs scipy (its HiGHS
+request_id naming its document, `-dNNNN-qN` (`-nN`: a Zipf trace's Nth asking again), and its block, `-bN`, in a
+trace of blocks). Needs scipy (its HiGHS
 solver; `pip install 'parity[bound]'`).
 """
 
@@ -43,7 +44,8 @@ from parity.latency import summarize
 from parity.study import OUTPUT_TOKENS
 
 CHUNK_TOKENS = EngineArgs().max_num_batched_tokens  # the study's: a step's fixed cost spread over at most this many
-DOCUMENT = re.compile(r"-d(\d+)-q\d+(?:-b(\d+))?$")  # a document, and the block of a `blocks` trace it is in
+DOCUMENT = re.compile(r"-d(\d+)-q\d+(?:-n\d+)?(?:-b(\d+))?$")  # a document (a Zipf trace asks a question again: -nN),
+# and the block of a `blocks` trace it is in
 
 
 def requests(doc: dict) -> list[dict]:
@@ -52,7 +54,7 @@ def requests(doc: dict) -> list[dict]:
     for r in sorted(doc["records"], key=lambda r: r["arrival_s"]):
         found = DOCUMENT.search(r["request_id"])
         if found is None:
-            raise ValueError(f"request {r['request_id']!r} names no document (-dNNNN-qN, or -dNNNN-qN-bN)")
+            raise ValueError(f"request {r['request_id']!r} names no document (-dNNNN-qN, then -nN and -bN where given)")
         out.append({"arrival_s": r["arrival_s"], "prompt": r["prompt_tokens"], "cached": r.get("cached_tokens", 0),
                     "document": (int(found.group(1)), int(found.group(2) or 0))})
     if not out:

@@ -75,6 +75,13 @@ def test_it_reads_a_saturated_trial_of_blocks_and_prints_its_bounds(tmp_path, ca
     assert len({r["document"] for r in admission_bound.requests(json.loads((tmp_path / "trial.json").read_text()))}) == 6
 
 
+def test_a_zipf_trace_asking_a_question_again_names_its_document():
+    """hot-640's ids ask a question again (-nN) before the block (-bN): once refused as naming no document."""
+    ids = ["hot-640-d0000-q2", "hot-640-d0000-q2-n2", "hot-640-d0003-q1-n1-b3", "hot-640-d0000-q2-b3"]
+    doc = {"records": [{"request_id": rid, "arrival_s": k, "prompt_tokens": 10} for k, rid in enumerate(ids)]}
+    assert [r["document"] for r in admission_bound.requests(doc)] == [(0, 0), (0, 0), (3, 3), (0, 3)]
+
+
 @pytest.mark.parametrize("case, message", [
     ("missing", "not a saturated sustained trial (FileNotFoundError"),
     ("not json", "not a saturated sustained trial (JSONDecodeError"),
