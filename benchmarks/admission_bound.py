@@ -16,7 +16,8 @@ a_k + ttft_s - a_i. Three numbers per deadline, of all the trial's requests:
 - `online`: first come, admit if it fits (the engine's backlog known exactly), a document's later requests
   refused once its first was (unless the engine is idle): parity.admission's rule with `orphan_s` and a perfect
   prediction; again with a margin of half a second (about one prefill step, so a first token that comes at its
-  step's end is in time), and with a refused document's second request taken as its seed when it fits.
+  step's end is in time), with a refused document's second request taken as its seed when it fits, and with its
+  requests judged again once it was asked 4 or 6 times since its first refusal (`orphan_demand`: a hot document).
 Each is also given as a share of `capacity`: the requests the engine serves at the achieved rate from the first
 arrival to the last arrival plus ttft_s (the bounded arm's admitted rate counts to its last answer, no later).
 
@@ -91,20 +92,24 @@ def work_all(reqs: list[dict], seed: np.ndarray, hit: np.ndarray) -> float:
 
 
 def online(reqs: list[dict], seed: np.ndarray, hit: np.ndarray, ttft_s: float, margin_s: float = 0.0,
-           young: int = 1) -> int:
+           young: int = 1, demand: int = 0) -> int:
     """Admitted by first come, admit if it fits `margin_s` early (see the module docstring); a refused document's
-    request is its seed only among its first `young` requests (else only at an idle engine)."""
-    free, admitted, state, seen = -np.inf, 0, {}, {}
+    request is its seed only among its first `young` requests (else only at an idle engine), or (`demand`, as
+    parity.admission's `orphan_demand`) once the document was asked that many times since its first refusal."""
+    free, admitted, state, seen, asked = -np.inf, 0, {}, {}, {}
     for i, r in enumerate(reqs):
-        a, known = r["arrival_s"], state.get(r["document"])
-        seen[r["document"]] = seen.get(r["document"], 0) + 1
-        if known == "refused" and free > a and seen[r["document"]] > young:  # an orphan, at a busy engine
-            continue
+        d = r["document"]
+        a, known = r["arrival_s"], state.get(d)
+        seen[d] = seen.get(d, 0) + 1
+        if known == "refused":
+            asked[d] += 1
+            if free > a and seen[d] > young and not (demand and asked[d] >= demand):  # an orphan, at a busy engine
+                continue
         done = max(free, a) + (hit[i] if known == "seeded" else seed[i])
         if done <= a + ttft_s - margin_s:
-            free, admitted, state[r["document"]] = done, admitted + 1, "seeded"
+            free, admitted, state[d] = done, admitted + 1, "seeded"
         elif known is None:
-            state[r["document"]] = "refused"
+            state[d], asked[d] = "refused", 1
     return admitted
 
 
@@ -210,7 +215,9 @@ def main(argv: list[str]) -> int:
                 f"{what} {k} ({k / capacity:.3f})" for what, k in (
                     ("", online(reqs, seed, hit, args.ttft_s)),
                     ("0.5 s early", online(reqs, seed, hit, args.ttft_s, margin_s=0.5)),
-                    ("second request seeds", online(reqs, seed, hit, args.ttft_s, young=2)))).lstrip()
+                    ("second request seeds", online(reqs, seed, hit, args.ttft_s, young=2)),
+                    ("judged again when asked 4 times", online(reqs, seed, hit, args.ttft_s, demand=4)),
+                    ("6 times", online(reqs, seed, hit, args.ttft_s, demand=6)))).lstrip()
         print(line, flush=True)
     return 0
 

@@ -75,6 +75,16 @@ def test_it_reads_a_saturated_trial_of_blocks_and_prints_its_bounds(tmp_path, ca
     assert len({r["document"] for r in admission_bound.requests(json.loads((tmp_path / "trial.json").read_text()))}) == 6
 
 
+def test_online_demand_judges_a_hot_refused_document_again_once_asked_that_often():
+    """A document refused at its first request and asked three more times at a busy engine: orphans all, unless
+    `demand` (parity.admission's orphan_demand) judges it again from its third asking, which fits and seeds it."""
+    reqs = [{"arrival_s": a, "document": d} for a, d in ((0.0, "a"), (0.1, "b"), (0.2, "b"), (0.3, "b"), (0.4, "b"))]
+    seed, hit = np.array([1.5, 2.0, 0.5, 0.5, 0.5]), np.full(5, 0.01)
+    assert admission_bound.online(reqs, seed, hit, 2.0) == 1
+    assert admission_bound.online(reqs, seed, hit, 2.0, demand=3) == 3  # a, then b seeded at 0.3 and a hit at 0.4
+    assert admission_bound.online(reqs, seed, hit, 2.0, demand=5) == 1  # asked only four times
+
+
 def test_a_zipf_trace_asking_a_question_again_names_its_document():
     """hot-640's ids ask a question again (-nN) before the block (-bN): once refused as naming no document."""
     ids = ["hot-640-d0000-q2", "hot-640-d0000-q2-n2", "hot-640-d0003-q1-n1-b3", "hot-640-d0000-q2-b3"]

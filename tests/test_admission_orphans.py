@@ -97,3 +97,40 @@ def test_orphan_grace_judges_a_refused_documents_next_questions_as_any_before_th
             BoundedSettings(orphan_s=1.0, orphan_grace=bad)
     with pytest.raises(ParityError, match="orphan_grace .* it needs orphan_s"):
         BoundedSettings(orphan_grace=1)
+
+
+@pytest.mark.parametrize("demand, seeded", [(0, False), (4, False), (3, True)])
+def test_orphan_demand_judges_a_document_asked_that_often_since_its_refusal_as_any_again(demand, seeded):
+    """`orphan_demand: 3`: a refused document asked a third time (its orphans counted) is hot, so that question is
+    judged as any request and may seed it (here it fits: admitted); off, or at 4, it is still an orphan."""
+    c = Controller(PrefixRouter(1, "rev", cache_tokens=1_000_000),
+                   BoundedSettings(seed_tokens_per_s=1000.0, quantile=0.0, orphan_s=10.0, orphan_demand=demand),
+                   Objective(ttft_s=2.0))
+    busy, hot = _doc(1200), _doc(800)
+    first = c.decide(_question(busy), now=0.0)
+    assert not c.decide(_question(hot), now=0.1).admitted  # 2.03 s: refused, asked once
+    assert c.decide(_question(_doc(200)), now=0.12).admitted  # another document: 216 stays ahead
+    assert not c.decide(_question(hot), now=0.15).admitted and c.orphans == 1  # asked twice: an orphan
+    c.first_token(first.index, now=0.2)  # 216 ahead: the hot document would now fit (1.03 s)
+    third = c.decide(_question(hot), now=0.3)
+    assert third.admitted is seeded and c.orphans == (1 if seeded else 2)
+    if seeded:
+        assert c.decide(_question(hot), now=0.31).admitted  # its cache now held: a hit, never an orphan
+
+
+def test_orphan_demand_is_off_by_default_and_bad_values_are_refused_in_one_line():
+    assert BoundedSettings().orphan_demand == 0
+    for bad, message in ((-1, "must be a whole number 0 or more"), (2.5, "must be an integer, got 2.5")):
+        with pytest.raises(ParityError, match=f"admission setting orphan_demand {message}"):
+            BoundedSettings(orphan_s=1.0, orphan_demand=bad)
+    with pytest.raises(ParityError, match="orphan_demand .* it needs orphan_s"):
+        BoundedSettings(orphan_demand=3)
+
+
+def test_orphan_demand_is_recorded_only_when_set_so_the_trials_made_before_it_stay_current():
+    """A trial's ran_with.load.admission is these settings' to_dict: a field recorded at its default would make every
+    bounded trial measured before it stale (run again)."""
+    before = BoundedSettings(orphan_s=30.0, orphan_grace=1)
+    assert "orphan_demand" not in before.to_dict() and BoundedSettings.from_dict(before.to_dict()) == before
+    hot = BoundedSettings(orphan_s=30.0, orphan_grace=1, orphan_demand=4)
+    assert hot.to_dict()["orphan_demand"] == 4 and BoundedSettings.from_dict(hot.to_dict()) == hot

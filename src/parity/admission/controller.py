@@ -113,8 +113,8 @@ class Controller:
         self.admitted = self.refused = self.moved = self.retried = 0  # tries; retried: admitted on a retry
         self.held = self.held_admitted = 0  # requests held (`queue_s`), and of those admitted later
         self.orphan_s = settings.orphan_s
-        self._refused_docs: dict[int, tuple[float, int]] = {}  # `orphan_s`: a document's first block -> when its
-        # uncached question was last refused, and how many of them were
+        self._refused_docs: dict[int, tuple[float, int, int]] = {}  # `orphan_s`: a document's first block -> when
+        # its uncached question was last refused, how many of them were, and how often it was asked since the first
         self.orphans = 0  # refused as orphans
 
     def decide(self, tokens, now: float, attempt: int = 0, wake=None) -> Decision:
@@ -150,11 +150,13 @@ class Controller:
         # `orphan_s`: the document (its first block) of a question that would come uncached, else None
         document = quote.chain[0] if self.orphan_s and fresh and quote.chain else None
         if document is not None and (ahead[shard] or held_s):
-            refused_at, refusals = self._refused_docs.get(document, (None, 0))
-            if (refused_at is not None and now - refused_at <= self.orphan_s
-                    and refusals > self.settings.orphan_grace):
-                self.orphans += 1
-                return self._refusal(shard, own, wait, budget_s, held_s, now - refused_at)
+            refused_at, refusals, asked = self._refused_docs.get(document, (None, 0, 0))
+            if refused_at is not None and now - refused_at <= self.orphan_s:
+                demand = self.settings.orphan_demand
+                self._refused_docs[document] = (refused_at, refusals, asked + 1)
+                if refusals > self.settings.orphan_grace and not (demand and asked + 1 >= demand):
+                    self.orphans += 1
+                    return self._refusal(shard, own, wait, budget_s, held_s, now - refused_at)
         if wait > budget_s and (ahead[shard] or held_s):
             if self.settings.reroute:  # the least predicted wait, the lowest shard on a tie
                 best, best_own, best_wait, best_fresh = shard, own, wait, fresh
@@ -194,11 +196,12 @@ class Controller:
 
     def _remember_refused(self, document: int, now: float) -> None:
         """`orphan_s`: note that `document`'s uncached question was refused `now` (and count the refusals within
-        `orphan_s` of each other, for `orphan_grace`); forget those older than `orphan_s` once many are kept (the
-        lock held)."""
+        `orphan_s` of each other, for `orphan_grace`, and the times it was asked since the first, for
+        `orphan_demand`); forget those older than `orphan_s` once many are kept (the lock held)."""
         docs = self._refused_docs
-        at, refusals = docs.get(document, (None, 0))
-        docs[document] = (now, refusals + 1 if at is not None and now - at <= self.orphan_s else 1)
+        at, refusals, asked = docs.get(document, (None, 0, 0))
+        recent = at is not None and now - at <= self.orphan_s
+        docs[document] = (now, refusals + 1, asked) if recent else (now, 1, 1)
         if len(docs) > 4096:
             self._refused_docs = {d: seen for d, seen in docs.items() if now - seen[0] <= self.orphan_s}
 

@@ -36,11 +36,22 @@ class BoundedSettings(Settings):
     # it would fit (admitting it alone prefills the document for one question, not the several a first one seeds)
     orphan_grace: int = 0  # with orphan_s (off by default): this many of a refused document's next uncached questions
     # are judged as any request (each may still seed it, for the questions after it) before the rest are orphans
+    orphan_demand: int = 0  # with orphan_s (off by default): a refused document asked this many times since its first
+    # refusal (orphans counted) is hot, and its questions are judged as any request again: one seed then serves the
+    # many after it (a Zipf document's first refusal made orphans of most of hot-640; benchmarks/admission_bound.py)
 
     @property
     def z(self) -> float:
         """The quantile's standard normal score (0 for none: the errors' mean alone)."""
         return NormalDist().inv_cdf(self.quantile) if self.quantile else 0.0
+
+    def to_dict(self) -> dict:
+        """As `from_dict` takes it; `orphan_demand` only when set, so the bounded arm as it ran before it existed
+        records what it did (its trials are not stale for a setting they never had)."""
+        values = super().to_dict()
+        if not self.orphan_demand:
+            del values["orphan_demand"]
+        return values
 
     def check(self):
         for name in ("headroom", "seed_tokens_per_s"):
@@ -56,6 +67,12 @@ class BoundedSettings(Settings):
         if self.orphan_grace and not self.orphan_s:
             raise ParityError("admission setting orphan_grace says how many orphans are judged as any request: it "
                               "needs orphan_s")
+        if self.orphan_demand < 0:
+            raise ParityError(f"admission setting orphan_demand must be a whole number 0 or more, "
+                              f"got {self.orphan_demand!r}")
+        if self.orphan_demand and not self.orphan_s:
+            raise ParityError("admission setting orphan_demand says when a refused document's orphans are judged "
+                              "again: it needs orphan_s")
         if not 0 <= self.queue_s < inf:
             raise ParityError(f"admission setting queue_s must be 0 or more seconds, got {self.queue_s!r}")
         if self.queue_s and self.retries:
