@@ -84,7 +84,9 @@ if [ -n "${LADDER_ENGINE_CPUS:-}" ]; then
   grep -q "^  engine_cpus: ${LADDER_ENGINE_CPUS} " config/host.yaml || { echo "h200-ladder.sh: could not set engine_cpus" >&2; exit 2; }
 fi
 # LADDER_STAGE=rungs|answers|lengths|evict|bounded: the sustained ladder's one stage alone (benchmarks/ladder-stage.sh narrows
-# the config on the device; the cases keep their committed ids), e.g. one side of the 512-token pair per call.
+# the config on the device; the cases keep their committed ids), e.g. one side of the 512-token pair per call; with
+# LADDER_STAGE=bounded, LADDER_RUNGS="hot-640:16 ..." runs only those rungs of the bounded ladder (one rung's three
+# arms fit a call).
 if [ -n "${LADDER_STAGE:-}" ]; then
   [ "$experiment" = sustained ] || { echo "h200-ladder.sh: LADDER_STAGE is a stage of the sustained ladder" >&2; exit 2; }
   benchmarks/ladder-stage.sh "$LADDER_STAGE" || exit 2

@@ -7,7 +7,10 @@
 #   answers | lengths | evict that extra pair alone: every trace's rates emptied (a trace with no rungs runs only the
 #                             extra pairs that name it and a rate) and the other extra pairs and the bounded arm left out
 #   bounded                   the bounded arm's own ladder alone (bounded_rates: each rung's unbounded comparator and
-#                             both paths bounded): every trace's rates emptied, every extra pair left out
+#                             both paths bounded): every trace's rates emptied, every extra pair left out;
+#                             LADDER_RUNGS="TRACE:RATE ..." (e.g. hot-640:16) keeps only those of its rungs, each one
+#                             the committed bounded_rates names (a rung's three arms fit one device call: session 25
+#                             ran its rungs so)
 set -euo pipefail
 stage=${1:-}; host=${2:-.}/config/host.yaml; defaults=${2:-.}/config/experiments.yaml
 extras=(answers lengths evict)
@@ -19,6 +22,9 @@ case $stage in
   bounded) drop=("${extras[@]}") ;;
   *) echo "ladder-stage.sh: STAGE must be rungs, answers, lengths, evict or bounded, not '$stage'" >&2; exit 2 ;;
 esac
+if [ -n "${LADDER_RUNGS:-}" ] && [ "$stage" != bounded ]; then
+  echo "ladder-stage.sh: LADDER_RUNGS narrows the bounded stage's rungs, not the $stage stage" >&2; exit 2
+fi
 for file in "$host" "$defaults"; do  # both there before either is changed: never one narrowed and not the other
   [ -w "$file" ] || { echo "ladder-stage.sh: no config file to narrow at $file (give the repo root)" >&2; exit 2; }
 done
@@ -26,6 +32,24 @@ if [ "$stage" = bounded ]; then
   grep -qE "^    bounded_rates: \{" "$host" && grep -qE "^    bounded: \{" "$host" \
     || { echo "ladder-stage.sh: $host's sustained names no bounded arm with a ladder of its own" \
               "(bounded, bounded_rates)" >&2; exit 2; }
+  if [ -n "${LADDER_RUNGS:-}" ]; then  # checked before anything is changed
+    line=$(grep -E "^    bounded_rates: \{" "$host")
+    kept=$(python3 - "$line" "$LADDER_RUNGS" <<'PY'
+import re, sys
+line, asked = sys.argv[1], sys.argv[2].split()
+committed = {t: [r.strip() for r in rates.split(",")] for t, rates in re.findall(r"([\w.-]+): \[([^]]*)\]", line)}
+rungs = {}
+for rung in asked:
+    trace, _, rate = rung.partition(":")
+    if rate not in committed.get(trace, []):
+        sys.exit(f"ladder-stage.sh: LADDER_RUNGS names {rung!r}, not a rung of the committed bounded_rates "
+                 f"{line.split(': ', 1)[1]}")
+    rungs.setdefault(trace, []).append(rate)
+print("{" + ", ".join(f"{trace}: [{', '.join(rates)}]" for trace, rates in rungs.items()) + "}")
+PY
+) || exit 2
+    sed -i -E "s/^    bounded_rates: .*/    bounded_rates: $kept/" "$host"
+  fi
   sed -i -E '/^    rates: /s/\[[^]]*\]/[]/g' "$host"
 elif [ "$stage" != rungs ]; then
   grep -qE "^    $stage: \{.*rate: [0-9.]+.*trace: " "$host" \

@@ -5,6 +5,7 @@ kernel compiled inside a timed window fails the trial."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import time
@@ -365,6 +366,51 @@ def test_a_device_stage_of_the_host_ladder_plans_the_committed_configs_cases_for
                          capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "no bounded arm with a ladder" in bad.stderr
     assert (half / "host.yaml").read_text() == unladdered
+
+
+def test_a_device_session_runs_chosen_rungs_of_the_bounded_ladder_under_their_committed_ids(tiny_reuse_trace,
+                                                                                            tmp_path):
+    """LADDER_RUNGS="hot-640:16" narrows the bounded stage to that rung (its comparator and both bounded arms, the
+    committed cases under their ids: how session 25 ran a rung a call, by sed on the device); a rung the committed
+    bounded_rates does not name, or the variable on another stage, is refused in one line with nothing changed."""
+    from pathlib import Path
+
+    from parity.experiments import plan
+    from parity.workflow_config import experiment_section
+
+    root = Path(__file__).resolve().parents[1]
+    traces = []
+    for name in ("reuse-640", "hot-640"):
+        traces.append(tmp_path / f"{name}.json")
+        traces[-1].write_bytes(tiny_reuse_trace.read_bytes())
+
+    def cases(config: Path) -> dict:
+        section = experiment_section([config / "experiments.yaml", config / "host.yaml"], "sustained")
+        return {c.trial_id: c for c in plan.for_experiment("sustained", traces, section)}
+
+    def stage(name: str, rungs: str) -> tuple[subprocess.CompletedProcess, Path]:
+        copy = tmp_path / f"{name}-{len(list(tmp_path.iterdir()))}" / "config"
+        copy.mkdir(parents=True)
+        for file in ("experiments.yaml", "host.yaml"):
+            (copy / file).write_bytes((root / "config" / file).read_bytes())
+        done = subprocess.run(["bash", str(root / "benchmarks/ladder-stage.sh"), name, str(copy.parent)],
+                              capture_output=True, text=True, env=os.environ | {"LADDER_RUNGS": rungs})
+        return done, copy
+
+    committed = cases(root / "config")
+    done, copy = stage("bounded", "hot-640:16 reuse-640:18")
+    assert done.returncode == 0, done.stderr
+    narrowed = cases(copy)
+    assert narrowed and all(committed[t] == c for t, c in narrowed.items())
+    assert {(c.stage, c.trace.stem) for c in narrowed.values()} == {
+        ("rate-16-bounded", "hot-640"), ("rate-16-unbounded", "hot-640"),
+        ("rate-18-bounded", "reuse-640"), ("rate-18-unbounded", "reuse-640")}
+    for name, rungs, message in (("bounded", "hot-640:17", "not a rung of the committed bounded_rates"),
+                                 ("bounded", "reuse-64:14", "not a rung of the committed bounded_rates"),
+                                 ("answers", "hot-640:16", "narrows the bounded stage's rungs, not the answers")):
+        bad, copy = stage(name, rungs)
+        assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and message in bad.stderr, bad.stderr
+        assert (copy / "host.yaml").read_bytes() == (root / "config" / "host.yaml").read_bytes()
 
 
 def test_the_device_ladders_cutoff_stops_the_run_on_a_trial_written_past_it_even_over_a_stale_one(tmp_path):
