@@ -272,3 +272,33 @@ def test_cpu_s_counts_this_process_work_and_says_none_for_a_gone_one():
     child = subprocess.Popen(["true"])
     child.wait()
     assert procs.cpu_s(child.pid) is None
+
+
+def test_free_port_never_hands_one_process_the_same_port_twice_while_the_first_may_be_unbound(monkeypatch):
+    """Two replicas of one set each asked for a free port before either bound its own; under load the kernel named
+    the same port twice and the second replica could not bind it (2026-12-05, a suite beside two others)."""
+    given = iter([5000, 5000, 5001, 5000, 5002])
+
+    class Socket:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def bind(self, address):
+            self.port = next(given)
+
+        def getsockname(self):
+            return ("127.0.0.1", self.port)
+
+    monkeypatch.setattr(procs, "_issued", {})
+    monkeypatch.setattr(procs.socket, "socket", Socket)
+    assert [procs.free_port(), procs.free_port(), procs.free_port()] == [5000, 5001, 5002]
+    monkeypatch.setattr(procs, "_issued", {5000: time.monotonic() - procs.ISSUED_FOR_S - 1})
+    given = iter([5000])
+    assert procs.free_port() == 5000  # handed out long ago: free again
+    given = iter([7000] * 3)
+    monkeypatch.setattr(procs, "_issued", {7000: time.monotonic()})
+    with pytest.raises(ParityError, match="no free TCP port found in 3 attempts"):
+        procs.free_port(attempts=3)

@@ -43,11 +43,29 @@ _POLL_S = 0.05
 
 # ---- ports -------------------------------------------------------------------------------------
 
-def free_port(host: str = "127.0.0.1") -> int:
-    """A port nothing listens on now; racy by nature, so a child that then fails to bind is told apart."""
-    with socket.socket() as sock:
-        sock.bind((host, 0))
-        return sock.getsockname()[1]
+ISSUED_FOR_S = 120.0  # a port this process handed out is not handed out again for this long
+_issued: dict[int, float] = {}  # port -> when free_port handed it out (time.monotonic)
+_issued_lock = threading.Lock()
+
+
+def free_port(host: str = "127.0.0.1", attempts: int = 50) -> int:
+    """A port nothing listens on now, and none this process handed out in the last ISSUED_FOR_S: a replica that
+    has its number but has not bound it yet leaves it free, and under load the kernel gave the same number to the
+    next replica of the set (2026-12-05: "could not bind its port: pid ... took it after it was picked"). Still
+    racy against other processes, so a child that then fails to bind is told apart."""
+    with _issued_lock:
+        now = time.monotonic()
+        for port, at in list(_issued.items()):
+            if now - at > ISSUED_FOR_S:
+                del _issued[port]
+        for _ in range(attempts):
+            with socket.socket() as sock:
+                sock.bind((host, 0))
+                port = sock.getsockname()[1]
+            if port not in _issued:
+                _issued[port] = now
+                return port
+    raise ParityError(f"no free TCP port found in {attempts} attempts that this process had not just handed out")
 
 
 def port_free(port: int, host: str = "127.0.0.1") -> bool:
