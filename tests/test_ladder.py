@@ -304,25 +304,31 @@ def test_a_trace_with_no_rungs_runs_only_the_extra_pairs_that_name_it(tiny_reuse
         check_experiment_settings("sustained", {"rates": []})
 
 
-def test_a_device_stage_of_the_host_ladder_plans_the_committed_configs_cases_for_that_stage(tiny_reuse_trace,
-                                                                                          tmp_path):
-    """benchmarks/ladder-stage.sh narrows config/host.yaml to one stage (how a device session runs it alone): the
-    stage's cases are the committed config's own under the same ids, and nothing else; a bad stage is one line."""
+def _host_ladder_cases(tmp_path, trace):
+    """The repo root, and the sustained cases a config folder (experiments.yaml under host.yaml) plans on the host
+    ladder's two traces (only their names matter to the plan: each is `trace` copied)."""
     from pathlib import Path
 
     from parity.experiments import plan
     from parity.workflow_config import experiment_section
 
-    root = Path(__file__).resolve().parents[1]
     traces = []
-    for name in ("reuse-640", "hot-640"):  # only their names matter to the plan
+    for name in ("reuse-640", "hot-640"):
         traces.append(tmp_path / f"{name}.json")
-        traces[-1].write_bytes(tiny_reuse_trace.read_bytes())
+        traces[-1].write_bytes(trace.read_bytes())
 
     def cases(config: Path) -> dict:
         section = experiment_section([config / "experiments.yaml", config / "host.yaml"], "sustained")
         return {c.trial_id: c for c in plan.for_experiment("sustained", traces, section)}
 
+    return Path(__file__).resolve().parents[1], cases
+
+
+def test_a_device_stage_of_the_host_ladder_plans_the_committed_configs_cases_for_that_stage(tiny_reuse_trace,
+                                                                                          tmp_path):
+    """benchmarks/ladder-stage.sh narrows config/host.yaml to one stage (how a device session runs it alone): the
+    stage's cases are the committed config's own under the same ids, and nothing else; a bad stage is one line."""
+    root, cases = _host_ladder_cases(tmp_path, tiny_reuse_trace)
     committed = cases(root / "config")
     seen = {}
     for stage in ("rungs", "answers", "lengths", "evict", "bounded"):
@@ -375,18 +381,7 @@ def test_a_device_session_runs_chosen_rungs_of_the_bounded_ladder_under_their_co
     bounded_rates does not name, or the variable on another stage, is refused in one line with nothing changed."""
     from pathlib import Path
 
-    from parity.experiments import plan
-    from parity.workflow_config import experiment_section
-
-    root = Path(__file__).resolve().parents[1]
-    traces = []
-    for name in ("reuse-640", "hot-640"):
-        traces.append(tmp_path / f"{name}.json")
-        traces[-1].write_bytes(tiny_reuse_trace.read_bytes())
-
-    def cases(config: Path) -> dict:
-        section = experiment_section([config / "experiments.yaml", config / "host.yaml"], "sustained")
-        return {c.trial_id: c for c in plan.for_experiment("sustained", traces, section)}
+    root, cases = _host_ladder_cases(tmp_path, tiny_reuse_trace)
 
     def stage(name: str, rungs: str) -> tuple[subprocess.CompletedProcess, Path]:
         copy = tmp_path / f"{name}-{len(list(tmp_path.iterdir()))}" / "config"
