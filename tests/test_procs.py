@@ -302,3 +302,15 @@ def test_free_port_never_hands_one_process_the_same_port_twice_while_the_first_m
     monkeypatch.setattr(procs, "_issued", {7000: time.monotonic()})
     with pytest.raises(ParityError, match="no free TCP port found in 3 attempts"):
         procs.free_port(attempts=3)
+
+
+def test_free_port_pair_takes_neither_port_this_process_handed_out_and_keeps_both(monkeypatch):
+    """Flame's two ports, p and p + 1: p + 1 may be a replica's port not yet bound (free to the kernel), and once
+    given, neither goes to a replica after."""
+    monkeypatch.setattr(procs, "_issued", {6001: time.monotonic()})
+    monkeypatch.setattr(procs, "port_free", lambda port, host="127.0.0.1": True)
+    given = iter([6000, 6010, 6011, 6012])
+    monkeypatch.setattr(procs, "free_port", lambda host="127.0.0.1": next(given))
+    assert procs.free_port_pair() == 6010  # 6000's neighbour was handed out
+    assert 6011 in procs._issued
+

@@ -87,11 +87,14 @@ def released(port: int) -> bool:
 
 
 def free_port_pair(host: str = "0.0.0.0", attempts: int = 50) -> int:
-    """A free port p with p + 1 also free (Flame's frontend and backend)."""
+    """A free port p with p + 1 also free (Flame's frontend and backend), neither handed out by this process in the
+    last ISSUED_FOR_S (free_port's rule, for p + 1 too: a replica's unbound port is free to the kernel)."""
     for _ in range(attempts):
         port = free_port(host)
-        if port < 65535 and port_free(port, host) and port_free(port + 1, host):
-            return port
+        with _issued_lock:
+            if port < 65535 and port + 1 not in _issued and port_free(port, host) and port_free(port + 1, host):
+                _issued[port + 1] = time.monotonic()
+                return port
     raise ParityError(f"no free pair of adjacent TCP ports found in {attempts} attempts")
 
 
