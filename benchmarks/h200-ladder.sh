@@ -20,7 +20,7 @@
 # machine has always started so). Runs `benchmarks/host.sh sustained` (config/host.yaml: 640-request rungs, each path's rungs on one engine
 # start), killed at LIMIT_S (default 540) so a device call ends in time: a rerun keeps every finished trial and
 # goes on. Leaves OUTDIR/ladder.tgz (trials, experiment manifest, engine logs and JIT records, cleanup receipts)
-# OUTDIR/gpu.txt, OUTDIR/workflow.txt (the workflow's output), OUTDIR/cpu.txt (each process's CPU every 10 s), OUTDIR/gpu-clocks.txt and OUTDIR/engine-threads.txt. A session's
+# OUTDIR/gpu.txt and OUTDIR/facts.tgz: workflow.txt (the workflow's output), cpu.txt (each process's CPU every 10 s), gpu-clocks.txt, engine-threads.txt and engine-facts.txt. A session's
 # record is derived from the last call's trials (`python benchmarks/ladder_record.py derive DIR`: trials, pairs, rungs) and
 # checked against its archive (`... check RECORD.json`). A later session continues the ladder from the trials an earlier one archived
 # (benchmarks/measured/h200-ladder-*-trials*.tar.xz): extract them at the repo root in the order they were made,
@@ -165,4 +165,10 @@ dir=results/host/$experiment
 tar czf "$out/ladder.tgz" $dir/trials $dir/experiment.json $dir/pairs $dir/cleanup "$log" \
   $(find $dir/logs -name '*.jit' -o -name '*.vllm.log' -o -name 'replica-*.log' -o -name '*.txt' 2>/dev/null) 2>/dev/null
 [ -d ~/.triton/cache ] && tar czf "$out/triton-cache.tgz" -C ~/.triton cache
+# The device brings back at most 8 files from OUTDIR (2026-12-05, session 26: a ninth, workflow.txt, was left out),
+# so the samples and logs beside the archives travel as one: OUTDIR/facts.tgz (cpu.txt, cpu-load.txt, gpu-clocks.txt,
+# engine-threads.txt, engine-facts.txt, workflow.txt, any py-spy stacks); gpu.txt stays a file of its own.
+for _ in $(seq 50); do pgrep -xf "tee $out/workflow.txt" >/dev/null || break; sleep 0.1; done  # its last lines written
+small=$(cd "$out" && ls | grep -v -x -e ladder.tgz -e triton-cache.tgz -e gpu.txt -e facts.tgz)
+[ -n "$small" ] && (cd "$out" && tar czf facts.tgz $small && rm -f $small)
 ls -la "$out"

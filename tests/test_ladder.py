@@ -627,3 +627,38 @@ def test_a_trial_copied_under_another_name_or_relabelled_for_another_gpu_runs_ag
         in lines
     assert any(line.startswith(f"{cases[0].trial_id}: run again: ") and "its records ran on sim-0, which its ran_with "
                "gpus do not name" in line for line in lines), lines
+
+
+def test_the_device_ladder_leaves_at_most_eight_files_to_bring_back(tmp_path):
+    """2026-12-05 (session 26): the device brings back at most 8 files from OUTDIR, and the ninth, workflow.txt,
+    was left out; the samples and logs travel as one facts.tgz beside gpu.txt and the archives. Run here with
+    stand-ins for the bundle, nvidia-smi and the workflow."""
+    import shutil
+    import tarfile
+    from pathlib import Path
+
+    if Path("/tmp/site/vllm").is_dir():
+        pytest.skip("this machine has the slim vLLM bundle set up in /tmp/site")
+    root, out, bin_dir = tmp_path / "repo", tmp_path / "out", tmp_path / "bin"
+    for d in (root / "benchmarks", root / ".gpu" / "b", out, bin_dir):
+        d.mkdir(parents=True)
+    shutil.copy(Path(__file__).resolve().parents[1] / "benchmarks" / "h200-ladder.sh", root / "benchmarks")
+    (root / ".gpu" / "b" / "setup.sh").write_text(":\n")
+    (root / "benchmarks" / "flame-bins.sh").write_text(":\n")
+    (root / "benchmarks" / "host.sh").write_text(
+        "#!/usr/bin/env bash\necho 'the workflow ran'\nmkdir -p results/host/sustained/trials results/host/logs\n"
+        "echo '{}' > results/host/sustained/trials/t.json\necho '1.0 req/s' > results/host/logs/experiment_sustained.log\n")
+    (bin_dir / "nvidia-smi").write_text("#!/usr/bin/env bash\necho 'GPU-stand-in'\n"
+                                        "case \" $* \" in *' -l '*) exec sleep 60 ;; esac\n")
+    for f in (root / "benchmarks" / "host.sh", bin_dir / "nvidia-smi"):
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path)}
+    done = subprocess.run(["bash", "benchmarks/h200-ladder.sh", str(out), "60"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert "rc=0" in done.stdout, done.stdout + done.stderr
+    files = sorted(p.name for p in out.iterdir())
+    assert files == ["facts.tgz", "gpu.txt", "ladder.tgz"], files
+    with tarfile.open(out / "facts.tgz") as facts:
+        names = set(facts.getnames())
+        assert {"workflow.txt", "cpu.txt", "cpu-load.txt", "gpu-clocks.txt"} <= names
+        assert "the workflow ran" in facts.extractfile("workflow.txt").read().decode()
