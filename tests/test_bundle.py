@@ -89,11 +89,30 @@ def test_the_crate_is_a_workflow_run_crate_with_one_action_per_job(run):
     jobs = [a for a in actions if a["@id"].startswith("#job-")]
     assert [a["instrument"]["@id"] for a in jobs] == ["#rule-trace", "#rule-report"]  # oldest first
     report = jobs[1]
-    assert report["object"] == [{"@id": "results/smoke/locality/trials/t0.json"}] and report["result"] == [{"@id": "results/smoke/report/report.md"}]
+    # one file is a single value, not a singleton list (roc-validator's RECOMMENDED ro-crate-1.1_24.1)
+    assert report["object"] == {"@id": "results/smoke/locality/trials/t0.json"} and report["result"] == {"@id": "results/smoke/report/report.md"}
     assert report["startTime"].startswith("1970-01-01T00:03:20") and report["actionStatus"].endswith("CompletedActionStatus")
     run_action = graph["#run"]
     assert run_action["instrument"]["@id"] == "Snakefile" and len(run_action["result"]) == RESULT_FILES
     assert graph["#software-parity"]["softwareVersion"] == "0.1.0" and graph["#gpu-sim-0"]["identifier"] == "sim-0"
+
+
+def test_the_crate_keeps_roc_validators_recommendations_it_can_keep_honestly(run):
+    """roc-validator 0.13.0's RECOMMENDED checks (run offline, 2026-12-05): a README.md about the crate, in
+    text/markdown (workflow-ro-crate-1.0_6); the Snakefile's encodingFormat (ro-crate-1.1_27.1); where a reviewer
+    gets each third-party piece of software (process-run-crate-0.5_3.2). parity's own rules and package have no
+    public address, so they carry none."""
+    (run / "README.md").write_text("# parity\n")
+    (run / "results" / "smoke" / "locality" / "trials" / "t0.json").write_text(json.dumps(
+        {"kind": "trial", "versions": {"parity": "0.1.0", "numpy": "2.4.6"}, "gpus": []}))
+    seal.seal(run / "results" / "smoke", log=lambda m: None)
+    out = make(run)
+    assert bundle.check(out) == []
+    graph = {e["@id"]: e for e in json.loads((out / "data" / bundle.CRATE).read_text())["@graph"]}
+    assert graph["README.md"]["about"] == {"@id": "./"} and graph["README.md"]["encodingFormat"] == "text/markdown"
+    assert (out / "data" / "README.md").read_text() == "# parity\n"
+    assert graph["Snakefile"]["encodingFormat"] == "text/x-python"
+    assert graph["#software-numpy"]["url"] == "https://pypi.org/project/numpy/" and "url" not in graph["#software-parity"]
 
 
 def test_the_crates_context_declares_sha256_which_ro_crate_1_1_does_not_define(run):

@@ -37,6 +37,8 @@ PROFILES = {  # what the crate conforms to, as the Workflow Run Crate profile as
     "https://w3id.org/workflowhub/workflow-ro-crate/1.0": "Workflow RO-Crate",
 }
 WORKFLOW_FILES = ("Snakefile", "workflow", "config", "profiles", "schemas")  # the workflow that made the results
+URLS = {"python": "https://www.python.org/", "flame": "https://github.com/xflops/flame",  # where a reviewer gets each
+        **{name: f"https://pypi.org/project/{name}/" for name in ("flamepy", "mlperf_loadgen", "numpy", "torch", "vllm")}}
 COMPLETED, FAILED = "http://schema.org/CompletedActionStatus", "http://schema.org/FailedActionStatus"
 CHECKSUMS = ("sha256", "sha512")
 LICENSE = "https://spdx.org/licenses/Apache-2.0"
@@ -189,9 +191,13 @@ def make(results: Path, bundle: Path, *, workdir: Path = Path("."), image: Path 
     root["license"] = _entity(crate, LICENSE, "CreativeWork", name="Apache License 2.0", identifier="Apache-2.0")
     workflow = crate.add_workflow(workdir / "Snakefile", "Snakefile", main=True, lang="snakemake")
     workflow["version"] = __version__  # the parity release whose workflow this is
+    workflow["encodingFormat"] = FORMATS[".smk"]  # a Snakefile is what its rule files are (roc-validator's 27.1)
     root["conformsTo"] = [_entity(crate, uri, "CreativeWork", name=name, version=uri.rsplit("/", 1)[1])
                           for uri, name in PROFILES.items()]  # after add_workflow, which names one of them itself
     entities = {(workdir / "Snakefile").resolve(): workflow}  # by resolved path: what the job records name
+    if (workdir / "README.md").is_file():  # Workflow RO-Crate 1.0 recommends a README.md about the crate
+        entities[(workdir / "README.md").resolve()] = crate.add_file(
+            workdir / "README.md", "README.md", properties={"encodingFormat": "text/markdown", "about": root})
     for name in WORKFLOW_FILES[1:]:
         for path in sorted((workdir / name).rglob("*")) if (workdir / name).is_dir() else []:
             if path.is_file() and "__pycache__" not in path.parts:
@@ -203,8 +209,8 @@ def make(results: Path, bundle: Path, *, workdir: Path = Path("."), image: Path 
     for path, entity in entities.items():  # what the crate says of each file, which `check` holds to the bag
         entity["contentSize"], entity["sha256"] = path.stat().st_size, sha256_file(path)
     versions, gpus = _provenance(results, files)
-    software = [_entity(crate, f"#software-{name}", "SoftwareApplication", name=name,
-                        softwareVersion=", ".join(found)) for name, found in versions.items()]
+    software = [_entity(crate, f"#software-{name}", "SoftwareApplication", name=name, softwareVersion=", ".join(found),
+                        **({"url": URLS[name]} if name in URLS else {})) for name, found in versions.items()]
     if image is not None:
         software.append(_entity(crate, "#image", "SoftwareApplication", name=f"Apptainer image {Path(image).name}",
                                 identifier=f"sha256:{sha256_file(Path(image))}"))
@@ -212,8 +218,11 @@ def make(results: Path, bundle: Path, *, workdir: Path = Path("."), image: Path 
                         identifier=g["uuid"]) for g in gpus]
     workflow["softwareRequirements"] = software
 
-    def linked(paths: list[str]) -> list:
-        return [entities[p] for p in ((workdir / x).resolve() for x in paths) if p in entities]
+    def linked(paths: list[str]):
+        """The crate's entities of `paths`: one alone, not a singleton list (RO-Crate 1.1 recommends single values
+        in compacted JSON-LD; roc-validator's ro-crate-1.1_24.1)."""
+        found = [entities[p] for p in ((workdir / x).resolve() for x in paths) if p in entities]
+        return found[0] if len(found) == 1 else found
 
     rules: dict = {}
     actions: list = []
