@@ -586,7 +586,11 @@ class Quote:
         r, plan = self._router, self.plan
         again = max(0, self.deepest - self.depths.get(shard, 0))  # blocks of a held prefix recomputed
         follows = self.ahead if self.home >= 0 and shard != self.home else 0.0  # the group's growth goes with it
-        moved = r.margin * again * r.block_tokens + (r._settle if again else 0.0)
+        # the hysteresis: what a group's first request adds, on average, learned at each refit; before the first,
+        # a prompt that opens a group is itself such a request, so its own length stands in (else in a burst's
+        # first decisions, nothing booked yet, every tenant's new document went to an empty shard and split it)
+        settle = r._settle or (self.length if self.group is None else 0.0)
+        moved = r.margin * again * r.block_tokens + (settle if again else 0.0)
         return (plan[shard] + follows + self.work(shard) + moved, plan[shard], shard)
 
     def work(self, shard: int) -> float:
