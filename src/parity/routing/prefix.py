@@ -91,6 +91,7 @@ class PrefixRouter:
         # the least is evicted first, so within one prompt its deepest blocks go first, as in vLLM)
         self._held: list[dict[int, int]] = [{} for _ in range(num_shards)]
         self._tails: list[dict[int, set[int]]] = [{} for _ in range(num_shards)]  # block before -> fine hashes
+        # (`fine_chain`: of the block after it; the key is what chains them to the prefix)
         self._loads = [0.0] * num_shards  # `_work` of each shard's booked prefill and requests
         self._prefill, self._seqs = [0] * num_shards, [0] * num_shards
         # growth booking (`_grow`, `_refit`): per prefix group (an index, keyed by its first block past any shared
@@ -567,8 +568,7 @@ class Quote:
     def fine(self, at: int) -> list[int]:
         """Block `at`'s engine-block hashes, computed once per decision."""
         if at not in self._fine:
-            r = self._router
-            self._fine[at] = fine_chain(self._words, at, r._before(self.chain, at), r.block_tokens)
+            self._fine[at] = fine_chain(self._words, at, self._router.block_tokens)
         return self._fine[at]
 
     def held(self, shard: int) -> int:
