@@ -45,6 +45,32 @@ def test_engine_block_hashes_match_exactly_as_far_as_two_prompts_share_a_block_a
     assert router.quote(b).held(0) == 256 + 32 and router.quote(other).held(0) == 0
 
 
+@pytest.mark.parametrize("follow", [False, True])  # evicting as modelled; following engine events instead
+def test_the_block_map_is_always_what_each_shard_holds(follow):
+    """Each block's holders (a bit per shard, updated as chains are remembered, evicted, stored and removed) must
+    be exactly the shards whose LRU map holds it, as if recomputed from those maps after every decision."""
+    import queue
+
+    w = routing.documents("t", "t", docs=30, questions=3, prefix_tokens=2000, shards=4, seed=2, head_tokens=512)
+    router = PrefixRouter(4, MODEL_REVISION, cache_tokens=30 * 256)  # a small cache: evictions; a shared head
+    changes: queue.SimpleQueue = queue.SimpleQueue()
+    if follow:
+        router.follow(changes)
+    routed = []
+    for i, prompt in enumerate(w.prompts):
+        if follow and i % 3 == 2:  # the engine drops an earlier prompt's chain and stores another's elsewhere
+            chain = block_chain(w.prompts[i // 2], router.salt, router.block_tokens)
+            changes.put((routed[i // 2], "removed", chain))
+            changes.put(((routed[i // 3] + 1) % 4, "stored", block_chain(w.prompts[i // 3], router.salt)))
+        routed.append(router.route(prompt))
+        recomputed: dict[int, int] = {}
+        for shard, held in enumerate(router._held):
+            for block in held:
+                recomputed[block] = recomputed.get(block, 0) | 1 << shard
+        assert router._holders == recomputed
+    assert router.stats()["evicted_blocks"] > 0
+
+
 def test_the_study_burst_splits_evenly_with_every_document_on_one_shard():
     w = routing.documents("study-reuse", "", docs=16, questions=4, prefix_tokens=2000, seed=1)
     _, shard_of = route(w)
