@@ -243,13 +243,14 @@ class PrefixRouter:
         # hysteresis). So a document is replicated only when its holder's plan exceeds another shard's by more
         # than (1 + margin) times its prefix: a hot document spreads as far as its demand needs, one shard at a
         # time. Of the shards holding nothing, only the least planned can be cheapest.
-        group = quote.group = self._groups.get(self._group(quote))
+        group = quote.group = self._groups.get(chain[shared]) if shared < len(chain) else None  # `_group`
         if group is not None:
             quote.home, quote.ahead = self._home[group], self._ahead(group)
         # replication by demand: a group goes to one more shard only once its work is more than a shard's fair
         # share (the mean plan), and its holders are, together, above theirs (their other work counts too); else
         # its holders are the candidates (and the least planned shard need not be found)
-        holders = [s for s, d in depths.items() if d >= deepest] if group is not None else []
+        holders = [] if group is None else list(depths) if len(depths) == 1 else [
+            s for s, d in depths.items() if d >= deepest]
         stays = False
         if holders:
             fair = sum(plan) / self.num_shards
