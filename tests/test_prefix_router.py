@@ -8,7 +8,7 @@ import pytest
 from parity.bench import routing
 from parity.engine.sim import SimParams
 from parity.routing import MODEL_REVISION, AffinityRouter, PrefixRouter, RouterSettings
-from parity.routing.hashing import block_chain
+from parity.routing.hashing import block_chain, fine_chain, token_words
 
 PARAMS = SimParams.load()
 
@@ -26,6 +26,49 @@ def test_the_chain_covers_full_blocks_of_the_whole_prompt_and_shares_exactly_the
     assert block_chain(head, 2, 256)[0] != block_chain(head, 1, 256)[0]  # salted
     with pytest.raises(ValueError, match="empty"):
         block_chain(np.array([], dtype=np.uint32), 1)
+
+
+def test_engine_block_hashes_match_exactly_as_far_as_two_prompts_share_a_block_and_count_toward_the_hit():
+    """Past the deepest shared block, what two prompts share of the next is counted in whole engine blocks (16
+    tokens): its fine hashes are equal exactly that far. They are the block's own (the router keeps them under the
+    prefix's chain hash), so the same block content after another prefix hashes alike but is never looked up there."""
+    rng = np.random.default_rng(1)
+    head, x, y = rng.integers(0, 1000, 256 + 40, dtype=np.uint32), *(rng.integers(1000, 2000, 300, dtype=np.uint32)
+                                                                       for _ in range(2))
+    a, b = np.concatenate([head, x]), np.concatenate([head, y])  # block 1 shares 40 tokens: 2 whole engine blocks
+    fa, fb = fine_chain(token_words(a), 1, 256), fine_chain(token_words(b), 1, 256)
+    assert len(fa) == len(fb) == 15 and fa[:2] == fb[:2] and all(p != q for p, q in zip(fa[2:], fb[2:]))
+    other = np.concatenate([rng.integers(0, 1000, 256, dtype=np.uint32), a[256:]])  # block 1's tokens, another head
+    assert fine_chain(token_words(other), 1, 256) == fa
+    router = PrefixRouter(2, MODEL_REVISION, cache_tokens=PARAMS.kv_cache_tokens)
+    assert router.route(a) == 0
+    assert router.quote(b).held(0) == 256 + 32 and router.quote(other).held(0) == 0
+
+
+@pytest.mark.parametrize("follow", [False, True])  # evicting as modelled; following engine events instead
+def test_the_block_map_is_always_what_each_shard_holds(follow):
+    """Each block's holders (a bit per shard, updated as chains are remembered, evicted, stored and removed) must
+    be exactly the shards whose LRU map holds it, as if recomputed from those maps after every decision."""
+    import queue
+
+    w = routing.documents("t", "t", docs=30, questions=3, prefix_tokens=2000, shards=4, seed=2, head_tokens=512)
+    router = PrefixRouter(4, MODEL_REVISION, cache_tokens=30 * 256)  # a small cache: evictions; a shared head
+    changes: queue.SimpleQueue = queue.SimpleQueue()
+    if follow:
+        router.follow(changes)
+    routed = []
+    for i, prompt in enumerate(w.prompts):
+        if follow and i % 3 == 2:  # the engine drops an earlier prompt's chain and stores another's elsewhere
+            chain = block_chain(w.prompts[i // 2], router.salt, router.block_tokens)
+            changes.put((routed[i // 2], "removed", chain))
+            changes.put(((routed[i // 3] + 1) % 4, "stored", block_chain(w.prompts[i // 3], router.salt)))
+        routed.append(router.route(prompt))
+        recomputed: dict[int, int] = {}
+        for shard, held in enumerate(router._held):
+            for block in held:
+                recomputed[block] = recomputed.get(block, 0) | 1 << shard
+        assert router._holders == recomputed
+    assert router.stats()["evicted_blocks"] > 0
 
 
 def test_the_study_burst_splits_evenly_with_every_document_on_one_shard():

@@ -50,6 +50,7 @@ import heapq
 import operator
 import queue
 from collections import Counter
+from itertools import compress
 
 import numpy as np
 
@@ -91,6 +92,7 @@ class PrefixRouter:
         # the least is evicted first, so within one prompt its deepest blocks go first, as in vLLM)
         self._held: list[dict[int, int]] = [{} for _ in range(num_shards)]
         self._tails: list[dict[int, set[int]]] = [{} for _ in range(num_shards)]  # block before -> fine hashes
+        # (`fine_chain`: of the block after it; the key is what chains them to the prefix)
         self._loads = [0.0] * num_shards  # `_work` of each shard's booked prefill and requests
         self._prefill, self._seqs = [0] * num_shards, [0] * num_shards
         # growth booking (`_grow`, `_refit`): per prefix group (an index, keyed by its first block past any shared
@@ -219,20 +221,6 @@ class PrefixRouter:
     def _before(self, chain: list[int], block: int) -> int:
         return chain[block - 1] if block else self._salt
 
-    def _held_tokens(self, shard: int, blocks: int, length: int, fine, chain: list[int]) -> int:
-        """Tokens of this prompt `shard` holds: its `blocks` leading blocks, and of the next block what an
-        earlier prompt sent there shares (whole engine blocks), at most the prompt less one token (the
-        engine always computes the last)."""
-        held = blocks * self.block_tokens
-        before = self._before(chain, blocks)
-        tails = self._tails[shard].get(before)
-        if tails:
-            for hashed in fine(blocks):
-                if hashed not in tails:
-                    break
-                held += FINE_TOKENS
-        return min(held, (length - 1) // FINE_TOKENS * FINE_TOKENS)
-
     def route(self, tokens: Tokens) -> int:
         """The shard for this prompt; books its work there and remembers its blocks on that shard."""
         return self.commit(self.quote(tokens))
@@ -255,13 +243,14 @@ class PrefixRouter:
         # hysteresis). So a document is replicated only when its holder's plan exceeds another shard's by more
         # than (1 + margin) times its prefix: a hot document spreads as far as its demand needs, one shard at a
         # time. Of the shards holding nothing, only the least planned can be cheapest.
-        group = quote.group = self._groups.get(self._group(quote))
+        group = quote.group = self._groups.get(chain[shared]) if shared < len(chain) else None  # `_group`
         if group is not None:
             quote.home, quote.ahead = self._home[group], self._ahead(group)
         # replication by demand: a group goes to one more shard only once its work is more than a shard's fair
         # share (the mean plan), and its holders are, together, above theirs (their other work counts too); else
         # its holders are the candidates (and the least planned shard need not be found)
-        holders = [s for s, d in depths.items() if d >= deepest] if group is not None else []
+        holders = [] if group is None else list(depths) if len(depths) == 1 else [
+            s for s, d in depths.items() if d >= deepest]
         stays = False
         if holders:
             fair = sum(plan) / self.num_shards
@@ -355,10 +344,10 @@ class PrefixRouter:
             change *= turns - 1
             if change:
                 future, plan = self._future, self._plan
-                for shard, ones in enumerate(self._ones):
-                    if ones:
-                        future[shard] += ones * change
-                        plan[shard] += ones * change
+                for shard in compress(range(self.num_shards), self._ones):  # those with such groups (at C speed)
+                    moved = self._ones[shard] * change
+                    future[shard] += moved
+                    plan[shard] += moved
             return
         self._fitted = turns
         each = (turns - 1) * per_turn
@@ -403,7 +392,7 @@ class PrefixRouter:
         work = load - self._loads[shard]  # what `quote.work(shard)` says, computed once
         self._loads[shard] = load
         self._plan[shard] = load + self._future[shard]
-        self._grow(self._group(quote), shard, work)
+        self._grow(quote, shard, work)
         self._remember(shard, quote.chain, quote.fine, here, deepest)
         self._expected.append(held)
         self._booked.append((shard, prefill))
@@ -412,14 +401,16 @@ class PrefixRouter:
             self._refit()
         return shard
 
-    def _grow(self, key: int | None, shard: int, work: int) -> None:
-        """Book `work` to group `key` (a new group's home is `shard`), and what the group is expected to add to its
-        home's plan. The expected turns (`_turns`) are those that at least one group in 16 (and two) reached: a
-        burst's arrival order moves them up turn by turn, and one hot document asked hundreds of times does not."""
-        if key is None:
-            return
-        group = self._groups.get(key)
+    def _grow(self, quote: "Quote", shard: int, work: float) -> None:
+        """Book `work` to the quote's prefix group (a new group's home is `shard`), and what the group is expected to
+        add to its home's plan. The expected turns (`_turns`) are those that at least one group in 16 (and two)
+        reached: a burst's arrival order moves them up turn by turn, and one hot document asked hundreds of times
+        does not. The group and what it was expected to add are the quote's (nothing changed since)."""
+        group = quote.group
         if group is None:
+            key = self._group(quote)
+            if key is None:
+                return
             group = self._groups[key] = len(self._home)
             self._home.append(shard)
             self._work_of.append(work)
@@ -432,7 +423,7 @@ class PrefixRouter:
             self._reached[1] += 1
             self._book(shard, self._ahead(group))
             return
-        before = self._ahead(group)
+        before = quote.ahead
         self._unfile(group)
         if shard != self._home[group]:  # its later requests follow it here (a conversation moved, a document
             # replicated)
@@ -481,8 +472,10 @@ class PrefixRouter:
             self._extends.update(chain[max(known - 1, 0): last - 1])
         for block in chain[here:]:
             holders[block] = holders.get(block, 0) | bit
-        used = self._requests << 20
-        held.update(zip(chain, range(used, used - len(chain), -1)))  # the LRU order, in one pass at C speed
+        used = self._requests << 20  # the LRU order (this loop costs less than dict.update over a zip with a range)
+        for block in chain:
+            held[block] = used
+            used -= 1
         if self._changes is None and len(held) > self.capacity_blocks:  # modelled: the engine evicts its LRU
             # blocks (when following the engines' events, their BlockRemoved says what went instead)
             self._evict(shard, len(held) - self.capacity_blocks)
@@ -567,16 +560,25 @@ class Quote:
     def fine(self, at: int) -> list[int]:
         """Block `at`'s engine-block hashes, computed once per decision."""
         if at not in self._fine:
-            r = self._router
-            self._fine[at] = fine_chain(self._words, at, r._before(self.chain, at), r.block_tokens)
+            self._fine[at] = fine_chain(self._words, at, self._router.block_tokens)
         return self._fine[at]
 
     def held(self, shard: int) -> int:
-        """Tokens of this prompt `shard` holds (the hit the router expects there)."""
-        if shard not in self._held:
-            self._held[shard] = self._router._held_tokens(shard, self.depths.get(shard, 0), self.length, self.fine,
-                                                          self.chain)
-        return self._held[shard]
+        """Tokens of this prompt `shard` holds (the hit the router expects there), computed once: its leading
+        blocks, and of the next block what an earlier prompt sent there shares (whole engine blocks), at most the
+        prompt less one token (the engine always computes the last)."""
+        held = self._held.get(shard)
+        if held is None:
+            r, blocks = self._router, self.depths.get(shard, 0)
+            held = blocks * r.block_tokens
+            tails = r._tails[shard].get(self.chain[blocks - 1] if blocks else r._salt)
+            if tails:
+                for hashed in self.fine(blocks):
+                    if hashed not in tails:
+                        break
+                    held += FINE_TOKENS
+            held = self._held[shard] = min(held, (self.length - 1) // FINE_TOKENS * FINE_TOKENS)
+        return held
 
     def cost(self, shard: int) -> tuple:
         """What the router weighs for `shard` (least first; `PrefixRouter.quote` says why): its plan, the group's
