@@ -71,6 +71,27 @@ def test_the_block_map_is_always_what_each_shard_holds(follow):
     assert router.stats()["evicted_blocks"] > 0
 
 
+def test_an_engine_event_removing_a_block_in_the_middle_of_a_chain_keeps_the_block_map_whole():
+    """Found by a review of the router (2026-12-05): an engine may drop a block inside a held chain; routed there
+    again, the router took the chain's leading blocks as held (its bisection does not see the gap), left the
+    recomputed block out of the block map, and the engine's next removal of it raised KeyError in `_drop`."""
+    import queue
+
+    rng = np.random.default_rng(0)
+    doc = rng.integers(0, 30000, 4000, dtype=np.uint32)
+    router = PrefixRouter(2, MODEL_REVISION, cache_tokens=880_000)
+    changes: queue.SimpleQueue = queue.SimpleQueue()
+    router.follow(changes)
+    chain = block_chain(doc, router.salt, router.block_tokens)
+    shard = router.route(doc)
+    changes.put((shard, "removed", [chain[3]]))
+    assert router.route(doc) == shard  # the engine computes block 3 again
+    assert router._holders[chain[3]] == 1 << shard
+    changes.put((shard, "removed", [chain[3]]))
+    router.route(doc)
+    assert all(router._holders.get(block, 0) >> s & 1 for s, held in enumerate(router._held) for block in held)
+
+
 def test_the_study_burst_splits_evenly_with_every_document_on_one_shard():
     w = routing.documents("study-reuse", "", docs=16, questions=4, prefix_tokens=2000, seed=1)
     _, shard_of = route(w)

@@ -470,7 +470,9 @@ class PrefixRouter:
                     self._forget(group)
         if known < last:
             self._extends.update(chain[max(known - 1, 0): last - 1])
-        for block in chain[here:]:
+        # `here` leading blocks are held already, unless the engines' events removed one in the middle of them (a gap
+        # `_depths` bisects past): when following events, every block is marked held, as the shard will hold it
+        for block in chain if self._changes is not None else chain[here:]:
             holders[block] = holders.get(block, 0) | bit
         used = self._requests << 20  # the LRU order (this loop costs less than dict.update over a zip with a range)
         for block in chain:
