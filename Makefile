@@ -18,6 +18,9 @@ install: $(STAMP)
 ## make smoke: the smoke workflow, end to end, on the CPU (simulator engine, Flame stand-in)
 smoke: $(STAMP)
 	$(BIN)/snakemake --workflow-profile smoke all
+	@tail -n 1 results/smoke-bundle.log
+	@echo "make smoke: done (simulated, every number): the report is results/smoke/report/report.md (and .html);" \
+	    "the evidence bundle results/smoke-bundle/, checked as its log says (results/smoke-bundle.log)"
 
 ## make image: the offline variant of the image (local bases: containers/offline-base.sh; NOT the reviewers'
 ## image, which containers/build.sh builds from the digest-pinned bases). One line and nothing else where

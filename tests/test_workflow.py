@@ -127,6 +127,21 @@ def test_a_nested_config_override_keeps_its_numbers_and_booleans(checkout):
     assert bad.returncode != 0 and "'maybe' is not of type 'boolean'" in bad.stdout + bad.stderr
 
 
+def test_a_bad_config_key_or_profile_is_refused_in_a_line_that_names_it(checkout):
+    """An outsider (2026-12-05): `--config sim_parms=x` was refused by name, then Snakemake printed the whole schema
+    and config (about 2,000 lines); `--workflow-profile smok` said only that no profile config was loaded."""
+    for override, said in (("sim_parms=x", "Additional properties are not allowed ('sim_parms' was unexpected) "
+                                           "(at config;"),
+                           ('experiments={"gc": {"repeats": "two"}}',
+                            "'two' is not of type 'integer' (at config['experiments']['gc']['repeats'];")):
+        bad = snakemake(checkout, "-n", "all", "--workflow-profile", "smoke", "--config", override)
+        log = bad.stdout + bad.stderr
+        assert bad.returncode != 0 and f"the workflow config is refused: {said}" in log, log[-2000:]
+        assert len(log.splitlines()) < 12 and "Failed validating" not in log
+    typo = snakemake(checkout, "-n", "all", "--workflow-profile", "smok")
+    assert typo.returncode != 0 and "a profile is one of default, host, slurm, smoke)" in typo.stdout + typo.stderr
+
+
 def test_a_truncated_profile_config_does_not_fall_back_to_another(checkout):
     edit_config(checkout, "smoke", lambda doc: doc.pop("backend"))
     run = snakemake(checkout, "-n", "--workflow-profile", "smoke", "all")

@@ -8,14 +8,17 @@ import math
 import os
 import shlex
 import shutil
+from pathlib import Path
 
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-if "profile" not in config:
+if "profile" not in config:  # also where --workflow-profile names no folder of profiles/ (Snakemake loads nothing)
     raise WorkflowError(
         "no profile config: run with a profile (bare `snakemake` loads profiles/default; "
-        "`--workflow-profile smoke` for the CPU run) or pass --configfile config/<profile>.yaml"
+        "`--workflow-profile smoke` for the CPU run; a profile is one of "
+        + ", ".join(sorted(p.parent.name for p in Path(workflow.basedir).glob("profiles/*/profile.yaml")))
+        + ") or pass --configfile config/<profile>.yaml"
     )
 
 
@@ -44,7 +47,24 @@ def _typed_overrides(config):
 
 
 _typed_overrides(config)
-validate(config, schema="../../schemas/config.schema.yaml", set_default=False)
+
+
+def _validated(config):
+    """The config checked against schemas/config.schema.yaml; refused in one line that names the key and where
+    it is (Snakemake's own error also prints the whole schema and config: about 2,000 lines; an outsider, 2026-12-05)."""
+    try:
+        validate(config, schema="../../schemas/config.schema.yaml", set_default=False)
+    except WorkflowError as e:
+        lines = str(e).splitlines()
+        what = next((line.split("ValidationError: ", 1)[1] for line in lines if "ValidationError: " in line), None)
+        if what is None:
+            raise
+        where = next((line.strip().rstrip(":") for line in lines if line.startswith("On instance")), "On instance")
+        raise WorkflowError(f"the workflow config is refused: {what} (at {where.replace('On instance', 'config', 1)}; "
+                            "schemas/config.schema.yaml says what each key takes)") from None
+
+
+_validated(config)
 
 
 def _refuse_non_finite(config):
