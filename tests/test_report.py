@@ -300,6 +300,15 @@ def test_mlperf_runs_fill_the_control_table(tmp_path):
     assert not validate_paths([tmp_path / "r" / "report.json"])[1]
 
 
+def test_each_mlperf_comparison_note_names_its_comparison():
+    """An outsider (2026-12-05): the smoke report listed "compare: flame arm is not compliant" twice, once per Flame
+    arm, without saying which; each note now opens with its comparison's name."""
+    compares = [(Path(f"mlperf/compare-b{b}.json"), {"flags": ["flame arm is not compliant"]}) for b in (32, 64)]
+    notes = tables.mlperf([], compares, load_reference(REFERENCE)).notes
+    assert [n for n in notes if "not compliant" in n] == ["compare-b32: flame arm is not compliant",
+                                                          "compare-b64: flame arm is not compliant"]
+
+
 def _mlperf_run_doc(arm: str, batch: int | None, rate: float, validity: str) -> dict:
     sha = "0" * 64
     return header("mlperf", simulated=True) | {

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from parity import stats
 from parity.engine import OUTPUT_TOKENS, EngineArgs
@@ -448,8 +449,8 @@ def mlperf(runs: list[MlperfRun], compares: list[tuple], ref: dict) -> Table:
                            _compliance(run.doc)])
     if not runs:
         table.notes.append("— : MLPerf not run (no `parity mlperf run` performance manifests were given).")
-    for _, doc in compares:
-        table.notes += [f"compare: {flag}" for flag in doc["flags"]]
+    for path, doc in compares:  # each note names its comparison (compare-b32, compare-b64: one per Flame arm)
+        table.notes += [f"{Path(path).stem}: {flag}" for flag in doc["flags"]]
     table.notes.append("Tokens/s is the metric MLCommons' submission checker reports for Llama 3.1 8B Offline; "
                        "the study published samples/s only (— in its rows).")
     table.notes.append("These are development controls, not MLPerf results; a row is compliant only if "
