@@ -30,6 +30,7 @@ from parity.settings import Settings
 @dataclass(frozen=True)
 class OutputLengths(Settings):
     what = "output length setting"
+    recorded_when_set = ("replay",)  # drawn lengths record what they always did
     median: int = 64  # tokens: half the answers are shorter
     sigma: float = 0.8  # of the log of the length: the spread (0: every answer `median` long)
     low: int = 1
@@ -67,12 +68,6 @@ class OutputLengths(Settings):
                                             "mean": float(np.mean(lengths)) if lengths else 0.0,
                                             "min": min(lengths, default=0), "max": max(lengths, default=0)}
 
-    def to_dict(self) -> dict:
-        """Every setting; `replay` only when set, so drawn lengths record what they always did."""
-        values = super().to_dict()
-        if not values["replay"]:
-            del values["replay"]
-        return values
 
 
 def replayed_lengths(path: str, count: int | None = None) -> list[int]:

@@ -19,6 +19,9 @@ class Settings:
 
     what: ClassVar[str] = "setting"  # how an error names one of its keys: "Flame setting batch_limt"
     typed_fields: ClassVar[bool] = True  # False where fields are nested settings or tuples (experiments' sections)
+    # fields `to_dict` records only when set (not falsy): a setting added later leaves every record made before it
+    # as it was, so a trial that ran without it is not stale for it
+    recorded_when_set: ClassVar[tuple[str, ...]] = ()
 
     @classmethod
     def from_dict(cls, values: dict | None):
@@ -29,7 +32,11 @@ class Settings:
         return cls(**checked_fields(cls, values, cls.what))
 
     def to_dict(self) -> dict:
-        return dataclasses.asdict(self)
+        values = dataclasses.asdict(self)
+        for name in self.recorded_when_set:
+            if not values[name]:
+                del values[name]
+        return values
 
     def __post_init__(self):
         """Built directly (a test, an adapter) as `from_dict` builds it: each field's type checked in one line

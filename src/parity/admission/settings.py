@@ -16,6 +16,7 @@ class BoundedSettings(Settings):
     `bounded`). Not the `admission` experiment's settings (the Flame batch screening)."""
 
     what = "admission setting"
+    recorded_when_set = ("orphan_demand",)  # the bounded arm's trials from before it stay current
     headroom: float = 1.0  # a prediction must fit this share of the objective's TTFT (the quantile is the margin)
     quantile: float = 0.99  # judge a request by the wait its first token stays within this often, under the error
     # its shard has shown (parity.admission.rate); 0: by the fitted line alone
@@ -44,14 +45,6 @@ class BoundedSettings(Settings):
     def z(self) -> float:
         """The quantile's standard normal score (0 for none: the errors' mean alone)."""
         return NormalDist().inv_cdf(self.quantile) if self.quantile else 0.0
-
-    def to_dict(self) -> dict:
-        """As `from_dict` takes it; `orphan_demand` only when set, so the bounded arm as it ran before it existed
-        records what it did (its trials are not stale for a setting they never had)."""
-        values = super().to_dict()
-        if not self.orphan_demand:
-            del values["orphan_demand"]
-        return values
 
     def check(self):
         for name in ("headroom", "seed_tokens_per_s"):

@@ -23,6 +23,7 @@ class FlameSettings(Settings):
     """The Flame adapter's knobs (the study's first configuration by default)."""
 
     what = "Flame setting"
+    recorded_when_set = ("inflight", "rotate_tasks", "express")  # the study's configurations record what they did
 
     batch_limit: int = 32  # prompts per task at most
     window_ms: float = 2.0  # a batch closes this long after its first prompt
@@ -95,15 +96,9 @@ class FlameSettings(Settings):
     def to_dict(self) -> dict:
         """As `from_dict` takes it; `inflight`, `mode`, `hold_ms`, `rotate_tasks` and `express` only when set, so the
         study's configurations (and the harvest arm as it ran) record what they did."""
-        values = super().to_dict()
-        if not self.inflight:
-            del values["inflight"]
+        values = super().to_dict()  # inflight, rotate_tasks and express: `recorded_when_set`
         if self.mode == "burst":
             del values["mode"], values["hold_ms"]
-        if not self.rotate_tasks:
-            del values["rotate_tasks"]
-        if not self.express:
-            del values["express"]
         return values
 
     def label(self) -> str:
