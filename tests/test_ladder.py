@@ -344,7 +344,7 @@ def test_a_device_stage_of_the_host_ladder_plans_the_committed_configs_cases_for
     assert seen["answers"] == {"rate-2-out512-harvest"}
     assert seen["lengths"] == {"lengths-4-harvest"}
     assert seen["evict"] == {"evict-4-harvest"}
-    assert seen["bounded"] == {f"rate-{r}-{arm}" for r in (6, 14, 16, 18) for arm in ("bounded", "unbounded")}
+    assert seen["bounded"] == {f"rate-{r}-{arm}" for r in (4, 6, 14, 16, 18) for arm in ("bounded", "unbounded")}
     assert not seen["rungs"] & (seen["answers"] | seen["lengths"] | seen["evict"] | seen["bounded"])
     assert {c.stage for c in committed.values()} == set().union(*seen.values())  # every stage in one of them
     bad = subprocess.run(["bash", str(root / "benchmarks/ladder-stage.sh"), "warmup", str(tmp_path)],
