@@ -225,3 +225,25 @@ def test_a_refit_reads_running_sums_not_every_group(rebook):
     assert Watched.reads <= 2 * len(router._groups).bit_length() + 2
     assert (router._per_turn, router._settle) == pytest.approx(expected[:2], rel=1e-12)
     assert router._future == pytest.approx(expected[2], rel=1e-12, abs=1e-9)
+
+
+def test_new_documents_go_to_shards_a_hot_document_was_not_spread_to():
+    """Issue 31's hot-doc row: a shard decodes 64 requests at a time, so a hot document's holders past a wave pay a
+    whole second one, and a new document's prefill on top made them the slowest. Once the hot document is spread,
+    a new document goes to a shard it was not spread to (these plans stay within a wave of each other)."""
+    w = routing.documents("hot-doc", "", docs=33, questions=[600] + [3] * 32, prefix_tokens=2000, shards=8, seed=8)
+    hot = max(set(w.documents), key=w.documents.count)
+    router = PrefixRouter(w.shards, MODEL_REVISION, cache_tokens=880_000)
+    hot_shards: set[int] = set()
+    seen: set[int] = set()
+    onto_hot = new_after_spread = 0
+    for prompt, doc in zip(w.prompts, w.documents):
+        shard = router.route(prompt)
+        if doc == hot:
+            hot_shards.add(shard)
+        elif doc not in seen:
+            seen.add(doc)
+            if len(hot_shards) > 1:
+                new_after_spread += 1
+                onto_hot += shard in hot_shards
+    assert new_after_spread >= 20 and onto_hot == 0, (onto_hot, new_after_spread)  # without the rule: 2 of 31

@@ -29,7 +29,11 @@
   share (the mean plan) and its holders' plans, together, are more than their fair shares (what else
   they hold counts: a hot document's holders busy with other documents too are full before its own work
   is k fair shares), and then only where that is cheaper: a hot document spreads as far as its load
-  needs, one shard at a time, and an ordinary one never.
+  needs, one shard at a time, and an ordinary one never. A new document then goes to the least planned
+  shard the hot one was not spread to (while one is within a decode wave's work of the least planned):
+  a shard decodes 64 requests at a time, so a hot document's holders past a wave pay a whole second
+  one, and a new document's prefill on top of it made them the burst's slowest (issue 31's hot-doc row).
+  A shard's mark goes when its booked requests all complete.
 - Load: counted in engine steps (`_work`): a shard's prefill plus a step's fixed cost (`step_tokens`
   prefill tokens) for each step it takes, as many as its prefill needs or its decode does (each
   request's output, `max_seqs` requests at a time), whichever more; booked per request and released by
@@ -82,6 +86,7 @@ class PrefixRouter:
         # steps as its prefill needs or its decode does (each request's output, max_seqs at a time), whichever more
         self._per_token = step_tokens / batch_tokens
         self._per_seq = step_tokens * output_tokens / max_seqs
+        self._wave = step_tokens * output_tokens  # a decode wave's steps (a request's output), in prefill tokens
         self.margin = margin  # a held prefix recomputed elsewhere counts (1 + margin) times
         self.cache_tokens, self.capacity_blocks = cache_tokens, cache_tokens // block_tokens
         self._salt = salt_of(revision)
@@ -128,6 +133,8 @@ class PrefixRouter:
         self._changes: queue.SimpleQueue | None = None  # the engines' cache changes, when following them
         self._followed: Counter = Counter()
         self.overflowed = False
+        self._hot = bytearray(num_shards)  # shards a hot document was spread to (`quote`): new documents go elsewhere
+        self._hots = 0  # how many
 
     @property
     def salt(self) -> int:
@@ -255,11 +262,19 @@ class PrefixRouter:
         if holders:
             fair = sum(plan) / self.num_shards
             stays = self._work_of[group] <= fair or sum(plan[h] for h in holders) <= len(holders) * fair
+            # a hot document: asked more than twice as often as the groups reach (`_turns`), so not a tenant's
+            # documents or a conversation, which the growth booking expects
+            quote.hot = self._count[group] > 2 * self._turns
         if stays:
             candidates = set(holders)
         else:
             candidates = set(depths)
-            candidates.add(plan.index(min(plan)))
+            least = plan.index(min(plan))
+            if not depths and self._hots < self.num_shards and self._hots:  # a new document: off a hot one's shards
+                cool = min(compress(range(self.num_shards), (not h for h in self._hot)), key=plan.__getitem__)
+                if plan[cool] - plan[least] <= self._wave:
+                    least = cool
+            candidates.add(least)
         for s in candidates:  # what each holds, computed once (`explain` lists these shards)
             quote.held(s)
         quote.plan = plan  # what `Quote.cost` weighs (and `explain` reads again, only when asked)
@@ -385,6 +400,10 @@ class PrefixRouter:
         here, deepest, held = quote.depths.get(shard, 0), quote.deepest, quote.held(shard)
         if here < deepest:
             self._replicated += 1  # a held prefix recomputed elsewhere: its holder was the busier
+            if quote.hot:  # its holders and this shard are a hot document's
+                for s in [shard, *(s for s, d in quote.depths.items() if d >= deepest)]:
+                    self._hots += not self._hot[s]
+                    self._hot[s] = 1
         prefill = quote.length - held
         self._prefill[shard] += prefill
         self._seqs[shard] += 1
@@ -502,6 +521,9 @@ class PrefixRouter:
             if prefill >= 0:
                 self._prefill[shard] -= prefill
                 self._seqs[shard] -= 1
+                if not self._seqs[shard] and self._hot[shard]:  # drained: no longer a hot document's
+                    self._hot[shard] = 0
+                    self._hots -= 1
                 self._loads[shard] = self._work(self._prefill[shard], self._seqs[shard])
                 self._plan[shard] = self._loads[shard] + self._future[shard]
                 self._booked[index] = (shard, -1)
@@ -547,7 +569,7 @@ class Quote:
     the tokens of the prompt it holds and the work the prompt would add there (uncached prefill plus decode)."""
 
     __slots__ = ("_router", "_words", "chain", "depths", "shared", "length", "deepest", "shard", "_fine", "_held",
-                 "plan", "group", "home", "ahead")
+                 "plan", "group", "home", "ahead", "hot")
 
     def __init__(self, router: PrefixRouter, words: np.ndarray, chain: list[int], depths: dict[int, int],
                  shared: int, length: int):
@@ -556,6 +578,7 @@ class Quote:
         self.shard = -1
         self.group: int | None = None
         self.home, self.ahead = -1, 0.0  # its group's home shard and what the group is still expected to add
+        self.hot = False  # its group is a hot document (`PrefixRouter.quote`)
         self._fine: dict[int, list[int]] = {}
         self._held: dict[int, int] = {}
 
