@@ -50,7 +50,7 @@ import heapq
 import operator
 import queue
 from collections import Counter
-from itertools import compress
+from itertools import compress, repeat
 
 import numpy as np
 
@@ -198,6 +198,8 @@ class PrefixRouter:
                 shared = depth + 1
             if still & (still - 1) == 0:  # one shard left: its blocks are a prefix, so bisect the rest
                 low, high = depth + 1, len(chain)
+                if self._changes is None and holders.get(chain[-1], 0) & still:  # modelled, no block is missing
+                    low = high  # inside a held chain (`_evict` drops a chain's deepest first): the whole prompt, a hit
                 while low < high:
                     middle = (low + high + 1) // 2
                     if holders.get(chain[middle - 1], 0) & still:
@@ -472,8 +474,11 @@ class PrefixRouter:
             self._extends.update(chain[max(known - 1, 0): last - 1])
         # `here` leading blocks are held already, unless the engines' events removed one in the middle of them (a gap
         # `_depths` bisects past): when following events, every block is marked held, as the shard will hold it
-        for block in chain if self._changes is not None else chain[here:]:
+        for block in chain if self._changes is not None else chain[here:known]:
             holders[block] = holders.get(block, 0) | bit
+        if self._changes is None and known < len(chain):  # modelled: no shard holds a block past the deepest held (a
+            # shard's blocks of a chain are a prefix), so they are new to the map: added at C speed
+            holders.update(zip(chain[known:], repeat(bit)))
         used = self._requests << 20  # the LRU order (this loop costs less than dict.update over a zip with a range)
         for block in chain:
             held[block] = used
