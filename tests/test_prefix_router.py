@@ -68,6 +68,14 @@ def test_the_block_map_is_always_what_each_shard_holds(follow):
             for block in held:
                 recomputed[block] = recomputed.get(block, 0) | 1 << shard
         assert router._holders == recomputed
+        if not follow:  # as modelled, a shard's blocks of a chain are a prefix of it (evicted deepest first):
+            # `_depths` then takes a held last block for the whole chain, and `_remember` adds past the deepest at
+            # C speed
+            for prompt in w.prompts[: i + 1]:
+                chain = block_chain(prompt, router.salt, router.block_tokens)
+                for held in router._held:
+                    inside = [block in held for block in chain]
+                    assert inside == sorted(inside, reverse=True)
     assert router.stats()["evicted_blocks"] > 0
 
 

@@ -247,3 +247,31 @@ def test_new_documents_go_to_shards_a_hot_document_was_not_spread_to():
                 new_after_spread += 1
                 onto_hot += shard in hot_shards
     assert new_after_spread >= 20 and onto_hot == 0, (onto_hot, new_after_spread)  # without the rule: 2 of 31
+
+
+def test_when_the_turns_rise_the_shards_growth_is_booked_anew_a_few_shards_per_decision():
+    """Booking every shard's growth anew in one decision, when the expected turns rose, was the p99 of a decision at
+    64 shards: the refit books `REBOOK` shards and each next decision as many more, each as the refit over every
+    group would (from the same sums: here nothing is routed between), and all of them within 64 / `REBOOK`."""
+    from parity.routing.prefix import REBOOK
+
+    w = routing.documents("t", "t", docs=200, questions=[1 + k % 3 for k in range(200)], prefix_tokens=512,
+                          shards=64, seed=6)
+    router, _ = route(w)
+    router._requests += 300  # later: what the groups learnt changes, so the refit books something
+    expected = _refit_as_written(router)[2]
+    before = list(router._future)
+    router._fitted = 0  # as when `_turns` rises
+    router._refit()
+    assert router._rebooked == REBOOK and router._future[REBOOK:] == before[REBOOK:]
+    decisions = 0
+    while router._rebooked < router.num_shards:
+        router._rebook()  # what each decision's commit does next
+        decisions += 1
+    assert decisions == 64 // REBOOK - 1
+    assert router._future == pytest.approx(expected, rel=1e-12, abs=1e-9)
+    assert router._plan == [load + future for load, future in zip(router._loads, router._future)]
+    router._fitted = 0
+    router._refit()
+    router.route(w.prompts[0])  # a decision, not a refit: it books the next shards
+    assert router._rebooked == 2 * REBOOK

@@ -51,10 +51,9 @@ from __future__ import annotations
 
 import bisect
 import heapq
-import operator
 import queue
 from collections import Counter
-from itertools import compress
+from itertools import compress, repeat
 
 import numpy as np
 
@@ -63,6 +62,7 @@ from parity.routing.hashing import BLOCK_TOKENS, FINE_TOKENS, fine_chain, salt_o
 from parity.study import OUTPUT_TOKENS
 
 STEP_TOKENS = 940  # an engine step's fixed cost in prefill tokens (fixed_s / prefill_token_s on the calibrated H200)
+REBOOK = 8  # shards whose growth a decision books anew after the expected turns rose (`PrefixRouter._rebook`)
 BATCH_TOKENS, MAX_SEQS = 8192, 64  # what one step computes at most: tokens, sequences (vLLM's defaults here)
 
 
@@ -124,6 +124,7 @@ class PrefixRouter:
         self._reached = [0, 0]  # groups (ever) that reached n requests, per n
         self._turns, self._per_turn, self._refit_at = 1, 0.0, 16
         self._fitted = 1  # the `_turns` that `_future` was last booked for in full
+        self._rebooked = num_shards  # shards booked anew for `_fitted` so far (`_rebook`: a few per decision)
         self._settle = 0.0  # what a group's first request adds, on average: a gap arrival order opens is about that
         self._completed: queue.SimpleQueue = queue.SimpleQueue()  # routing indices of finished requests
         self._requests = self._replicated = self._evicted = 0
@@ -205,6 +206,8 @@ class PrefixRouter:
                 shared = depth + 1
             if still & (still - 1) == 0:  # one shard left: its blocks are a prefix, so bisect the rest
                 low, high = depth + 1, len(chain)
+                if self._changes is None and holders.get(chain[-1], 0) & still:  # modelled, no block is missing
+                    low = high  # inside a held chain (`_evict` drops a chain's deepest first): the whole prompt, a hit
                 while low < high:
                     middle = (low + high + 1) // 2
                     if holders.get(chain[middle - 1], 0) & still:
@@ -339,8 +342,8 @@ class PrefixRouter:
         growth again; every `max(64, 2 x groups)` requests, and when `_turns` rises. From the running sums `_grow`
         and `_forget` keep, never over the groups (that was the p99 of a decision at 64 shards). Where `_turns` is
         as at the last refit, only the groups of one request book anew (`_turns - 1` of `_per_turn` each): each
-        shard's booking moves by its count of them times the change. Where it rose, every group does: c requests
-        of `_turns` add `_turns - c` of what each of its later requests added, from the sums per request count."""
+        shard's booking moves by its count of them times the change. Where it rose, every group does, shard by
+        shard over this and the next few decisions (`_rebook`)."""
         groups = len(self._groups)
         self._refit_at = self._requests + max(64, 2 * groups)
         if not groups:
@@ -364,13 +367,25 @@ class PrefixRouter:
                     future[shard] += moved
                     plan[shard] += moved
             return
-        self._fitted = turns
-        each = (turns - 1) * per_turn
-        future = [ones * each for ones in self._ones]
-        for count in range(2, min(turns, len(self._each))):
-            future = [f + (turns - count) * e for f, e in zip(future, self._each[count])]
-        self._future = future
-        self._plan = list(map(operator.add, self._loads, future))
+        self._fitted, self._rebooked = turns, 0
+        self._rebook()
+
+    def _rebook(self) -> None:
+        """Book the next `REBOOK` shards' growth anew from the running sums, for the turns `_refit` last fitted:
+        c requests of `_turns` add `_turns - c` of what each of their later requests added. A few shards per
+        decision, not all in one (at 64 shards a Python pass over them per request count was the p99 of a
+        decision); until its turn a shard keeps its growth as booked for the turns before."""
+        turns, future, plan, loads, ones = self._fitted, self._future, self._plan, self._loads, self._ones
+        each = (turns - 1) * self._per_turn
+        rows = [(turns - count, self._each[count]) for count in range(2, min(turns, len(self._each)))]
+        start = self._rebooked
+        self._rebooked = min(start + REBOOK, self.num_shards)
+        for shard in range(start, self._rebooked):
+            booked = ones[shard] * each
+            for times, row in rows:
+                booked = booked + times * row[shard]
+            future[shard] = booked
+            plan[shard] = loads[shard] + booked
 
     def _book(self, shard: int, future: float) -> None:
         """Add `future` to the growth booked on `shard`."""
@@ -418,6 +433,8 @@ class PrefixRouter:
         self._requests += 1
         if self._requests >= self._refit_at:
             self._refit()
+        elif self._rebooked < self.num_shards:
+            self._rebook()
         return shard
 
     def _grow(self, quote: "Quote", shard: int, work: float) -> None:
@@ -491,8 +508,11 @@ class PrefixRouter:
             self._extends.update(chain[max(known - 1, 0): last - 1])
         # `here` leading blocks are held already, unless the engines' events removed one in the middle of them (a gap
         # `_depths` bisects past): when following events, every block is marked held, as the shard will hold it
-        for block in chain if self._changes is not None else chain[here:]:
+        for block in chain if self._changes is not None else chain[here:known]:
             holders[block] = holders.get(block, 0) | bit
+        if self._changes is None and known < len(chain):  # modelled: no shard holds a block past the deepest held (a
+            # shard's blocks of a chain are a prefix), so they are new to the map: added at C speed
+            holders.update(zip(chain[known:], repeat(bit)))
         used = self._requests << 20  # the LRU order (this loop costs less than dict.update over a zip with a range)
         for block in chain:
             held[block] = used
