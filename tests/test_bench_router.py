@@ -24,6 +24,15 @@ def test_router_benchmark_reports_each_router_per_request_against_hashing():
     assert router.run(num_requests=4, repeats=1, collect=True)["garbage_collector"] == "running"
 
 
+def test_each_requests_own_cost_is_its_least_time_over_the_repeats(monkeypatch):
+    """A stall another job puts on one request of one repeat moves that repeat's p99, not the request's own cost."""
+    ticks = iter([0, 5_000, 0, 100_000,   # repeat 1: 5 us, then 100 us (a stall)
+                  0, 90_000, 0, 7_000])   # repeat 2: 90 us (a stall), then 7 us
+    monkeypatch.setattr(router.time, "perf_counter_ns", lambda: next(ticks))
+    seen = router.per_call_us(lambda: lambda item: None, ["a", "b"], repeats=2, collect=False)
+    assert seen["p99_us"] == 90.0 and seen["own_p99_us"] == 7.0 and seen["own_p50_us"] == 7.0
+
+
 @pytest.mark.parametrize("args, option", [
     (["--requests", "0"], "--requests"), (["--requests", "-5"], "--requests"),
     (["--repeats", "0"], "--repeats"), (["--prompt-tokens", "16"], "--prompt-tokens"),
