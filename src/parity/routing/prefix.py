@@ -135,7 +135,6 @@ class PrefixRouter:
         self._followed: Counter = Counter()
         self.overflowed = False
         self._hot = bytearray(num_shards)  # shards a hot document was spread to (`quote`): new documents go elsewhere
-        self._hots = 0  # how many
 
     @property
     def salt(self) -> int:
@@ -273,7 +272,7 @@ class PrefixRouter:
         else:
             candidates = set(depths)
             least = plan.index(min(plan))
-            if not depths and self._hots < self.num_shards and self._hots:  # a new document: off a hot one's shards
+            if not depths and 0 < self._hot.count(1) < self.num_shards:  # a new document: off a hot one's shards
                 cool = min(compress(range(self.num_shards), (not h for h in self._hot)), key=plan.__getitem__)
                 if plan[cool] - plan[least] <= self._wave:
                     least = cool
@@ -417,7 +416,6 @@ class PrefixRouter:
             self._replicated += 1  # a held prefix recomputed elsewhere: its holder was the busier
             if quote.hot:  # its holders and this shard are a hot document's
                 for s in [shard, *(s for s, d in quote.depths.items() if d >= deepest)]:
-                    self._hots += not self._hot[s]
                     self._hot[s] = 1
         prefill = quote.length - held
         self._prefill[shard] += prefill
@@ -541,9 +539,8 @@ class PrefixRouter:
             if prefill >= 0:
                 self._prefill[shard] -= prefill
                 self._seqs[shard] -= 1
-                if not self._seqs[shard] and self._hot[shard]:  # drained: no longer a hot document's
+                if not self._seqs[shard]:  # drained: no longer a hot document's
                     self._hot[shard] = 0
-                    self._hots -= 1
                 self._loads[shard] = self._work(self._prefill[shard], self._seqs[shard])
                 self._plan[shard] = self._loads[shard] + self._future[shard]
                 self._booked[index] = (shard, -1)
