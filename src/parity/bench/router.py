@@ -35,9 +35,15 @@ def _prompts(num_requests: int, prompt_tokens: int, documents: int, seed: int) -
     return [prompts[i] for i in rng.permutation(num_requests)]
 
 
+def _at(ordered: list, share: float):
+    """The value `share` of the way up a sorted list (p50: the upper median; p99: the 6th slowest of 512)."""
+    return ordered[min(len(ordered) - 1, int(len(ordered) * share))]
+
+
 def per_call_us(make, items, repeats: int, collect: bool) -> dict:
     """µs per call of make()(item) over `items` (a fresh callable each repeat): mean, p50, p99 and max, each the
-    best of `repeats`, and p50 and p99 of each item's least time over the repeats (`own_*`). Unless `collect`, the cyclic garbage collector is paused while timing (as timeit does): its
+    best of `repeats`, and p50 and p99 of each item's least time over the repeats (`own_*`). Unless `collect`, the
+    cyclic garbage collector is paused while timing (as timeit does): its
     pauses are the whole process's, not the router's."""
     best = {"mean_us": float("inf"), "p50_us": float("inf"), "p99_us": float("inf"), "max_us": float("inf")}
     clock = time.perf_counter_ns
@@ -59,12 +65,11 @@ def per_call_us(make, items, repeats: int, collect: bool) -> dict:
                 gc.enable()
         least = [min(a, b) for a, b in zip(least, times)]
         times.sort()
-        seen = {"mean_us": sum(times) / len(times), "p50_us": times[len(times) // 2],
-                "p99_us": times[min(len(times) - 1, int(len(times) * 0.99))], "max_us": times[-1]}
+        seen = {"mean_us": sum(times) / len(times), "p50_us": _at(times, 0.5), "p99_us": _at(times, 0.99),
+                "max_us": times[-1]}
         best = {k: min(v, seen[k] / 1000) for k, v in best.items()}
     least.sort()
-    return best | {"own_p50_us": least[len(least) // 2] / 1000,
-                   "own_p99_us": least[min(len(least) - 1, int(len(least) * 0.99))] / 1000}
+    return best | {"own_p50_us": _at(least, 0.5) / 1000, "own_p99_us": _at(least, 0.99) / 1000}
 
 
 def _router(placement: str, num_shards: int, num_requests: int):
@@ -108,12 +113,13 @@ def summary_lines(result: dict) -> list[str]:
     for name, r in result["routers"].items():
         lines.append(f"{name:<12} {r['p50_us']:>8.2f} {r['p99_us']:>8.2f} {r['mean_us']:>8.2f}   "
                      f"{r['ratio_p50_to_hash']:>12.2f} {r['ratio_p99_to_hash']:>6.2f} {r['ratio_mean_to_hash']:>6.2f}"
-                     f"   {'meets ' if r['meets_target'] else 'MISSES'}   {r['own_p50_us']:>11.2f} {r['own_p99_us']:>6.2f}")
+                     f"   {'meets ' if r['meets_target'] else 'MISSES'}"
+                     f"   {r['own_p50_us']:>11.2f} {r['own_p99_us']:>6.2f}")
     lines.append(f"{'hash once':<12} {h['p50_us']:>8.2f} {h['p99_us']:>8.2f} {h['mean_us']:>8.2f}   (the first "
                  f"{DEPTH_TOKENS:,} tokens, sticky's identities; raw SHA-256 of them: p50 "
                  f"{result['raw_sha256']['p50_us']:.2f} us)")
     lines.append(f"({result['requests']} requests of {result['prompt_tokens']} tokens over {result['shards']} shards, "
-                 f"{result['documents']} documents; best of {result['repeats']} repeats; own: each request's least time over "
-                 f"them; one core, garbage collector "
-                 f"{result['garbage_collector']}, python {result['python']})")
+                 f"{result['documents']} documents; best of {result['repeats']} repeats; own: each request's least "
+                 f"time over them; one core, garbage collector {result['garbage_collector']}, python "
+                 f"{result['python']})")
     return lines
