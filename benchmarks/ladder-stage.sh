@@ -39,8 +39,12 @@ import re, sys
 key, line, asked = sys.argv[1], sys.argv[2], sys.argv[3].split()
 committed = {t: [r.strip() for r in rates.split(",")] for t, rates in re.findall(r"([\w.-]+): \[([^]]*)\]", line)}
 rungs = {}
+if not asked:
+    sys.exit("ladder-stage.sh: LADDER_RUNGS names no rung (TRACE:RATE ...)")
 for rung in asked:
     trace, _, rate = rung.partition(":")
+    if rate in rungs.get(trace, []):
+        sys.exit(f"ladder-stage.sh: LADDER_RUNGS names {rung!r} twice")
     if rate not in committed.get(trace, []):
         sys.exit(f"ladder-stage.sh: LADDER_RUNGS names {rung!r}, not a rung of the committed {key} "
                  f"{line.split(': ', 1)[1].split('  #')[0]}")

@@ -21,7 +21,7 @@ def test_bench_harvest_on_the_stand_in_runs_every_phase_and_says_where(tmp_path)
     assert result.exit_code == 0, result.output
     assert "on the Flame STAND-IN (in-process, not Flame)" in result.output and "(simulated)" in result.output
     doc = json.loads(out.read_text())
-    assert doc["cluster_kind"] == "standin" and doc["simulated_engine"] and doc["cleanup_clean"]
+    assert doc["cluster_kind"] == "standin" and doc["simulated_engine"] and doc["cleanup_clean"] and doc["complete"]
     assert doc["round_trip"]["round_trip_s"]["n"] == 5
     assert [c["hold_ms"] for c in doc["cycles"]] == [0, 5]
     for c in doc["cycles"]:  # the worker shares this host: every prompt's and token's wait is measured
@@ -70,3 +70,30 @@ def test_cpu_per_task_leaves_out_a_process_gone_in_any_run():
             {"tasks": 30, "window_s": 2.0, "cpu_s": {"client": 0.06, "worker": 0.1}}]
     assert cpu_per_task(runs) == {"client": {"ms_per_task": pytest.approx(2.0), "cores": pytest.approx(0.02)}}
     assert cpu_per_task([]) == {}
+
+
+def test_a_rate_no_stream_can_keep_is_refused_before_the_cluster_starts(tmp_path):
+    """An outside tester's --rate 1e-300: the cluster started, then an OverflowError traceback left a partial
+    result at --out with no mark; now the experiments' own pace check refuses it at the door, nothing written."""
+    out = tmp_path / "h.json"
+    result = CliRunner().invoke(main, ["bench", "harvest", "--cluster", "standin", "--rate", "1e-300", "--requests", "2",
+                                       "--out", str(out)])
+    assert result.exit_code == 1 and result.output.count("\n") == 1
+    assert "longer than the 1 h a rung may take; raise the rate" in result.output
+    assert not out.exists() and not (tmp_path / "h-work").exists()
+
+
+def test_a_run_stopped_midway_leaves_a_result_that_says_it_is_partial(tmp_path, monkeypatch):
+    """Saved after each phase by design, so a run that stops keeps what it measured, marked `complete: false`."""
+    from parity.bench import harvest
+
+    def stop(*args, **kwargs):
+        raise RuntimeError("stopped in the first harvest cycle")
+
+    monkeypatch.setattr(harvest, "cycle", stop)
+    out = tmp_path / "h.json"
+    result = CliRunner().invoke(main, ["bench", "harvest", "--cluster", "standin", "--round-trips", "3", "--warmup", "1",
+                                       "--hold-ms", "0", "--out", str(out)])
+    assert result.exit_code != 0
+    doc = json.loads(out.read_text())
+    assert doc["complete"] is False and doc["round_trip"]["round_trip_s"]["n"] == 3 and "cycles" not in doc

@@ -36,6 +36,8 @@ def test_each_requests_own_cost_is_its_least_time_over_the_repeats(monkeypatch):
 @pytest.mark.parametrize("args, option", [
     (["--requests", "0"], "--requests"), (["--requests", "-5"], "--requests"),
     (["--repeats", "0"], "--repeats"), (["--prompt-tokens", "16"], "--prompt-tokens"),
+    (["--prompt-tokens", "100000000000"], "--prompt-tokens"), (["--requests", str(10**23)], "--requests"),
+    (["--shards", str(10**23)], "--shards"),
 ])
 def test_out_of_range_options_are_a_usage_error_not_a_traceback(args, option):
     result = CliRunner().invoke(main, ["bench", "router", *args])
@@ -49,3 +51,10 @@ def test_the_shards_option_reaches_the_router():
     result = CliRunner().invoke(main, ["bench", "router", "--shards", "64", "--requests", "16", "--repeats", "1", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.output)["shards"] == 64
+
+
+def test_prompts_past_what_the_bench_holds_at_once_are_refused_in_one_line():
+    """An outside tester's 100 x 1,000,000 tokens: a MemoryError traceback before; one line now, nothing run."""
+    result = CliRunner().invoke(main, ["bench", "router", "--requests", "100", "--prompt-tokens", "1000000"])
+    assert result.exit_code == 1 and result.output.count("\n") == 1
+    assert "more than the 67,108,864 tokens the bench holds at once" in result.output

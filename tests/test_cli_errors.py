@@ -355,3 +355,11 @@ def test_what_an_outside_evaluator_met_on_a_second_pass_is_one_line_naming_the_c
         result = invoke(*args)
         assert result.exit_code == code and says in one_error_line(result), (args, result.output)
     assert not (tmp_path / "out").exists() and not (tmp_path / "empty" / "run.json").exists()
+
+
+def test_bench_schedule_refuses_a_rate_no_rung_could_take_and_a_negative_seed(tmp_path):
+    """An outside tester's --rate 1e-300 hung (a schedule of 1e296 hours), and --seed -1 was numpy's traceback."""
+    slow = invoke("bench", "schedule", "--rate", "1e-300", "--requests", 2)
+    assert one_line_only(slow).endswith("longer than the 1 h a rung may take; raise the rate")
+    negative = invoke("bench", "schedule", "--seed", -1, "--rate", 10, "--requests", 3)
+    assert negative.exit_code == 2 and "Invalid value for '--seed'" in negative.output

@@ -410,6 +410,9 @@ def test_a_device_session_runs_chosen_rungs_of_the_bounded_ladder_under_their_co
     for name, rungs, message in (("bounded", "hot-640:17", "not a rung of the committed bounded_rates"),
                                  ("bounded", "reuse-64:14", "not a rung of the committed bounded_rates"),
                                  ("rungs", "reuse-640:14", "not a rung of the committed rates"),
+                                 ("rungs", "reuse-640:8 reuse-640:8", "names 'reuse-640:8' twice"),
+                                 ("bounded", "reuse-640:4 reuse-640:4", "names 'reuse-640:4' twice"),
+                                 ("rungs", "  ", "names no rung"),
                                  ("answers", "hot-640:16", "narrows the rungs or bounded stage's rungs, not the answers")):
         bad, copy = stage(name, rungs)
         assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and message in bad.stderr, bad.stderr

@@ -236,12 +236,13 @@ def run(kind: str, out_dir: Path, *, bin_dir=None, tasks: int = 100_000, holds_m
         warmup: int = 50, rate: float = 4.0, requests: int = 40, repeats: int = 2, warmup_requests: int = 4,
         output_tokens: int = 16, samples: int = 50, rotate_tasks: int = 0, sim_params: str | None = None, save=None,
         express: bool = False, log=print) -> dict:
-    """All three phases on one cluster (`kind`: flame or standin); `save(result)` after each phase. With
+    """All three phases on one cluster (`kind`: flame or standin); `save(result)` after each phase, `complete`
+    false until the last (a run that stopped midway leaves what it measured, said to be partial). With
     `rotate_tasks`, phase 3 runs again with the harvester rotating sessions every that many tasks (after)."""
     from parity.paths.flame import cluster
 
     save = save or (lambda result: None)
-    result = {"simulated_engine": True, "cluster_kind": kind, "clock": CLOCK, "gpu": GPU,
+    result = {"complete": False, "simulated_engine": True, "cluster_kind": kind, "clock": CLOCK, "gpu": GPU,
               "compiled_in_timed_window": "nothing: a CPU run (the simulator compiles nothing)"}
     with cluster(kind, [GPU], out_dir, simulated=True, bin_dir=bin_dir, receipt_path=out_dir / "cleanup-flame.json",
                  log=log) as running:
@@ -276,6 +277,7 @@ def run(kind: str, out_dir: Path, *, bin_dir=None, tasks: int = 100_000, holds_m
             result[key]["rss_kib_after_delete"] = {name: procs.rss_kib(pid) for name, pid in pids.items()}
             save(result)
     result["cleanup_clean"] = running.receipt["clean"] if running.receipt else None
+    result["complete"] = True
     save(result)
     return result
 

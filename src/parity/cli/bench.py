@@ -34,7 +34,7 @@ def bench():
 @click.option("--requests", type=click.IntRange(min=2), default=2000, show_default=True)
 @click.option("--kind", type=click.Choice(["poisson", "gamma"]), default="poisson", show_default=True)
 @click.option("--burstiness", type=options.Finite(min=0, min_open=True), default=1.0, show_default=True)
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=click.IntRange(min=0, max=2**63 - 1), default=0, show_default=True)
 @options.workflow_config
 @options.json_out
 @friendly_errors
@@ -42,11 +42,12 @@ def bench_schedule(rate, requests, kind, burstiness, seed, config_files, out):
     """The load generator's own lag (actual minus scheduled send) with nothing behind it, for both senders,
     against the 1 ms p99 target; and the schedule's rate and burstiness as generated."""
     from parity.bench import schedule
-    from parity.experiments.plan import settings_of
+    from parity.experiments.plan import check_pace, settings_of
     from parity.workflow_config import experiment_section
 
     if rate is None:
         rate = 10 * settings_of("sustained", experiment_section(config_files, "sustained")).highest_rate
+    check_pace("--rate", rate, requests)
     result = schedule.run(rate, requests, kind, burstiness, seed)
     for line in schedule.summary_lines(result):
         click.echo(line)
@@ -112,7 +113,9 @@ def bench_harvest(cluster, flame_bin_dir, tasks, rotate_tasks, holds_ms, round_t
     the harvest cycle at several hold times under a light stream (admission wait, event to client), and the
     session manager's memory over many tasks on one session."""
     from parity.bench import harvest
+    from parity.experiments.plan import check_pace
 
+    check_pace("--rate", rate, requests)
     work_dir = work_dir or (out.with_name(out.stem + "-work") if out else Path("bench-harvest"))
     result = harvest.run(cluster, work_dir, bin_dir=flame_bin_dir, tasks=tasks, holds_ms=holds_ms or harvest.HOLDS_MS,
                          round_trip_count=round_trips, warmup=warmup, rate=rate, requests=requests, repeats=repeats,

@@ -12,13 +12,19 @@ from parity.cli import options
 from parity.cli.app import echo
 from parity.cli.bench import bench, save
 from parity.cli.errors import friendly_errors
+from parity.errors import ParityError
+
+
+MAX_SHARDS = 4096  # far past any node's GPUs: a bench of more only measures its own lists
+MAX_TOKENS = 2**26  # the router bench's prompts, all requests together: 256 MiB of token IDs
 
 
 @bench.command("router")
-@click.option("--requests", "num_requests", default=512, show_default=True, type=click.IntRange(min=1))
-@click.option("--prompt-tokens", default=8000, show_default=True, type=click.IntRange(min=17),
+@click.option("--requests", "num_requests", default=512, show_default=True, type=click.IntRange(min=1, max=MAX_TOKENS))
+@click.option("--prompt-tokens", default=8000, show_default=True, type=click.IntRange(min=17, max=MAX_TOKENS),
               help="Tokens per prompt: a shared document and a 16-token question.")
-@click.option("--shards", default=2, show_default=True, type=click.IntRange(min=1), help="Shards to route over.")
+@click.option("--shards", default=2, show_default=True, type=click.IntRange(min=1, max=MAX_SHARDS),
+              help="Shards to route over.")
 @options.repeats(5)
 @click.option("--gc", "collect", is_flag=True, help="Leave Python's garbage collector running while timing "
               "(default: paused, as timeit does).")
@@ -28,6 +34,9 @@ def bench_router(num_requests, prompt_tokens, shards, repeats, collect, as_json)
     """Each router's cost per request (p50, p99, mean), and its ratio to hashing the first 1,024 tokens once."""
     from parity.bench import router
 
+    if num_requests * prompt_tokens > MAX_TOKENS:
+        raise ParityError(f"--requests {num_requests} of --prompt-tokens {prompt_tokens} are more than the "
+                          f"{MAX_TOKENS:,} tokens the bench holds at once")
     result = router.run(num_requests=num_requests, prompt_tokens=prompt_tokens, num_shards=shards, repeats=repeats,
                         collect=collect)
     if as_json:
@@ -70,7 +79,7 @@ def bench_admission(num_requests, load, repeats, out):
               help="Instead of the families: a Mooncake request trace (JSONL, parity trace-mooncake's input).")
 @click.option("--trace-limit", type=click.IntRange(min=1), default=None,
               help="With --trace-file: its first this many requests that fit the context.")
-@click.option("--shards", type=click.IntRange(min=1), default=2, show_default=True,
+@click.option("--shards", type=click.IntRange(min=1, max=MAX_SHARDS), default=2, show_default=True,
               help="With --trace-file: shards to place it over.")
 @click.option("--explain", type=click.IntRange(min=1), default=None,
               help="Instead of the bench: the prefix router's first this many decisions on each selected family's "

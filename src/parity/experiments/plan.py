@@ -431,17 +431,21 @@ def paced_span_s(cases: list[Case], requests: dict[Path, int]) -> float:
     ParityError, in one line, for a case faster than MAX_RATE_PER_S or longer than MAX_RUNG_S."""
     total = 0.0
     for case in cases:
-        if not case.schedule.paced:
-            continue
-        rate, count = case.schedule.rate, requests[case.trace]
-        if rate > MAX_RATE_PER_S:
-            raise ParityError(f"{case.trial_id}: {rate:g} requests/s is more than a sender can hold (at most "
-                              f"{MAX_RATE_PER_S:g}: faster, the gaps between sends are shorter than its own 1 ms lag)")
-        if count / rate > MAX_RUNG_S:
-            raise ParityError(f"{case.trial_id}: {count} requests at {rate:g} requests/s take about {about(count / rate)}, "
-                              f"longer than the {about(MAX_RUNG_S)} a rung may take; raise the rate")
-        total += count / rate
+        if case.schedule.paced:
+            total += check_pace(case.trial_id, case.schedule.rate, requests[case.trace])
     return total
+
+
+def check_pace(what: str, rate: float, count: int) -> float:
+    """How long `count` requests paced at `rate` take; ParityError, in one line, past what a sender can hold
+    (MAX_RATE_PER_S) or a rung may take (MAX_RUNG_S). The experiments' cases and the benches' streams both."""
+    if rate > MAX_RATE_PER_S:
+        raise ParityError(f"{what}: {rate:g} requests/s is more than a sender can hold (at most "
+                          f"{MAX_RATE_PER_S:g}: faster, the gaps between sends are shorter than its own 1 ms lag)")
+    if count / rate > MAX_RUNG_S:
+        raise ParityError(f"{what}: {count} requests at {rate:g} requests/s take about {about(count / rate)}, "
+                          f"longer than the {about(MAX_RUNG_S)} a rung may take; raise the rate")
+    return count / rate
 
 
 def about(seconds: float) -> str:
