@@ -135,6 +135,10 @@ BAD = [
     ('{"timestamp": 0, "input_length": 513, "output_length": 1, "hash_ids": [0]}', "is 2 blocks of 512 tokens, hash_ids names 1"),
     ('{"timestamp": 0, "input_length": 512, "output_length": 1, "hash_ids": [0, 1]}', "is 1 blocks of 512 tokens, hash_ids names 2"),
     ('{"timestamp": 999, "input_length": 10, "output_length": 1, "hash_ids": [0]}', "timestamp 999 is before the previous request's 1000"),
+    # an outside tester's: JSON that Python cannot hold was a RecursionError (or ValueError) traceback
+    ("[" * 100_000, "not valid JSON (nested more deeply than Python's JSON parser reads)"),
+    ('{"timestamp": ' + "9" * 5000 + ', "input_length": 10, "output_length": 1, "hash_ids": [0]}',
+     "not valid JSON (a number of more than 4300 digits"),
 ]
 
 
@@ -182,6 +186,10 @@ def test_bench_routing_runs_on_a_tiny_trace(tmp_path):
     assert [token_sha256(p) for p in w.prompts] == [r.sha256 for r in load_trace(convert(source, tmp_path / "o")).requests]
     run = CliRunner().invoke(main, ["bench", "routing", "--trace-file", str(tmp_path / "none.jsonl")])
     assert run.exit_code != 0 and "Mooncake trace not found" in run.output and "Traceback" not in run.output
+    write(tmp_path / "deep.jsonl", ["[" * 100_000])  # an outside tester's: a RecursionError traceback
+    run = CliRunner().invoke(main, ["bench", "routing", "--trace-file", str(tmp_path / "deep.jsonl")])
+    assert run.exit_code == 1 and run.output == f"Error: {tmp_path / 'deep.jsonl'}:1: not valid JSON (nested more " \
+                                                "deeply than Python's JSON parser reads)\n", run.output
 
 
 def test_a_tokenizers_ordinary_ids_only(small_inputs, tmp_path):

@@ -26,6 +26,7 @@ from parity.manifest import (
     file_ref,
     first_difference,
     header,
+    loads,
     one_line,
     sha256_file,
     write_manifest,
@@ -58,10 +59,13 @@ class TraceError(ParityError):
     """Bad trace input or a trace file that does not match its manifest."""
 
 
-def json_line_error(where, number: int, exc: json.JSONDecodeError) -> TraceError:
-    """Line `number` of the JSONL file `where` is not JSON: where in it, and why ("Invalid control character at"
-    ends where its column would follow). A line cut short fails past its end (`exc.colno` would call it column 1
-    of a next line): said as its end."""
+def json_line_error(where, number: int, exc: ValueError) -> TraceError:
+    """Line `number` of the JSONL file `where` is not JSON (as `parity.manifest.loads` fails): where in it, and why
+    ("Invalid control character at" ends where its column would follow). A line cut short fails past its end
+    (`exc.colno` would call it column 1 of a next line): said as its end. JSON that Python cannot hold (nested too
+    deeply, a number of too many digits) has no place in the line: why alone."""
+    if not isinstance(exc, json.JSONDecodeError):
+        return TraceError(f"{where}:{number}: not valid JSON ({one_line(str(exc))})")
     reason = exc.msg.removesuffix(" at")
     end = len(exc.doc.rstrip())
     at = "the end of the line" if exc.pos >= end else f"column {exc.pos + 1}"
@@ -222,8 +226,8 @@ def load_articles(corpus: Path, text_field: str = "article") -> list[str]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
+                row = loads(line)
+            except ValueError as exc:
                 raise json_line_error(corpus, number, exc) from None
             text = row.get(text_field) if isinstance(row, dict) else None
             if not isinstance(text, str) or not text.strip():

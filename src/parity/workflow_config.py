@@ -64,12 +64,12 @@ def check_experiment_settings(name: str, settings) -> None:
 
 def experiment_settings(name: str, text: str) -> dict:
     """An experiment's settings from JSON text (`parity experiment run --settings`), checked by the schema."""
-    import json
+    from parity.manifest import loads, one_line
 
     try:
-        settings = json.loads(text)
+        settings = loads(text)
     except ValueError as exc:
-        raise ParityError(f"--settings is not JSON: {exc}") from None
+        raise ParityError(f"--settings is not JSON: {one_line(str(exc))}") from None
     if not isinstance(settings, dict):
         raise ParityError(f"--settings must be a JSON object, got {type(settings).__name__}")
     check_experiment_settings(name, settings)
