@@ -135,6 +135,11 @@ BAD = [
     ('{"timestamp": 0, "input_length": 513, "output_length": 1, "hash_ids": [0]}', "is 2 blocks of 512 tokens, hash_ids names 1"),
     ('{"timestamp": 0, "input_length": 512, "output_length": 1, "hash_ids": [0, 1]}', "is 1 blocks of 512 tokens, hash_ids names 2"),
     ('{"timestamp": 999, "input_length": 10, "output_length": 1, "hash_ids": [0]}', "timestamp 999 is before the previous request's 1000"),
+    # an outside tester's: a timestamp of 10**400 after the first was an OverflowError traceback in the arrivals
+    ('{"timestamp": 1' + "0" * 400 + ', "input_length": 10, "output_length": 1, "hash_ids": [0]}',
+     "timestamp must be below 2**63, got 1" + "0" * 400),
+    ('{"timestamp": 2000, "input_length": 10, "output_length": 9223372036854775808, "hash_ids": [0]}',
+     "output_length must be below 2**63"),
     # an outside tester's: JSON that Python cannot hold was a RecursionError (or ValueError) traceback
     ("[" * 100_000, "not valid JSON (nested more deeply than Python's JSON parser reads)"),
     ('{"timestamp": ' + "9" * 5000 + ', "input_length": 10, "output_length": 1, "hash_ids": [0]}',

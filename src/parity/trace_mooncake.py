@@ -78,6 +78,8 @@ def _parse_line(text: str, number: int, where: str) -> MooncakeRequest:
             raise TraceError(f"{where}:{number}: {field} must be an integer, got {value!r}")
         if value < (1 if field == "input_length" else 0):
             raise TraceError(f"{where}:{number}: {field} must be >= {1 if field == 'input_length' else 0}, got {value}")
+        if value >= 2**63:  # as hash ids: a timestamp past int64 overflowed the arrivals' float division
+            raise TraceError(f"{where}:{number}: {field} must be below 2**63, got {value}")
     ids = row["hash_ids"]
     if not isinstance(ids, list) or not ids:
         raise TraceError(f"{where}:{number}: hash_ids must be a non-empty list of integers, got {ids!r}")
