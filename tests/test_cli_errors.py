@@ -328,6 +328,27 @@ def test_a_missing_backend_file_is_named_as_missing_not_as_bad_json(small_reuse_
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("text, says", [
+    ("engine: sim\ngpus: [a\n", "expected ',' or ']', but got '<stream end>' at line 3, column 1 (while parsing a "
+                                "flow sequence at line 2, column 7)"),
+    ("engine: sim\n\tgpus: [a]\n", "found character '\\t' that cannot start any token at line 2, column 1 (while "
+                                   "scanning for the next token)"),
+    ('{"engine": "sim"}\n{"gpus": ["sim-0"]}\n', "expected '<document start>', but found '{' at line 2, column 1"),
+    ("[" * 100_000, "nested more deeply than Python's YAML parser reads"),
+], ids=["flow-sequence", "tab", "jsonl", "deep"])
+def test_a_malformed_backend_or_workflow_config_file_is_one_line(small_reuse_trace, tmp_path, text, says):
+    """An outside tester's: a malformed --backend YAML file gave PyYAML's message whole, six lines with the source
+    quoted and a caret (a workflow config given to --config the same); now what it found and where, on one line."""
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    line = one_line_only(invoke("experiment", "run", "offline-limit", "--trace", small_reuse_trace, "--backend", bad,
+                                "--out", tmp_path / "out"))
+    assert line == f"Error: backend: {bad}: neither JSON nor a readable YAML file ({says})"
+    assert one_line_only(invoke("bench", "schedule", "--config", bad)) == \
+        f"Error: {bad}: not a readable workflow config ({says})"
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_results_folder_with_no_experiment_is_named_as_such(tmp_path):
     """An outside evaluator's (2026-12-05): `parity report --results EMPTY` was told to give --results."""
     (tmp_path / "empty").mkdir()

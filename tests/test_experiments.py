@@ -273,7 +273,10 @@ def test_bad_backend_or_settings_give_one_line_errors(tmp_path):
     trace.write_text("{}")
     for backend, settings, message in [("{not json", "{}", "backend: neither JSON"),
                                        ('{"engine": "sim"}', "[1]", "must be a JSON object"),
-                                       ('{"engine": "sim"}', "{x", "--settings is not JSON")]:
+                                       ('{"engine": "sim"}', "{x", "--settings is not JSON"),
+                                       # an outside tester's: nesting past Python's parser was a traceback
+                                       ('{"engine": "sim"}', "[" * 50_000, "--settings is not JSON: nested more deeply"),
+                                       ("[" * 50_000, "{}", "backend: neither JSON nor a readable YAML file (nested")]:
         result = CliRunner().invoke(main, ["experiment", "run", "gc", "--trace", str(trace), "--backend", backend,
                                            "--settings", settings, "--out", str(tmp_path / "out")])
         assert result.exit_code == 1 and message in result.output and "Traceback" not in result.output

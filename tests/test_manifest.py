@@ -338,6 +338,9 @@ def test_dumps_is_deterministic(tmp_path):
     ('{"x": NaN}', "NaN"),
     ('{"kind": "a", "kind": "b"}', "duplicate key"),
     ("[1]", "not a JSON object"),
+    # an outside tester's: JSON that Python cannot hold was a RecursionError (and a ValueError) traceback
+    ("[" * 100_000, "not valid JSON: nested more deeply than Python's JSON parser reads"),
+    ('{"x": ' + "9" * 5000 + "}", "not valid JSON: a number of more than 4300 digits"),
 ])
 def test_read_manifest_refuses_what_json_would_accept(tmp_path, text, says):
     path = tmp_path / "m.json"
@@ -431,6 +434,9 @@ def test_directory_validation_skips_other_json_but_reports_broken_json(tmp_path)
     assert checked == 1 and rules(problems) == [("/kind", "unknown-kind")]
     checked, problems = validate_paths([tmp_path / "list.json", tmp_path / "gone.json"])
     assert checked == 1 and rules(problems) == [("", "type"), ("", "file-missing")]
+    (tmp_path / "broken.json").write_text("[" * 100_000)  # nested past Python's parser: reported, not raised
+    checked, problems = validate_paths([tmp_path])
+    assert checked == 1 and rules(problems) == [("", "not-json")] and "nested more deeply" in problems[0].message
 
 
 # ---- the command ---------------------------------------------------------------------------------

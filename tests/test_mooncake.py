@@ -102,6 +102,54 @@ def test_manifest_hashes_source_tokens_and_replay(tmp_path):
     assert json.loads((tmp_path / "sub" / sub["replay"]["path"]).read_text())["arrivals"] == [3.0, 0.5]
 
 
+def _forged(manifest: Path, text: str) -> None:
+    """The replay file rewritten and its manifest made to record the new hash: only the file's content is wrong."""
+    from parity.manifest import write_manifest
+
+    (manifest.parent / "t.replay.json").write_text(text)
+    doc = read_manifest(manifest)
+    doc["replay"] |= {"sha256": hashlib.sha256(text.encode()).hexdigest(), "bytes": len(text.encode())}
+    write_manifest(manifest, doc)
+
+
+def _edited(manifest: Path) -> None:
+    path = manifest.parent / "t.replay.json"
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"output_lengths": [1, 1, 1, 1]}))
+
+
+@pytest.mark.parametrize("spoil, says", [
+    (lambda m: (m.parent / "t.replay.json").unlink(), "replay file missing: {replay} (named by {manifest})"),
+    (lambda m: (m.parent / "t.replay.json").write_text("not json"), "replay file {replay} has SHA-256 "),
+    (_edited, "replay file {replay} has SHA-256 "),  # was copied into each shard's trace under a fresh hash
+    (lambda m: _forged(m, "not json"), "replay file {replay}: not valid JSON (Expecting value"),
+    (lambda m: _forged(m, '{"arrivals": 5}'), "replay file {replay}: expected {{\"arrivals\": [...], "),
+    (lambda m: _forged(m, '{"arrivals": [0]}'), "one arrival (seconds, >= 0) and one output length"),
+    (lambda m: _forged(m, json.dumps({"arrivals": [0, 1, 2, 3], "output_lengths": [1, 1, 1, -1]})),
+     "for each of the 4 requests of {manifest}"),
+], ids=["missing", "not-json", "edited", "hash-kept-not-json", "arrivals-not-a-list", "too-few", "negative-length"])
+def test_a_missing_edited_or_malformed_replay_file_is_refused_before_anything_is_written(tmp_path, spoil, says):
+    """An outside tester's: `experiment run` read NAME.replay.json unchecked (write_subset), so a missing or bad one
+    was a traceback with logs/ left behind, and an edited one was copied into the shard traces. Now it is checked by
+    the hash its manifest records, and its shape, wherever the trace is loaded, in one line, before any output."""
+    manifest = convert(write(tmp_path / "t.jsonl", ROWS), tmp_path / "tr")
+    spoil(manifest)
+    message = says.format(replay=tmp_path / "tr" / "t.replay.json", manifest=manifest)
+    with pytest.raises(ParityError) as info:
+        load_trace(manifest)
+    assert message in str(info.value) and "\n" not in str(info.value)
+    with pytest.raises(ParityError, match="replay file"):
+        write_subset(manifest, [0, 1], "sub", tmp_path / "sub")
+    assert not (tmp_path / "sub").exists()
+    from parity.trace import engine_problems
+
+    assert any(message in p for p in engine_problems(manifest, read_manifest(manifest)))  # parity validate's
+    out = tmp_path / "exp"
+    run = CliRunner().invoke(main, ["experiment", "run", "offline-limit", "--trace", str(manifest),
+                                    "--backend", '{"engine": "sim"}', "--out", str(out)])
+    assert run.exit_code == 1 and run.output.startswith("Error: ") and message in run.output, run.output
+    assert len(run.output.splitlines()) == 1 and not out.exists()
+
+
 def test_a_study_trace_manifest_still_needs_its_spec(tmp_path):
     doc = read_manifest(convert(write(tmp_path / "t.jsonl", ROWS), tmp_path / "out"))
     del doc["spec"]["source"]
@@ -135,6 +183,15 @@ BAD = [
     ('{"timestamp": 0, "input_length": 513, "output_length": 1, "hash_ids": [0]}', "is 2 blocks of 512 tokens, hash_ids names 1"),
     ('{"timestamp": 0, "input_length": 512, "output_length": 1, "hash_ids": [0, 1]}', "is 1 blocks of 512 tokens, hash_ids names 2"),
     ('{"timestamp": 999, "input_length": 10, "output_length": 1, "hash_ids": [0]}', "timestamp 999 is before the previous request's 1000"),
+    # an outside tester's: a timestamp of 10**400 after the first was an OverflowError traceback in the arrivals
+    ('{"timestamp": 1' + "0" * 400 + ', "input_length": 10, "output_length": 1, "hash_ids": [0]}',
+     "timestamp must be below 2**63, got 1" + "0" * 400),
+    ('{"timestamp": 2000, "input_length": 10, "output_length": 9223372036854775808, "hash_ids": [0]}',
+     "output_length must be below 2**63"),
+    # an outside tester's: JSON that Python cannot hold was a RecursionError (or ValueError) traceback
+    ("[" * 100_000, "not valid JSON (nested more deeply than Python's JSON parser reads)"),
+    ('{"timestamp": ' + "9" * 5000 + ', "input_length": 10, "output_length": 1, "hash_ids": [0]}',
+     "not valid JSON (a number of more than 4300 digits"),
 ]
 
 
@@ -182,6 +239,10 @@ def test_bench_routing_runs_on_a_tiny_trace(tmp_path):
     assert [token_sha256(p) for p in w.prompts] == [r.sha256 for r in load_trace(convert(source, tmp_path / "o")).requests]
     run = CliRunner().invoke(main, ["bench", "routing", "--trace-file", str(tmp_path / "none.jsonl")])
     assert run.exit_code != 0 and "Mooncake trace not found" in run.output and "Traceback" not in run.output
+    write(tmp_path / "deep.jsonl", ["[" * 100_000])  # an outside tester's: a RecursionError traceback
+    run = CliRunner().invoke(main, ["bench", "routing", "--trace-file", str(tmp_path / "deep.jsonl")])
+    assert run.exit_code == 1 and run.output == f"Error: {tmp_path / 'deep.jsonl'}:1: not valid JSON (nested more " \
+                                                "deeply than Python's JSON parser reads)\n", run.output
 
 
 def test_a_tokenizers_ordinary_ids_only(small_inputs, tmp_path):

@@ -171,6 +171,9 @@ def test_bad_corpus_line_is_named(inputs, tmp_path):
     corpus.write_text('{"article": "fine"}\n{not json\n')
     with pytest.raises(TraceError, match=r"bad.jsonl:2: not valid JSON"):
         build_trace(small_spec(), corpus, tokenizer, tmp_path / "out")
+    corpus.write_text('{"article": "fine"}\n' + "[" * 100_000 + "\n")  # past Python's parser: still its line
+    with pytest.raises(TraceError, match=r"bad.jsonl:2: not valid JSON \(nested more deeply"):
+        build_trace(small_spec(), corpus, tokenizer, tmp_path / "out")
 
 
 def test_missing_tokenizer(inputs, tmp_path):

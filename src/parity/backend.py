@@ -10,7 +10,6 @@ in a network namespace of its own, since real Flame listens on 0.0.0.0 unauthent
 from __future__ import annotations
 
 import dataclasses
-import json
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,7 +17,17 @@ from pathlib import Path
 from parity.engine import EngineArgs
 from parity.errors import ParityError
 from parity.gpus import check as check_gpus
-from parity.workflow_config import check_backend
+from parity.manifest import loads, one_line
+from parity.workflow_config import check_backend, parse_yaml
+
+
+def _exists(path: Path) -> bool:
+    """Whether `path` is there; False for text that cannot name a file at all (too long, a NUL byte)."""
+    try:
+        return path.exists()
+    except (OSError, ValueError):
+        return False
+
 
 CLUSTERS = ("standin", "flame")  # the CPU stand-in of Flame's session manager, or real Flame v0.6.0
 
@@ -53,17 +62,17 @@ class Backend:
 
     @classmethod
     def parse(cls, text: str) -> "Backend":
-        """From JSON text or a JSON/YAML file path (Snakemake passes the config's `backend` as JSON)."""
-        import yaml
-
+        """From JSON text or a JSON/YAML file path (Snakemake passes the config's `backend` as JSON); anything
+        unreadable is refused in one line (`parse_yaml`, `parity.manifest.loads`)."""
         path = Path(text)
-        as_file = not text.lstrip().startswith("{") and path.exists()
+        as_file = not text.lstrip().startswith("{") and _exists(path)
         try:
-            values = yaml.safe_load(path.read_text()) if as_file else json.loads(text)
-        except (ValueError, yaml.YAMLError) as exc:
+            values = parse_yaml(path.read_text(encoding="utf-8")) if as_file else loads(text)
+        except (OSError, ValueError) as exc:  # ValueError: bad JSON or YAML, and UnicodeDecodeError
             if not as_file and not text.lstrip().startswith(("{", "[")):  # a file's name, not JSON text
                 raise ParityError(f"backend: {text}: no such file (give a JSON or YAML file, or a JSON object)") from None
-            raise ParityError(f"backend: neither JSON nor a readable YAML file ({exc})") from None
+            named = f" {text}:" if as_file else ""
+            raise ParityError(f"backend:{named} neither JSON nor a readable YAML file ({one_line(str(exc))})") from None
         if not isinstance(values, (dict, type(None))):
             raise ParityError(f"backend: expected a mapping, got {type(values).__name__}")
         return cls.from_dict(values or {})

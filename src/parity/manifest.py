@@ -14,6 +14,7 @@ import contextvars
 import hashlib
 import json
 import os
+import sys
 import tempfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -192,9 +193,24 @@ def _unique_keys(pairs: list) -> dict:
     return dict(pairs)
 
 
+def loads(text: str, **hooks):
+    """JSON text parsed, every way it can fail a ValueError, so a reader's one `except ValueError` names it in one
+    line: bad JSON (a JSONDecodeError, which says where), a number past Python's 4,300 digits, and a document nested
+    past Python's recursion limit (json raises RecursionError, which no reader would think to catch)."""
+    try:
+        return json.loads(text, **hooks)
+    except RecursionError:
+        raise ValueError("nested more deeply than Python's JSON parser reads") from None
+    except ValueError as exc:
+        if isinstance(exc, json.JSONDecodeError) or not str(exc).startswith("Exceeds the limit"):
+            raise
+        raise ValueError(f"a number of more than {sys.get_int_max_str_digits()} digits, more than Python reads "
+                         "as an integer") from None
+
+
 def _loads(text: str):
     """Strict JSON: no NaN/Infinity and no duplicate keys, which Python's json would silently accept."""
-    return json.loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
+    return loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
 
 
 def read_manifest(path: Path | str) -> dict:

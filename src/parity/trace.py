@@ -26,6 +26,7 @@ from parity.manifest import (
     file_ref,
     first_difference,
     header,
+    loads,
     one_line,
     sha256_file,
     write_manifest,
@@ -58,10 +59,13 @@ class TraceError(ParityError):
     """Bad trace input or a trace file that does not match its manifest."""
 
 
-def json_line_error(where, number: int, exc: json.JSONDecodeError) -> TraceError:
-    """Line `number` of the JSONL file `where` is not JSON: where in it, and why ("Invalid control character at"
-    ends where its column would follow). A line cut short fails past its end (`exc.colno` would call it column 1
-    of a next line): said as its end."""
+def json_line_error(where, number: int, exc: ValueError) -> TraceError:
+    """Line `number` of the JSONL file `where` is not JSON (as `parity.manifest.loads` fails): where in it, and why
+    ("Invalid control character at" ends where its column would follow). A line cut short fails past its end
+    (`exc.colno` would call it column 1 of a next line): said as its end. JSON that Python cannot hold (nested too
+    deeply, a number of too many digits) has no place in the line: why alone."""
+    if not isinstance(exc, json.JSONDecodeError):
+        return TraceError(f"{where}:{number}: not valid JSON ({one_line(str(exc))})")
     reason = exc.msg.removesuffix(" at")
     end = len(exc.doc.rstrip())
     at = "the end of the line" if exc.pos >= end else f"column {exc.pos + 1}"
@@ -222,8 +226,8 @@ def load_articles(corpus: Path, text_field: str = "article") -> list[str]:
             if not line.strip():
                 continue
             try:
-                row = json.loads(line)
-            except json.JSONDecodeError as exc:
+                row = loads(line)
+            except ValueError as exc:
                 raise json_line_error(corpus, number, exc) from None
             text = row.get(text_field) if isinstance(row, dict) else None
             if not isinstance(text, str) or not text.strip():
@@ -464,6 +468,42 @@ def _check_unseen(prompts, variants, shifts, period, block_size: int | None = No
 
 # ---- loading -----------------------------------------------------------------------------------
 
+def read_replay(manifest: dict, manifest_path: Path) -> dict:
+    """A recorded trace's arrivals and output lengths (NAME.replay.json, `parity trace-mooncake`), checked before any
+    run or subset uses them: the file its manifest names, with the SHA-256 it records, JSON holding one arrival (s,
+    finite, >= 0) and one output length (an integer >= 0) per request. An edited file would replay other arrivals
+    and lengths than the trace records, and be copied into each shard's trace under a fresh hash."""
+    import math
+
+    ref = manifest["replay"]
+    path = manifest_path.parent / ref["path"]
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        raise TraceError(f"replay file missing: {path} (named by {manifest_path})") from None
+    except OSError as exc:
+        raise TraceError(f"replay file {path} cannot be read ({exc.strerror or exc}; named by {manifest_path})") from None
+    actual = hashlib.sha256(data).hexdigest()
+    if actual != ref["sha256"]:
+        raise TraceError(f"replay file {path} has SHA-256 {actual}, its manifest {manifest_path} says {ref['sha256']}")
+    try:
+        doc = loads(data.decode("utf-8"))
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise TraceError(f"replay file {path}: not valid JSON ({one_line(str(exc))})") from None
+    count = len(manifest["requests"])
+    arrivals = doc.get("arrivals") if isinstance(doc, dict) else None
+    lengths = doc.get("output_lengths") if isinstance(doc, dict) else None
+    if (not isinstance(doc, dict) or set(doc) != {"arrivals", "output_lengths"} or not isinstance(arrivals, list)
+            or not isinstance(lengths, list) or len(arrivals) != count or len(lengths) != count
+            or not all(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) and t >= 0
+                       for t in arrivals)
+            or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in lengths)):
+        raise TraceError(f"replay file {path}: expected {{\"arrivals\": [...], \"output_lengths\": [...]}}, one "
+                         f"arrival (seconds, >= 0) and one output length (an integer >= 0) for each of the {count} "
+                         f"requests of {manifest_path}")
+    return doc
+
+
 def load_trace(manifest_path: Path, variant: str = "measured") -> Trace:
     """Load a trace variant ("measured", "warmup1", "warmup2", ...) and verify it against its manifest.
 
@@ -483,6 +523,8 @@ def load_trace(manifest_path: Path, variant: str = "measured") -> Trace:
     if manifest_sha256 not in _CHECKED_MANIFESTS:  # a trace is loaded per round of every trial: check it once
         _check_manifest(manifest, manifest_path)
         _CHECKED_MANIFESTS.add(manifest_sha256)
+    if "replay" in manifest:  # by hash, as its token files are: before a run replays it or a subset copies it
+        read_replay(manifest, manifest_path)
     return _load_variant(manifest, manifest_path, variant, manifest_sha256)
 
 
@@ -509,6 +551,11 @@ def engine_problems(manifest_path: Path, doc: dict) -> list[str]:
         try:
             _load_variant(doc, manifest_path, variant, manifest_sha256)
         except (TraceError, OSError) as exc:
+            problems.append(str(exc))
+    if "replay" in doc:
+        try:
+            read_replay(doc, manifest_path)
+        except TraceError as exc:
             problems.append(str(exc))
     try:
         requests = tuple(TraceRequest(**r) for r in doc["requests"])
@@ -683,6 +730,7 @@ def write_subset(manifest_path: Path, positions: list[int], name: str, out_dir: 
         raise TraceError(f"an empty subset of {manifest_path}")
     parent = read_manifest(manifest_path)
     measured = load_trace(manifest_path)
+    recorded = read_replay(parent, manifest_path) if "replay" in parent else None  # checked before anything is written
     out = out_dir / f"{name}.json"
     with all_or_nothing(out):  # a full disk leaves no half trace
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -703,8 +751,7 @@ def write_subset(manifest_path: Path, positions: list[int], name: str, out_dir: 
             "num_requests": len(requests), "total_tokens": sum(r["tokens"] for r in requests), "requests": requests,
             "parent": {"manifest": file_ref(manifest_path, out_dir), "name": parent["name"], "positions": list(positions)},
         }
-        if "replay" in parent:  # a Mooncake trace's arrivals (parity.trace_mooncake): the subset's own, in its order
-            recorded = json.loads((manifest_path.parent / parent["replay"]["path"]).read_text(encoding="utf-8"))
+        if recorded is not None:  # a Mooncake trace's arrivals (parity.trace_mooncake): the subset's own, in its order
             replay = out_dir / f"{name}.replay.json"
             atomic_write_bytes(replay, dumps({key: [values[i] for i in positions] for key, values in recorded.items()}).encode())
             doc["replay"] = file_ref(replay, out_dir)

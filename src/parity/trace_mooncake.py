@@ -12,14 +12,13 @@ Malformed input is refused in one line naming the line; nothing is written befor
 
 from __future__ import annotations
 
-import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
-from parity.manifest import all_or_nothing, atomic_write_bytes, dumps, file_ref, header, write_manifest
+from parity.manifest import all_or_nothing, atomic_write_bytes, dumps, file_ref, header, loads, write_manifest
 from parity.study import MAX_MODEL_LEN, OUTPUT_TOKENS
 from parity.trace import (
     TOKEN_FILE_FORMAT,
@@ -65,8 +64,8 @@ class MooncakeTrace:
 
 def _parse_line(text: str, number: int, where: str) -> MooncakeRequest:
     try:
-        row = json.loads(text)
-    except json.JSONDecodeError as exc:
+        row = loads(text)
+    except ValueError as exc:
         raise json_line_error(where, number, exc) from None
     if not isinstance(row, dict):
         raise TraceError(f"{where}:{number}: expected a JSON object, got {type(row).__name__}")
@@ -79,6 +78,8 @@ def _parse_line(text: str, number: int, where: str) -> MooncakeRequest:
             raise TraceError(f"{where}:{number}: {field} must be an integer, got {value!r}")
         if value < (1 if field == "input_length" else 0):
             raise TraceError(f"{where}:{number}: {field} must be >= {1 if field == 'input_length' else 0}, got {value}")
+        if value >= 2**63:  # as hash ids: a timestamp past int64 overflowed the arrivals' float division
+            raise TraceError(f"{where}:{number}: {field} must be below 2**63, got {value}")
     ids = row["hash_ids"]
     if not isinstance(ids, list) or not ids:
         raise TraceError(f"{where}:{number}: hash_ids must be a non-empty list of integers, got {ids!r}")

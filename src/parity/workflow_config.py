@@ -64,12 +64,12 @@ def check_experiment_settings(name: str, settings) -> None:
 
 def experiment_settings(name: str, text: str) -> dict:
     """An experiment's settings from JSON text (`parity experiment run --settings`), checked by the schema."""
-    import json
+    from parity.manifest import loads, one_line
 
     try:
-        settings = json.loads(text)
+        settings = loads(text)
     except ValueError as exc:
-        raise ParityError(f"--settings is not JSON: {exc}") from None
+        raise ParityError(f"--settings is not JSON: {one_line(str(exc))}") from None
     if not isinstance(settings, dict):
         raise ParityError(f"--settings must be a JSON object, got {type(settings).__name__}")
     check_experiment_settings(name, settings)
@@ -80,21 +80,42 @@ def check_backend(values) -> None:
     check(schema()["$defs"]["backend"], values, "backend")
 
 
+def parse_yaml(text: str):
+    """YAML text parsed (PyYAML's safe loader), every way it fails a ValueError of one line: PyYAML's own message
+    quotes the source with a caret under it, over several lines, so only what it found and where (line, column) are
+    kept; nesting past Python's recursion limit (a RecursionError in PyYAML) is said as such."""
+    import yaml
+
+    from parity.manifest import one_line
+
+    try:
+        return yaml.safe_load(text)
+    except RecursionError:
+        raise ValueError("nested more deeply than Python's YAML parser reads") from None
+    except yaml.MarkedYAMLError as exc:
+        def at(mark) -> str:
+            return f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+
+        found = f"{exc.problem or 'not YAML'}{at(exc.problem_mark)}"
+        context = f" ({exc.context}{at(exc.context_mark)})" if exc.context else ""
+        raise ValueError(one_line(found + context)) from None
+    except yaml.YAMLError as exc:
+        raise ValueError(one_line(str(exc))) from None
+
+
 def load(files) -> dict:
     """A workflow config as Snakemake merges it: each YAML file deeply over those before it (config/
     experiments.yaml first, then a profile's file), so a bench reads the settings of the workflow it is given,
     not the source tree's."""
-    import yaml
-
     merged: dict = {}
     for path in files:
         try:
-            doc = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+            doc = parse_yaml(Path(path).read_text(encoding="utf-8"))
         except FileNotFoundError:
             raise ParityError(f"{path}: no such workflow config (run from the repository root, or name one with "
                               f"--config)") from None
-        except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-            raise ParityError(f"{path}: not a readable workflow config ({first_problem([str(exc)])})") from None
+        except (OSError, ValueError) as exc:  # ValueError: parse_yaml's, and UnicodeDecodeError
+            raise ParityError(f"{path}: not a readable workflow config ({exc})") from None
         if not isinstance(doc, dict):
             raise ParityError(f"{path}: a workflow config is a mapping, got {type(doc).__name__}")
         merged = _merge(merged, doc)
