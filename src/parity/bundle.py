@@ -159,6 +159,8 @@ def make(results: Path, bundle: Path, *, workdir: Path = Path("."), image: Path 
     results, bundle, workdir = Path(results), Path(bundle), Path(workdir)
     if not results.is_dir():
         raise BundleError(f"no results folder at {results}")
+    if not (workdir / "Snakefile").is_file():  # the crate's main entity: found missing only after the work, it was
+        raise BundleError(f"--workdir {workdir}: no Snakefile (give the workflow's folder)")  # a traceback
     if bundle.resolve().is_relative_to(results.resolve()):
         raise BundleError(f"the bundle {bundle} must lie outside the results it holds ({results})")
     if not (results / RUN_MANIFEST).is_file():
