@@ -167,6 +167,33 @@ def test_a_changed_tag_file_is_detected(run):
     assert any("bag-info.txt" in p for p in bundle.check(out))
 
 
+@pytest.mark.parametrize("tag", ["bagit.txt", "bag-info.txt", "manifest-sha256.txt", "tagmanifest-sha256.txt"])
+def test_a_tag_file_that_is_not_utf8_is_named_in_one_line(run, tag):
+    """bagit reads its tag files as text: one that was not raised a UnicodeDecodeError traceback (an outside
+    tester's pass)."""
+    out = make(run)
+    (out / tag).write_bytes(b"\xff\xfe\n")
+    assert bundle.check(out) == [f"{out / tag}: not UTF-8 text (byte 0): a bag's tag files are UTF-8, as its "
+                                 "bagit.txt declares"]
+    result = CliRunner().invoke(main, ["validate", "--bundle", str(out)])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    assert result.output.splitlines() == [bundle.check(out)[0], "Error: 1 problem(s) in 1 bundle(s)"]
+
+
+def test_a_workdir_without_a_snakefile_is_refused_before_any_work(run, tmp_path, monkeypatch):
+    """It was a FileNotFoundError traceback once the bundle was half made; the default workdir is `.`."""
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    for args in ([], ["--workdir", str(elsewhere)]):
+        result = CliRunner().invoke(main, ["bundle", str(run / "results" / "smoke"), "--out", str(elsewhere / "b"),
+                                           *args])
+        where = args[-1] if args else "."
+        assert result.exit_code == 1 and result.output == f"Error: --workdir {where}: no Snakefile (give the " \
+                                                          "workflow's folder)\n", result.output
+        assert list(elsewhere.iterdir()) == []  # no bundle, no staging folder
+
+
 def test_bad_bundle_input_is_refused_in_one_line(run, tmp_path):
     results = run / "results" / "smoke"
     with pytest.raises(bundle.BundleError, match="must lie outside the results"):

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from parity.checks import check_trial, pinning_of, timing_mismatch, unsupported
 from parity.cli import main
 from parity.engine.sim import SimEngine
-from parity.manifest import read_manifest, write_manifest
+from parity.manifest import dumps, read_manifest, write_manifest
 from parity import trial as trials
 from parity.paths.engine import EnginePath
 from parity.trace import load_trace
@@ -39,6 +39,8 @@ def test_a_clean_trial_passes_every_check(trial):
     (lambda d: d["records"].append(copy.deepcopy(d["records"][0])), "coverage"),
     (lambda d: d["records"][7]["output_token_ids"].pop(), "output_length"),
     (lambda d: d["records"][2].update(gpu_uuid="sim-9"), "placement"),
+    (lambda d: d["records"][1].update(prompt_tokens=7), "input"),  # the trace has its count: the prompt was not it
+    (lambda d: d["records"][0].update(position=1) or d["records"][1].update(position=0), "coverage"),  # swapped
 ])
 def test_each_kind_of_damage_fails_its_check(trial, damage, check):
     _, doc, trace = trial
@@ -101,6 +103,32 @@ def test_check_command_refuses_what_is_not_a_trial_in_one_line(trial, small_reus
         assert message in _one_line_error(CliRunner().invoke(main, ["check", str(path), str(target)]))
     assert message in _one_line_error(CliRunner().invoke(main, ["check", str(path), "--pinning-from", str(edited)]))
     assert path.read_bytes() == before  # no verdict written when any file is not a trial
+
+
+@pytest.mark.parametrize("damage, says", [
+    (lambda d: d["records"][0].update(cached_tokens=d["records"][0]["prompt_tokens"] + 1),
+     "/records/0/cached_tokens: its records contradict one another: "),
+    (lambda d: d["records"][1].update(position=d["records"][0]["position"]),
+     "/records/1/position: its records contradict one another: "),
+    (lambda d: d["records"][0].update(prompt_tokens=2**70), "/records/0/prompt_tokens: maximum: "),
+    (lambda d: d["records"][3].update(position=2**70), "/records/3/position: maximum: "),
+])
+def test_records_that_contradict_themselves_are_refused_in_one_line(trial, tmp_path, damage, says):
+    """An outside tester's forgeries passed `check` (and `validate` and `seal`): more of a prompt cached than it
+    holds, two requests at one position, a count no token file can hold."""
+    from parity.checks import derived_problems
+
+    path, doc, _ = trial
+    forged = tmp_path / "forged.json"
+    bad = copy.deepcopy(doc)
+    damage(bad)
+    forged.write_text(dumps(bad))  # as a forger writes it (parity's own writer refuses the schema's problems)
+    before = forged.read_bytes()
+    assert f"{forged}: {says}" in _one_line_error(CliRunner().invoke(main, ["check", str(forged)]))
+    assert forged.read_bytes() == before  # no verdict written
+    if "contradict" in says:  # (a schema problem is validate's before anything is derived)
+        pointer = says.split(":")[0]
+        assert any(p == pointer for p, _ in derived_problems(path, bad))
 
 
 def test_a_verdict_is_what_its_records_give_and_names_its_pinning(trial):

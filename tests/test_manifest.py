@@ -439,6 +439,22 @@ def test_directory_validation_skips_other_json_but_reports_broken_json(tmp_path)
     assert checked == 1 and rules(problems) == [("", "not-json")] and "nested more deeply" in problems[0].message
 
 
+def test_a_folder_where_a_manifest_belongs_is_reported(tmp_path):
+    """A manifest replaced by a folder of its name: in an unsealed tree nothing links it, so the walk must name it
+    (it was skipped, and the tree passed)."""
+    write_manifest(tmp_path / "c.json", cleanup_receipt_doc())
+    (tmp_path / "exp" / "experiment.json").mkdir(parents=True)
+    checked, problems = validate_paths([tmp_path])
+    assert checked == 1 and rules(problems) == [("", "not-json")]
+    assert problems[0].file == str(tmp_path / "exp" / "experiment.json") and "not a plain file" in problems[0].message
+    unreadable: list[Problem] = []
+    assert [p for p, _ in manifest.manifests_in(tmp_path, unreadable)] == [tmp_path / "c.json"]
+    assert unreadable == problems  # what `parity seal` reports of it: the same line
+    result = CliRunner().invoke(main, ["validate", str(tmp_path)])
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert result.output.strip().splitlines()[-1] == "Error: 1 problem(s) in 1 manifest(s)"
+
+
 # ---- the command ---------------------------------------------------------------------------------
 
 def test_cli_validate(tmp_path):

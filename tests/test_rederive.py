@@ -171,6 +171,22 @@ def _report_headline(tree):
     edit(tree / "report" / "report.json", lambda doc: doc["headline"]["reuse"].update(pairs=5))
 
 
+def _cached_over_prompt(tree):
+    edit(flame_trial(tree), lambda doc: doc["records"][0].update(cached_tokens=doc["records"][0]["prompt_tokens"] + 1))
+
+
+def _prompt_not_the_traces(tree):
+    edit(flame_trial(tree), lambda doc: doc["records"][1].update(prompt_tokens=7))
+
+
+def _one_position_twice(tree):
+    edit(flame_trial(tree), lambda doc: doc["records"][1].update(position=doc["records"][0]["position"]))
+
+
+def _absurd_count(tree):
+    edit(flame_trial(tree), lambda doc: doc["records"][0].update(prompt_tokens=2**70))
+
+
 FORGERIES = {  # name: (forgery, the file named, the reason's pointer and words)
     "outputs cut to 3 tokens": (_cut_outputs, "trials/confirmation-final-reuse-p0-flame.json",
                                 "/verdict: disagrees: its verdict says passed, its records say failed (output_length"),
@@ -205,6 +221,17 @@ FORGERIES = {  # name: (forgery, the file named, the reason's pointer and words)
                                               "/config_sha256: disagrees: is not the SHA-256 of its config"),
     "a number of report.json changed": (_report_headline, "report/report.json",
                                         "/headline/reuse/pairs: disagrees: states 5, its linked manifests give 1"),
+    "a record's cached tokens more than its prompt": (
+        _cached_over_prompt, "trials/confirmation-final-reuse-p0-flame.json",
+        "/records/0/cached_tokens: disagrees: its records contradict one another"),
+    "a record's prompt length not the trace's": (
+        _prompt_not_the_traces, "trials/confirmation-final-reuse-p0-flame.json",
+        "/verdict: disagrees: its verdict says passed, its records say failed (input: 1 request(s) whose "
+        "prompt_tokens are not the trace's token count"),
+    "two records at one position": (_one_position_twice, "trials/confirmation-final-reuse-p0-flame.json",
+                                    "/records/1/position: disagrees: its records contradict one another"),
+    "a count no token file holds": (_absurd_count, "trials/confirmation-final-reuse-p0-flame.json",
+                                    "/records/0/prompt_tokens: maximum: "),
 }
 
 

@@ -131,3 +131,26 @@ def test_a_seal_whose_own_output_lies_in_the_tree_is_refused_in_one_line(results
     assert log.read_text().strip().splitlines()[-1] == (
         f"Error: {log} is this command's own output: write it outside the tree it seals")
     assert not (results / seal.RUN_MANIFEST).exists()
+
+
+@pytest.mark.parametrize("forged", ["{}", "[]", '{"kind": "run"}', "folder",
+                                    json.dumps(header("cleanup-receipt", simulated=True))])
+def test_a_run_json_that_is_not_a_run_manifest_is_refused(results, forged):
+    """A forged run.json made the tree read as sealed while nothing checked it: a file added and a log removed
+    passed `parity validate` (an outside tester's report)."""
+    sealed(results)
+    run = results / seal.RUN_MANIFEST
+    run.unlink()
+    if forged == "folder":
+        run.mkdir()
+    else:
+        run.write_text(forged)
+    (results / "notes.txt").write_text("forged")
+    (results / "logs" / "trace_reuse.log").unlink()
+    result = CliRunner().invoke(main, ["validate", str(results)])
+    assert result.exit_code == 1 and "Traceback" not in result.output, result.output
+    *lines, last = result.output.strip().splitlines()
+    assert lines and all(line.startswith(f"{run}: ") for line in lines), lines  # only run.json is named
+    rule = "not-json" if forged == "folder" else "not-a-seal"  # a folder: named by the walk, as any *.json folder
+    assert [line for line in lines if f": {rule}: " in line] and last.startswith(f"Error: {len(lines)} problem(s)")
+    assert seal.sealed_trees(results.parent) == []  # and the bundle finds no sealed tree in it

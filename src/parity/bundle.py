@@ -159,6 +159,8 @@ def make(results: Path, bundle: Path, *, workdir: Path = Path("."), image: Path 
     results, bundle, workdir = Path(results), Path(bundle), Path(workdir)
     if not results.is_dir():
         raise BundleError(f"no results folder at {results}")
+    if not (workdir / "Snakefile").is_file():  # the crate's main entity: found missing only after the work, it was
+        raise BundleError(f"--workdir {workdir}: no Snakefile (give the workflow's folder)")  # a traceback
     if bundle.resolve().is_relative_to(results.resolve()):
         raise BundleError(f"the bundle {bundle} must lie outside the results it holds ({results})")
     if not (results / RUN_MANIFEST).is_file():
@@ -268,6 +270,8 @@ def check(bundle: Path, key=None) -> list[str]:
         return [f"{bundle}: not a bundle (no bagit.txt)"]
     if not (bundle / "bag-info.txt").is_file():  # parity writes one; a bag re-made without it is not parity's
         return [f"{bundle}: not a parity bundle (no bag-info.txt)"]
+    if unreadable := _unreadable_tags(bundle):
+        return unreadable
     logging.getLogger("bagit").setLevel(logging.CRITICAL)  # each problem is said once, below, not also logged
     try:
         bag = bagit.Bag(str(bundle))
@@ -316,6 +320,25 @@ def check(bundle: Path, key=None) -> list[str]:
         return [f"{crate}: not a readable RO-Crate ({exc})"]
     problems = [f"{crate}: {problem}" for problem in crate_problems(doc) + _crate_against_bag(doc, bag)]
     return problems + _evidence_problems(bundle / "data", key)
+
+
+def _unreadable_tags(bundle: Path) -> list[str]:
+    """The bag's tag files (its top-level *.txt: bagit.txt, bag-info.txt, the manifests) that are not UTF-8 text,
+    as parity writes them and bagit.txt declares, each named: bagit reads them as text, and one that was not
+    raised a UnicodeDecodeError traceback naming no file (an outside tester's pass)."""
+    problems = []
+    for tag in sorted(bundle.glob("*.txt")):
+        if not tag.is_file():  # (reading a named pipe would wait for a writer forever)
+            problems.append(f"{tag}: not a plain file: a bag's tag files are text")
+            continue
+        try:
+            tag.read_bytes().decode("utf-8-sig")  # bagit allows a byte order mark
+        except UnicodeDecodeError as exc:
+            problems.append(f"{tag}: not UTF-8 text (byte {exc.start}): a bag's tag files are UTF-8, as its "
+                            "bagit.txt declares")
+        except OSError as exc:
+            problems.append(f"{tag}: cannot be read ({exc.strerror or exc})")
+    return problems
 
 
 def _crate_against_bag(doc: dict, bag) -> list[str]:

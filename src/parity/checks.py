@@ -1,9 +1,10 @@
 """The four per-request checks of every trial, and its verdict.
 
 - input: each record's input hash equals the trace's hash for that request (what was submitted is
-  what the trace holds, also after compression and decompression);
+  what the trace holds, also after compression and decompression), and its prompt_tokens (the prompt's
+  length as the engine counted it) the trace's token count for it;
 - coverage: every request of the trace appears exactly once (a record, or a refusal of bounded admission),
-  and nothing else does;
+  at its own position in the burst, and nothing else does;
 - output length: every request produced exactly its trial's max_tokens (the study's 16), or exactly
   its own length where the trial drew one per request (parity.lengths);
 - placement: each logical shard ran on one GPU, no two on the same one (except in Flame's `global`
@@ -13,8 +14,9 @@ A trial that fails a check is marked failed with the reasons, and excluded from 
 checks only ever write the verdict, never a record.
 
 A trial manifest must also say only what its records give: its timing is recomputed from them
-(`timing_mismatch`), and a finished trial's verdict is recomputed too (`unsupported`), so an edited
-number or a verdict left "passed" over broken records is caught wherever a trial is read again.
+(`timing_mismatch`), its records may not contradict one another (`records_contradict`), and a finished
+trial's verdict is recomputed too (`unsupported`), so an edited number or a verdict left "passed" over
+broken records is caught wherever a trial is read again.
 """
 
 from __future__ import annotations
@@ -47,10 +49,16 @@ def pinning_of(doc: dict) -> dict[int, str]:
 
 
 def _input(doc: dict, trace: Trace) -> list[str]:
-    expected = {r.id: r.sha256 for r in trace.requests}
-    bad = [r["request_id"] for r in doc["records"]
-           if r["request_id"] in expected and r["input_sha256"] != expected[r["request_id"]]]
-    return [f"{len(bad)} request(s) submitted inputs that differ from the trace, e.g. {bad[0]}"] if bad else []
+    expected = {r.id: r for r in trace.requests}
+    records = [r for r in doc["records"] if r["request_id"] in expected]
+    bad = [r["request_id"] for r in records if r["input_sha256"] != expected[r["request_id"]].sha256]
+    reasons = [f"{len(bad)} request(s) submitted inputs that differ from the trace, e.g. {bad[0]}"] if bad else []
+    if longer := [r for r in records if r["prompt_tokens"] != expected[r["request_id"]].tokens]:
+        first = longer[0]
+        reasons.append(f"{len(longer)} request(s) whose prompt_tokens are not the trace's token count, e.g. "
+                       f"{first['request_id']} ({first['prompt_tokens']}, the trace has "
+                       f"{expected[first['request_id']].tokens})")
+    return reasons
 
 
 def _coverage(doc: dict, trace: Trace) -> list[str]:
@@ -64,6 +72,10 @@ def _coverage(doc: dict, trace: Trace) -> list[str]:
         reasons.append(f"{len(twice)} request(s) recorded more than once, e.g. {twice[0]}")
     if extra := sorted(set(seen) - wanted):
         reasons.append(f"{len(extra)} record(s) not in the trace, e.g. {extra[0]}")
+    position = {r.id: r.position for r in trace.requests}
+    if moved := [r["request_id"] for r in doc["records"] + doc.get("refused", [])
+                 if r["request_id"] in position and r["position"] != position[r["request_id"]]]:
+        reasons.append(f"{len(moved)} request(s) at a position other than the trace's, e.g. {moved[0]}")
     return reasons
 
 
@@ -168,14 +180,36 @@ def timing_mismatch(doc: dict) -> str | None:
     return None
 
 
+def records_contradict(doc: dict) -> tuple[str, str] | None:
+    """(pointer, why) where a trial's records contradict one another, else None: a record that found more of its
+    prompt cached than the prompt holds, or two requests (ran or refused) at one position of the burst. The schema
+    cannot say either (one value against another, or across items); a forgery made them pass `check`, `validate`
+    and `seal` (an outside tester's 2026 pass)."""
+    for index, record in enumerate(doc["records"]):
+        if record["cached_tokens"] > record["prompt_tokens"]:
+            return (f"/records/{index}/cached_tokens", f"{record['cached_tokens']} cached tokens of a "
+                                                       f"{record['prompt_tokens']}-token prompt ({record['request_id']})")
+    at: dict[int, str] = {}
+    for field in ("records", "refused"):
+        for index, record in enumerate(doc.get(field, [])):
+            if record["position"] in at:
+                return (f"/{field}/{index}/position", f"{record['request_id']} is at position {record['position']}, "
+                                                      f"as {at[record['position']]} is: one request per position")
+            at[record["position"]] = record["request_id"]
+    return None
+
+
 def read_trial(path: Path) -> dict:
-    """A trial manifest: of kind trial, schema-valid, its timing what its records give; else one-line ParityError."""
+    """A trial manifest: of kind trial, schema-valid, its records consistent, its timing what they give; else
+    one-line ParityError."""
     doc = read_manifest(path)
     if doc.get("kind") != "trial":
         raise ParityError(f"{path} is not a trial manifest (kind {doc.get('kind')!r})")
     problems = validate_document(doc, path=path)
     if problems:
         raise ParityError(first_problem(problems))
+    if found := records_contradict(doc):
+        raise ParityError(f"{path}: {found[0]}: its records contradict one another: {found[1]}")
     if why := timing_mismatch(doc):
         raise ParityError(f"{path}: its timing is not what its records give: {why}")
     return doc
@@ -225,6 +259,8 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
     """(pointer, why) for each thing a trial states that its records and its trace do not give: its timing,
     and its verdict held to its recorded pinning (`parity.rederive`: what a re-hash cannot forge)."""
     found = []
+    if contradiction := records_contradict(doc):
+        found.append((contradiction[0], f"its records contradict one another: {contradiction[1]}"))
     if why := timing_mismatch(doc):
         found.append(("/timing", f"its timing is not what its records give: {why}"))
     if why := gpus_unnamed(doc):

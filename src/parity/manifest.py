@@ -405,9 +405,16 @@ def _looks_like_manifest(doc) -> bool:
 
 
 def _found_in(folder: Path) -> list[Path]:
-    """`*.json` under a folder, sorted, leaving out hidden files and folders (.snakemake, editors' files)."""
-    return sorted(p for p in folder.rglob("*.json")
-                  if p.is_file() and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+    """`*.json` under a folder, sorted, leaving out hidden files and folders (.snakemake, editors' files). A
+    folder named `*.json` is in it, so it is reported where a manifest belongs (a manifest replaced by a folder
+    passed an unsealed tree silently); other special files are `seal.not_evidence`'s to name."""
+    return sorted(p for p in folder.rglob("*.json") if (p.is_file() or p.is_dir())
+                  and not any(part.startswith(".") for part in p.relative_to(folder).parts))
+
+
+def _not_plain(file: Path) -> Problem:
+    return Problem(str(file), "", "not-json", f"{file} is not a plain file (a folder, named pipe, socket or device): "
+                   "a manifest is a plain JSON file")
 
 
 def manifests_in(folder: Path | str, unreadable: list[Problem] | None = None) -> list[tuple[Path, dict]]:
@@ -416,6 +423,10 @@ def manifests_in(folder: Path | str, unreadable: list[Problem] | None = None) ->
     JSON, and must not pass for one of the tree's plain files)."""
     found = []
     for file in _found_in(Path(folder)):
+        if not file.is_file():
+            if unreadable is not None:
+                unreadable.append(_not_plain(file))
+            continue
         try:
             doc = _loads(file.read_text(encoding="utf-8"))
         except (OSError, ValueError, UnicodeDecodeError) as exc:
@@ -462,8 +473,7 @@ def validate_paths(paths: Iterable[Path | str], *, derive: Callable[[Path, dict]
             continue
         seen.add(key)
         if file.exists() and not file.is_file():  # reading a named pipe would wait for a writer forever
-            problems.append(Problem(str(file), "", "not-json", f"{file} is not a plain file (a folder, named pipe, "
-                                    "socket or device): a manifest is a plain JSON file"))
+            problems.append(_not_plain(file))
             checked += explicit
             continue
         try:

@@ -75,7 +75,8 @@ def not_evidence(results: Path) -> list[Problem]:
 
 
 def _is_run_manifest(path: Path, doc: dict) -> bool:
-    return path.name == RUN_MANIFEST and doc.get("kind") == KIND
+    """Of kind `run`, with a schema version, so the walk of its tree validates it (`manifest.validate_paths`)."""
+    return path.name == RUN_MANIFEST and doc.get("kind") == KIND and "schema_version" in doc
 
 
 def _found(results: Path, unreadable: list[Problem] | None = None) -> tuple[list[tuple[Path, dict]], Path | None]:
@@ -187,11 +188,30 @@ def sealed_trees(folder: Path) -> list[Path]:
     return sorted(trees, key=lambda t: (len(t.parts), str(t)))
 
 
+def not_a_seal(results: Path) -> list[Problem]:
+    """A `run.json` at the top of a tree that is not a run manifest (kind `run`, with a schema version, so it is
+    validated as one), named: otherwise the tree reads as sealed to whoever sees the file, while nothing checks
+    its kept files against it (an outside tester's `{}` passed `parity validate` with a file added and a log
+    removed)."""
+    path = Path(results) / RUN_MANIFEST
+    why = f"a tree's {RUN_MANIFEST} is its run manifest, which `parity seal` writes"
+    if not path.is_file() or path.is_symlink():  # none; or a folder, a named pipe, a link, which the walk of the
+        return []  # tree (`manifest.validate_paths`) or `not_evidence` names (reading a pipe would wait forever)
+    try:
+        doc = read_manifest(path)
+    except ParityError as exc:
+        return [Problem(str(path), "", "not-a-seal", f"{str(exc).removeprefix(f'{path}: ')}: {why}")]
+    if not _is_run_manifest(path, doc):
+        return [Problem(str(path), "/kind", "not-a-seal", f"not a run manifest (kind {doc.get('kind')!r}"
+                        + ("" if "schema_version" in doc else ", no schema_version") + f"): {why}")]
+    return []
+
+
 def certify(paths: Iterable[Path]) -> tuple[int, list[Problem]]:
     """What `parity validate` checks of named manifests and trees (`rederive.validate`) and, in each named tree,
-    that nothing in it is not evidence (`not_evidence`) and, where it is sealed, that every kept file is linked;
-    returns (manifests checked, problems)."""
+    that nothing in it is not evidence (`not_evidence`), that a `run.json` there is a run manifest
+    (`not_a_seal`) and, where it is sealed, that every kept file is linked; returns (manifests checked, problems)."""
     paths = [Path(p) for p in paths]
     checked, problems = validate(paths)
     return checked, problems + [problem for path in paths if path.is_dir()
-                                for problem in unlinked(path) + not_evidence(path)]
+                                for problem in not_a_seal(path) + unlinked(path) + not_evidence(path)]
