@@ -41,6 +41,11 @@ def test_calibrated_parameters_load():
     ("params:\n  speed: 3\n", "unknown simulator parameter(s) speed: known are fixed_s, "),
     ("params:\n  kv_cache_tokens: -5\n", "simulator parameter kv_cache_tokens must be at least 1, got -5"),
     ("params:\n  fixed_s: -0.1\n", "simulator parameter fixed_s must be at least 0, got -0.1"),
+    # an outside tester's: 1e308 overflowed to inf (a JSON traceback; a paced sleep's OverflowError that hung
+    # a standalone replica), 1e300 "passed" at 5e-301 req/s
+    ("params:\n  fixed_s: 1.0e+308\n", "simulator parameter fixed_s must be at most 3600.0 s a step (a sane"),
+    ("params:\n  attention_pair_s: 2\n", "attention_pair_s must be at most 1.0 s a token pair"),
+    ("params:\n  vocab_size: 4294967296\n", "vocab_size must be at most 2147483648"),
     ("- 1\n- 2\n", "simulator parameters must be a mapping, got list"),
     ("", "simulator parameters must be a mapping, got an empty file"),
     ("params:\n  - 1\n", "`params` must be a mapping, got list"),
@@ -211,6 +216,19 @@ def test_submit_admits_requests_as_they_arrive():
         engine.close()
     with pytest.raises(ParityError, match="closed"):
         engine.submit(doc(3, 10))
+
+
+def test_a_dead_stepping_thread_fails_requests_rather_than_hanging():
+    """An outside tester's: a paced sleep's OverflowError killed the thread and a standalone replica hung."""
+    huge = dataclasses.replace(PARAMS, fixed_s=1e300)  # past the loader's bounds, as a hand-built SimParams may be
+    engine = SimEngine(params=huge, clock="paced", mode="async")
+    try:
+        with pytest.raises(ParityError, match="simulator engine failed: OverflowError"):
+            engine.submit(doc(1, 100)).result(timeout=5)
+        with pytest.raises(ParityError, match="simulator engine failed"):
+            engine.submit(doc(2, 100))
+    finally:
+        engine.close()
 
 
 def test_reset_prefix_cache_starts_cold():

@@ -40,6 +40,18 @@ from parity.trace import out_of_vocab
 
 DEFAULT_PARAMS = shipped("config/sim/h200-llama31-8b.yaml")
 FILE_KEYS = frozenset({"source", "measurements", "params", "fit_report"})  # what `parity sim calibrate` writes
+# Upper bounds, per kind of parameter, far above any real GPU (the calibrated H200 file has a 0.02 s step,
+# 2e-5 s a prefill token, 7e-9 s an attention pair, 9e5 KV tokens): past them a value is a typo, and its
+# times overflow to inf (a manifest JSON cannot hold) or a paced sleep Python refuses, late, inside a worker.
+PARAM_BOUNDS = {
+    "fixed_s": (3600.0, " s a step"),
+    "frontend_request_s": (3600.0, " s a request"),
+    "prefill_token_s": (60.0, " s a token"),
+    "decode_seq_s": (60.0, " s a sequence"),
+    "attention_pair_s": (1.0, " s a token pair"),
+    "kv_cache_tokens": (10**9, " tokens"),  # the prefix cache keeps a list entry per 16-token block
+    "vocab_size": (2**31, ""),  # token IDs are int32
+}
 
 
 @dataclass(frozen=True)
@@ -89,9 +101,15 @@ class SimParams:
         except ParityError as exc:
             raise ParityError(f"{path}: {exc}") from None
         for key, value in values.items():
+            if key == "source":
+                continue
             least = 1 if key in ("kv_cache_tokens", "vocab_size") else 0
-            if key != "source" and value < least:
+            most, unit = PARAM_BOUNDS[key]
+            if value < least:
                 raise ParityError(f"{path}: simulator parameter {key} must be at least {least}, got {value!r}")
+            if value > most:
+                raise ParityError(f"{path}: simulator parameter {key} must be at most {most}{unit} (a sane bound "
+                                  f"for any GPU), got {value!r}")
         return cls(**values)
 
     def to_dict(self) -> dict:
@@ -364,6 +382,7 @@ class SimEngine(Engine):
         self._lock = threading.Condition()
         self._thread: threading.Thread | None = None
         self._closed = False
+        self._died: str | None = None  # why the stepping thread died, once it has
 
     # -- admission --------------------------------------------------------------------------------
 
@@ -417,11 +436,13 @@ class SimEngine(Engine):
         with self._lock:
             if self._closed:
                 raise ParityError("engine is closed")
+            if self._died:
+                raise ParityError(self._died)
             req = self._new_request(prompt, self.clock.now(), max_tokens)
             req.future, req.on_token = future, on_token
             self.scheduler.add(req)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._loop, name="sim-engine", daemon=True)
+                self._thread = threading.Thread(target=self._loop_or_fail, name="sim-engine", daemon=True)
                 self._thread.start()
             self._lock.notify_all()
         return future
@@ -444,6 +465,22 @@ class SimEngine(Engine):
         end = self.clock.now() + work.seconds(self.params)
         self.clock.sleep_until(end)
         return [(req, end) for req in self.scheduler.apply(scheduled, end)]
+
+    def _loop_or_fail(self) -> None:
+        """The stepping loop; should it die, every request in flight and every later one fails in one line,
+        so a server (a standalone replica) answers an error rather than waiting forever on a dead thread."""
+        try:
+            self._loop()
+        except BaseException as exc:
+            with self._lock:
+                self._died = f"simulator engine failed: {type(exc).__name__}: {exc}".replace("\n", " ")
+                for req in [*self.scheduler.running, *self.scheduler.waiting]:
+                    if req.future is not None and not req.future.done():
+                        req.future.set_exception(ParityError(self._died))
+                self.scheduler.running.clear()
+                self.scheduler.waiting.clear()
+            if not isinstance(exc, Exception):
+                raise
 
     def _loop(self) -> None:
         while True:
