@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 import yaml
 
+from parity.errors import ParityError
 from parity.manifest import read_manifest, validate_paths
 from parity.mlperf.dataset import load_dataset, write_random_dataset, write_smoke_dataset
 from parity.mlperf.settings import UserConf, embedded_mlperf_conf
@@ -161,6 +162,25 @@ def test_random_dataset_is_labelled_and_shaped(tmp_path):
     assert all(p[0] == 128000 for p in data.prompts) and 100 <= min(lengths) and max(lengths) <= 2000
     assert len({tuple(p[1:29]) for p in data.prompts}) == 1  # one shared instruction
     assert np.max(np.concatenate(data.prompts)) < 128256
+
+
+# an outside tester's: 2**31 overflowed in a traceback; 7 and [[1,2],[3,4]] failed samples of a run still VALID;
+# 1.5 and true were silently truncated to token IDs
+@pytest.mark.parametrize("tok_input, says", [
+    ([2**31], "entry 0: tok_input must hold integer token IDs in 0..2**31-1, got 2147483648"),
+    (7, "entry 0: tok_input must be a non-empty list of token IDs, got tok_input 7"),
+    ([[1, 2], [3, 4]], "must hold integer token IDs in 0..2**31-1, got [1, 2]"),
+    ([1.5, 2], "got 1.5"), ([True, False, 5], "got True"), ([-1], "got -1"),
+    ([], "must be a non-empty list"), (None, "got no tok_input"),
+])
+def test_dataset_refuses_a_tok_input_not_a_flat_list_of_token_ids(tmp_path, tok_input, says):
+    path = write_random_dataset(tmp_path / "cnn_eval.json", samples=3, seed=1)
+    entries = json.loads(path.read_text())
+    entries[0]["tok_input"] = tok_input
+    path.write_text(json.dumps(entries))
+    with pytest.raises(ParityError) as err:
+        load_dataset(path)
+    assert str(err.value).startswith(f"{path}: ") and says in str(err.value) and "\n" not in str(err.value)
 
 
 def test_a_run_manifest_states_only_what_its_loadgen_logs_give(smoke, tmp_path):

@@ -56,15 +56,25 @@ def load_dataset(path: Path | str, limit: int | None = None) -> Dataset:
     if not isinstance(entries, list) or not entries:
         raise ParityError(f"{path}: expected a non-empty JSON list of cnn_eval entries")
     entries = entries[:limit] if limit else entries
-    try:
-        prompts = [np.asarray(e["tok_input"], dtype=np.int32) for e in entries]
-        references = [str(e.get("output", "")) for e in entries]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise ParityError(f"{path}: an entry lacks a usable tok_input ({exc})") from None
-    if any(p.size == 0 for p in prompts):
-        raise ParityError(f"{path}: an entry has an empty tok_input")
+    prompts = [_token_ids(path, index, entry) for index, entry in enumerate(entries)]
+    references = [str(e.get("output", "")) for e in entries]
     origins = sorted({str(e.get("parity_origin", REAL_ORIGIN)) for e in entries})
     return Dataset(prompts, references, sha256_file(path), path, "+".join(origins))
+
+
+def _token_ids(path: Path, index: int, entry) -> np.ndarray:
+    """An entry's tok_input as int32, refused in one line unless a non-empty flat list of integers
+    (no bools, floats or nesting) in 0..2**31-1: numpy would truncate 1.5, take true, overflow on 2**31,
+    or make a scalar or a 2-D array that fails only its sample, late, inside the SUT."""
+    ids = entry.get("tok_input") if isinstance(entry, dict) else None
+    if not isinstance(ids, list) or not ids:
+        got = "no tok_input" if ids is None else f"tok_input {str(ids)[:60]}"
+        raise ParityError(f"{path}: entry {index}: tok_input must be a non-empty list of token IDs, got {got}")
+    for token in ids:
+        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < 2**31:
+            raise ParityError(f"{path}: entry {index}: tok_input must hold integer token IDs in 0..2**31-1, "
+                              f"got {str(token)[:60]}")
+    return np.asarray(ids, dtype=np.int32)
 
 
 def _write(out: Path, entries: list[dict]) -> Path:
