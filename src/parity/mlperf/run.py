@@ -204,11 +204,11 @@ def run_arm(spec: RunSpec, log: Callable[[str], None] = print) -> dict:
     """Run one arm in one mode; returns a short summary. Raises ParityError if any sample failed."""
     spec.check()
     loadgen()  # fail before starting anything
+    dataset = load_dataset(spec.dataset, spec.samples)  # a bad dataset refused before OUT is made
     out = spec.out
     out.mkdir(parents=True, exist_ok=True)
     for name in RECEIPTS:  # an earlier run's receipt must not be linked as this run's
         (out / name).unlink(missing_ok=True)
-    dataset = load_dataset(spec.dataset, spec.samples)
     args = spec.mlperf_args()
     simulated = spec.backend.simulated
     total = len(dataset.prompts)
