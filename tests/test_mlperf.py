@@ -198,6 +198,29 @@ def test_a_run_manifest_states_only_what_its_loadgen_logs_give(smoke, tmp_path):
     assert "its LoadGen logs give" in found[0].message
 
 
+def test_a_run_with_failed_samples_is_invalid_and_compare_refuses_it(smoke, tmp_path):
+    """An outside tester's: a run that exited 1 with failed samples said VALID, and compare took its ratio."""
+    from parity.rederive import problems
+
+    dataset, _, sim_params = smoke
+    entries = json.loads(dataset.read_text())
+    entries[0]["tok_input"] = [1, 1_000_000]  # a token ID, but outside the simulator's vocabulary: the sample fails
+    bad = tmp_path / "cnn_eval.json"
+    bad.write_text(json.dumps(entries))
+    done = mlperf("run", "--arm", "standalone", "--dataset", bad, "--out", tmp_path / "standalone", "--sim-params",
+                  sim_params, "--max-tokens", 4, "--warmup-samples", 0, *TINY, check=False)
+    assert done.returncode == 1 and "sample(s) failed" in done.stderr
+    path = tmp_path / "standalone" / "mlperf-run.json"
+    doc = read_manifest(path)
+    assert doc["sut"]["failed"] >= 1 and doc["result"]["validity"] == "INVALID"
+    assert problems(path, doc) == []  # validation derives the same verdict from the logs and the SUT's count
+    run(smoke, tmp_path / "flame", "flame", *TINY)
+    done = mlperf("compare", "--standalone", path, "--flame", tmp_path / "flame" / "mlperf-run.json",
+                  "--out", tmp_path / "compare.json", check=False)
+    assert done.returncode == 1 and not (tmp_path / "compare.json").exists()
+    assert done.stderr.strip().count("\n") == 0 and "a run with failed samples cannot be compared" in done.stderr
+
+
 def test_the_summary_log_and_a_compare_manifest_state_only_what_the_runs_give(smoke, tmp_path):
     """An outside evaluator's (2026-12-05, second pass): a LoadGen summary edited to another rate or verdict, and a
     compare manifest's ratio or a run's rate in it, passed validation after a re-hash (parity.rederive)."""

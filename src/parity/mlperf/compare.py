@@ -23,6 +23,9 @@ def _run(path: Path, arm: str, out_dir: Path) -> tuple[dict, dict]:
         raise ParityError(f"not a valid run manifest: {problems[0]}")
     if doc["arm"] != arm:
         raise ParityError(f"{path} is the {doc['arm']} arm, expected {arm}")
+    if doc["sut"]["failed"]:  # its rate counts samples that were never answered
+        raise ParityError(f"{path}: {doc['sut']['failed']} sample(s) failed in this run; "
+                          f"a run with failed samples cannot be compared")
     r = doc["result"]
     return doc, {"manifest": file_ref(path, out_dir), "vllm_version": doc["engine"]["vllm_version"],
                  "validity": r["validity"], "compliant": doc["compliance"]["compliant"],

@@ -107,9 +107,12 @@ def summary_disagrees(logs: dict) -> str | None:
     return None
 
 
-def result_fields(result: dict, mode: str) -> dict:
-    """An MLPerf run manifest's `result`, from `read_logs` of its LoadGen logs (a performance run's validity)."""
-    return {"validity": result["validity"] if mode == "performance" else None,
+def result_fields(result: dict, mode: str, failed: int = 0) -> dict:
+    """An MLPerf run manifest's `result`, from `read_logs` of its LoadGen logs (a performance run's validity)
+    and the SUT's count of `failed` samples: LoadGen counts a failed sample as answered, so its VALID is
+    stated as INVALID when any failed (the summary log keeps LoadGen's word)."""
+    validity = ("INVALID" if failed else result["validity"]) if mode == "performance" else None
+    return {"validity": validity,
             "min_duration_met": result["summary"]["min_duration_met"],
             "min_queries_met": result["summary"]["min_queries_met"],
             "early_stopping_met": result["summary"]["early_stopping_met"],
@@ -135,8 +138,8 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
         return [("/logs", "its LoadGen summary and detail lie in two folders: not one run's logs")]
     try:
         logs = read_logs(summary.parent)
-        derived = result_fields(logs, doc["mode"])
-    except (ParityError, OSError, KeyError, ValueError) as exc:
+        derived = result_fields(logs, doc["mode"], doc.get("sut", {}).get("failed") or 0)
+    except (ParityError, OSError, KeyError, ValueError, AttributeError) as exc:
         return [("/logs", f"its LoadGen logs cannot be read again: {exc}")]
     if split := summary_disagrees(logs):
         return [(f"/logs/{SUMMARY}", split)]

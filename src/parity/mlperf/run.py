@@ -268,7 +268,7 @@ def run_arm(spec: RunSpec, log: Callable[[str], None] = print) -> dict:
                    "vllm_version_source": path_info["vllm_version_source"], "args": args.to_dict(),
                    "sampling": args.sampling()},
         "path": path_info["path"],
-        "result": lglogs.result_fields(result, spec.mode),
+        "result": lglogs.result_fields(result, spec.mode, failed),
         "sut": {"completed": completed, "failed": failed, "first_error": first_error, "output_tokens": tokens},
         "compliance": label,
         "logs": {name: file_ref(log_dir / name, out) for name in (lglogs.SUMMARY, lglogs.DETAIL, lglogs.ACCURACY)
