@@ -83,6 +83,26 @@ def test_out_naming_a_file_is_one_line(tmp_path):
     assert afile.read_text() == "not a folder"
 
 
+def test_out_naming_an_input_is_one_line_and_the_input_survives(tmp_path):
+    """An outside tester's: compare --out RUN/mlperf-run.json overwrote the standalone run; smoke-dataset --out
+    TOKENIZER/tokenizer.json replaced the tokenizer."""
+    run, flame, tokenizer = tmp_path / "run.json", tmp_path / "flame.json", tmp_path / "tok"
+    tokenizer.mkdir()
+    for path in (run, flame, tokenizer / "tokenizer.json"):
+        path.write_text("kept")
+    (tmp_path / "link.json").symlink_to(run)
+    for out in (run, tmp_path / "link.json", tmp_path / "tok" / ".." / "run.json"):
+        line = one_error_line(invoke("mlperf", "compare", "--standalone", run, "--flame", flame, "--out", out))
+        assert line == f"Error: --out {out} is the command's input --standalone {run}: give an --out apart from " \
+                       f"the inputs"
+    line = one_error_line(invoke("mlperf", "smoke-dataset", "--tokenizer", tokenizer, "--out",
+                                 tokenizer / "tokenizer.json"))
+    assert line.startswith(f"Error: --out {tokenizer / 'tokenizer.json'} lies in the command's input --tokenizer ")
+    line = one_error_line(invoke("mlperf", "accuracy", run, "--tokenizer", tokenizer, "--out", run))
+    assert line.startswith(f"Error: --out {run} is the command's input RUN_MANIFEST ")
+    assert all(p.read_text() == "kept" for p in (run, flame, tokenizer / "tokenizer.json"))
+
+
 def test_out_inside_a_file_is_one_line(small_reuse_trace, tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("not a folder")

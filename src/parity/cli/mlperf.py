@@ -106,6 +106,7 @@ def mlperf_run(arm, dataset, out_dir, mode, engine, gpus, model, load_format, en
 @click.option("--stand-in-splitter", is_flag=True,
               help="Use punkt without its English data (labelled, never comparable) where punkt_tab is absent.")
 @friendly_errors
+@options.out_apart_from("run_manifest", "tokenizer_dir")
 def mlperf_accuracy(run_manifest, tokenizer_dir, out, nltk_data, stand_in_splitter):
     """ROUGE and generated-length gates of an accuracy-mode run; outputs kept with their hashes."""
     from parity.mlperf import accuracy
@@ -123,6 +124,7 @@ def mlperf_accuracy(run_manifest, tokenizer_dir, out, nltk_data, stand_in_splitt
 @click.option("--flame", type=click.Path(path_type=Path, exists=True, dir_okay=False), required=True)
 @click.option("--out", type=click.Path(path_type=Path), required=True, callback=options.out_file)
 @friendly_errors
+@options.out_apart_from("standalone", "flame")
 def mlperf_compare(standalone, flame, out):
     """Both arms' run manifests side by side; flags a vLLM version mismatch and any other difference."""
     from parity.mlperf.compare import compare
@@ -141,6 +143,7 @@ def mlperf_compare(standalone, flame, out):
 @click.option("--samples", default=64, show_default=True, type=click.IntRange(min=1))
 @click.option("--seed", default=0, show_default=True)
 @friendly_errors
+@options.out_apart_from("tokenizer_dir")
 def mlperf_smoke_dataset(tokenizer_dir, out, samples, seed):
     """A synthetic cnn_eval.json (MLPerf prompt, smoke tokenizer), labelled synthetic-smoke."""
     from parity.mlperf.dataset import write_smoke_dataset

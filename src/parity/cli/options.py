@@ -5,6 +5,7 @@ line cannot drift from what a run does by default. And the one adapter they shar
 
 from __future__ import annotations
 
+import functools
 import math
 from pathlib import Path
 
@@ -199,6 +200,24 @@ def _out_checked(check):
 
 out_file = _out_checked(errors.writable_file)  # the callback of an --out file
 out_folder = _out_checked(errors.writable_folder)  # the callback of an --out folder
+
+def out_apart_from(*names: str):
+    """A command decorator (under `friendly_errors`): its `out` must not be, or lie in, the inputs its parameters
+    `names` give (`errors.not_an_input`), checked before the command reads or writes anything."""
+
+    def apply(command):
+        @functools.wraps(command)
+        def wrapper(*args, **kwargs):
+            params = {p.name: p for p in click.get_current_context().command.params}
+            inputs = {(params[n].opts[0] if isinstance(params[n], click.Option) else n.upper()): kwargs[n]
+                      for n in names}
+            errors.not_an_input(kwargs["out"], inputs)
+            return command(*args, **kwargs)
+
+        return wrapper
+
+    return apply
+
 
 json_out = click.option("--out", type=click.Path(path_type=Path), default=None, callback=out_file,
                         help="Also write the result as JSON here.")
