@@ -301,6 +301,21 @@ def test_mlperf_runs_fill_the_control_table(tmp_path):
     assert not validate_paths([tmp_path / "r" / "report.json"])[1]
 
 
+@pytest.mark.parametrize("content", [b"", b"{not json", b'{"kind": "trial"}'])
+def test_an_unreadable_mlperf_run_manifest_is_refused_not_shown_not_run(tmp_path, content):
+    """An outside tester's (2026-12-06): an emptied flame-b64/mlperf-run.json was skipped as other JSON, and the
+    report called that arm "not run"; a file of that name is a run's manifest, refused in one line if unreadable."""
+    from parity.report.inputs import load_mlperf
+
+    run = tmp_path / "mlperf" / "flame-b64" / "mlperf-run.json"
+    run.parent.mkdir(parents=True)
+    run.write_bytes(content)
+    (tmp_path / "mlperf" / "tokenizer.json").write_text("{}")  # other JSON is still not evidence of the control
+    with pytest.raises(ParityError) as caught:
+        load_mlperf(tmp_path / "mlperf")
+    assert str(caught.value).startswith(f"{run}: ") and "\n" not in str(caught.value), caught.value
+
+
 def test_each_mlperf_comparison_note_names_its_comparison():
     """An outsider (2026-12-05): the smoke report listed "compare: flame arm is not compliant" twice, once per Flame
     arm, without saying which; each note now opens with its comparison's name."""
