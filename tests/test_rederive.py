@@ -187,6 +187,12 @@ def _absurd_count(tree):
     edit(flame_trial(tree), lambda doc: doc["records"][0].update(prompt_tokens=2**70))
 
 
+def _backend_vllm(tree):
+    """An outside tester's (2026-12-06): the experiment's backend made vLLM on H200s, its trials the simulator's."""
+    edit(tree / "confirmation" / "experiment.json", lambda doc: doc["backend"].update(
+        engine="vllm", gpus=["GPU-h200-a", "GPU-h200-b"], warmup_rounds=5, sim_params_sha256="0" * 64))
+
+
 FORGERIES = {  # name: (forgery, the file named, the reason's pointer and words)
     "outputs cut to 3 tokens": (_cut_outputs, "trials/confirmation-final-reuse-p0-flame.json",
                                 "/verdict: disagrees: its verdict says passed, its records say failed (output_length"),
@@ -230,6 +236,15 @@ FORGERIES = {  # name: (forgery, the file named, the reason's pointer and words)
         "prompt_tokens are not the trace's token count"),
     "two records at one position": (_one_position_twice, "trials/confirmation-final-reuse-p0-flame.json",
                                     "/records/1/position: disagrees: its records contradict one another"),
+    "the experiment's backend made vLLM": (_backend_vllm, "confirmation/experiment.json",
+                                           "/backend/engine: disagrees: states 'vllm', its trials ran 'sim'"),
+    "the experiment's backend on other GPUs": (_backend_vllm, "confirmation/experiment.json",
+                                               "/backend/gpus: disagrees: states ['GPU-h200-a', 'GPU-h200-b'], "
+                                               "no trial ran on them"),
+    "the experiment's backend with other warmups": (_backend_vllm, "confirmation/experiment.json",
+                                                    "/backend/warmup_rounds: disagrees: states 5, its trials ran 0"),
+    "the experiment's backend with other simulator parameters": (
+        _backend_vllm, "confirmation/experiment.json", "/backend/sim_params_sha256: disagrees: states '000"),
     "a count no token file holds": (_absurd_count, "trials/confirmation-final-reuse-p0-flame.json",
                                     "/records/0/prompt_tokens: maximum: "),
 }

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import json
+import math
 import os
 import re
 from collections import Counter
@@ -300,6 +301,21 @@ def test_mlperf_runs_fill_the_control_table(tmp_path):
     assert not validate_paths([tmp_path / "r" / "report.json"])[1]
 
 
+@pytest.mark.parametrize("content", [b"", b"{not json", b'{"kind": "trial"}'])
+def test_an_unreadable_mlperf_run_manifest_is_refused_not_shown_not_run(tmp_path, content):
+    """An outside tester's (2026-12-06): an emptied flame-b64/mlperf-run.json was skipped as other JSON, and the
+    report called that arm "not run"; a file of that name is a run's manifest, refused in one line if unreadable."""
+    from parity.report.inputs import load_mlperf
+
+    run = tmp_path / "mlperf" / "flame-b64" / "mlperf-run.json"
+    run.parent.mkdir(parents=True)
+    run.write_bytes(content)
+    (tmp_path / "mlperf" / "tokenizer.json").write_text("{}")  # other JSON is still not evidence of the control
+    with pytest.raises(ParityError) as caught:
+        load_mlperf(tmp_path / "mlperf")
+    assert str(caught.value).startswith(f"{run}: ") and "\n" not in str(caught.value), caught.value
+
+
 def test_each_mlperf_comparison_note_names_its_comparison():
     """An outsider (2026-12-05): the smoke report listed "compare: flame arm is not compliant" twice, once per Flame
     arm, without saying which; each note now opens with its comparison's name."""
@@ -416,6 +432,29 @@ def test_a_reference_of_another_shape_or_not_a_file_is_one_line(tmp_path):
     with pytest.raises(ParityError, match="pipe.yaml: not a regular file"):
         load_reference(pipe)
     assert load_reference(REFERENCE)["study"]
+
+
+@pytest.mark.parametrize("key, value, said", [
+    ("ratio_range_pct", [1], "ratio_range_pct is [1], not [low, high] of finite numbers"),
+    ("ratio_range_pct", [], "ratio_range_pct is [], not [low, high] of finite numbers"),
+    ("ratio_range_pct", [1, 2, 3], "ratio_range_pct is [1, 2, 3], not [low, high] of finite numbers"),
+    ("ratio_range_pct", [99.5, 98.0], "ratio_range_pct is [99.5, 98.0], not [low, high] of finite numbers"),
+    ("ratio_range_pct", [98.0, math.inf], "ratio_range_pct is [98.0, inf], not [low, high] of finite numbers"),
+    ("standalone", {"median": math.nan, "min": 1.0, "max": 2.0}, "standalone.median is nan, not a finite number")])
+def test_a_malformed_range_or_non_finite_number_in_the_reference_is_one_line(tmp_path, monkeypatch, key, value, said):
+    """An outside tester's (2026-12-06): a range of one or three numbers in the study reference was a TypeError or
+    ValueError traceback from the tables, and a median of .nan printed "nan"; the shipped file is checked too."""
+    from parity.report import reference
+
+    ref = yaml.safe_load(REFERENCE.read_text())
+    ref["final_throughput"]["traces"]["reuse"][key] = value
+    bad = tmp_path / "study-reference.yaml"
+    bad.write_text(yaml.safe_dump(ref))
+    for shipped in (REFERENCE, bad):  # another file, then as if it were the shipped one
+        monkeypatch.setattr(reference, "DEFAULT_REFERENCE", shipped)
+        with pytest.raises(ParityError) as caught:
+            load_reference(bad)
+        assert str(caught.value) == f"{bad}: final_throughput.traces.reuse.{said}"
 
 
 def test_bad_report_inputs_are_named_in_one_line(tmp_path):

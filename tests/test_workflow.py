@@ -311,6 +311,22 @@ def test_a_results_folder_outside_results_is_refused_before_anything_is_removed(
     assert run.returncode != 0 and "results" in run.stderr, run.stderr[-2000:]
     assert victim.exists()
 
+@pytest.mark.parametrize("results, file, said", [
+    ("results/afile", "results/afile", "results: results/afile is a file, not a folder"),
+    ("results/afile/run", "results/afile", "results: results/afile is a file, not a folder"),
+    ("results/rt", "results/rt/traces", "results: results/rt/traces is a file, not a folder (where the workflow "
+                                        "makes its traces folder)")])
+def test_a_results_folder_that_is_a_file_is_refused_in_a_line(checkout, results, file, said):
+    """An outside tester's (2026-12-06): a `results` that is a file, or holds a file where the workflow makes a
+    folder, ended in a 67-line Snakemake traceback."""
+    (checkout / file).parent.mkdir(parents=True, exist_ok=True)
+    (checkout / file).write_text("hi\n")
+    run = snakemake(checkout, "-n", "--workflow-profile", "smoke", "all", "--config", f"results={results}")
+    log = run.stdout + run.stderr
+    assert run.returncode != 0 and said in log, log[-2000:]
+    assert len(log.splitlines()) < 12, log
+
+
 def test_a_lock_left_by_a_killed_run_names_its_remedy_first(checkout):
     """`kill -9` of Snakemake leaves its lock (.snakemake/locks: the files it was making, one a line); the rerun's
     refusal begins with the remedy, Snakemake's own message after it."""

@@ -6,7 +6,7 @@ check. So validation also derives, from the content, what a manifest states that
 names a disagreement (rule `disagrees`): a trial's timing from its records, its records against one another
 (no more cached than a prompt holds, one request per position) and its verdict from its records and trace (each
 prompt's hash and length the trace's), and whether its outputs are the simulator's (`checks`); a pair's rates, ratio and pinning from its
-two trials (`stats`); an experiment's cases (every one its settings plan), pairs and offline limits from its
+two trials (`stats`); an experiment's cases (every one its settings plan), pairs, offline limits and backend (engine, GPUs, warm-ups, simulator parameters) from its
 trials (`experiments.derive`); an MLPerf run's result from its LoadGen logs, a comparison from its two runs
 (`mlperf`); a report's page, tables, numbers and label, composed again from the manifests it links
 (`report.build`); the run manifest's label from the manifests it links (here); a cleanup receipt's verdict

@@ -126,6 +126,24 @@ MLPERF_FLAME = MLPERF["flame_arms"]
 MLPERF_RUNS = ["standalone", *(f"flame-{name}" for name in MLPERF_FLAME)]
 
 
+def _check_results_folder():
+    """What the schema cannot say: `results` and the folders the workflow makes in it (traces, logs, one per
+    experiment, ...) must be folders where they exist; a file at any of them (or above it) otherwise ends in
+    Snakemake's traceback once it makes its output folders. A WorkflowError names it, before any job starts."""
+    above, path = [], RESULTS
+    while path:
+        above, path = [path, *above], os.path.dirname(path)
+    inside = ["traces", "logs", "mlperf", "report", "calibration", "order", *EXPERIMENTS]
+    for path in [*above, *(os.path.join(RESULTS, name) for name in inside)]:
+        if os.path.lexists(path) and not os.path.isdir(path):
+            what = "a file, not a folder" if os.path.isfile(path) else "not a folder"
+            where = "" if len(path) <= len(RESULTS) else f" (where the workflow makes its {path[len(RESULTS) + 1:]} folder)"
+            raise WorkflowError(f"results: {path} is {what}{where}")
+
+
+_check_results_folder()
+
+
 def _check_references():
     """What the schema cannot say: one key's value against another's; a WorkflowError names both."""
     backend = config["backend"]

@@ -27,7 +27,7 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
     """(pointer, why) for each thing an experiment manifest states that its trials and pairs do not give
     (`parity.rederive`): each case's facts, and one pair manifest for each pair of cases, linking those two."""
     path, found = Path(path), []
-    groups, shards, traces, configs, admitted = {}, {}, {}, {}, []
+    groups, shards, traces, configs, admitted, ran = {}, {}, {}, {}, [], []
     for number, case in enumerate(doc["cases"]):
         trial = os.path.normpath(path.parent / case["manifest"]["path"])
         try:
@@ -45,6 +45,8 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
         if judged is not None and (doc.get("settings") or {}).get("objective") != judged:
             admitted.append((case.get("trial_id"), judged))
         configs[case.get("trial_id")] = trial_doc.get("config") or {}
+        if isinstance(trial_doc.get("ran_with"), dict):
+            ran.append(trial_doc["ran_with"])
         if isinstance(trial_doc.get("trace"), dict):
             traces.setdefault(os.path.normpath(Path(trial).parent / trial_doc["trace"]["path"]), None)
         if case.get("pair") is not None:
@@ -54,6 +56,7 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
         found.append(("/settings/objective", f"states {(doc.get('settings') or {}).get('objective')!r}, its trial "
                       f"{trial_id} was admitted against {judged!r}" + (f" (and {more} more)" if more else "")))
     found += _unplanned(doc, [Path(t) for t in traces], configs)
+    found += _backend(doc["backend"], ran)
     if doc["simulated"] != any(case.get("simulated") for case in doc["cases"]):
         found.append(("/simulated", f"states {doc['simulated']}, its cases give the opposite"))
     listed = []
@@ -77,6 +80,26 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
         if derived != stated:
             key = next((k for k in derived if derived[k] != stated.get(k)), "trace_name")
             found.append((f"/limits/{number}/{key}", f"states {stated.get(key)!r}, its shards' trials give {derived[key]!r}"))
+    return found
+
+
+# the experiment's backend key → what each trial records it ran with (`trial.ran_with`) under
+BACKEND_RAN_WITH = {"engine": "engine", "warmup_rounds": "warmup_rounds", "sim_params_sha256": "sim_params"}
+
+
+def _backend(stated: dict, ran: list[dict]) -> list[tuple[str, str]]:
+    """What the experiment states it ran on (engine family, GPUs, warm-up rounds, simulator parameters: the report's
+    Engine column reads it) against what its trials record they ran with, so a simulated experiment cannot be
+    relabelled vLLM on other GPUs by editing experiment.json. Its GPUs are those one of its trials ran on (a group
+    kept from an earlier machine ran on that machine's: `runner.Runner.moved`)."""
+    found = []
+    for key, recorded in BACKEND_RAN_WITH.items():
+        given = next((r.get(recorded) for r in ran if r.get(recorded) != stated.get(key)), stated.get(key))
+        if key in stated and given != stated[key]:
+            found.append((f"/backend/{key}", f"states {stated[key]!r}, its trials ran {given!r}"))
+    if ran and not any(r.get("gpus") == stated["gpus"] for r in ran):
+        found.append(("/backend/gpus", f"states {stated['gpus']!r}, no trial ran on them (its first ran on "
+                                       f"{ran[0].get('gpus')!r})"))
     return found
 
 

@@ -232,6 +232,13 @@ def case_entry(case: Case) -> dict:
             "flame": case.flame.to_dict() | {"label": case.flame.label()} if case.system == "flame" else None}
 
 
+def _ran_on(gpus: list[str], docs: dict[str, dict]) -> list[str]:
+    """The experiment's GPUs: this run's, unless every trial was kept from an earlier machine (a ladder's later
+    session: `Runner.moved`), then the ones its first trial ran on (`derive` finds them among its trials')."""
+    ran = [d["ran_with"]["gpus"] for d in docs.values() if isinstance(d.get("ran_with"), dict)]
+    return ran[0] if ran and list(gpus) not in ran else list(gpus)
+
+
 def run_named(experiment: str, traces: list[Path], backend: Backend, out_dir: Path, *, settings: dict,
               log=print, deadline: float | None = None) -> Path:
     """Experiment `experiment` from its settings (the config's experiments.NAME, recorded as given): its cases
@@ -301,7 +308,7 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
     receipts = [out_dir / "cleanup" / f"{name}.json" for name in [*(c.trial_id for c in cases), *starts, "flame-cluster"]]
     doc = header("experiment", simulated=simulated) | {
         "experiment": experiment, "settings": settings,
-        "backend": {"engine": backend.engine, "cluster": backend.cluster, "gpus": runner.gpus,
+        "backend": {"engine": backend.engine, "cluster": backend.cluster, "gpus": _ran_on(runner.gpus, docs),
                     "warmup_rounds": backend.warmup_rounds, "load_format": backend.load_format,
                     "sim_params_sha256": trial.sim_params_sha256(backend)},
         "cases": entries, "pairs": pair_refs,

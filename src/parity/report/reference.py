@@ -6,6 +6,7 @@ the study line by line; the report never computes them.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import yaml
@@ -42,7 +43,29 @@ def load_reference(path: Path) -> dict:
         shape = yaml.safe_load(DEFAULT_REFERENCE.read_text(encoding="utf-8"))
         if (problem := _departs(doc, shape, "")) is not None:
             raise ParityError(f"{path}: {problem} (the report reads what {DEFAULT_REFERENCE.name} holds)")
+    if (problem := _unsound(doc, "")) is not None:  # the shipped file too: it is edited by hand
+        raise ParityError(f"{path}: {problem}")
     return doc
+
+
+def _is_number(value) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)
+
+
+def _unsound(node, where: str) -> str | None:
+    """What no shape says: a number that is NaN or infinite (YAML's .nan: the report would print "nan"), or a range
+    (a key ending in `_range` or `_range_pct`) other than [low, high] of finite numbers (the tables unpack two)."""
+    if isinstance(node, float) and not math.isfinite(node):
+        return f"{where.rstrip('.')} is {node!r}, not a finite number"
+    if where.rstrip(".").endswith(("_range", "_range_pct")):
+        if not (isinstance(node, list) and len(node) == 2 and all(map(_is_number, node)) and node[0] <= node[1]):
+            return f"{where.rstrip('.')} is {node!r}, not [low, high] of finite numbers"
+    children = node.items() if isinstance(node, dict) else enumerate(node) if isinstance(node, list) else ()
+    for key, value in children:
+        inner = f"{where}{key}." if isinstance(node, dict) else f"{where.rstrip('.')}[{key}]."
+        if (problem := _unsound(value, inner)) is not None:
+            return problem
+    return None
 
 
 _KINDS = {bool: "a boolean", int: "a number", float: "a number", str: "a string", list: "a list", dict: "a mapping",
