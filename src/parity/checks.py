@@ -53,9 +53,9 @@ def _input(doc: dict, trace: Trace) -> list[str]:
     records = [r for r in doc["records"] if r["request_id"] in expected]
     bad = [r["request_id"] for r in records if r["input_sha256"] != expected[r["request_id"]].sha256]
     reasons = [f"{len(bad)} request(s) submitted inputs that differ from the trace, e.g. {bad[0]}"] if bad else []
-    if longer := [r for r in records if r["prompt_tokens"] != expected[r["request_id"]].tokens]:
-        first = longer[0]
-        reasons.append(f"{len(longer)} request(s) whose prompt_tokens are not the trace's token count, e.g. "
+    if miscounted := [r for r in records if r["prompt_tokens"] != expected[r["request_id"]].tokens]:
+        first = miscounted[0]
+        reasons.append(f"{len(miscounted)} request(s) whose prompt_tokens are not the trace's token count, e.g. "
                        f"{first['request_id']} ({first['prompt_tokens']}, the trace has "
                        f"{expected[first['request_id']].tokens})")
     return reasons

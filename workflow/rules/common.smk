@@ -133,8 +133,9 @@ def _check_results_folder():
     above, path = [], RESULTS
     while path:
         above, path = [path, *above], os.path.dirname(path)
-    inside = ["traces", "logs", "mlperf", "report", "calibration", "order", *EXPERIMENTS]
-    for path in [*above, *(os.path.join(RESULTS, name) for name in inside)]:
+    made = ("mlperf", "report", "calibration", "order", *EXPERIMENTS)  # the rules' own folders, beside TRACES and LOGS
+    inside = [TRACES, LOGS, *(f"{RESULTS}/{name}" for name in made)]
+    for path in [*above, *inside]:
         if os.path.lexists(path) and not os.path.isdir(path):
             what = "a file, not a folder" if os.path.isfile(path) else "not a folder"
             where = "" if len(path) <= len(RESULTS) else f" (where the workflow makes its {path[len(RESULTS) + 1:]} folder)"

@@ -201,6 +201,7 @@ def _out_checked(check):
 out_file = _out_checked(errors.writable_file)  # the callback of an --out file
 out_folder = _out_checked(errors.writable_folder)  # the callback of an --out folder
 
+
 def out_apart_from(*names: str):
     """A command decorator (under `friendly_errors`): its `out` must not be, or lie in, the inputs its parameters
     `names` give (`errors.not_an_input`), checked before the command reads or writes anything."""
