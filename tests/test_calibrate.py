@@ -84,3 +84,18 @@ def test_measurements_that_are_not_json_are_one_line(tmp_path):
     measurements.write_bytes(b"\xff\xfe garbage")
     with pytest.raises(ParityError, match="not valid JSON"):
         calibrate(measurements, tmp_path, SimParams.load())
+
+
+def test_a_fit_past_a_sane_bound_writes_nothing(tmp_path):
+    """`sim calibrate` checked its fit against nothing while reading a file checks PARAM_BOUNDS: a fit it wrote
+    could not be read back. Now nothing is written and the one line says which value and why."""
+    from parity.engine.calibrate import write_params
+
+    out = tmp_path / "fitted.yaml"
+    fitted = dataclasses.replace(SimParams.load(), fixed_s=1e6)
+    with pytest.raises(ParityError, match=r"the fit is unusable, .*fitted.yaml not written: simulator parameter "
+                                          r"fixed_s must be at most 3600.0 s a step"):
+        write_params(out, fitted, [], tmp_path / "m.json")
+    assert not out.exists()
+    write_params(out, SimParams.load(), [], tmp_path / "m.json")
+    assert SimParams.load(out).fixed_s == SimParams.load().fixed_s

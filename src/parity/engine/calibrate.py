@@ -129,7 +129,12 @@ def calibrate(measurements: Path, traces: Path, base: SimParams, *, fit_engines=
 
 
 def write_params(path: Path, params: SimParams, report: list[dict], measurements: Path) -> None:
-    """The fitted parameters with the evidence: which measurements, and each run's error."""
+    """The fitted parameters with the evidence: which measurements, and each run's error (ParityError, nothing
+    written, where a fitted value is past its sane bound: the file could not be read back)."""
+    try:
+        params.within_bounds()
+    except ParityError as exc:
+        raise ParityError(f"the fit is unusable, {path} not written: {exc} (check the measurements)") from None
     values = params.to_dict()
     source = values.pop("source")
     doc = {"source": source, "measurements": measurements.name, "params": values,

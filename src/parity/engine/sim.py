@@ -97,20 +97,24 @@ class SimParams:
         values = dict(data.get("params") or {})
         values.setdefault("source", str(data.get("source", path)))
         try:
-            values = checked_fields(cls, values, "simulator parameter")
+            return cls(**checked_fields(cls, values, "simulator parameter")).within_bounds()
         except ParityError as exc:
             raise ParityError(f"{path}: {exc}") from None
-        for key, value in values.items():
+
+    def within_bounds(self) -> "SimParams":
+        """These parameters, or ParityError naming the first out of its sane range (PARAM_BOUNDS): checked where a
+        file is read and where `parity sim calibrate` writes one, so a fit never writes a file it cannot read."""
+        for key, value in asdict(self).items():
             if key == "source":
                 continue
             least = 1 if key in ("kv_cache_tokens", "vocab_size") else 0
             most, unit = PARAM_BOUNDS[key]
             if value < least:
-                raise ParityError(f"{path}: simulator parameter {key} must be at least {least}, got {value!r}")
+                raise ParityError(f"simulator parameter {key} must be at least {least}, got {value!r}")
             if value > most:
-                raise ParityError(f"{path}: simulator parameter {key} must be at most {most}{unit} (a sane bound "
-                                  f"for any GPU), got {value!r}")
-        return cls(**values)
+                raise ParityError(f"simulator parameter {key} must be at most {most}{unit} (a sane bound for any "
+                                  f"GPU), got {value!r}")
+        return self
 
     def to_dict(self) -> dict:
         return asdict(self)
