@@ -103,6 +103,19 @@ def test_out_naming_an_input_is_one_line_and_the_input_survives(tmp_path):
     assert all(p.read_text() == "kept" for p in (run, flame, tokenizer / "tokenizer.json"))
 
 
+def test_a_run_folder_holding_its_dataset_is_one_line_and_the_dataset_survives(tmp_path):
+    """`mlperf run --out` is a folder it writes user.conf, loadgen/ and mlperf-run.json into: a dataset kept there
+    (here under the name the run's manifest takes) was overwritten. Refused before anything starts."""
+    folder = tmp_path / "run"
+    folder.mkdir()
+    dataset = folder / "mlperf-run.json"
+    dataset.write_text("kept")
+    line = one_error_line(invoke("mlperf", "run", "--arm", "standalone", "--dataset", dataset, "--out", folder))
+    assert line == f"Error: --out {folder} holds the command's input --dataset {dataset}: give an --out apart from " \
+                   "the inputs"
+    assert dataset.read_text() == "kept" and sorted(folder.iterdir()) == [dataset]
+
+
 def test_out_inside_a_file_is_one_line(small_reuse_trace, tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("not a folder")

@@ -484,6 +484,24 @@ def test_every_command_has_help():
         assert result.exit_code == 0 and "Usage:" in result.output, args
 
 
+def test_no_help_shows_a_range_of_none():
+    """Every command's --help, walked: an unbounded number option printed `[x<=None]` (`--deadline`, 2026-12-05)."""
+    import click
+
+    def walk(command, path):
+        yield path
+        if isinstance(command, click.Group):
+            for name, sub in command.commands.items():
+                yield from walk(sub, path + [name])
+
+    runner = CliRunner()
+    paths = list(walk(main, []))
+    assert len(paths) > 30
+    for args in paths:
+        result = runner.invoke(main, args + ["--help"], terminal_width=200)
+        assert result.exit_code == 0 and "None]" not in result.output and "=None" not in result.output, args
+
+
 def test_a_trial_names_the_image_it_ran_in_by_the_sif_files_own_hash(tmp_path, monkeypatch):
     """Inside Apptainer (its runtime sets APPTAINER_CONTAINER) a trial records the SIF's SHA-256 read from the file;
     on the host it says so; an image it cannot read is named with why, never given a hash it did not compute.

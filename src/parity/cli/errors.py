@@ -44,17 +44,19 @@ def writable_file(path: Path) -> None:
     _takes_files(path.parent)
 
 
-def not_an_input(out: Path, inputs: dict[str, Path | None]) -> None:
+def not_an_input(out: Path, inputs: dict[str, Path | None], folder: bool = False) -> None:
     """An --out that is one of the command's inputs (by any name: a link, `..`, a hard link), or lies in an
-    input folder, is refused: the command would overwrite what it reads, silently. `inputs`: option -> path."""
+    input folder, is refused: the command would overwrite what it reads, silently. With `folder` (an --out the
+    command writes its files into), one that holds an input is refused too. `inputs`: option -> path."""
     target = out.resolve()
     for option, given in inputs.items():
         if given is None:
             continue
         source = given.resolve()
         same = target == source or (out.exists() and given.exists() and os.path.samefile(out, given))
-        if same or (source.is_dir() and source in target.parents):
-            where = "is" if same else "lies in"
+        inside = folder and target in source.parents
+        if same or inside or (source.is_dir() and source in target.parents):
+            where = "is" if same else "holds" if inside else "lies in"
             raise ParityError(f"--out {out} {where} the command's input {option} {given}: give an --out apart from "
                               f"the inputs")
 

@@ -66,6 +66,7 @@ def mlperf_group():
 @options.backend("Where to run, as the experiments do (JSON or a YAML file): engine, GPUs (the first serves), "
                  "cluster, model, load format, engine args. Replaces the options it covers.")
 @friendly_errors
+@options.out_apart_from("dataset", "sim_params", out="out_dir")
 def mlperf_run(arm, dataset, out_dir, mode, engine, gpus, model, load_format, engine_args, max_tokens, sim_params,
                samples, target_qps, probe_samples, warmup_samples, qps_margin, min_duration_ms, min_query_count,
                performance_sample_count, max_in_flight, batch_limit, window_ms, placement, cluster, flame_bin_dir,

@@ -26,6 +26,10 @@ class Finite(click.FloatRange):
 
     name = "finite float"
 
+    def _describe_range(self) -> str:
+        """Nothing where neither side is bounded (click would print `x<=None` in --help)."""
+        return "" if self.min is None and self.max is None else super()._describe_range()
+
     def convert(self, value, param, ctx):
         number = super().convert(value, param, ctx)
         if not math.isfinite(number):
@@ -202,9 +206,10 @@ out_file = _out_checked(errors.writable_file)  # the callback of an --out file
 out_folder = _out_checked(errors.writable_folder)  # the callback of an --out folder
 
 
-def out_apart_from(*names: str):
-    """A command decorator (under `friendly_errors`): its `out` must not be, or lie in, the inputs its parameters
-    `names` give (`errors.not_an_input`), checked before the command reads or writes anything."""
+def out_apart_from(*names: str, out: str = "out"):
+    """A command decorator (under `friendly_errors`): its `out` (the parameter of that name) must not be, or lie
+    in, the inputs its parameters `names` give, nor hold one where it is a folder the command writes into
+    (`errors.not_an_input`), checked before the command reads or writes anything."""
 
     def apply(command):
         @functools.wraps(command)
@@ -212,7 +217,7 @@ def out_apart_from(*names: str):
             params = {p.name: p for p in click.get_current_context().command.params}
             inputs = {(params[n].opts[0] if isinstance(params[n], click.Option) else n.upper()): kwargs[n]
                       for n in names}
-            errors.not_an_input(kwargs["out"], inputs)
+            errors.not_an_input(kwargs[out], inputs, folder=params[out].callback is out_folder)
             return command(*args, **kwargs)
 
         return wrapper
