@@ -417,3 +417,13 @@ def test_bench_schedule_refuses_a_rate_no_rung_could_take_and_a_negative_seed(tm
     assert one_line_only(slow).endswith("longer than the 1 h a rung may take; raise the rate")
     negative = invoke("bench", "schedule", "--seed", -1, "--rate", 10, "--requests", 3)
     assert negative.exit_code == 2 and "Invalid value for '--seed'" in negative.output
+
+
+@pytest.mark.parametrize("name", ["a\nb.json", "a\rb.json", "tab\there.json"])
+def test_an_out_with_a_control_character_is_one_line_and_nothing_written(tmp_path, name):
+    """An outside tester's: `--out $'a\\nb.json'` wrote a file whose name split each line-based record naming it."""
+    out = tmp_path / name
+    result = invoke("mlperf", "random-dataset", "--samples", 2, "--out", out)
+    line = one_error_line(result)
+    assert "holds a control character (a newline?)" in line and result.exit_code == 2
+    assert list(tmp_path.iterdir()) == []

@@ -196,6 +196,9 @@ def _out_checked(check):
 
     def callback(ctx, param, path: Path | None) -> Path | None:
         if path is not None:
+            if any(ord(c) < 32 or ord(c) == 127 for c in str(path)):  # a newline split the bundle's bagit lines
+                raise click.BadParameter(f"{str(path)!r} holds a control character (a newline?), which breaks the "
+                                         "line-based files that name outputs (logs, bagit manifests)", ctx, param)
             check(path)
         return path
 
