@@ -66,6 +66,26 @@ def test_a_shared_start_ladder_runs_each_path_in_blocks_newest_arm_first_repeats
         plan.for_experiment("sustained", [tiny_reuse_trace], {"rates": {"hot": [2]}})
 
 
+def test_run_first_puts_its_arms_first_whatever_order_the_arms_come_in(tiny_reuse_trace):
+    """The workflow hands the arms over with their names sorted, so "the last named first" put express last on the
+    GPU (2026-12-06); `run_first` orders what must go first, and names only arms, once each."""
+    from parity.experiments import plan
+
+    arms = {"express": {"mode": "harvest", "api": "async", "express": True}, "gathered": {"inflight": 1},
+            "harvest": {"mode": "harvest", "api": "async"}}
+    settings = {"rates": [2], "shared_start": True, "warmup_requests": 4, "arms": arms}
+    order = lambda cases: list(dict.fromkeys(c.arm for c in cases))  # noqa: E731
+    assert order(plan.for_experiment("sustained", [tiny_reuse_trace], settings)) == ["harvest", "gathered",
+                                                                                      "express", None]
+    first = plan.for_experiment("sustained", [tiny_reuse_trace], settings | {"run_first": ["express"]})
+    assert order(first) == ["express", "harvest", "gathered", None]
+    both = plan.for_experiment("sustained", [tiny_reuse_trace], settings | {"run_first": ["gathered", "express"]})
+    assert order(both) == ["gathered", "express", "harvest", None]
+    for run_first, says in ((["fast"], "run_first names arm 'fast'"), (["express", "express"], "non-unique elements")):
+        with pytest.raises(ParityError, match=says):
+            plan.for_experiment("sustained", [tiny_reuse_trace], settings | {"run_first": run_first})
+
+
 def test_rungs_of_a_shared_start_run_on_one_start_each_cold_after_paced_warmups(tiny_reuse_trace, tmp_path):
     """Both paths, the Flame side in harvest mode: one replica set and one set of Flame sessions for the two rungs,
     each rung's first request of a document uncached (the caches were reset), the warm-ups logged."""

@@ -7,6 +7,7 @@ so nothing is written into the checkout.
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import shlex
@@ -370,6 +371,27 @@ def test_the_host_profile_runs_the_offline_limit_on_real_vllm_with_dummy_weights
     (copy,) = [c for c in commands if c[0] == "cp"]
     assert copy[1:3] == ["config/models/llama31-8b-config.json", "results/host/model/llama31-8b-dummy/config.json"]
     assert (checkout / copy[1]).is_file()  # the committed Llama 3.1 8B shape
+
+
+def test_the_host_ladders_newest_arm_runs_first_through_the_workflow(checkout, tiny_reuse_trace, tmp_path):
+    """The sustained ladder ran its arms newest (last named) first, by the order of `arms`, but the workflow passes
+    its settings with their keys sorted (and Snakemake's merge puts a profile's keys first), so on the GPU
+    (2026-12-06, H100) the express arm came after harvest and gathered and the device call ended before it. Now
+    `run_first` names it; planned from the workflow's own --settings, its pair comes first."""
+    from parity.experiments import plan
+
+    run = snakemake(checkout, "-n", "-p", "--workflow-profile", "host", "sustained")
+    assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]
+    (command,) = [c for c in shell_commands(run.stdout + run.stderr)
+                  if c[:4] == ["parity", "experiment", "run", "sustained"]]
+    settings = json.loads(_option(command, "--settings"))
+    assert settings["run_first"] == ["express"] and sorted(settings["arms"]) == ["express", "gathered", "harvest"]
+    traces = []
+    for name in settings["traces"]:
+        traces.append(tmp_path / f"{name}.json")
+        traces[-1].write_bytes(tiny_reuse_trace.read_bytes())
+    cases = plan.for_experiment("sustained", traces, settings)
+    assert [c.arm for c in cases][:2] == ["express", "express"]
 
 
 def test_the_host_profile_builds_the_study_size_traces_offline(checkout):

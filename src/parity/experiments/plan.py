@@ -231,7 +231,8 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
               lengths: LengthsPair | None = None, shared_start: bool = False, warmup_requests: int | None = None,
               answers: Answers | None = None, bounded: BoundedSettings | None = None,
               objective: Objective = Objective(), replay: ReplayPair | None = None,
-              bounded_rates: dict[str, tuple[float, ...]] | None = None) -> list[Case]:
+              bounded_rates: dict[str, tuple[float, ...]] | None = None,
+              run_first: tuple[str, ...] = ()) -> list[Case]:
     """Ours, the study's named next step: a rate ladder, each rate a pair (sticky standalone vLLM, the
     Flame configuration) under the same seeded arrivals, streamed, fresh engines per case; then, for each
     extra arm (name: Flame setting changes, e.g. `gathered: {inflight: 1}`), the same pair again with the
@@ -248,8 +249,10 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
     (one answer length, one repeat) run on one engine start, each rung cold (prefix caches reset) after its own
     warm-ups; the rungs of a start run together, its standalone and Flame blocks side by side, the side that goes
     first alternating with the repeat (Flame's first in the first repeat: the new path meets the engine first),
-    the arms, the newest (the last the settings name) first, before the study's configuration, measured in its
-    own experiments, so a session that runs out of device time has the newest arm. `warmup_requests`: each warm-up
+    the arms, those `run_first` names first in its order, then the others newest (the last the settings name) first,
+    before the study's configuration, measured in its own experiments, so a session that runs out of device time has
+    the newest arm (name it in `run_first`: the workflow hands the arms over with their names sorted, so only that
+    order survives it). `warmup_requests`: each warm-up
     round is that many requests paced as the rung is (parity.trial). With `answers` ({tokens, rate}), one more
     pair per repeat at that rate with every answer exactly that long (stage `rate-R-outN`: a rung of that
     length's ladder). Each extra pair (`evict`, `lengths`, `answers`, `restart`) runs on the traces whose ladder
@@ -284,8 +287,11 @@ def sustained(traces: list[Path], rates: list[float] | dict[str, list[float]], f
                               f"async engine API; the experiment's Flame settings say api {flame.api!r}")
         streaming = replace(flame, mode="harvest", inflight=0)
     variants = [(None, flame)] + [(name, with_arm(flame, name, changes)) for name, changes in (arms or {}).items()]
-    if shared_start:  # the newest arm (the last named) first, the study's configuration last
-        variants = variants[1:][::-1] + variants[:1]
+    if unknown := [name for name in run_first if name not in (arms or {})]:
+        raise ParityError(f"sustained: run_first names arm {unknown[0]!r}; the arms are {sorted(arms or {}) or 'none'}")
+    if shared_start:  # run_first's arms, then the newest (the last named) first, the study's configuration last
+        rest = [v for v in variants[1:][::-1] if v[0] not in run_first]
+        variants = [v for name in run_first for v in variants if v[0] == name] + rest + variants[:1]
     names = [name for name, _ in variants]  # an arm's place among the blocks (None: the study's configuration)
     replayed = None if replay is None else next((t for t in traces if t.stem == replay.trace), None)
     if replay is not None and replayed is None:
@@ -475,7 +481,7 @@ def _sustained(traces: list[Path], s: SustainedSettings) -> list[Case]:
         raise ParityError(f"sustained: rates name trace {sorted(unknown)[0]!r}, which is not among the traces given")
     return sustained(traces, s.rates, s.flame, s.schedule, s.repeats, s.arms, s.output_tokens, s.restart, s.evict,
                      s.lengths, s.shared_start, s.warmup_requests, s.answers, s.bounded, s.objective,
-                     s.replay, s.bounded_rates)
+                     s.replay, s.bounded_rates, s.run_first)
 
 
 class Experiment(NamedTuple):

@@ -266,6 +266,7 @@ class SustainedSettings(Section):
     evict: Evict | None = None
     answers: Answers | None = None
     arms: dict[str, FlameChanges] = field(default_factory=dict)
+    run_first: tuple[str, ...] = ()  # ours: these arms' pairs first at each start, in this order (plan.sustained)
     bounded: BoundedSettings | None = None  # ours: the bounded arm, standalone first (plan.sustained); unset: none
     bounded_rates: dict[str, tuple[float, ...]] | None = None  # ours: the bounded arm's own ladder (trace: rates),
     # each rung with an unbounded standalone case of its own on the same start; unset: the ladder's rungs
