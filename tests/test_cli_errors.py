@@ -116,6 +116,48 @@ def test_a_run_folder_holding_its_dataset_is_one_line_and_the_dataset_survives(t
     assert dataset.read_text() == "kept" and sorted(folder.iterdir()) == [dataset]
 
 
+def mooncake_line(timestamp=0):
+    return json.dumps({"timestamp": timestamp, "input_length": 600, "output_length": 8, "hash_ids": [1, 2]}) + "\n"
+
+
+def test_a_trace_named_after_its_source_is_one_line_and_the_source_survives(tmp_path, monkeypatch):
+    """`trace-mooncake t.json --out .` named the trace after the file's stem, so its manifest t.json replaced the
+    Mooncake trace it read (and x.tokens was overwritten by NAME.tokens): the names it writes into --out are
+    checked against its inputs before anything is written."""
+    monkeypatch.chdir(tmp_path)
+    pathlib.Path("t.json").write_text(mooncake_line())
+    pathlib.Path("x.tokens").write_text(mooncake_line())
+    line = one_error_line(invoke("trace-mooncake", "t.json", "--out", "."))
+    assert line == "Error: --out . would write t.json, which is the command's input SOURCE t.json: give another " \
+                   "--out or --name"
+    line = one_error_line(invoke("trace-mooncake", "x.tokens", "--out", tmp_path, "--name", "x"))
+    assert line.startswith(f"Error: --out {tmp_path} would write {tmp_path / 'x.tokens'}, which is the command's "
+                           "input SOURCE x.tokens")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json", "x.tokens"]
+    assert pathlib.Path("t.json").read_text() == pathlib.Path("x.tokens").read_text() == mooncake_line()
+    invoke("trace-mooncake", "t.json", "--out", ".", "--name", "other")  # a folder may hold its source by another name
+    assert (tmp_path / "other.json").is_file() and pathlib.Path("t.json").read_text() == mooncake_line()
+
+
+def test_a_trace_written_over_its_corpus_or_tokenizer_is_one_line_and_both_survive(tmp_path, monkeypatch):
+    """`trace --tokenizer tok --name tokenizer --out tok` replaced tok/tokenizer.json by the trace's manifest, and
+    `--corpus r.json --name r --out .` the corpus: refused up front."""
+    monkeypatch.chdir(tmp_path)
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "tokenizer.json").write_text("kept")
+    pathlib.Path("r.json").write_text("kept")
+    trace = ["trace", "--corpus", "r.json", "--tokenizer", "tok", "--documents", 2, "--questions", 1,
+             "--prefix-tokens", 50]
+    line = one_error_line(invoke(*trace, "--name", "tokenizer", "--out", "tok"))
+    assert line == "Error: --out tok is the command's input --tokenizer tok: give an --out apart from the inputs"
+    line = one_error_line(invoke(*trace, "--name", "r", "--out", "."))
+    assert line == "Error: --out . would write r.json, which is the command's input --corpus r.json: give another " \
+                   "--out or --name"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "tok"] and list(tok.iterdir()) == [tok / "tokenizer.json"]
+    assert (tok / "tokenizer.json").read_text() == pathlib.Path("r.json").read_text() == "kept"
+
+
 def test_out_inside_a_file_is_one_line(small_reuse_trace, tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("not a folder")
