@@ -158,6 +158,29 @@ def test_a_trace_written_over_its_corpus_or_tokenizer_is_one_line_and_both_survi
     assert (tok / "tokenizer.json").read_text() == pathlib.Path("r.json").read_text() == "kept"
 
 
+@pytest.mark.parametrize("command", [["fetch", "url"], ["fetch", "articles"], ["fetch", "dataset"]])
+def test_a_receipt_over_the_pins_or_in_the_destination_is_one_line_and_both_survive(tmp_path, command):
+    """`fetch url --receipt PINS` overwrote the pins file with the receipt, and `--receipt DEST/a.txt` a file it had
+    just verified: every fetch command refuses a --receipt that is its pins file or lies in --dest (made or not
+    yet), before it reads or fetches anything."""
+    pins, dest = tmp_path / "pins.json", tmp_path / "dest"
+    pins.write_text("kept")
+    line = one_error_line(invoke(*command, "--pins", pins, "--dest", dest, "--receipt", pins))
+    assert line == f"Error: --receipt {pins} is the command's input --pins {pins}: give a --receipt apart from the " \
+                   "inputs"
+    line = one_error_line(invoke(*command, "--pins", pins, "--dest", dest, "--receipt", dest / "a.txt"))
+    assert line == f"Error: --receipt {dest / 'a.txt'} lies in the command's input --dest {dest}: give a --receipt " \
+                   "apart from the inputs"
+    dest.mkdir()
+    (dest / "a.txt").write_text("verified")
+    link = tmp_path / "link.txt"
+    link.symlink_to(dest / "a.txt")
+    line = one_error_line(invoke(*command, "--pins", pins, "--dest", dest, "--receipt", link))
+    assert line.startswith(f"Error: --receipt {link} lies in the command's input --dest {dest}")
+    assert pins.read_text() == "kept" and (dest / "a.txt").read_text() == "verified"
+    assert sorted(tmp_path.iterdir()) == [dest, link, pins] and list(dest.iterdir()) == [dest / "a.txt"]
+
+
 def test_out_inside_a_file_is_one_line(small_reuse_trace, tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("not a folder")

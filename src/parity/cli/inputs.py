@@ -162,6 +162,7 @@ def _fetch_command(name: str, default_pins: str | None, summary: str):
     @click.option("--receipt", type=click.Path(path_type=Path, dir_okay=False), default=None,
                   help="Receipt manifest path [default: DEST/fetch-receipt.json].")
     @friendly_errors
+    @options.out_apart_from("pins_path", "dest", out="receipt")
     def command(pins_path, dest, record_pins, receipt):
         from parity.fetch import fetch_pinned
 
@@ -195,6 +196,7 @@ fetch_url_cmd = _fetch_command(
 @click.option("--receipt", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Receipt manifest path [default: DEST/articles.receipt.json].")
 @friendly_errors
+@options.out_apart_from("pins_path", "dest", out="receipt")
 def fetch_articles_cmd(pins_path, dest, record_pins, receipt):
     """Convert the verified parquet to articles.jsonl (deterministic; its SHA-256 is pinned too)."""
     from parity.fetch import Pins
