@@ -181,6 +181,30 @@ def test_a_receipt_over_the_pins_or_in_the_destination_is_one_line_and_both_surv
     assert sorted(tmp_path.iterdir()) == [dest, link, pins] and list(dest.iterdir()) == [dest / "a.txt"]
 
 
+def test_smoke_inputs_refuses_a_vocabulary_past_int32_and_never_leaves_half_its_output(tmp_path, monkeypatch):
+    """`smoke-inputs --vocab-size 99999999999999999999` printed a traceback (an OverflowError in the tokenizer
+    trainer) and left corpus.jsonl without tokenizer/: the size is bounded by the int32 token IDs (2**31, as
+    SimParams' vocab_size), and a training that fails takes the corpus with it."""
+    out = tmp_path / "out"
+    result = invoke("smoke-inputs", "--out", out, "--articles", 2, "--vocab-size", 99999999999999999999)
+    assert result.exit_code == 2 and "Invalid value for '--vocab-size'" in one_error_line(result)
+    assert "2147483648" in result.output and not out.exists()
+
+    from parity import smoke_inputs
+
+    def full_disk(corpus, tokenizer_dir, vocab_size):
+        tokenizer_dir.mkdir(parents=True)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tokenizer_dir / "tokenizer.json"))
+
+    monkeypatch.setattr(smoke_inputs, "train_tokenizer", full_disk)
+    line = one_error_line(invoke("smoke-inputs", "--out", out, "--articles", 2))
+    assert line == f"Error: {out / 'tokenizer' / 'tokenizer.json'}: no space left on the device"
+    assert not out.exists()
+    out.mkdir()
+    assert one_error_line(invoke("smoke-inputs", "--out", out, "--articles", 2)).startswith("Error: ")
+    assert list(out.iterdir()) == []  # --out kept where it was there before, emptied of what the command wrote
+
+
 def test_out_inside_a_file_is_one_line(small_reuse_trace, tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("not a folder")

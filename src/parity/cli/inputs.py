@@ -18,17 +18,22 @@ from parity.cli.errors import friendly_errors
 @click.option("--articles", default=1200, show_default=True, type=click.IntRange(min=1),
               help="Synthetic articles to generate.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the article generator.")
-@click.option("--vocab-size", default=8192, show_default=True, help="BPE vocabulary size.")
+@click.option("--vocab-size", default=8192, show_default=True, type=click.IntRange(max=2**31),
+              help="BPE vocabulary size (token IDs are int32: at most 2**31).")
 @friendly_errors
 def smoke_inputs_cmd(out_dir: Path, articles: int, seed: int, vocab_size: int):
     """Generate the offline smoke inputs: a synthetic news corpus and a BPE tokenizer trained on it."""
     from parity import smoke_inputs
+    from parity.manifest import all_or_nothing
 
     if vocab_size < smoke_inputs.MIN_VOCAB:  # checked before the corpus is written
         raise click.BadParameter(f"{vocab_size} is smaller than the {smoke_inputs.MIN_VOCAB} bytes and special tokens.",
                                  param_hint="'--vocab-size'")
-    corpus = smoke_inputs.write_corpus(out_dir / "corpus.jsonl", articles=articles, seed=seed)
-    tokenizer = smoke_inputs.train_tokenizer(corpus, out_dir / "tokenizer", vocab_size=vocab_size)
+    # Both or neither: the inner block removes the corpus and tokenizer.json should the training fail (and
+    # tokenizer/ where it made it), the outer one --out where it made it.
+    with all_or_nothing(out_dir / "corpus.jsonl"), all_or_nothing(out_dir / "tokenizer" / "tokenizer.json"):
+        corpus = smoke_inputs.write_corpus(out_dir / "corpus.jsonl", articles=articles, seed=seed)
+        tokenizer = smoke_inputs.train_tokenizer(corpus, out_dir / "tokenizer", vocab_size=vocab_size)
     echo(f"wrote {corpus} ({articles} synthetic articles) and {tokenizer}/tokenizer.json")
 
 
