@@ -205,6 +205,16 @@ def test_smoke_inputs_refuses_a_vocabulary_past_int32_and_never_leaves_half_its_
     assert list(out.iterdir()) == []  # --out kept where it was there before, emptied of what the command wrote
 
 
+def test_a_mooncake_trace_that_is_no_regular_file_is_named_as_such(tmp_path):
+    """`trace-mooncake /dev/null` and `bench routing --trace-file /dev/null` said "Mooncake trace not found" of a
+    path that exists: it is not a regular file."""
+    for command in (["trace-mooncake", "/dev/null", "--out", tmp_path / "o"], ["bench", "routing", "--trace-file", "/dev/null"]):
+        assert one_error_line(invoke(*command)) == "Error: Mooncake trace is not a regular file: /dev/null"
+    line = one_error_line(invoke("trace-mooncake", tmp_path / "missing.json", "--out", tmp_path / "o"))
+    assert line == f"Error: Mooncake trace not found: {tmp_path / 'missing.json'}"
+    assert not (tmp_path / "o").exists()
+
+
 def test_out_inside_a_file_is_one_line(small_reuse_trace, tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("not a folder")

@@ -102,8 +102,10 @@ def read_mooncake(path: Path, *, context_tokens: int = MAX_MODEL_LEN, limit: int
         raise TraceError(f"max model len must be >= 1, got {context_tokens}")
     if limit is not None and limit < 1:
         raise TraceError(f"limit must be >= 1, got {limit}")
-    if not path.is_file():
+    if not path.exists():
         raise TraceError(f"Mooncake trace not found: {path}")
+    if not path.is_file():  # a folder, /dev/null, a pipe: there, but no trace file
+        raise TraceError(f"Mooncake trace is not a regular file: {path}")
     kept, over, read, last, lines = [], [], 0, None, 0
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
