@@ -116,6 +116,105 @@ def test_a_run_folder_holding_its_dataset_is_one_line_and_the_dataset_survives(t
     assert dataset.read_text() == "kept" and sorted(folder.iterdir()) == [dataset]
 
 
+def mooncake_line(timestamp=0):
+    return json.dumps({"timestamp": timestamp, "input_length": 600, "output_length": 8, "hash_ids": [1, 2]}) + "\n"
+
+
+def test_a_trace_named_after_its_source_is_one_line_and_the_source_survives(tmp_path, monkeypatch):
+    """`trace-mooncake t.json --out .` named the trace after the file's stem, so its manifest t.json replaced the
+    Mooncake trace it read (and x.tokens was overwritten by NAME.tokens): the names it writes into --out are
+    checked against its inputs before anything is written."""
+    monkeypatch.chdir(tmp_path)
+    pathlib.Path("t.json").write_text(mooncake_line())
+    pathlib.Path("x.tokens").write_text(mooncake_line())
+    line = one_error_line(invoke("trace-mooncake", "t.json", "--out", "."))
+    assert line == "Error: --out . would write t.json, which is the command's input SOURCE t.json: give another " \
+                   "--out or --name"
+    line = one_error_line(invoke("trace-mooncake", "x.tokens", "--out", tmp_path, "--name", "x"))
+    assert line.startswith(f"Error: --out {tmp_path} would write {tmp_path / 'x.tokens'}, which is the command's "
+                           "input SOURCE x.tokens")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["t.json", "x.tokens"]
+    assert pathlib.Path("t.json").read_text() == pathlib.Path("x.tokens").read_text() == mooncake_line()
+    invoke("trace-mooncake", "t.json", "--out", ".", "--name", "other")  # a folder may hold its source by another name
+    assert (tmp_path / "other.json").is_file() and pathlib.Path("t.json").read_text() == mooncake_line()
+
+
+def test_a_trace_written_over_its_corpus_or_tokenizer_is_one_line_and_both_survive(tmp_path, monkeypatch):
+    """`trace --tokenizer tok --name tokenizer --out tok` replaced tok/tokenizer.json by the trace's manifest, and
+    `--corpus r.json --name r --out .` the corpus: refused up front."""
+    monkeypatch.chdir(tmp_path)
+    tok = tmp_path / "tok"
+    tok.mkdir()
+    (tok / "tokenizer.json").write_text("kept")
+    pathlib.Path("r.json").write_text("kept")
+    trace = ["trace", "--corpus", "r.json", "--tokenizer", "tok", "--documents", 2, "--questions", 1,
+             "--prefix-tokens", 50]
+    line = one_error_line(invoke(*trace, "--name", "tokenizer", "--out", "tok"))
+    assert line == "Error: --out tok is the command's input --tokenizer tok: give an --out apart from the inputs"
+    line = one_error_line(invoke(*trace, "--name", "r", "--out", "."))
+    assert line == "Error: --out . would write r.json, which is the command's input --corpus r.json: give another " \
+                   "--out or --name"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["r.json", "tok"] and list(tok.iterdir()) == [tok / "tokenizer.json"]
+    assert (tok / "tokenizer.json").read_text() == pathlib.Path("r.json").read_text() == "kept"
+
+
+@pytest.mark.parametrize("command", [["fetch", "url"], ["fetch", "articles"], ["fetch", "dataset"]])
+def test_a_receipt_over_the_pins_or_in_the_destination_is_one_line_and_both_survive(tmp_path, command):
+    """`fetch url --receipt PINS` overwrote the pins file with the receipt, and `--receipt DEST/a.txt` a file it had
+    just verified: every fetch command refuses a --receipt that is its pins file or lies in --dest (made or not
+    yet), before it reads or fetches anything."""
+    pins, dest = tmp_path / "pins.json", tmp_path / "dest"
+    pins.write_text("kept")
+    line = one_error_line(invoke(*command, "--pins", pins, "--dest", dest, "--receipt", pins))
+    assert line == f"Error: --receipt {pins} is the command's input --pins {pins}: give a --receipt apart from the " \
+                   "inputs"
+    line = one_error_line(invoke(*command, "--pins", pins, "--dest", dest, "--receipt", dest / "a.txt"))
+    assert line == f"Error: --receipt {dest / 'a.txt'} lies in the command's input --dest {dest}: give a --receipt " \
+                   "apart from the inputs"
+    dest.mkdir()
+    (dest / "a.txt").write_text("verified")
+    link = tmp_path / "link.txt"
+    link.symlink_to(dest / "a.txt")
+    line = one_error_line(invoke(*command, "--pins", pins, "--dest", dest, "--receipt", link))
+    assert line.startswith(f"Error: --receipt {link} lies in the command's input --dest {dest}")
+    assert pins.read_text() == "kept" and (dest / "a.txt").read_text() == "verified"
+    assert sorted(tmp_path.iterdir()) == [dest, link, pins] and list(dest.iterdir()) == [dest / "a.txt"]
+
+
+def test_smoke_inputs_refuses_a_vocabulary_past_int32_and_never_leaves_half_its_output(tmp_path, monkeypatch):
+    """`smoke-inputs --vocab-size 99999999999999999999` printed a traceback (an OverflowError in the tokenizer
+    trainer) and left corpus.jsonl without tokenizer/: the size is bounded by the int32 token IDs (2**31, as
+    SimParams' vocab_size), and a training that fails takes the corpus with it."""
+    out = tmp_path / "out"
+    result = invoke("smoke-inputs", "--out", out, "--articles", 2, "--vocab-size", 99999999999999999999)
+    assert result.exit_code == 2 and "Invalid value for '--vocab-size'" in one_error_line(result)
+    assert "2147483648" in result.output and not out.exists()
+
+    from parity import smoke_inputs
+
+    def full_disk(corpus, tokenizer_dir, vocab_size):
+        tokenizer_dir.mkdir(parents=True)
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(tokenizer_dir / "tokenizer.json"))
+
+    monkeypatch.setattr(smoke_inputs, "train_tokenizer", full_disk)
+    line = one_error_line(invoke("smoke-inputs", "--out", out, "--articles", 2))
+    assert line == f"Error: {out / 'tokenizer' / 'tokenizer.json'}: no space left on the device"
+    assert not out.exists()
+    out.mkdir()
+    assert one_error_line(invoke("smoke-inputs", "--out", out, "--articles", 2)).startswith("Error: ")
+    assert list(out.iterdir()) == []  # --out kept where it was there before, emptied of what the command wrote
+
+
+def test_a_mooncake_trace_that_is_no_regular_file_is_named_as_such(tmp_path):
+    """`trace-mooncake /dev/null` and `bench routing --trace-file /dev/null` said "Mooncake trace not found" of a
+    path that exists: it is not a regular file."""
+    for command in (["trace-mooncake", "/dev/null", "--out", tmp_path / "o"], ["bench", "routing", "--trace-file", "/dev/null"]):
+        assert one_error_line(invoke(*command)) == "Error: Mooncake trace is not a regular file: /dev/null"
+    line = one_error_line(invoke("trace-mooncake", tmp_path / "missing.json", "--out", tmp_path / "o"))
+    assert line == f"Error: Mooncake trace not found: {tmp_path / 'missing.json'}"
+    assert not (tmp_path / "o").exists()
+
+
 def test_out_inside_a_file_is_one_line(small_reuse_trace, tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("not a folder")

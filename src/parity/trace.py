@@ -359,6 +359,16 @@ def conversation_prompt(documents: list[np.ndarray], questions: list[np.ndarray]
 
 # ---- building ----------------------------------------------------------------------------------
 
+def trace_files(out_dir: Path, name: str, warmups: int, *, replay: bool = False) -> list[Path]:
+    """The files a trace named `name` is written as in `out_dir` (build_trace, write_subset,
+    trace_mooncake.convert): its manifest NAME.json, NAME.tokens, NAME.warmupK.tokens for each of its `warmups`
+    rounds, and NAME.replay.json where it has recorded arrivals. A command checks them before it writes (none may
+    be one of its inputs)."""
+    return [out_dir / f"{name}.json", out_dir / f"{name}.tokens",
+            *(out_dir / f"{name}.warmup{k}.tokens" for k in range(1, warmups + 1)),
+            *([out_dir / f"{name}.replay.json"] if replay else [])]
+
+
 def build_trace(spec: TraceSpec, corpus: Path, tokenizer_dir: Path, out_dir: Path, *,
                 text_field: str = "article", corpus_origin: str = "other",
                 tokenizer_origin: str = "other", context_tokens: int | None = None) -> Path:

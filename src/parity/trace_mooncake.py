@@ -28,11 +28,13 @@ from parity.trace import (
     encode_token_file,
     json_line_error,
     token_sha256,
+    trace_files,
     utf8_line,
 )
 
 BLOCK_TOKENS = 512  # what one Mooncake hash id names
 DOCUMENT_BLOCKS = 2  # a request's "document" for the hindsight bound: its first two blocks (a head, then its own)
+WARMUP_SHIFTS = (1009, 2027)  # the study's (parity trace's default)
 DEFAULT_VOCAB = 128_000  # Llama 3.1's ordinary token IDs (its special tokens lie above)
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 EXCLUSION = (f"a request whose input_length plus max(output_length, {OUTPUT_TOKENS}) exceeds context_tokens is "
@@ -100,8 +102,10 @@ def read_mooncake(path: Path, *, context_tokens: int = MAX_MODEL_LEN, limit: int
         raise TraceError(f"max model len must be >= 1, got {context_tokens}")
     if limit is not None and limit < 1:
         raise TraceError(f"limit must be >= 1, got {limit}")
-    if not path.is_file():
+    if not path.exists():
         raise TraceError(f"Mooncake trace not found: {path}")
+    if not path.is_file():  # a folder, /dev/null, a pipe: there, but no trace file
+        raise TraceError(f"Mooncake trace is not a regular file: {path}")
     kept, over, read, last, lines = [], [], 0, None, 0
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
@@ -160,13 +164,19 @@ def documents(trace: MooncakeTrace) -> list[int]:
     return [seen.setdefault(r.hash_ids[:DOCUMENT_BLOCKS], len(seen)) for r in trace.requests]
 
 
+def output_files(source: Path, out_dir: Path, name: str | None = None,
+                 warmup_shifts: tuple[int, ...] = WARMUP_SHIFTS) -> list[Path]:
+    """The files `convert` writes into `out_dir` for `source`: a parity trace with its replay file."""
+    return trace_files(out_dir, name or default_name(source), len(warmup_shifts), replay=True)
+
+
 def default_name(path: Path) -> str:
     return re.sub(r"[^A-Za-z0-9_-]", "-", path.stem) or "mooncake"
 
 
 def convert(source: Path, out_dir: Path, *, name: str | None = None, context_tokens: int = MAX_MODEL_LEN,
             limit: int | None = None, seed: int = 0, tokenizer_dir: Path | None = None, vocab_size: int | None = None,
-            warmup_shifts: tuple[int, ...] = (1009, 2027)) -> Path:
+            warmup_shifts: tuple[int, ...] = WARMUP_SHIFTS) -> Path:
     """Write NAME.tokens, its warmup variants (token-shifted, as the study's), NAME.replay.json (arrivals) and,
     last, the manifest NAME.json; returns the manifest's path. The whole file is read and checked first."""
     name = name or default_name(source)

@@ -7,6 +7,7 @@ import errno
 import functools
 import os
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path
 
 import click
@@ -44,10 +45,30 @@ def writable_file(path: Path) -> None:
     _takes_files(path.parent)
 
 
-def not_an_input(out: Path, inputs: dict[str, Path | None], folder: bool = False) -> None:
+def not_an_input(out: Path, inputs: dict[str, Path | None], folder: bool = False, *, option: str = "--out",
+                 writes: Iterable[Path] = ()) -> None:
     """An --out that is one of the command's inputs (by any name: a link, `..`, a hard link), or lies in an
-    input folder, is refused: the command would overwrite what it reads, silently. With `folder` (an --out the
-    command writes its files into), one that holds an input is refused too. `inputs`: option -> path."""
+    input folder (or in one the command is yet to make, as a fetch's --dest), is refused: the command would
+    overwrite what it reads, silently. With `folder` (an --out the command writes its files into), one that holds
+    an input is refused too. `writes`: the files a command writes into the folder `out` under names it derives (a
+    --name, an input's stem), checked in place of `folder`: none may be an input. `inputs`: option -> path;
+    `option`: the out's own option, as the message names it."""
+    article = "an" if option.lstrip("-")[:1] in "aeiou" else "a"
+    clash = _input_at(out, inputs, folder)
+    if clash is not None:
+        where, name, given = clash
+        raise ParityError(f"{option} {out} {where} the command's input {name} {given}: give {article} {option} "
+                          f"apart from the inputs")
+    for path in writes:
+        clash = _input_at(path, inputs, False)
+        if clash is not None:
+            where, name, given = clash
+            raise ParityError(f"{option} {out} would write {path}, which {where} the command's input {name} {given}: "
+                              f"give another {option} or --name")
+
+
+def _input_at(out: Path, inputs: dict[str, Path | None], folder: bool) -> tuple[str, str, Path] | None:
+    """How `out` meets an input (is it, holds it, lies in it) and which: (how, option, path); None if apart."""
     target = out.resolve()
     for option, given in inputs.items():
         if given is None:
@@ -55,10 +76,9 @@ def not_an_input(out: Path, inputs: dict[str, Path | None], folder: bool = False
         source = given.resolve()
         same = target == source or (out.exists() and given.exists() and os.path.samefile(out, given))
         inside = folder and target in source.parents
-        if same or inside or (source.is_dir() and source in target.parents):
-            where = "is" if same else "holds" if inside else "lies in"
-            raise ParityError(f"--out {out} {where} the command's input {option} {given}: give an --out apart from "
-                              f"the inputs")
+        if same or inside or (not source.is_file() and source in target.parents):
+            return "is" if same else "holds" if inside else "lies in", option, given
+    return None
 
 
 def writable_folder(path: Path) -> None:

@@ -18,20 +18,50 @@ from parity.cli.errors import friendly_errors
 @click.option("--articles", default=1200, show_default=True, type=click.IntRange(min=1),
               help="Synthetic articles to generate.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the article generator.")
-@click.option("--vocab-size", default=8192, show_default=True, help="BPE vocabulary size.")
+@click.option("--vocab-size", default=8192, show_default=True, type=click.IntRange(max=2**31),
+              help="BPE vocabulary size (token IDs are int32: at most 2**31).")
 @friendly_errors
 def smoke_inputs_cmd(out_dir: Path, articles: int, seed: int, vocab_size: int):
     """Generate the offline smoke inputs: a synthetic news corpus and a BPE tokenizer trained on it."""
     from parity import smoke_inputs
+    from parity.manifest import all_or_nothing
 
     if vocab_size < smoke_inputs.MIN_VOCAB:  # checked before the corpus is written
         raise click.BadParameter(f"{vocab_size} is smaller than the {smoke_inputs.MIN_VOCAB} bytes and special tokens.",
                                  param_hint="'--vocab-size'")
-    corpus = smoke_inputs.write_corpus(out_dir / "corpus.jsonl", articles=articles, seed=seed)
-    tokenizer = smoke_inputs.train_tokenizer(corpus, out_dir / "tokenizer", vocab_size=vocab_size)
+    # Both or neither: the inner block removes the corpus and tokenizer.json should the training fail (and
+    # tokenizer/ where it made it), the outer one --out where it made it.
+    with all_or_nothing(out_dir / "corpus.jsonl"), all_or_nothing(out_dir / "tokenizer" / "tokenizer.json"):
+        corpus = smoke_inputs.write_corpus(out_dir / "corpus.jsonl", articles=articles, seed=seed)
+        tokenizer = smoke_inputs.train_tokenizer(corpus, out_dir / "tokenizer", vocab_size=vocab_size)
     echo(f"wrote {corpus} ({articles} synthetic articles) and {tokenizer}/tokenizer.json")
+
+
+def _trace_files(kw: dict) -> list[Path]:
+    """The files `parity trace` writes into --out: the trace's name decides them."""
+    from parity.trace import trace_files
+
+    return trace_files(kw["out_dir"], kw["name"], len(kw["warmup_shifts"]))
+
+
+def _mooncake_files(kw: dict) -> list[Path]:
+    """The files `parity trace-mooncake` writes into --out: named by --name, else by the source's stem."""
+    from parity.trace_mooncake import output_files
+
+    return output_files(kw["source"], kw["out_dir"], kw["name"])
+
+
+def _corpus_file(ctx, param, corpus: Path) -> Path:
+    """A folder given as --corpus is named as such as the command line is read, before --out is checked against
+    it (an --out in it would be refused as lying in an input, which hides the cause)."""
+    if corpus.is_dir():
+        raise click.ClickException(f"corpus {corpus} is a folder: give its JSONL file")  # as load_articles says
+    return corpus
+
+
 @main.command("trace")
-@click.option("--corpus", type=click.Path(path_type=Path), required=True, help="JSONL of news articles.")
+@click.option("--corpus", type=click.Path(path_type=Path), required=True, callback=_corpus_file,
+              help="JSONL of news articles.")
 @click.option("--tokenizer", "tokenizer_dir", type=click.Path(path_type=Path), required=True,
               help="Hugging Face tokenizer directory (with tokenizer.json).")
 @click.option("--name", required=True, help="Trace name, e.g. no-reuse or reuse.")
@@ -65,6 +95,7 @@ def smoke_inputs_cmd(out_dir: Path, articles: int, seed: int, vocab_size: int):
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, callback=options.out_folder,
               help="Directory for NAME.json, NAME.tokens and NAME.warmupK.tokens.")
 @friendly_errors
+@options.out_apart_from("corpus", "tokenizer_dir", out="out_dir", writes=_trace_files)
 def trace_cmd(corpus, tokenizer_dir, name, documents, questions, prefix_tokens, seed, head_tokens, zipf, blocks,
               answer_tokens, warmup_shifts, pack_articles, text_field, corpus_origin, tokenizer_origin, context_tokens,
               out_dir):
@@ -98,6 +129,7 @@ def trace_cmd(corpus, tokenizer_dir, name, documents, questions, prefix_tokens, 
 @click.option("--tokenizer", "tokenizer_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Draw token IDs from this tokenizer's ordinary IDs [default: 0..127,999, Llama 3.1's].")
 @friendly_errors
+@options.out_apart_from("source", "tokenizer_dir", out="out_dir", writes=_mooncake_files)
 def trace_mooncake_cmd(source, out_dir, name, max_model_len, limit, seed, tokenizer_dir):
     """A Mooncake request trace (JSONL: timestamp, input_length, output_length, hash_ids) as a parity trace:
     each 512-token block a seeded block of token IDs, sharing kept exactly, arrivals as a replay file."""
@@ -135,6 +167,7 @@ def _fetch_command(name: str, default_pins: str | None, summary: str):
     @click.option("--receipt", type=click.Path(path_type=Path, dir_okay=False), default=None,
                   help="Receipt manifest path [default: DEST/fetch-receipt.json].")
     @friendly_errors
+    @options.out_apart_from("pins_path", "dest", out="receipt")
     def command(pins_path, dest, record_pins, receipt):
         from parity.fetch import fetch_pinned
 
@@ -168,6 +201,7 @@ fetch_url_cmd = _fetch_command(
 @click.option("--receipt", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Receipt manifest path [default: DEST/articles.receipt.json].")
 @friendly_errors
+@options.out_apart_from("pins_path", "dest", out="receipt")
 def fetch_articles_cmd(pins_path, dest, record_pins, receipt):
     """Convert the verified parquet to articles.jsonl (deterministic; its SHA-256 is pinned too)."""
     from parity.fetch import Pins

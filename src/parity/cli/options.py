@@ -209,18 +209,24 @@ out_file = _out_checked(errors.writable_file)  # the callback of an --out file
 out_folder = _out_checked(errors.writable_folder)  # the callback of an --out folder
 
 
-def out_apart_from(*names: str, out: str = "out"):
-    """A command decorator (under `friendly_errors`): its `out` (the parameter of that name) must not be, or lie
-    in, the inputs its parameters `names` give, nor hold one where it is a folder the command writes into
-    (`errors.not_an_input`), checked before the command reads or writes anything."""
+def out_apart_from(*names: str, out: str = "out", writes=None):
+    """A command decorator (under `friendly_errors`): its `out` (the parameter of that name; none given, nothing to
+    check) must not be, or lie in, the inputs its parameters `names` give, nor hold one where it is a folder the
+    command writes into (`errors.not_an_input`), checked before the command reads or writes anything. `writes`: for
+    a folder out whose files are named from the command line (a --name, an input's stem), a function of the
+    command's keyword arguments giving those files: they are checked instead, so a folder may hold its inputs
+    under other names."""
 
     def apply(command):
         @functools.wraps(command)
         def wrapper(*args, **kwargs):
-            params = {p.name: p for p in click.get_current_context().command.params}
-            inputs = {(params[n].opts[0] if isinstance(params[n], click.Option) else n.upper()): kwargs[n]
-                      for n in names}
-            errors.not_an_input(kwargs[out], inputs, folder=params[out].callback is out_folder)
+            if kwargs[out] is not None:
+                params = {p.name: p for p in click.get_current_context().command.params}
+                inputs = {(params[n].opts[0] if isinstance(params[n], click.Option) else n.upper()): kwargs[n]
+                          for n in names}
+                errors.not_an_input(kwargs[out], inputs, option=params[out].opts[0],
+                                    folder=writes is None and params[out].callback is out_folder,
+                                    writes=writes(kwargs) if writes is not None else ())
             return command(*args, **kwargs)
 
         return wrapper
