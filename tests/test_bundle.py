@@ -322,3 +322,59 @@ def test_a_full_disk_while_bagging_leaves_no_partial_bundle(run, tmp_path, monke
     with pytest.raises(OSError):
         bundle.make(run / "results" / "smoke", out, workdir=run)
     assert not out.exists() and not out.with_name("bundle.partial").exists()
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    minisign = pytest.importorskip("minisign")
+    pair = minisign.KeyPair.generate()
+    folder = tmp_path_factory.mktemp("keys")
+    (folder / "parity.key").write_bytes(bytes(pair.secret_key))
+    (folder / "parity.pub").write_bytes(bytes(pair.public_key))
+    return folder
+
+
+def test_a_payload_file_nothing_accounts_for_is_named_though_the_bag_was_remade_to_match(run, keys):
+    """An outside evaluator added files to a signed bundle's payload, beside the sealed tree (a forged trial
+    under results/, a note, a rule file), and recomputed the bag's manifests and Payload-Oxum, as anyone can:
+    `parity validate --bundle BAG --public-key K` said all valid. The bag's manifests vouch for nothing, and the
+    sealed tree's checks see only inside the tree; now every payload file the crate does not describe is named,
+    one line each."""
+    import bagit
+
+    signed = CliRunner().invoke(main, ["sign", str(run / "results" / "smoke"), "--key", str(keys / "parity.key")],
+                                env={"PARITY_SIGNING_PASSWORD": None})
+    assert signed.exit_code == 0, signed.output
+    out = make(run)
+    data = out / "data"
+    trial = json.loads((data / "results/smoke/locality/trials/t0.json").read_text()) | {"status": "passed"}
+    added = {"results/extra/trials/x.json": json.dumps(trial), "NOTES.md": "# all passed\n",
+             "workflow/rules/evil.smk": "rule evil:\n    shell: 'true'\n"}
+    for rel, text in added.items():
+        (data / rel).parent.mkdir(parents=True, exist_ok=True)
+        (data / rel).write_text(text)
+    bagit.Bag(str(out)).save(manifests=True)  # the manifests, tag manifests and Payload-Oxum, recomputed
+    assert bagit.Bag(str(out)).is_valid()
+    problems = bundle.check(out)
+    assert sorted(problems) == [f"data/{rel}: added (in the bag's payload, but the crate does not describe it)"
+                                for rel in sorted(added)], problems
+    result = CliRunner().invoke(main, ["validate", "--bundle", str(out), "--public-key", str(keys / "parity.pub")])
+    assert result.exit_code == 1 and all(f"data/{rel}" in result.output for rel in added), result.output
+
+
+def test_a_file_the_bundle_never_holds_is_named_in_a_sealed_tree_though_the_crate_describes_it(run):
+    """A GPU lock file is not kept (`seal.kept`), so the seal's check of unlinked files passes over it: one added
+    to the sealed tree inside a bundle, with a crate entity and the bag remade to match, was carried silently."""
+    import bagit
+
+    out = make(run)
+    lock = out / "data" / "results" / "smoke" / "locality" / "x.lock"
+    lock.write_text("anything at all")
+    crate = out / "data" / bundle.CRATE
+    doc = json.loads(crate.read_text())
+    doc["@graph"].append({"@id": "results/smoke/locality/x.lock", "@type": "File", "contentSize": lock.stat().st_size,
+                          "sha256": bundle.sha256_file(lock)})
+    crate.write_text(json.dumps(doc))
+    bagit.Bag(str(out)).save(manifests=True)
+    assert bundle.check(out) == ["data/results/smoke/locality/x.lock: added (in the sealed tree results/smoke, "
+                                 "which keeps no such file)"]
