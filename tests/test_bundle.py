@@ -34,10 +34,9 @@ def run(tmp_path, small_inputs) -> Path:
     (work / "resources" / "unread.bin").write_text("no manifest links this")
     build_trace(TraceSpec("reuse", documents=2, questions_per_document=1, prefix_tokens=200, seed=1),
                 inputs / "corpus.jsonl", inputs / "tok", results / "traces")
-    files = {  # a trial's versions and GPUs as the crate reads them (not a manifest: no schema_version)
-        "locality/trials/t0.json": json.dumps({"kind": "trial", "versions": {"parity": "0.1.0", "vllm": None},
-                                               "engine": {"name": "sim", "simulated": True},
-                                               "gpus": [{"uuid": "sim-0", "name": "simulated"}]}),
+    files = {  # a kept result file no manifest links (a JSON object of kind `trial` would be a manifest, so the
+        # crate's versions and GPUs, which it reads from trial manifests, are given by `provenance` below)
+        "locality/trials/t0.json": json.dumps({"trial_id": "t0", "status": "passed"}),
         "logs/experiment_locality.log": "t0: passed\n", "report/report.md": "# report\n",
         "report/plots/sustained.png": "\x89PNG fake", "logs/empty.log": "", "locality/logs/gpu-locks/sim-0.lock": "",
     }
@@ -54,6 +53,34 @@ def run(tmp_path, small_inputs) -> Path:
     summary, problems = seal.seal(results, log=lambda m: None)
     assert problems == [] and summary["files"] == 4  # the trial stand-in, a log, the report, the plot
     return work
+
+
+TRIAL = {"kind": "trial", "versions": {"parity": "0.1.0", "vllm": None}, "engine": {"name": "sim", "simulated": True},
+         "gpus": [{"uuid": "sim-0", "name": "simulated"}]}  # a trial's versions and GPUs, as the crate reads them
+
+
+@pytest.fixture
+def provenance(monkeypatch):
+    """The crate reads software versions and GPUs from what `_provenance` finds in the tree's trial manifests
+    (tested on its own below): given here, as it reads them from TRIAL."""
+    real = bundle._provenance
+
+    def given(trial=TRIAL):
+        monkeypatch.setattr(bundle, "_provenance", lambda results, files:
+                            real(_stand_in(results.parent.parent.parent / "stand-in", trial), [Path("trials/t0.json")]))
+    given()
+    return given
+
+
+def _stand_in(folder: Path, trial: dict) -> Path:
+    (folder / "trials").mkdir(parents=True, exist_ok=True)
+    (folder / "trials" / "t0.json").write_text(json.dumps(trial))
+    return folder
+
+
+def test_the_crates_provenance_is_read_from_the_trial_manifests(tmp_path):
+    versions, gpus = bundle._provenance(_stand_in(tmp_path, TRIAL), [Path("trials/t0.json")])
+    assert versions == {"parity": ["0.1.0"]} and gpus == [{"uuid": "sim-0", "name": "simulated"}]
 
 
 RESULT_FILES = 9  # the trace (manifest, measured and two warmup token files), the trial, a log, the report, the plot, run.json
@@ -78,7 +105,7 @@ def test_a_bundle_holds_every_kept_file_and_validates(run):
     assert {"manifest-sha256.txt", "manifest-sha512.txt", "tagmanifest-sha256.txt", "bag-info.txt"} <= {p.name for p in out.iterdir()}
 
 
-def test_the_crate_is_a_workflow_run_crate_with_one_action_per_job(run):
+def test_the_crate_is_a_workflow_run_crate_with_one_action_per_job(run, provenance):
     doc = json.loads((make(run) / "data" / bundle.CRATE).read_text())
     assert bundle.crate_problems(doc) == []
     graph = {e["@id"]: e for e in doc["@graph"]}
@@ -97,15 +124,13 @@ def test_the_crate_is_a_workflow_run_crate_with_one_action_per_job(run):
     assert graph["#software-parity"]["softwareVersion"] == "0.1.0" and graph["#gpu-sim-0"]["identifier"] == "sim-0"
 
 
-def test_the_crate_keeps_roc_validators_recommendations_it_can_keep_honestly(run):
+def test_the_crate_keeps_roc_validators_recommendations_it_can_keep_honestly(run, provenance):
     """roc-validator 0.13.0's RECOMMENDED checks (run offline, 2026-12-05): a README.md about the crate, in
     text/markdown (workflow-ro-crate-1.0_6); the Snakefile's encodingFormat (ro-crate-1.1_27.1); where a reviewer
     gets each third-party piece of software (process-run-crate-0.5_3.2). parity's own rules and package have no
     public address, so they carry none."""
     (run / "README.md").write_text("# parity\n")
-    (run / "results" / "smoke" / "locality" / "trials" / "t0.json").write_text(json.dumps(
-        {"kind": "trial", "versions": {"parity": "0.1.0", "numpy": "2.4.6"}, "gpus": []}))
-    seal.seal(run / "results" / "smoke", log=lambda m: None)
+    provenance({"kind": "trial", "versions": {"parity": "0.1.0", "numpy": "2.4.6"}, "gpus": []})
     out = make(run)
     assert bundle.check(out) == []
     graph = {e["@id"]: e for e in json.loads((out / "data" / bundle.CRATE).read_text())["@graph"]}
@@ -322,3 +347,59 @@ def test_a_full_disk_while_bagging_leaves_no_partial_bundle(run, tmp_path, monke
     with pytest.raises(OSError):
         bundle.make(run / "results" / "smoke", out, workdir=run)
     assert not out.exists() and not out.with_name("bundle.partial").exists()
+
+
+@pytest.fixture(scope="module")
+def keys(tmp_path_factory):
+    minisign = pytest.importorskip("minisign")
+    pair = minisign.KeyPair.generate()
+    folder = tmp_path_factory.mktemp("keys")
+    (folder / "parity.key").write_bytes(bytes(pair.secret_key))
+    (folder / "parity.pub").write_bytes(bytes(pair.public_key))
+    return folder
+
+
+def test_a_payload_file_nothing_accounts_for_is_named_though_the_bag_was_remade_to_match(run, keys):
+    """An outside evaluator added files to a signed bundle's payload, beside the sealed tree (a forged trial
+    under results/, a note, a rule file), and recomputed the bag's manifests and Payload-Oxum, as anyone can:
+    `parity validate --bundle BAG --public-key K` said all valid. The bag's manifests vouch for nothing, and the
+    sealed tree's checks see only inside the tree; now every payload file the crate does not describe is named,
+    one line each."""
+    import bagit
+
+    signed = CliRunner().invoke(main, ["sign", str(run / "results" / "smoke"), "--key", str(keys / "parity.key")],
+                                env={"PARITY_SIGNING_PASSWORD": None})
+    assert signed.exit_code == 0, signed.output
+    out = make(run)
+    data = out / "data"
+    trial = json.loads((data / "results/smoke/locality/trials/t0.json").read_text()) | {"status": "passed"}
+    added = {"results/extra/trials/x.json": json.dumps(trial), "NOTES.md": "# all passed\n",
+             "workflow/rules/evil.smk": "rule evil:\n    shell: 'true'\n"}
+    for rel, text in added.items():
+        (data / rel).parent.mkdir(parents=True, exist_ok=True)
+        (data / rel).write_text(text)
+    bagit.Bag(str(out)).save(manifests=True)  # the manifests, tag manifests and Payload-Oxum, recomputed
+    assert bagit.Bag(str(out)).is_valid()
+    problems = bundle.check(out)
+    assert sorted(problems) == [f"data/{rel}: added (in the bag's payload, but the crate does not describe it)"
+                                for rel in sorted(added)], problems
+    result = CliRunner().invoke(main, ["validate", "--bundle", str(out), "--public-key", str(keys / "parity.pub")])
+    assert result.exit_code == 1 and all(f"data/{rel}" in result.output for rel in added), result.output
+
+
+def test_a_file_the_bundle_never_holds_is_named_in_a_sealed_tree_though_the_crate_describes_it(run):
+    """A GPU lock file is not kept (`seal.kept`), so the seal's check of unlinked files passes over it: one added
+    to the sealed tree inside a bundle, with a crate entity and the bag remade to match, was carried silently."""
+    import bagit
+
+    out = make(run)
+    lock = out / "data" / "results" / "smoke" / "locality" / "x.lock"
+    lock.write_text("anything at all")
+    crate = out / "data" / bundle.CRATE
+    doc = json.loads(crate.read_text())
+    doc["@graph"].append({"@id": "results/smoke/locality/x.lock", "@type": "File", "contentSize": lock.stat().st_size,
+                          "sha256": bundle.sha256_file(lock)})
+    crate.write_text(json.dumps(doc))
+    bagit.Bag(str(out)).save(manifests=True)
+    assert bundle.check(out) == ["data/results/smoke/locality/x.lock: added (in the sealed tree results/smoke, "
+                                 "which keeps no such file)"]

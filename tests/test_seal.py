@@ -154,3 +154,26 @@ def test_a_run_json_that_is_not_a_run_manifest_is_refused(results, forged):
     rule = "not-json" if forged == "folder" else "not-a-seal"  # a folder: named by the walk, as any *.json folder
     assert [line for line in lines if f": {rule}: " in line] and last.startswith(f"Error: {len(lines)} problem(s)")
     assert seal.sealed_trees(results.parent) == []  # and the bundle finds no sealed tree in it
+
+
+def test_a_manifest_with_its_schema_version_deleted_is_a_schema_error_not_a_plain_file(results):
+    """An outside evaluator deleted a manifest's `schema_version` and forged its content: a manifest was a JSON
+    object with both `kind` and `schema_version`, so this one passed for one of the tree's plain files:
+    `parity validate` counted one manifest fewer and passed, and `parity seal` linked it as a plain file. A
+    `kind` that names a manifest kind makes it a manifest, and its missing schema version a schema error; JSON
+    files that are no manifest (the tokenizer's, a JSON object with a kind no schema names) stay plain files."""
+    receipt = results / "locality" / "cleanup" / "t0.json"
+    doc = json.loads(receipt.read_text())
+    del doc["schema_version"]
+    receipt.write_text(json.dumps(doc | {"clean": False, "errors": "forged"}))
+    (results / "logs" / "schedule.json").write_text(json.dumps({"kind": "burst", "rate": 1}))  # not a manifest kind
+    result = CliRunner().invoke(main, ["validate", str(results)])
+    assert result.exit_code == 1, result.output
+    assert f"{receipt}: : required: 'schema_version' is a required property" in result.output, result.output
+    assert "schedule.json" not in result.output and "tokenizer" not in result.output, result.output
+    result = CliRunner().invoke(main, ["seal", str(results)])
+    assert result.exit_code == 1 and "'schema_version' is a required property" in result.output, result.output
+    assert not (results / seal.RUN_MANIFEST).exists()
+    receipt.write_text(json.dumps(doc | {"schema_version": 3}))  # put back: the tree seals and validates again
+    sealed(results)
+    assert CliRunner().invoke(main, ["validate", str(results)]).exit_code == 0

@@ -319,7 +319,7 @@ def check(bundle: Path, key=None) -> list[str]:
     except (OSError, ValueError) as exc:
         return [f"{crate}: not a readable RO-Crate ({exc})"]
     problems = [f"{crate}: {problem}" for problem in crate_problems(doc) + _crate_against_bag(doc, bag)]
-    return problems + _evidence_problems(bundle / "data", key)
+    return problems + _unaccounted(doc, bag) + _evidence_problems(bundle / "data", key)
 
 
 def _unreadable_tags(bundle: Path) -> list[str]:
@@ -355,6 +355,32 @@ def _crate_against_bag(doc: dict, bag) -> list[str]:
         if entity.get("contentSize") != size or entity.get("sha256") != entry.get("sha256"):
             problems.append(f"the crate says {entity['@id']} has {entity.get('contentSize')} bytes and SHA-256 "
                             f"{entity.get('sha256')}, the bag holds {size} bytes with {entry.get('sha256')}")
+    return problems
+
+
+def _unaccounted(doc: dict, bag) -> list[str]:
+    """Each payload file the bundle would not hold, named, one line each: `make` describes every file it places
+    in `data/` in the crate (the crate itself aside), and in a sealed tree places only what the tree keeps
+    (`seal.kept`) and its signature. The bag's own manifests vouch for nothing here (anyone can recompute them
+    around an added file), and a sealed tree's checks see only its kept files: a file added beside the tree, or
+    one `kept` passes over (a lock file), was carried silently (an outside evaluator's pass)."""
+    data = Path(bag.path) / "data"
+    described = {CRATE} | {entity.get("@id") for entity in doc.get("@graph", [])
+                           if isinstance(entity, dict) and "File" in _list(entity.get("@type"))}
+    trees = sorted((tree.relative_to(data) for tree in sealed_trees(data)), key=lambda t: -len(t.parts))
+    keeps: dict[Path, set] = {}
+    problems = []
+    for name in sorted(Path(p).relative_to("data").as_posix() for p in bag.payload_files()):
+        if name not in described:
+            problems.append(f"data/{name}: added (in the bag's payload, but the crate does not describe it)")
+            continue
+        tree = next((t for t in trees if Path(name).is_relative_to(t)), None)  # the deepest that holds it
+        if tree is None:
+            continue
+        if tree not in keeps:
+            keeps[tree] = set(kept(data / tree)) | {Path(SIGNATURE)}
+        if Path(name).relative_to(tree) not in keeps[tree]:
+            problems.append(f"data/{name}: added (in the sealed tree {tree.as_posix()}, which keeps no such file)")
     return problems
 
 
