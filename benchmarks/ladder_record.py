@@ -236,13 +236,27 @@ def _entries(record: dict, key: str, ident: str, said) -> list[dict]:
     return []
 
 
-def _shape(stated, derived, where: str) -> list[str]:
-    """Keys a stated object has that its derivation lacks (forged), and keys it leaves out, at every depth."""
+def _shape(stated, derived, where: str, extra: bool = True) -> list[str]:
+    """Keys a stated object has that its derivation lacks (forged; only where `extra`), and keys it leaves out, at
+    every depth."""
     if not (isinstance(stated, dict) and isinstance(derived, dict)):
         return []
-    return ([f"{where}.{k}: the record states it, its trials give no such thing" for k in stated.keys() - derived.keys()]
-            + [f"{where}.{k}: its trials give it, the record leaves it out" for k in derived.keys() - stated.keys()]
-            + [d for k in stated.keys() & derived.keys() for d in _shape(stated[k], derived[k], f"{where}.{k}")])
+    return ([f"{where}.{k}: the record states it, its trials give no such thing"
+             for k in sorted(stated.keys() - derived.keys()) if extra]
+            + [f"{where}.{k}: its trials give it, the record leaves it out" for k in sorted(derived.keys() - stated.keys())]
+            + [d for k in stated.keys() & derived.keys() for d in _shape(stated[k], derived[k], f"{where}.{k}", extra)])
+
+
+UUID = re.compile(r"GPU-[0-9a-f-]{36}")
+
+
+def _gpus(record: dict, trials: list[dict]) -> list[str]:
+    """The record's `gpus` (a phrase -> "NVIDIA H200, GPU-..., driver ..." object, or a string) names every GPU its
+    archive's trials ran on, and no other."""
+    stated = set(UUID.findall(json.dumps(record.get("gpus", ""))))
+    ran = {uuid for t in trials for uuid in t["gpu"]}
+    return ([f"its gpus do not name {uuid}, which its trials ran on" for uuid in sorted(ran - stated)]
+            + [f"its gpus name {uuid}, which none of its trials ran on" for uuid in sorted(stated - ran)])
 
 
 def check(record_path: Path) -> list[str]:
@@ -270,26 +284,38 @@ def check(record_path: Path) -> list[str]:
         said(_experiment(record["experiment"], archive, trials))
     sections = {key: _entries(record, key, ident, said) for key, ident in
                 (("trials", "trial"), ("pairs", "pair"), ("rungs", "rung"), ("bounded", "rung"))}
+    malformed = {key for key in sections if key in record and sections[key] is not record[key]}
     stated_pairs = sections["pairs"] + [v for v in record.values() if isinstance(v, dict) and isinstance(v.get("pair"), str)]
     # each stated entry against the one its trials give by name; the bounded ladder (issue 30) also key for key: a
     # record that states it states every arm and number its trials give, and nothing else
+    # The record states exactly what its archive derives: every trial, pair, rung and bounded rung (a section its
+    # trials give nothing for may be left out), each once, with every key its derivation has. Trials, pairs and rungs
+    # may carry hand-written notes beside those (a trial's `call`, `arm`, `engine_cpus`; a pair's `recorded_in`);
+    # the bounded ladder (issue 30) states nothing else.
     for stated_list, key, ident, absent in ((sections["trials"], "trials", "trial", "is not in"),
                                             (stated_pairs, "pairs", "pair", "has no two trials in"),
                                             (sections["rungs"], "rungs", "rung", "has no pair in"),
                                             (sections["bounded"], "bounded", "rung", "has no trial in")):
         label = "bounded" if key == "bounded" else ident
         by_name = {entry[ident]: entry for entry in derived[key]}
+        seen: set[str] = set()
         for stated in stated_list:
             where = f"{label} {stated[ident]}"
+            if stated[ident] in seen:
+                said([f"{where} is stated twice"])
+                continue
+            seen.add(stated[ident])
             if stated[ident] not in by_name:
                 said([f"{where} {absent} {name}"])
                 continue
-            said((_shape(stated, by_name[stated[ident]], where) if key == "bounded" else [])
+            said(_shape(stated, by_name[stated[ident]], where, extra=key == "bounded")
                  + _differences(stated, by_name[stated[ident]], where))
-    by_bounded = {b["rung"]: b for b in derived["bounded"]}
-    if "bounded" in record and sections["bounded"] is record["bounded"]:  # (a malformed one is said once, above)
-        said(f"bounded rung {rung} of its trials is not stated" for rung in by_bounded
-             if rung not in {b["rung"] for b in sections["bounded"]})
+        if key in malformed:  # (said once, above)
+            continue
+        of = "its archive" if key == "trials" else "its trials"
+        label = "bounded rung" if key == "bounded" else ident
+        said(f"{label} {n} of {of} is not stated" for n in by_name if n not in seen)
+    said(_gpus(record, derived["trials"]))
     return problems
 
 

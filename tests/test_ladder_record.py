@@ -227,3 +227,40 @@ def test_an_experiment_manifest_stating_another_objective_than_its_trials_were_a
     doc["settings"]["objective"] = {"ttft_s": 30.0, "itl_s": 1.0}
     (problem,) = derived_problems(path, doc)
     assert problem[0] == "/settings/objective" and "(and 7 more)" in problem[1]
+
+
+@pytest.mark.parametrize("forge, named", [
+    (lambda r: r.__setitem__("trials", []), "trial sustained-rate-12-harvest-reuse-640-p0-flame of its archive is not stated"),
+    (lambda r: r.__setitem__("pairs", []), "pair sustained-rate-12-harvest-reuse-640-p0 of its trials is not stated"),
+    (lambda r: r.__setitem__("rungs", []), "rung rate-12-harvest-reuse-640 of its trials is not stated"),
+    (lambda r: r.pop("rungs"), "rung rate-12-harvest-reuse-640 of its trials is not stated"),
+    (lambda r: r["pairs"].remove(min(r["pairs"], key=lambda p: p["achieved_ratio"])),
+     "pair sustained-rate-12-harvest-reuse-640-p0 of its trials is not stated"),
+    (lambda r: r["pairs"].append(r["pairs"][0]), "pair sustained-rate-4-harvest-reuse-640-p0 is stated twice"),
+    (lambda r: r["rungs"][0]["achieved_ratio"].pop("worst"), "achieved_ratio.worst: its trials give it, the record leaves it out"),
+    (lambda r: r["trials"][0].pop("itl_ms"), "itl_ms: its trials give it, the record leaves it out"),
+    (lambda r: r.__setitem__("gpus", "GPU-FORGED"), "its gpus do not name GPU-5a9d2317-977d-72d9-5f2e-b1d6dd3ecb8a"),
+    (lambda r: r.pop("gpus"), "its gpus do not name GPU-5a9d2317-977d-72d9-5f2e-b1d6dd3ecb8a"),
+    (lambda r: r["gpus"].__setitem__("calls 1-6", "NVIDIA H200, GPU-00000000-0000-0000-0000-000000000000"),
+     "its gpus name GPU-00000000-0000-0000-0000-000000000000, which none of its trials ran on"),
+])
+def test_a_record_stripped_of_its_evidence_or_gpus_is_named(tmp_path, forge, named):
+    """Found by an outsider: a record with its trials, pairs and rungs set to [] (gpus 'GPU-FORGED', any conclusion)
+    was '1 record(s) agree', and so was one missing its worst pair or a rung's `worst`: only what a record stated was
+    compared. It must state exactly what its archive derives (no entry missing, none twice, every key) and name every
+    GPU its trials ran on, and no other."""
+    record, path = _copy(tmp_path)
+    forge(record)
+    path.write_text(json.dumps(record))
+    problems = ladder_record.check(path)
+    assert problems and any(named in p for p in problems), problems
+    assert ladder_record.main(["check", str(path)]) == 1
+
+
+def test_everything_forged_at_once_is_refused(tmp_path, capsys):
+    record, path = _copy(tmp_path)
+    record.update(trials=[], pairs=[], rungs=[], gpus="GPU-FORGED", conclusion="anything")
+    path.write_text(json.dumps(record))
+    assert ladder_record.main(["check", str(path)]) == 1
+    assert "agree" not in capsys.readouterr().out
+
