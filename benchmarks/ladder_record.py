@@ -270,6 +270,8 @@ def check(record_path: Path) -> list[str]:
     name = str(record.get("archive", "")).split(":")[0].strip()
     if not name:
         return [f"{record_path.name}: names no archive"]
+    if "/" in name or "\\" in name or name in {".", ".."}:  # an absolute path, a `..` or a folder: not beside it
+        return [f"{record_path.name}: its archive {name} is not a file name beside it"]
     archive = record_path.parent / name
     if not archive.is_file():
         return [f"{record_path.name}: its archive {name} is not beside it"]

@@ -264,3 +264,16 @@ def test_everything_forged_at_once_is_refused(tmp_path, capsys):
     assert ladder_record.main(["check", str(path)]) == 1
     assert "agree" not in capsys.readouterr().out
 
+
+@pytest.mark.parametrize("archive", ["/abs/h200-ladder-2026-12-04-trials-session16.tar.xz",
+                                     "../measured/h200-ladder-2026-12-04-trials-session16.tar.xz",
+                                     "sub/h200-ladder-2026-12-04-trials-session16.tar.xz", ".."])
+def test_an_archive_not_named_beside_its_record_is_refused_in_one_line(tmp_path, archive):
+    """Found by an outsider: an `archive` with an absolute path, a `..` or a `/` was followed out of the record's
+    folder; the archive must lie beside the record."""
+    record, path = _copy(tmp_path)
+    (tmp_path / "sub").mkdir()
+    shutil.copy(tmp_path / record["archive"].split(":")[0], tmp_path / "sub")
+    record["archive"] = archive + ": moved"
+    path.write_text(json.dumps(record))
+    assert ladder_record.check(path) == [f"{path.name}: its archive {archive} is not a file name beside it"]
