@@ -278,8 +278,11 @@ def check(record_path: Path) -> list[str]:
     try:
         trials = archived(archive)
         derived = derive(trials)
+    except tarfile.ReadError:  # tarfile's own message is one line per compression it tried
+        return [f"{record_path.name}: its archive {name} is {'empty' if archive.stat().st_size == 0 else 'not a tar archive'}"]
     except (OSError, tarfile.TarError, EOFError, json.JSONDecodeError, KeyError, TypeError) as e:
-        return [f"{record_path.name}: its archive {name} cannot be read as trial manifests ({type(e).__name__}: {e})"]
+        return [f"{record_path.name}: its archive {name} cannot be read as trial manifests ({type(e).__name__}: "
+                f"{' '.join(str(e).split())})"]
     problems: list[str] = []
     said = lambda lines: problems.extend(f"{record_path.name}: {line}" for line in lines)  # noqa: E731
     if "experiment" in record:
@@ -321,13 +324,45 @@ def check(record_path: Path) -> list[str]:
     return problems
 
 
+def _not_a_trial(path: Path, raw: bytes) -> str | None:
+    """Why the file at `path` is not a trial manifest derive can read (None: it is one)."""
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        return f"not UTF-8 JSON ({type(e).__name__})"
+    if not (isinstance(doc, dict) and isinstance(doc.get("records"), list) and isinstance(doc.get("trial_id"), str)):
+        return "not a trial manifest (an object with a trial_id and records)"
+    try:
+        trial(doc, raw, summarize(doc))
+    except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
+        return f"not a trial manifest derive can read ({type(e).__name__}: {' '.join(str(e).split())})"
+    return None
+
+
 def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] == "derive":
-        manifests = {p.stem: p.read_bytes() for p in sorted(Path(argv[1]).glob("*.json"))}
+        folder = Path(argv[1])
+        if not folder.is_dir():
+            print(f"ladder_record.py: {argv[1]} is not a folder", file=sys.stderr)
+            return 2
+        manifests = {p.stem: p.read_bytes() for p in sorted(folder.glob("*.json"))}
         if not manifests:
             print(f"ladder_record.py: no trial manifests in {argv[1]}", file=sys.stderr)
             return 2
-        json.dump(derive(manifests), sys.stdout, indent=1)
+        # Refused, not skipped: derive's folder is a session's extracted trials/, whose derivation becomes the record's
+        # trials, pairs and rungs; a file there that is no trial is the wrong folder or a damaged trial, and skipping it
+        # would write a record silently short of that trial (which check then refuses against the archive).
+        for p in sorted(folder.glob("*.json")):
+            if why := _not_a_trial(p, manifests[p.stem]):
+                print(f"ladder_record.py: {p} is {why}; derive reads a folder of trial manifests only", file=sys.stderr)
+                return 2
+        try:
+            derived = derive(manifests)
+        except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:  # (a pair's two trials)
+            print(f"ladder_record.py: the trials in {argv[1]} cannot be derived ({type(e).__name__}: "
+                  f"{' '.join(str(e).split())})", file=sys.stderr)
+            return 2
+        json.dump(derived, sys.stdout, indent=1)
         print()
         return 0
     if len(argv) >= 2 and argv[0] == "check":

@@ -277,3 +277,46 @@ def test_an_archive_not_named_beside_its_record_is_refused_in_one_line(tmp_path,
     record["archive"] = archive + ": moved"
     path.write_text(json.dumps(record))
     assert ladder_record.check(path) == [f"{path.name}: its archive {archive} is not a file name beside it"]
+
+
+def test_derive_on_a_folder_of_trials_gives_what_check_compares(tmp_path, capsys):
+    import tarfile
+
+    with tarfile.open(MEASURED / "h200-ladder-2026-12-05-trials-session19b.tar.xz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    [folder] = {p.parent for p in tmp_path.rglob("trials/*.json")}
+    assert ladder_record.main(["derive", str(folder)]) == 0
+    record = json.loads((MEASURED / "h200-ladder-2026-12-05-session19b.json").read_text())
+    assert [t["trial"] for t in json.loads(capsys.readouterr().out)["trials"]] == [t["trial"] for t in record["trials"]]
+
+
+@pytest.mark.parametrize("content, said", [
+    (b'{"what": "a record"}', "is not a trial manifest (an object with a trial_id and records)"),
+    (b"[1]", "is not a trial manifest (an object with a trial_id and records)"),
+    (b"\xff\xfe", "is not UTF-8 JSON (UnicodeDecodeError)"),
+    (b'{"trial_id": "a", "records": []}', "is not a trial manifest derive can read (KeyError: 'gpus')"),
+])
+def test_derive_refuses_a_file_that_is_no_trial_in_one_line(tmp_path, capsys, content, said):
+    """Found by an outsider: `derive benchmarks/measured` (any non-trial JSON) was a KeyError traceback, a file of
+    [1] a TypeError, non-UTF-8 a UnicodeDecodeError. It is refused naming the file, not skipped: a skipped damaged
+    trial would leave the record short of it."""
+    (tmp_path / "x.json").write_bytes(content)
+    assert ladder_record.main(["derive", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"ladder_record.py: {tmp_path / 'x.json'} {said}; derive reads a folder of trial manifests only\n"
+
+
+def test_derive_on_a_folder_that_does_not_exist_says_so(tmp_path, capsys):
+    """Found by an outsider: `derive /nonexistent` said 'no trial manifests in' it."""
+    assert ladder_record.main(["derive", str(tmp_path / "gone")]) == 2
+    assert capsys.readouterr().err == f"ladder_record.py: {tmp_path / 'gone'} is not a folder\n"
+
+
+@pytest.mark.parametrize("content, said", [(b"", "is empty"), (b"hello\n" * 200, "is not a tar archive")])
+def test_an_empty_or_non_tar_archive_is_one_line(tmp_path, content, said):
+    """Found by an outsider: tarfile's ReadError, one line per compression it tried, was the record's 'one line'."""
+    record, path = _copy(tmp_path)
+    archive = tmp_path / record["archive"].split(":")[0]
+    archive.write_bytes(content)
+    path.write_text(json.dumps(record))
+    assert ladder_record.check(path) == [f"{path.name}: its archive {archive.name} {said}"]
