@@ -236,13 +236,27 @@ def _entries(record: dict, key: str, ident: str, said) -> list[dict]:
     return []
 
 
-def _shape(stated, derived, where: str) -> list[str]:
-    """Keys a stated object has that its derivation lacks (forged), and keys it leaves out, at every depth."""
+def _shape(stated, derived, where: str, extra: bool = True) -> list[str]:
+    """Keys a stated object has that its derivation lacks (forged; only where `extra`), and keys it leaves out, at
+    every depth."""
     if not (isinstance(stated, dict) and isinstance(derived, dict)):
         return []
-    return ([f"{where}.{k}: the record states it, its trials give no such thing" for k in stated.keys() - derived.keys()]
-            + [f"{where}.{k}: its trials give it, the record leaves it out" for k in derived.keys() - stated.keys()]
-            + [d for k in stated.keys() & derived.keys() for d in _shape(stated[k], derived[k], f"{where}.{k}")])
+    return ([f"{where}.{k}: the record states it, its trials give no such thing"
+             for k in sorted(stated.keys() - derived.keys()) if extra]
+            + [f"{where}.{k}: its trials give it, the record leaves it out" for k in sorted(derived.keys() - stated.keys())]
+            + [d for k in stated.keys() & derived.keys() for d in _shape(stated[k], derived[k], f"{where}.{k}", extra)])
+
+
+UUID = re.compile(r"GPU-[0-9a-f-]{36}")
+
+
+def _gpus(record: dict, trials: list[dict]) -> list[str]:
+    """The record's `gpus` (a phrase -> "NVIDIA H200, GPU-..., driver ..." object, or a string) names every GPU its
+    archive's trials ran on, and no other."""
+    stated = set(UUID.findall(json.dumps(record.get("gpus", ""))))
+    ran = {uuid for t in trials for uuid in t["gpu"]}
+    return ([f"its gpus do not name {uuid}, which its trials ran on" for uuid in sorted(ran - stated)]
+            + [f"its gpus name {uuid}, which none of its trials ran on" for uuid in sorted(stated - ran)])
 
 
 def check(record_path: Path) -> list[str]:
@@ -256,50 +270,99 @@ def check(record_path: Path) -> list[str]:
     name = str(record.get("archive", "")).split(":")[0].strip()
     if not name:
         return [f"{record_path.name}: names no archive"]
+    if "/" in name or "\\" in name or name in {".", ".."}:  # an absolute path, a `..` or a folder: not beside it
+        return [f"{record_path.name}: its archive {name} is not a file name beside it"]
     archive = record_path.parent / name
     if not archive.is_file():
         return [f"{record_path.name}: its archive {name} is not beside it"]
     try:
         trials = archived(archive)
         derived = derive(trials)
+    except tarfile.ReadError:  # tarfile's own message is one line per compression it tried
+        return [f"{record_path.name}: its archive {name} is {'empty' if archive.stat().st_size == 0 else 'not a tar archive'}"]
     except (OSError, tarfile.TarError, EOFError, json.JSONDecodeError, KeyError, TypeError) as e:
-        return [f"{record_path.name}: its archive {name} cannot be read as trial manifests ({type(e).__name__}: {e})"]
+        return [f"{record_path.name}: its archive {name} cannot be read as trial manifests ({type(e).__name__}: "
+                f"{' '.join(str(e).split())})"]
     problems: list[str] = []
     said = lambda lines: problems.extend(f"{record_path.name}: {line}" for line in lines)  # noqa: E731
     if "experiment" in record:
         said(_experiment(record["experiment"], archive, trials))
     sections = {key: _entries(record, key, ident, said) for key, ident in
                 (("trials", "trial"), ("pairs", "pair"), ("rungs", "rung"), ("bounded", "rung"))}
+    malformed = {key for key in sections if key in record and sections[key] is not record[key]}
     stated_pairs = sections["pairs"] + [v for v in record.values() if isinstance(v, dict) and isinstance(v.get("pair"), str)]
     # each stated entry against the one its trials give by name; the bounded ladder (issue 30) also key for key: a
     # record that states it states every arm and number its trials give, and nothing else
+    # The record states exactly what its archive derives: every trial, pair, rung and bounded rung (a section its
+    # trials give nothing for may be left out), each once, with every key its derivation has. Trials, pairs and rungs
+    # may carry hand-written notes beside those (a trial's `call`, `arm`, `engine_cpus`; a pair's `recorded_in`);
+    # the bounded ladder (issue 30) states nothing else.
     for stated_list, key, ident, absent in ((sections["trials"], "trials", "trial", "is not in"),
                                             (stated_pairs, "pairs", "pair", "has no two trials in"),
                                             (sections["rungs"], "rungs", "rung", "has no pair in"),
                                             (sections["bounded"], "bounded", "rung", "has no trial in")):
         label = "bounded" if key == "bounded" else ident
         by_name = {entry[ident]: entry for entry in derived[key]}
+        seen: set[str] = set()
         for stated in stated_list:
             where = f"{label} {stated[ident]}"
+            if stated[ident] in seen:
+                said([f"{where} is stated twice"])
+                continue
+            seen.add(stated[ident])
             if stated[ident] not in by_name:
                 said([f"{where} {absent} {name}"])
                 continue
-            said((_shape(stated, by_name[stated[ident]], where) if key == "bounded" else [])
+            said(_shape(stated, by_name[stated[ident]], where, extra=key == "bounded")
                  + _differences(stated, by_name[stated[ident]], where))
-    by_bounded = {b["rung"]: b for b in derived["bounded"]}
-    if "bounded" in record and sections["bounded"] is record["bounded"]:  # (a malformed one is said once, above)
-        said(f"bounded rung {rung} of its trials is not stated" for rung in by_bounded
-             if rung not in {b["rung"] for b in sections["bounded"]})
+        if key in malformed:  # (said once, above)
+            continue
+        of = "its archive" if key == "trials" else "its trials"
+        label = "bounded rung" if key == "bounded" else ident
+        said(f"{label} {n} of {of} is not stated" for n in by_name if n not in seen)
+    said(_gpus(record, derived["trials"]))
     return problems
+
+
+def _not_a_trial(path: Path, raw: bytes) -> str | None:
+    """Why the file at `path` is not a trial manifest derive can read (None: it is one)."""
+    try:
+        doc = json.loads(raw.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        return f"not UTF-8 JSON ({type(e).__name__})"
+    if not (isinstance(doc, dict) and isinstance(doc.get("records"), list) and isinstance(doc.get("trial_id"), str)):
+        return "not a trial manifest (an object with a trial_id and records)"
+    try:
+        trial(doc, raw, summarize(doc))
+    except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
+        return f"not a trial manifest derive can read ({type(e).__name__}: {' '.join(str(e).split())})"
+    return None
 
 
 def main(argv: list[str]) -> int:
     if len(argv) >= 2 and argv[0] == "derive":
-        manifests = {p.stem: p.read_bytes() for p in sorted(Path(argv[1]).glob("*.json"))}
+        folder = Path(argv[1])
+        if not folder.is_dir():
+            print(f"ladder_record.py: {argv[1]} is not a folder", file=sys.stderr)
+            return 2
+        manifests = {p.stem: p.read_bytes() for p in sorted(folder.glob("*.json"))}
         if not manifests:
             print(f"ladder_record.py: no trial manifests in {argv[1]}", file=sys.stderr)
             return 2
-        json.dump(derive(manifests), sys.stdout, indent=1)
+        # Refused, not skipped: derive's folder is a session's extracted trials/, whose derivation becomes the record's
+        # trials, pairs and rungs; a file there that is no trial is the wrong folder or a damaged trial, and skipping it
+        # would write a record silently short of that trial (which check then refuses against the archive).
+        for p in sorted(folder.glob("*.json")):
+            if why := _not_a_trial(p, manifests[p.stem]):
+                print(f"ladder_record.py: {p} is {why}; derive reads a folder of trial manifests only", file=sys.stderr)
+                return 2
+        try:
+            derived = derive(manifests)
+        except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:  # (a pair's two trials)
+            print(f"ladder_record.py: the trials in {argv[1]} cannot be derived ({type(e).__name__}: "
+                  f"{' '.join(str(e).split())})", file=sys.stderr)
+            return 2
+        json.dump(derived, sys.stdout, indent=1)
         print()
         return 0
     if len(argv) >= 2 and argv[0] == "check":

@@ -227,3 +227,96 @@ def test_an_experiment_manifest_stating_another_objective_than_its_trials_were_a
     doc["settings"]["objective"] = {"ttft_s": 30.0, "itl_s": 1.0}
     (problem,) = derived_problems(path, doc)
     assert problem[0] == "/settings/objective" and "(and 7 more)" in problem[1]
+
+
+@pytest.mark.parametrize("forge, named", [
+    (lambda r: r.__setitem__("trials", []), "trial sustained-rate-12-harvest-reuse-640-p0-flame of its archive is not stated"),
+    (lambda r: r.__setitem__("pairs", []), "pair sustained-rate-12-harvest-reuse-640-p0 of its trials is not stated"),
+    (lambda r: r.__setitem__("rungs", []), "rung rate-12-harvest-reuse-640 of its trials is not stated"),
+    (lambda r: r.pop("rungs"), "rung rate-12-harvest-reuse-640 of its trials is not stated"),
+    (lambda r: r["pairs"].remove(min(r["pairs"], key=lambda p: p["achieved_ratio"])),
+     "pair sustained-rate-12-harvest-reuse-640-p0 of its trials is not stated"),
+    (lambda r: r["pairs"].append(r["pairs"][0]), "pair sustained-rate-4-harvest-reuse-640-p0 is stated twice"),
+    (lambda r: r["rungs"][0]["achieved_ratio"].pop("worst"), "achieved_ratio.worst: its trials give it, the record leaves it out"),
+    (lambda r: r["trials"][0].pop("itl_ms"), "itl_ms: its trials give it, the record leaves it out"),
+    (lambda r: r.__setitem__("gpus", "GPU-FORGED"), "its gpus do not name GPU-5a9d2317-977d-72d9-5f2e-b1d6dd3ecb8a"),
+    (lambda r: r.pop("gpus"), "its gpus do not name GPU-5a9d2317-977d-72d9-5f2e-b1d6dd3ecb8a"),
+    (lambda r: r["gpus"].__setitem__("calls 1-6", "NVIDIA H200, GPU-00000000-0000-0000-0000-000000000000"),
+     "its gpus name GPU-00000000-0000-0000-0000-000000000000, which none of its trials ran on"),
+])
+def test_a_record_stripped_of_its_evidence_or_gpus_is_named(tmp_path, forge, named):
+    """Found by an outsider: a record with its trials, pairs and rungs set to [] (gpus 'GPU-FORGED', any conclusion)
+    was '1 record(s) agree', and so was one missing its worst pair or a rung's `worst`: only what a record stated was
+    compared. It must state exactly what its archive derives (no entry missing, none twice, every key) and name every
+    GPU its trials ran on, and no other."""
+    record, path = _copy(tmp_path)
+    forge(record)
+    path.write_text(json.dumps(record))
+    problems = ladder_record.check(path)
+    assert problems and any(named in p for p in problems), problems
+    assert ladder_record.main(["check", str(path)]) == 1
+
+
+def test_everything_forged_at_once_is_refused(tmp_path, capsys):
+    record, path = _copy(tmp_path)
+    record.update(trials=[], pairs=[], rungs=[], gpus="GPU-FORGED", conclusion="anything")
+    path.write_text(json.dumps(record))
+    assert ladder_record.main(["check", str(path)]) == 1
+    assert "agree" not in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("archive", ["/abs/h200-ladder-2026-12-04-trials-session16.tar.xz",
+                                     "../measured/h200-ladder-2026-12-04-trials-session16.tar.xz",
+                                     "sub/h200-ladder-2026-12-04-trials-session16.tar.xz", ".."])
+def test_an_archive_not_named_beside_its_record_is_refused_in_one_line(tmp_path, archive):
+    """Found by an outsider: an `archive` with an absolute path, a `..` or a `/` was followed out of the record's
+    folder; the archive must lie beside the record."""
+    record, path = _copy(tmp_path)
+    (tmp_path / "sub").mkdir()
+    shutil.copy(tmp_path / record["archive"].split(":")[0], tmp_path / "sub")
+    record["archive"] = archive + ": moved"
+    path.write_text(json.dumps(record))
+    assert ladder_record.check(path) == [f"{path.name}: its archive {archive} is not a file name beside it"]
+
+
+def test_derive_on_a_folder_of_trials_gives_what_check_compares(tmp_path, capsys):
+    import tarfile
+
+    with tarfile.open(MEASURED / "h200-ladder-2026-12-05-trials-session19b.tar.xz") as archive:
+        archive.extractall(tmp_path, filter="data")
+    [folder] = {p.parent for p in tmp_path.rglob("trials/*.json")}
+    assert ladder_record.main(["derive", str(folder)]) == 0
+    record = json.loads((MEASURED / "h200-ladder-2026-12-05-session19b.json").read_text())
+    assert [t["trial"] for t in json.loads(capsys.readouterr().out)["trials"]] == [t["trial"] for t in record["trials"]]
+
+
+@pytest.mark.parametrize("content, said", [
+    (b'{"what": "a record"}', "is not a trial manifest (an object with a trial_id and records)"),
+    (b"[1]", "is not a trial manifest (an object with a trial_id and records)"),
+    (b"\xff\xfe", "is not UTF-8 JSON (UnicodeDecodeError)"),
+    (b'{"trial_id": "a", "records": []}', "is not a trial manifest derive can read (KeyError: 'gpus')"),
+])
+def test_derive_refuses_a_file_that_is_no_trial_in_one_line(tmp_path, capsys, content, said):
+    """Found by an outsider: `derive benchmarks/measured` (any non-trial JSON) was a KeyError traceback, a file of
+    [1] a TypeError, non-UTF-8 a UnicodeDecodeError. It is refused naming the file, not skipped: a skipped damaged
+    trial would leave the record short of it."""
+    (tmp_path / "x.json").write_bytes(content)
+    assert ladder_record.main(["derive", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert err == f"ladder_record.py: {tmp_path / 'x.json'} {said}; derive reads a folder of trial manifests only\n"
+
+
+def test_derive_on_a_folder_that_does_not_exist_says_so(tmp_path, capsys):
+    """Found by an outsider: `derive /nonexistent` said 'no trial manifests in' it."""
+    assert ladder_record.main(["derive", str(tmp_path / "gone")]) == 2
+    assert capsys.readouterr().err == f"ladder_record.py: {tmp_path / 'gone'} is not a folder\n"
+
+
+@pytest.mark.parametrize("content, said", [(b"", "is empty"), (b"hello\n" * 200, "is not a tar archive")])
+def test_an_empty_or_non_tar_archive_is_one_line(tmp_path, content, said):
+    """Found by an outsider: tarfile's ReadError, one line per compression it tried, was the record's 'one line'."""
+    record, path = _copy(tmp_path)
+    archive = tmp_path / record["archive"].split(":")[0]
+    archive.write_bytes(content)
+    path.write_text(json.dumps(record))
+    assert ladder_record.check(path) == [f"{path.name}: its archive {archive.name} {said}"]

@@ -42,3 +42,41 @@ def test_a_profile_changing_one_experiments_flame_changes_no_other(changed):
     after = flames(config)
     assert after[changed] == before[changed] | {"batch_limit": 8, "order": "arrival"}
     assert {k: v for k, v in after.items() if k != changed} == {k: v for k, v in before.items() if k != changed}
+
+
+GENERATED = {"generate": True, "corpus": "results/smoke/inputs/corpus.jsonl", "tokenizer": "results/smoke/inputs/tokenizer",
+             "corpus_origin": "synthetic-news", "tokenizer_origin": "smoke-bpe"}
+
+
+@pytest.mark.parametrize("inputs", [
+    {"tokenizer": "results/smoke/inputs/tok"},
+    {"corpus": "results/smoke/inputs/news.jsonl"},
+    {"corpus": "results/smoke/other/corpus.jsonl"},
+    {"tokenizer": "results/smoke/tokenizer"},
+    {"corpus": "corpus.jsonl", "tokenizer": "tokenizer"},
+])
+def test_generated_inputs_the_smoke_inputs_rule_cannot_make_are_refused_in_one_line(inputs):
+    """Found by an outsider: with inputs.generate the workflow took any corpus and tokenizer names, but its
+    smoke_inputs rule runs `parity smoke-inputs --out dirname(corpus)`, which writes DIR/corpus.jsonl and DIR/tokenizer:
+    inputs={'tokenizer': 'results/smoke/inputs/tok'} ran the job and then failed with MissingOutputException."""
+    from parity.errors import ParityError
+    from parity.workflow_config import check_inputs
+
+    with pytest.raises(ParityError, match=r"^inputs: generated inputs \(generate: true\) are DIR/corpus.jsonl and "
+                                          r"DIR/tokenizer, one folder") as raised:
+        check_inputs({**GENERATED, **inputs})
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("inputs", [
+    {}, {"corpus": "results/host/inputs/corpus.jsonl", "tokenizer": "results/host/inputs/tokenizer/"},
+    {"generate": False, "corpus": "resources/articles.jsonl", "tokenizer": "resources/Llama-3.1-8B-Instruct"},
+])
+def test_generated_inputs_in_one_folder_and_fetched_inputs_of_any_name_are_taken(inputs):
+    from parity.workflow_config import check_inputs
+
+    check_inputs({**GENERATED, **inputs})
+    for profile in ("smoke", "host", "default"):
+        config = load_configfile(STUDY)
+        update_config(config, load_configfile(f"config/{profile}.yaml"))
+        check_inputs(config["inputs"])

@@ -13,6 +13,9 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
+from parity.errors import ParityError
+from parity.workflow_config import check_inputs
+
 if "profile" not in config:  # also where --workflow-profile names no folder of profiles/ (Snakemake loads nothing)
     raise WorkflowError(
         "no profile config: run with a profile (bare `snakemake` loads profiles/default; "
@@ -169,6 +172,10 @@ def _check_references():
         if os.path.normpath(backend["model"]) == os.path.normpath(INPUTS["tokenizer"]):
             raise WorkflowError(f"inputs.model_config: backend.model {backend['model']} is the tokenizer's folder; "
                                 "give the dummy model a folder of its own")
+    try:
+        check_inputs(INPUTS)
+    except ParityError as e:
+        raise WorkflowError(str(e)) from None
     if "synthetic" in MLPERF and not INPUTS["generate"]:
         raise WorkflowError("mlperf.synthetic needs inputs.generate: true (otherwise MLPerf's cnn_eval.json is fetched)")
 
