@@ -394,6 +394,21 @@ def test_the_host_ladders_newest_arm_runs_first_through_the_workflow(checkout, t
     assert [c.arm for c in cases][:2] == ["express", "express"]
 
 
+@pytest.mark.parametrize("inputs, refused", [
+    ("{'tokenizer': 'results/smoke/inputs/tok'}", True), ("{'corpus': 'results/smoke/inputs/news.jsonl'}", True),
+    ("{'corpus': 'results/smoke/other/corpus.jsonl'}", True),
+    ("{'corpus': 'results/smoke/in2/corpus.jsonl', 'tokenizer': 'results/smoke/in2/tokenizer/'}", False)])
+def test_generated_inputs_the_smoke_inputs_rule_cannot_make_are_refused_before_any_job(checkout, inputs, refused):
+    """Found by an outsider: with inputs.generate the workflow took any corpus and tokenizer names, but its
+    smoke_inputs rule runs `parity smoke-inputs --out dirname(corpus)`, which writes DIR/corpus.jsonl and DIR/tokenizer:
+    inputs={'tokenizer': 'results/smoke/inputs/tok'} ran the job and then failed with MissingOutputException."""
+    run = snakemake(checkout, "-n", "--workflow-profile", "smoke", "all", "--config", f"inputs={inputs}")
+    said = run.stdout + run.stderr
+    assert (run.returncode != 0) == refused, said[-2000:]
+    assert ("inputs: generated inputs (generate: true) are DIR/corpus.jsonl and DIR/tokenizer, one folder" in said) \
+        == refused
+
+
 def test_the_host_profile_builds_the_study_size_traces_offline(checkout):
     run = snakemake(checkout, "-n", "-p", "--workflow-profile", "host", "traces")
     assert run.returncode == 0, (run.stdout + run.stderr)[-3000:]

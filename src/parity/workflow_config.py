@@ -80,23 +80,6 @@ def check_backend(values) -> None:
     check(schema()["$defs"]["backend"], values, "backend")
 
 
-def check_inputs(inputs: dict) -> None:
-    """What the schema cannot say of `inputs`: generated ones (`generate: true`) are what the smoke_inputs rule makes,
-    `parity smoke-inputs --out DIR` with DIR the corpus's folder, which always writes DIR/corpus.jsonl and
-    DIR/tokenizer; other names ran the job and then failed (MissingOutputException). ParityError in one line."""
-    if not inputs.get("generate"):
-        return
-    import posixpath
-
-    corpus, tokenizer = (posixpath.normpath(inputs[key]) for key in ("corpus", "tokenizer"))
-    folder = posixpath.dirname(corpus)
-    if (not folder or posixpath.basename(corpus) != "corpus.jsonl"
-            or tokenizer != posixpath.join(folder, "tokenizer")):
-        raise ParityError(f"inputs: generated inputs (generate: true) are DIR/corpus.jsonl and DIR/tokenizer, one "
-                          f"folder (parity smoke-inputs --out DIR writes both); got corpus {inputs['corpus']!r}, "
-                          f"tokenizer {inputs['tokenizer']!r}")
-
-
 def parse_yaml(text: str):
     """YAML text parsed (PyYAML's safe loader), every way it fails a ValueError of one line: PyYAML's own message
     quotes the source with a caret under it, over several lines, so only what it found and where (line, column) are

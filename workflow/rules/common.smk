@@ -13,9 +13,6 @@ from pathlib import Path
 from snakemake.exceptions import WorkflowError
 from snakemake.utils import validate
 
-from parity.errors import ParityError
-from parity.workflow_config import check_inputs
-
 if "profile" not in config:  # also where --workflow-profile names no folder of profiles/ (Snakemake loads nothing)
     raise WorkflowError(
         "no profile config: run with a profile (bare `snakemake` loads profiles/default; "
@@ -172,10 +169,13 @@ def _check_references():
         if os.path.normpath(backend["model"]) == os.path.normpath(INPUTS["tokenizer"]):
             raise WorkflowError(f"inputs.model_config: backend.model {backend['model']} is the tokenizer's folder; "
                                 "give the dummy model a folder of its own")
-    try:
-        check_inputs(INPUTS)
-    except ParityError as e:
-        raise WorkflowError(str(e)) from None
+    if INPUTS["generate"]:  # the smoke_inputs rule's `parity smoke-inputs --out DIR` writes DIR/corpus.jsonl and DIR/tokenizer
+        corpus, tokenizer = os.path.normpath(INPUTS["corpus"]), os.path.normpath(INPUTS["tokenizer"])
+        folder = os.path.dirname(corpus)
+        if not folder or os.path.basename(corpus) != "corpus.jsonl" or tokenizer != os.path.join(folder, "tokenizer"):
+            raise WorkflowError(f"inputs: generated inputs (generate: true) are DIR/corpus.jsonl and DIR/tokenizer, one "
+                                f"folder (parity smoke-inputs --out DIR writes both); got corpus {INPUTS['corpus']!r}, "
+                                f"tokenizer {INPUTS['tokenizer']!r}")
     if "synthetic" in MLPERF and not INPUTS["generate"]:
         raise WorkflowError("mlperf.synthetic needs inputs.generate: true (otherwise MLPerf's cnn_eval.json is fetched)")
 
