@@ -205,6 +205,15 @@ def test_a_tag_file_that_is_not_utf8_is_named_in_one_line(run, tag):
     assert result.output.splitlines() == [bundle.check(out)[0], "Error: 1 problem(s) in 1 bundle(s)"]
 
 
+def test_a_fetch_list_is_refused(run):
+    """A fetch.txt naming a file to download from elsewhere was accepted silently (an outside evaluator's pass):
+    what it names is no part of the payload the bag's manifests check."""
+    out = make(run)
+    (out / "fetch.txt").write_text("https://example.org/forged.json - data/results/forged.json\n")
+    assert bundle.check(out) == [f"{out / 'fetch.txt'}: a fetch list (files to download from elsewhere): a parity "
+                                 "bundle holds every file it lists, so none is fetched"]
+
+
 def test_a_workdir_without_a_snakefile_is_refused_before_any_work(run, tmp_path, monkeypatch):
     """It was a FileNotFoundError traceback once the bundle was half made; the default workdir is `.`."""
     elsewhere = tmp_path / "elsewhere"

@@ -272,6 +272,9 @@ def check(bundle: Path, key=None) -> list[str]:
         return [f"{bundle}: not a parity bundle (no bag-info.txt)"]
     if unreadable := _unreadable_tags(bundle):
         return unreadable
+    if (bundle / "fetch.txt").exists():  # parity's bags hold every file; a fetch list points past the checked payload
+        return [f"{bundle / 'fetch.txt'}: a fetch list (files to download from elsewhere): a parity bundle holds "
+                "every file it lists, so none is fetched"]
     logging.getLogger("bagit").setLevel(logging.CRITICAL)  # each problem is said once, below, not also logged
     try:
         bag = bagit.Bag(str(bundle))
