@@ -177,3 +177,16 @@ def test_a_manifest_with_its_schema_version_deleted_is_a_schema_error_not_a_plai
     receipt.write_text(json.dumps(doc | {"schema_version": 3}))  # put back: the tree seals and validates again
     sealed(results)
     assert CliRunner().invoke(main, ["validate", str(results)]).exit_code == 0
+
+
+def test_a_folder_or_manifest_inside_a_sealed_tree_is_checked_within_that_tree(results):
+    """An outside evaluator's: `parity validate TREE/traces` (or one manifest of it) said `bad-path ... leaves the
+    evidence tree` for the trace's link to ../inputs: with no Snakefile above, the named folder was the tree. The
+    sealed tree (its run.json) is the tree now; an unsealed one's message says which folder to name."""
+    unsealed = CliRunner().invoke(main, ["validate", str(results / "traces")])
+    assert unsealed.exit_code == 1 and "(name the tree's top folder, or the work folder holding its Snakefile)" \
+        in unsealed.output
+    sealed(results)
+    for named in (results / "traces", results / "traces" / "reuse.json"):
+        ok = CliRunner().invoke(main, ["validate", str(named)])
+        assert ok.exit_code == 0 and "manifest(s) valid" in ok.output, ok.output

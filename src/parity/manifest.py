@@ -25,6 +25,8 @@ from parity import __version__
 from parity.errors import ParityError, first_problem
 from parity.shipped import shipped
 
+RUN_MANIFEST = "run.json"  # what `parity seal` writes at a tree's top and `parity sign` signs (declared here, the lowest)
+
 SCHEMA_VERSION = 3  # 2: systems named by serving path (standalone, not vllm); `placement` for routing
 # 3: inputs linked by path and hash (a trace's corpus and tokenizer, MLPerf's dataset); the `run` manifest
 SCHEMA_SUFFIX = ".schema.json"
@@ -337,7 +339,8 @@ def _resolve(ref: dict, manifest_path: Path, root: Path | None = None) -> tuple[
     root = Path(os.path.abspath(root))
     plain = Path(os.path.normpath(os.path.abspath(target)))
     if not plain.is_relative_to(root):
-        return None, f"path {rel!r} leaves the evidence tree {root}"
+        return None, (f"path {rel!r} leaves the evidence tree {root} (name the tree's top folder, or the work "
+                      "folder holding its Snakefile)")
     for step in [plain, *plain.parents]:
         if step == root:
             break
@@ -349,13 +352,14 @@ def _resolve(ref: dict, manifest_path: Path, root: Path | None = None) -> tuple[
 def evidence_root(path: Path | str) -> Path:
     """The folder a named path's links may not leave: the work folder it lies in (the nearest folder holding
     a Snakefile: a run's `resources/` are evidence too, and a bundle's `data/` holds its Snakefile), else the
-    named folder itself (a named file's own folder)."""
+    named folder itself (a named file's own folder); where no Snakefile is found, the nearest sealed tree holding it
+    (a folder with the seal's run.json), so a manifest or a folder inside a sealed tree is checked within it."""
     here = Path(os.path.abspath(path))
     start = here if here.is_dir() else here.parent
     for folder in [start, *start.parents]:
         if (folder / "Snakefile").is_file():
             return folder
-    return start
+    return next((folder for folder in [start, *start.parents] if (folder / RUN_MANIFEST).is_file()), start)
 
 
 def check_references(doc, manifest_path: Path | str, *, hashes: dict | None = None,

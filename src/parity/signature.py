@@ -18,9 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from parity.errors import ParityError
-from parity.manifest import sha256_file
-
-RUN_MANIFEST = "run.json"  # what `parity seal` writes and `parity sign` signs (here, below seal, so neither imports up)
+from parity.manifest import RUN_MANIFEST, sha256_file  # noqa: F401  (RUN_MANIFEST: seal and bundle read it here)
 SIGNATURE = "run.json.minisig"  # beside run.json (minisign's own default name for it)
 
 
