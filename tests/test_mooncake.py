@@ -180,6 +180,9 @@ BAD = [
      "hash_ids must be integers from 0 to 2**63 - 1, got 100000000000000000000000000000"),
     ('{"timestamp": 0, "input_length": 10, "output_length": 1, "hash_ids": [9223372036854775808]}',
      "hash_ids must be integers from 0 to 2**63 - 1"),
+    # an outside evaluator's (2026-12-06): a key given twice was read as its last value, silently
+    ('{"timestamp": 0, "timestamp": 3, "input_length": 10, "output_length": 1, "hash_ids": [0]}',
+     "duplicate key(s) 'timestamp'"),
     ('{"timestamp": 0, "input_length": 513, "output_length": 1, "hash_ids": [0]}', "is 2 blocks of 512 tokens, hash_ids names 1"),
     ('{"timestamp": 0, "input_length": 512, "output_length": 1, "hash_ids": [0, 1]}', "is 1 blocks of 512 tokens, hash_ids names 2"),
     ('{"timestamp": 999, "input_length": 10, "output_length": 1, "hash_ids": [0]}', "timestamp 999 is before the previous request's 1000"),

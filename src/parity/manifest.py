@@ -210,7 +210,7 @@ def loads(text: str, **hooks):
                          "as an integer") from None
 
 
-def _loads(text: str):
+def strict_loads(text: str):
     """Strict JSON: no NaN/Infinity and no duplicate keys, which Python's json would silently accept."""
     return loads(text, parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
 
@@ -219,7 +219,7 @@ def read_manifest(path: Path | str) -> dict:
     """The parsed manifest; ManifestError if it is missing, not JSON, or not a JSON object."""
     path = Path(path)
     try:
-        doc = _loads(path.read_text(encoding="utf-8"))
+        doc = strict_loads(path.read_text(encoding="utf-8"))
     except FileNotFoundError:
         raise ManifestError(f"{path}: no such manifest") from None
     except IsADirectoryError:
@@ -438,7 +438,7 @@ def manifests_in(folder: Path | str, unreadable: list[Problem] | None = None) ->
                 unreadable.append(_not_plain(file))
             continue
         try:
-            doc = _loads(file.read_text(encoding="utf-8"))
+            doc = strict_loads(file.read_text(encoding="utf-8"))
         except (OSError, ValueError, UnicodeDecodeError) as exc:
             if unreadable is not None:
                 unreadable.append(Problem(str(file), "", "not-json", one_line(str(exc))))
@@ -488,7 +488,7 @@ def validate_paths(paths: Iterable[Path | str], *, derive: Callable[[Path, dict]
             checked += explicit
             continue
         try:
-            doc = _loads(file.read_text(encoding="utf-8"))
+            doc = strict_loads(file.read_text(encoding="utf-8"))
         except FileNotFoundError:
             problems.append(Problem(str(file), "", "file-missing", f"{file} does not exist"))
             continue

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import numpy as np
 
-from parity.manifest import all_or_nothing, atomic_write_bytes, dumps, file_ref, header, loads, write_manifest
+from parity.manifest import all_or_nothing, atomic_write_bytes, dumps, file_ref, header, strict_loads, write_manifest
 from parity.study import MAX_MODEL_LEN, OUTPUT_TOKENS
 from parity.trace import (
     TOKEN_FILE_FORMAT,
@@ -66,7 +66,7 @@ class MooncakeTrace:
 
 def _parse_line(text: str, number: int, where: str) -> MooncakeRequest:
     try:
-        row = loads(text)
+        row = strict_loads(text)  # a key given twice is refused, not read as its last value
     except ValueError as exc:
         raise json_line_error(where, number, exc) from None
     if not isinstance(row, dict):
