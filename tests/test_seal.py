@@ -190,3 +190,15 @@ def test_a_folder_or_manifest_inside_a_sealed_tree_is_checked_within_that_tree(r
     for named in (results / "traces", results / "traces" / "reuse.json"):
         ok = CliRunner().invoke(main, ["validate", str(named)])
         assert ok.exit_code == 0 and "manifest(s) valid" in ok.output, ok.output
+
+
+def test_a_manifest_with_its_kind_deleted_is_named_not_a_plain_file(results):
+    """The same forgery the other way round: with its `kind` deleted, a manifest that keeps its schema version
+    passed for a plain file too."""
+    receipt = results / "locality" / "cleanup" / "t0.json"
+    doc = json.loads(receipt.read_text())
+    del doc["kind"]
+    receipt.write_text(json.dumps(doc | {"clean": False}))
+    result = CliRunner().invoke(main, ["validate", str(results)])
+    assert result.exit_code == 1 and f"{receipt}: /kind: unknown-kind: no kind" in result.output, result.output
+    assert CliRunner().invoke(main, ["seal", str(results)]).exit_code == 1

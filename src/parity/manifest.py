@@ -405,13 +405,15 @@ def check_references(doc, manifest_path: Path | str, *, hashes: dict | None = No
 # ---- validating trees --------------------------------------------------------------------------
 
 def _looks_like_manifest(doc) -> bool:
-    """A JSON object with `kind` and `schema_version`, or one whose `kind` names a manifest kind (a schema of
-    `schemas/`): that one lacks its schema version, which validating it names. Needing both let a manifest with
+    """A JSON object with a `schema_version`, or one whose `kind` names a manifest kind (a schema of `schemas/`):
+    validating one that lacks its kind or its schema version names what it lacks. Needing both let a manifest with
     its `schema_version` deleted pass for one of the tree's plain files: `parity validate` counted one manifest
     fewer and passed, and `parity seal` linked it as a plain file (an outside evaluator's pass)."""
-    if not isinstance(doc, dict) or "kind" not in doc:
+    if not isinstance(doc, dict):
         return False
-    return "schema_version" in doc or (isinstance(doc["kind"], str) and doc["kind"] in _validators())
+    if "schema_version" in doc:  # with or without its kind: one deleted is named by validating it
+        return True
+    return isinstance(doc.get("kind"), str) and doc["kind"] in _validators()
 
 
 def _found_in(folder: Path) -> list[Path]:
