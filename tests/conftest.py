@@ -65,3 +65,16 @@ def lock_dir(tmp_path, monkeypatch):
     monkeypatch.setenv("PARITY_GPUS", "sim-0,sim-1")
     monkeypatch.setenv(flamepy.FLAME_INSTANCE_ENDPOINT, str(tmp_path / "exec-7.sock"))
     return tmp_path / "locks"
+
+
+@pytest.fixture(scope="session")
+def keys(tmp_path_factory):
+    """A minisign key pair (parity.key, parity.pub) and another public key (other.pub), for signed trees."""
+    minisign = pytest.importorskip("minisign")
+    pair = minisign.KeyPair.generate()
+    folder = tmp_path_factory.mktemp("keys")
+    (folder / "parity.key").write_bytes(bytes(pair.secret_key))
+    (folder / "parity.pub").write_bytes(bytes(pair.public_key))
+    other = minisign.KeyPair.generate()
+    (folder / "other.pub").write_bytes(bytes(other.public_key))
+    return folder

@@ -358,16 +358,6 @@ def test_a_full_disk_while_bagging_leaves_no_partial_bundle(run, tmp_path, monke
     assert not out.exists() and not out.with_name("bundle.partial").exists()
 
 
-@pytest.fixture(scope="module")
-def keys(tmp_path_factory):
-    minisign = pytest.importorskip("minisign")
-    pair = minisign.KeyPair.generate()
-    folder = tmp_path_factory.mktemp("keys")
-    (folder / "parity.key").write_bytes(bytes(pair.secret_key))
-    (folder / "parity.pub").write_bytes(bytes(pair.public_key))
-    return folder
-
-
 def test_a_payload_file_nothing_accounts_for_is_named_though_the_bag_was_remade_to_match(run, keys):
     """An outside evaluator added files to a signed bundle's payload, beside the sealed tree (a forged trial
     under results/, a note, a rule file), and recomputed the bag's manifests and Payload-Oxum, as anyone can:

@@ -321,18 +321,6 @@ def test_a_named_pipe_is_refused_by_seal_and_named_by_validate(tree):
 
 # ---- signatures --------------------------------------------------------------------------------
 
-@pytest.fixture(scope="session")
-def keys(tmp_path_factory):
-    minisign = pytest.importorskip("minisign")
-    pair = minisign.KeyPair.generate()
-    folder = tmp_path_factory.mktemp("keys")
-    (folder / "parity.key").write_bytes(bytes(pair.secret_key))
-    (folder / "parity.pub").write_bytes(bytes(pair.public_key))
-    other = minisign.KeyPair.generate()
-    (folder / "other.pub").write_bytes(bytes(other.public_key))
-    return folder
-
-
 def sign(tree: Path, keys: Path):
     return CliRunner().invoke(main, ["sign", str(tree), "--key", str(keys / "parity.key")], env={"PARITY_SIGNING_PASSWORD": None})
 
