@@ -5,7 +5,7 @@
 #                                                since the host profile's file is merged over the defaults' key by key)
 #   rungs                     the ladder's rungs and arms, no extra pair, no bounded arm; LADDER_RUNGS="TRACE:RATE ..."
 #                             (e.g. reuse-640:8) keeps only those of its rungs, each one the committed rates names (every
-#                             arm's pair at them: the newest arm's first, so a call that ends early has it)
+#                             arm's pair at them: those run_first names first, so a call that ends early has them)
 #   answers | lengths | evict that extra pair alone: every trace's rates emptied (a trace with no rungs runs only the
 #                             extra pairs that name it and a rate) and the other extra pairs and the bounded arm left out
 #   bounded                   the bounded arm's own ladder alone (bounded_rates: each rung's unbounded comparator and
