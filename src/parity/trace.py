@@ -359,14 +359,19 @@ def conversation_prompt(documents: list[np.ndarray], questions: list[np.ndarray]
 
 # ---- building ----------------------------------------------------------------------------------
 
+def trace_path(out_dir: Path, name: str, part: str = "manifest") -> Path:
+    """Where a trace named `name` keeps `part` in `out_dir`, the one home of these names (build_trace, write_subset,
+    trace_mooncake.convert and the commands' checks): the manifest NAME.json, the prompts NAME.tokens ("tokens"),
+    a warm-up round's NAME.warmupK.tokens ("warmupK"), its recorded arrivals NAME.replay.json ("replay")."""
+    suffix = {"manifest": "json", "tokens": "tokens", "replay": "replay.json"}.get(part, f"{part}.tokens")
+    return out_dir / f"{name}.{suffix}"
+
+
 def trace_files(out_dir: Path, name: str, warmups: int, *, replay: bool = False) -> list[Path]:
-    """The files a trace named `name` is written as in `out_dir` (build_trace, write_subset,
-    trace_mooncake.convert): its manifest NAME.json, NAME.tokens, NAME.warmupK.tokens for each of its `warmups`
-    rounds, and NAME.replay.json where it has recorded arrivals. A command checks them before it writes (none may
-    be one of its inputs)."""
-    return [out_dir / f"{name}.json", out_dir / f"{name}.tokens",
-            *(out_dir / f"{name}.warmup{k}.tokens" for k in range(1, warmups + 1)),
-            *([out_dir / f"{name}.replay.json"] if replay else [])]
+    """Every file a trace named `name` is written as in `out_dir` (`trace_path`), with `warmups` rounds and, with
+    `replay`, recorded arrivals. A command checks them before it writes (none may be one of its inputs)."""
+    parts = ["manifest", "tokens", *(f"warmup{k}" for k in range(1, warmups + 1)), *(["replay"] if replay else [])]
+    return [trace_path(out_dir, name, part) for part in parts]
 
 
 def build_trace(spec: TraceSpec, corpus: Path, tokenizer_dir: Path, out_dir: Path, *,
@@ -415,14 +420,14 @@ def build_trace(spec: TraceSpec, corpus: Path, tokenizer_dir: Path, out_dir: Pat
     context = {} if context_tokens is None else {"context_tokens": context_tokens}
     _check_fits([TraceRequest(**r) for r in requests], *trace_context(context), f"trace {spec.name}")
 
-    manifest_path = out_dir / f"{spec.name}.json"
+    manifest_path = trace_path(out_dir, spec.name)
     with all_or_nothing(manifest_path):  # a full disk leaves no half trace
         out_dir.mkdir(parents=True, exist_ok=True)
-        tokens_path = out_dir / f"{spec.name}.tokens"
+        tokens_path = trace_path(out_dir, spec.name, "tokens")
         atomic_write_bytes(tokens_path, encode_token_file(prompts))
         warmups = []
         for round_index, (s, variant) in enumerate(zip(spec.warmup_shifts, variants), start=1):
-            path = out_dir / f"{spec.name}.warmup{round_index}.tokens"
+            path = trace_path(out_dir, spec.name, f"warmup{round_index}")
             atomic_write_bytes(path, encode_token_file(variant))
             warmups.append({"round": round_index, "shift": s, "tokens": file_ref(path, out_dir)})
 
@@ -741,15 +746,15 @@ def write_subset(manifest_path: Path, positions: list[int], name: str, out_dir: 
     parent = read_manifest(manifest_path)
     measured = load_trace(manifest_path)
     recorded = read_replay(parent, manifest_path) if "replay" in parent else None  # checked before anything is written
-    out = out_dir / f"{name}.json"
+    out = trace_path(out_dir, name)
     with all_or_nothing(out):  # a full disk leaves no half trace
         out_dir.mkdir(parents=True, exist_ok=True)
-        tokens_path = out_dir / f"{name}.tokens"
+        tokens_path = trace_path(out_dir, name, "tokens")
         atomic_write_bytes(tokens_path, encode_token_file([measured.prompts[i] for i in positions]))
         warmups = []
         for warm in parent["warmups"]:
             variant = load_trace(manifest_path, f"warmup{warm['round']}")
-            path = out_dir / f"{name}.warmup{warm['round']}.tokens"
+            path = trace_path(out_dir, name, f"warmup{warm['round']}")
             atomic_write_bytes(path, encode_token_file([variant.prompts[i] for i in positions]))
             warmups.append({"round": warm["round"], "shift": warm["shift"], "tokens": file_ref(path, out_dir)})
         tokens_ref = file_ref(tokens_path, out_dir)
@@ -762,7 +767,7 @@ def write_subset(manifest_path: Path, positions: list[int], name: str, out_dir: 
             "parent": {"manifest": file_ref(manifest_path, out_dir), "name": parent["name"], "positions": list(positions)},
         }
         if recorded is not None:  # a Mooncake trace's arrivals (parity.trace_mooncake): the subset's own, in its order
-            replay = out_dir / f"{name}.replay.json"
+            replay = trace_path(out_dir, name, "replay")
             atomic_write_bytes(replay, dumps({key: [values[i] for i in positions] for key, values in recorded.items()}).encode())
             doc["replay"] = file_ref(replay, out_dir)
         write_manifest(out, doc)

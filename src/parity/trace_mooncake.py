@@ -24,17 +24,18 @@ from parity.trace import (
     TOKEN_FILE_FORMAT,
     TokenShift,
     TraceError,
+    TraceSpec,
     TraceTokenizer,
     encode_token_file,
     json_line_error,
     token_sha256,
     trace_files,
+    trace_path,
     utf8_line,
 )
 
 BLOCK_TOKENS = 512  # what one Mooncake hash id names
 DOCUMENT_BLOCKS = 2  # a request's "document" for the hindsight bound: its first two blocks (a head, then its own)
-WARMUP_SHIFTS = (1009, 2027)  # the study's (parity trace's default)
 DEFAULT_VOCAB = 128_000  # Llama 3.1's ordinary token IDs (its special tokens lie above)
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
 EXCLUSION = (f"a request whose input_length plus max(output_length, {OUTPUT_TOKENS}) exceeds context_tokens is "
@@ -165,7 +166,7 @@ def documents(trace: MooncakeTrace) -> list[int]:
 
 
 def output_files(source: Path, out_dir: Path, name: str | None = None,
-                 warmup_shifts: tuple[int, ...] = WARMUP_SHIFTS) -> list[Path]:
+                 warmup_shifts: tuple[int, ...] = TraceSpec.warmup_shifts) -> list[Path]:
     """The files `convert` writes into `out_dir` for `source`: a parity trace with its replay file."""
     return trace_files(out_dir, name or default_name(source), len(warmup_shifts), replay=True)
 
@@ -176,7 +177,7 @@ def default_name(path: Path) -> str:
 
 def convert(source: Path, out_dir: Path, *, name: str | None = None, context_tokens: int = MAX_MODEL_LEN,
             limit: int | None = None, seed: int = 0, tokenizer_dir: Path | None = None, vocab_size: int | None = None,
-            warmup_shifts: tuple[int, ...] = WARMUP_SHIFTS) -> Path:
+            warmup_shifts: tuple[int, ...] = TraceSpec.warmup_shifts) -> Path:
     """Write NAME.tokens, its warmup variants (token-shifted, as the study's), NAME.replay.json (arrivals) and,
     last, the manifest NAME.json; returns the manifest's path. The whole file is read and checked first."""
     name = name or default_name(source)
@@ -210,18 +211,18 @@ def convert(source: Path, out_dir: Path, *, name: str | None = None, context_tok
         requests.append({"id": f"{name}-l{r.line:06d}", "position": position, "document": doc,
                          "question": asked[doc], "tokens": int(prompt.size), "sha256": token_sha256(prompt)})
 
-    manifest_path = out_dir / f"{name}.json"
+    manifest_path = trace_path(out_dir, name)
     with all_or_nothing(manifest_path):  # a full disk leaves no half trace
         out_dir.mkdir(parents=True, exist_ok=True)
-        tokens_path = out_dir / f"{name}.tokens"
+        tokens_path = trace_path(out_dir, name, "tokens")
         atomic_write_bytes(tokens_path, encode_token_file(measured))
         warmups = []
         for round_index, s in enumerate(warmup_shifts, start=1):
-            path = out_dir / f"{name}.warmup{round_index}.tokens"
+            path = trace_path(out_dir, name, f"warmup{round_index}")
             atomic_write_bytes(path, encode_token_file([shift.apply(p, s) for p in measured]))
             warmups.append({"round": round_index, "shift": s, "tokens": file_ref(path, out_dir)})
         first = trace.requests[0].timestamp_ms
-        replay_path = out_dir / f"{name}.replay.json"
+        replay_path = trace_path(out_dir, name, "replay")
         atomic_write_bytes(replay_path, dumps({
             "arrivals": [(r.timestamp_ms - first) / 1000 for r in trace.requests],
             "output_lengths": [r.output_length for r in trace.requests]}).encode())
