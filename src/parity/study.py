@@ -4,3 +4,4 @@ the one declaration (a trace checks its prompts fit the study's context without 
 
 OUTPUT_TOKENS = 16  # new tokens per prompt, exactly (EOS ignored): the study's answers
 MAX_MODEL_LEN = 32768  # every engine of the study: a prompt plus its answer must fit
+VOCAB_LIMIT = 2**31  # token IDs are int32 in the engines (uint32 in trace files): no vocabulary holds more

@@ -10,6 +10,7 @@ import click
 from parity.cli import options
 from parity.cli.app import echo, main
 from parity.cli.errors import friendly_errors
+from parity.study import VOCAB_LIMIT
 
 
 @main.command("smoke-inputs")
@@ -18,7 +19,7 @@ from parity.cli.errors import friendly_errors
 @click.option("--articles", default=1200, show_default=True, type=click.IntRange(min=1),
               help="Synthetic articles to generate.")
 @click.option("--seed", default=0, show_default=True, help="Seed of the article generator.")
-@click.option("--vocab-size", default=8192, show_default=True, type=click.IntRange(max=2**31),
+@click.option("--vocab-size", default=8192, show_default=True, type=click.IntRange(max=VOCAB_LIMIT),
               help="BPE vocabulary size (token IDs are int32: at most 2**31).")
 @friendly_errors
 def smoke_inputs_cmd(out_dir: Path, articles: int, seed: int, vocab_size: int):

@@ -36,6 +36,7 @@ from parity.engine import OUTPUT_TOKENS, Completion, Engine, EngineArgs, checked
 from parity.engine.sim_cache import PrefixCache, block_hashes
 from parity.errors import ParityError
 from parity.shipped import shipped
+from parity.study import VOCAB_LIMIT
 from parity.trace import out_of_vocab
 
 DEFAULT_PARAMS = shipped("config/sim/h200-llama31-8b.yaml")
@@ -50,7 +51,7 @@ PARAM_BOUNDS = {
     "decode_seq_s": (60.0, " s a sequence"),
     "attention_pair_s": (1.0, " s a token pair"),
     "kv_cache_tokens": (10**9, " tokens"),  # the prefix cache keeps a list entry per 16-token block
-    "vocab_size": (2**31, ""),  # token IDs are int32
+    "vocab_size": (VOCAB_LIMIT, ""),
 }
 
 
