@@ -291,8 +291,6 @@ def check(record_path: Path) -> list[str]:
                 (("trials", "trial"), ("pairs", "pair"), ("rungs", "rung"), ("bounded", "rung"))}
     malformed = {key for key in sections if key in record and sections[key] is not record[key]}
     stated_pairs = sections["pairs"] + [v for v in record.values() if isinstance(v, dict) and isinstance(v.get("pair"), str)]
-    # each stated entry against the one its trials give by name; the bounded ladder (issue 30) also key for key: a
-    # record that states it states every arm and number its trials give, and nothing else
     # The record states exactly what its archive derives: every trial, pair, rung and bounded rung (a section its
     # trials give nothing for may be left out), each once, with every key its derivation has. Trials, pairs and rungs
     # may carry hand-written notes beside those (a trial's `call`, `arm`, `engine_cpus`; a pair's `recorded_in`);
