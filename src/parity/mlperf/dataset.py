@@ -17,6 +17,7 @@ import numpy as np
 
 from parity.errors import ParityError
 from parity.manifest import atomic_write_text, file_ref, sha256_file
+from parity.study import VOCAB_LIMIT
 
 PROMPT = ("Summarize the following news article in 128 tokens. Please output the summary only, without any "
           "other text.\n\nArticle:\n{input}\n\nSummary:")  # download_cnndm.py, no chat template
@@ -71,7 +72,7 @@ def _token_ids(path: Path, index: int, entry) -> np.ndarray:
         got = "no tok_input" if ids is None else f"tok_input {str(ids)[:60]}"
         raise ParityError(f"{path}: entry {index}: tok_input must be a non-empty list of token IDs, got {got}")
     for token in ids:
-        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < 2**31:
+        if isinstance(token, bool) or not isinstance(token, int) or not 0 <= token < VOCAB_LIMIT:
             raise ParityError(f"{path}: entry {index}: tok_input must hold integer token IDs in 0..2**31-1, "
                               f"got {str(token)[:60]}")
     return np.asarray(ids, dtype=np.int32)
