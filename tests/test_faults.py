@@ -5,6 +5,7 @@ started is killed at its end."""
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import json
 import os
@@ -60,6 +61,18 @@ class Run:
 
     def processes(self, word: str) -> list[int]:
         return [pid for pid, line in tree(self.tag).items() if word in line]
+
+    @contextlib.contextmanager
+    def frozen(self):
+        """The run's driver stopped (SIGSTOP) for the block: whatever the test does there happens
+        before the run's next step, however loaded the machine (the driver's children keep running)."""
+        os.kill(self.proc.pid, signal.SIGSTOP)
+        try:
+            assert self.proc.poll() is None, f"the run ended before it was stopped:\n{self.text()}"
+            yield
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(self.proc.pid, signal.SIGCONT)
 
     def finish(self, timeout_s: float = 120) -> int:
         return self.proc.wait(timeout=timeout_s)
@@ -134,11 +147,10 @@ def test_sigterm_of_flame_run_tears_down_writes_the_receipt_and_removes_its_sock
 def test_sigkill_of_flame_run_leaves_nothing_and_a_rerun_clears_its_stale_locks(trace, tmp_path, runs):
     out = tmp_path / "out"
     run = runs(flame_args(trace, out), tmp_path, "flame-kill")
-    run.wait_for_line(r"warmup 1: ")
-    (sockets,) = glob.glob(f"/tmp/pf-{run.proc.pid}.*")
-    held = wait_until(lambda: [p for p in (out / "logs" / "gpu-locks").glob("*.lock") if p.read_text()], 30,
-                      "a worker to hold a GPU")
-    run.proc.kill()
+    with serving(run, out):
+        (sockets,) = glob.glob(f"/tmp/pf-{run.proc.pid}.*")
+        held = [p for p in (out / "logs" / "gpu-locks").glob("*.lock") if p.read_text()]
+        run.proc.kill()  # SIGKILL ends a stopped process too
     run.finish()
     run.assert_nothing_left()
     wait_until(lambda: not Path(sockets).exists(), 10, "the watchdog to remove the socket dir")
@@ -149,20 +161,30 @@ def test_sigkill_of_flame_run_leaves_nothing_and_a_rerun_clears_its_stale_locks(
     assert read_manifest(out / "cleanup-flame.json")["clean"]
 
 
+@contextlib.contextmanager
+def serving(run: Run, out: Path, trial_line: str = "locality-flame-sticky-reuse-r"):
+    """The lock record of a live worker bound to a session while a trial's measured requests are out, whatever
+    the machine's load: the run's driver (and the stand-in's session manager within it) stays stopped for the
+    block, from just after a trial's warm-up; a trial that ended before the driver stopped is passed over."""
+    locks = out / "logs" / "gpu-locks"
+    for trial in range(19):
+        run.wait_for_line(rf"^{trial_line}{trial}:\n(.*\n)*? *warmup 1: ")
+        with run.frozen():
+            if re.search(rf"^{trial_line}{trial}: .*req/s", run.text(), re.M):
+                continue  # its measured phase ended before the driver stopped
+            for lock in locks.glob("*.lock"):
+                text = lock.read_text()
+                if text and procs.alive((record := json.loads(text))["pid"]):
+                    yield record
+                    return
+    raise AssertionError(f"no trial's worker was found serving:\n{run.text()}")
+
+
 def test_a_flame_worker_killed_mid_run_is_named_in_one_line(trace, tmp_path, runs):
     out = tmp_path / "out"
     run = runs(flame_args(trace, out), tmp_path, "flame-worker")
-    run.wait_for_line(r"^locality-flame-sticky-reuse-r1:")
-
-    def serving_worker():  # a worker that holds a GPU is bound to its session
-        for lock in (out / "logs" / "gpu-locks").glob("*.lock"):
-            text = lock.read_text()
-            if text and procs.alive(json.loads(text)["pid"]):
-                return json.loads(text)
-        return None
-
-    record = wait_until(serving_worker, 30, "a bound worker")
-    os.kill(record["pid"], signal.SIGKILL)
+    with serving(run, out) as record:
+        os.kill(record["pid"], signal.SIGKILL)
     assert run.finish() == 1, run.text()
     last = run.text().strip().splitlines()[-1]
     assert re.fullmatch(rf"Error: Flame worker pid {record['pid']} \(session {record['session_id']}, executor "
@@ -217,11 +239,8 @@ def test_sigterm_and_sigkill_of_a_real_flame_run_leave_nothing(trace, tmp_path, 
 def test_a_real_flame_worker_killed_mid_run_is_named_in_one_line(trace, tmp_path, runs):
     out = tmp_path / "out"
     run = runs([*flame_args(trace, out), "--cluster", "flame"], tmp_path, "real-worker")
-    run.wait_for_line(r"warmup 1: ")
-    locks = out / "logs" / "gpu-locks"
-    record = wait_until(lambda: next((json.loads(p.read_text()) for p in locks.glob("*.lock") if p.read_text()), None),
-                        30, "a bound worker")
-    os.kill(record["pid"], signal.SIGKILL)
+    with serving(run, out) as record:
+        os.kill(record["pid"], signal.SIGKILL)
     assert run.finish() == 1, run.text()
     last = run.text().strip().splitlines()[-1]
     kept = out / "flame" / "logs" / f"worker-{record['executor_id']}.err"
