@@ -145,11 +145,33 @@ def bounded(summaries: dict[str, dict]) -> list[dict]:
     return out
 
 
+class Unreadable(ValueError):
+    """A manifest among the trials that derive cannot read: which (`tid`) and why."""
+
+    def __init__(self, tid: str, why: str):
+        super().__init__(f"{tid}: {why}")
+        self.tid, self.why = tid, why
+
+
+_READ_ERRORS = (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError)
+
+
+def _summarized(tid: str, doc: dict, raw: bytes) -> tuple[dict, dict]:
+    """A trial's latency summary and its record entry, each derived once (a trial's entry and its pair's share it)."""
+    try:
+        summary = summarize(doc)
+        return summary, trial(doc, raw, summary)
+    except _READ_ERRORS as e:
+        raise Unreadable(tid, f"not a trial manifest derive can read ({type(e).__name__}: "
+                              f"{' '.join(str(e).split())})") from None
+
+
 def derive(manifests: dict[str, bytes]) -> dict:
     """Trial id -> manifest bytes, to the record's derived part: every trial, every whole pair, every rung."""
     docs = {tid: json.loads(raw) for tid, raw in manifests.items()}
-    summaries = {tid: summarize(doc) for tid, doc in docs.items()}  # each once: a trial's entry and its pair's
-    trials = [trial(docs[tid], manifests[tid], summaries[tid]) for tid in sorted(docs)]
+    done = {tid: _summarized(tid, docs[tid], manifests[tid]) for tid in sorted(docs)}
+    summaries = {tid: summary for tid, (summary, _) in done.items()}
+    trials = [entry for _, entry in done.values()]
     names = sorted({tid.rsplit("-", 1)[0] for tid in docs if tid.rsplit("-", 1)[-1] in SIDES and not ADMISSION.match(tid)})
     pairs = [pair(n, docs[f"{n}-flame"], docs[f"{n}-vllm"], summaries[f"{n}-flame"], summaries[f"{n}-vllm"])
              for n in names if f"{n}-flame" in docs and f"{n}-vllm" in docs]
@@ -278,6 +300,8 @@ def check(record_path: Path) -> list[str]:
     try:
         trials = archived(archive)
         derived = derive(trials)
+    except Unreadable as e:
+        return [f"{record_path.name}: its archive {name}'s trial {e.tid} is {e.why}"]
     except tarfile.ReadError:  # tarfile's own message is one line per compression it tried
         return [f"{record_path.name}: its archive {name} is {'empty' if archive.stat().st_size == 0 else 'not a tar archive'}"]
     except (OSError, tarfile.TarError, EOFError, json.JSONDecodeError, KeyError, TypeError) as e:
@@ -330,11 +354,7 @@ def _not_a_trial(path: Path, raw: bytes) -> str | None:
         return f"not UTF-8 JSON ({type(e).__name__})"
     if not (isinstance(doc, dict) and isinstance(doc.get("records"), list) and isinstance(doc.get("trial_id"), str)):
         return "not a trial manifest (an object with a trial_id and records)"
-    try:
-        trial(doc, raw, summarize(doc))
-    except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:
-        return f"not a trial manifest derive can read ({type(e).__name__}: {' '.join(str(e).split())})"
-    return None
+    return None  # what derive itself cannot read, it names (Unreadable)
 
 
 def main(argv: list[str]) -> int:
@@ -356,7 +376,11 @@ def main(argv: list[str]) -> int:
                 return 2
         try:
             derived = derive(manifests)
-        except (KeyError, TypeError, ValueError, AttributeError, ZeroDivisionError) as e:  # (a pair's two trials)
+        except Unreadable as e:
+            print(f"ladder_record.py: {folder / e.tid}.json is {e.why}; derive reads a folder of trial manifests only",
+                  file=sys.stderr)
+            return 2
+        except _READ_ERRORS as e:  # (a pair's two trials)
             print(f"ladder_record.py: the trials in {argv[1]} cannot be derived ({type(e).__name__}: "
                   f"{' '.join(str(e).split())})", file=sys.stderr)
             return 2

@@ -3,6 +3,7 @@ edited after the fact is caught: each number it states about a trial, a pair or 
 archived manifests."""
 
 import importlib.util
+import io
 import json
 import shutil
 from pathlib import Path
@@ -94,6 +95,22 @@ def test_a_record_or_archive_that_cannot_be_read_is_one_line(tmp_path):
     path.write_text(json.dumps(record))
     (problem,) = ladder_record.check(path)
     assert problem.startswith(f"{path.name}: its archive {archive.name} cannot be read as trial manifests")
+
+
+def test_an_archived_trial_derive_cannot_read_is_named_in_one_line(tmp_path):
+    """derive summarizes each trial once (its entry and its pair share it); a trial it cannot read is named, by
+    check as by derive, not a traceback."""
+    import tarfile
+
+    record, path = _copy(tmp_path)
+    path.write_text(json.dumps(record))
+    archive = tmp_path / record["archive"].split(":")[0]
+    with tarfile.open(archive, "w:xz") as tar:
+        info = tarfile.TarInfo("results/host/sustained/trials/broken-p0-flame.json")
+        info.size = len(data := b'{"trial_id": "broken-p0-flame", "records": []}')
+        tar.addfile(info, io.BytesIO(data))
+    assert ladder_record.check(path) == [f"{path.name}: its archive {archive.name}'s trial broken-p0-flame is not a "
+                                         f"trial manifest derive can read (KeyError: 'gpus')"]
 
 
 def test_a_bounded_ladder_rung_is_derived_per_arm_and_an_edited_one_is_named(tmp_path):
