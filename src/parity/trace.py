@@ -13,7 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -138,6 +138,7 @@ class Trace:
     prompts: tuple[np.ndarray, ...]
     manifest_path: Path
     manifest_sha256: str
+    replay: dict | None = None  # a recorded trace's arrivals and output lengths, checked (read_replay)
 
 
 # ---- token IDs ---------------------------------------------------------------------------------
@@ -213,10 +214,15 @@ def utf8_line(path: Path, number: int, raw: bytes) -> str:
         raise TraceError(f"{path}:{number}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
 
 
-def load_articles(corpus: Path, text_field: str = "article") -> list[str]:
-    """Article texts from a JSONL corpus, in file order; each bad line is named."""
+def not_a_folder(corpus: Path) -> None:
+    """A folder given as the corpus is named as such (the CLI asks as it reads --corpus, before --out is checked)."""
     if corpus.is_dir():
         raise TraceError(f"corpus {corpus} is a folder: give its JSONL file")
+
+
+def load_articles(corpus: Path, text_field: str = "article") -> list[str]:
+    """Article texts from a JSONL corpus, in file order; each bad line is named."""
+    not_a_folder(corpus)
     if not corpus.is_file():
         raise TraceError(f"corpus not found: {corpus}")
     texts = []
@@ -538,9 +544,10 @@ def load_trace(manifest_path: Path, variant: str = "measured") -> Trace:
     if manifest_sha256 not in _CHECKED_MANIFESTS:  # a trace is loaded per round of every trial: check it once
         _check_manifest(manifest, manifest_path)
         _CHECKED_MANIFESTS.add(manifest_sha256)
+    trace = _load_variant(manifest, manifest_path, variant, manifest_sha256)
     if "replay" in manifest:  # by hash, as its token files are: before a run replays it or a subset copies it
-        read_replay(manifest, manifest_path)
-    return _load_variant(manifest, manifest_path, variant, manifest_sha256)
+        trace = replace(trace, replay=read_replay(manifest, manifest_path))
+    return trace
 
 
 def engine_problems(manifest_path: Path, doc: dict) -> list[str]:
@@ -743,9 +750,8 @@ def write_subset(manifest_path: Path, positions: list[int], name: str, out_dir: 
 
     if not positions:
         raise TraceError(f"an empty subset of {manifest_path}")
-    parent = read_manifest(manifest_path)
-    measured = load_trace(manifest_path)
-    recorded = read_replay(parent, manifest_path) if "replay" in parent else None  # checked before anything is written
+    measured = load_trace(manifest_path)  # the manifest checked, and its replay: before anything is written
+    parent, recorded = read_manifest(manifest_path), measured.replay
     out = trace_path(out_dir, name)
     with all_or_nothing(out):  # a full disk leaves no half trace
         out_dir.mkdir(parents=True, exist_ok=True)
@@ -753,7 +759,7 @@ def write_subset(manifest_path: Path, positions: list[int], name: str, out_dir: 
         atomic_write_bytes(tokens_path, encode_token_file([measured.prompts[i] for i in positions]))
         warmups = []
         for warm in parent["warmups"]:
-            variant = load_trace(manifest_path, f"warmup{warm['round']}")
+            variant = _load_variant(parent, manifest_path, f"warmup{warm['round']}", measured.manifest_sha256)
             path = trace_path(out_dir, name, f"warmup{warm['round']}")
             atomic_write_bytes(path, encode_token_file([variant.prompts[i] for i in positions]))
             warmups.append({"round": warm["round"], "shift": warm["shift"], "tokens": file_ref(path, out_dir)})

@@ -11,6 +11,9 @@ from parity.cli import options
 from parity.cli.app import echo, main
 from parity.cli.errors import friendly_errors
 from parity.study import VOCAB_LIMIT
+from parity.trace import TraceError, TraceSpec, not_a_folder
+
+SPEC = TraceSpec("defaults", documents=1, questions_per_document=1)  # `parity trace`'s defaults are TraceSpec's
 
 
 @main.command("smoke-inputs")
@@ -55,8 +58,10 @@ def _mooncake_files(kw: dict) -> list[Path]:
 def _corpus_file(ctx, param, corpus: Path) -> Path:
     """A folder given as --corpus is named as such as the command line is read, before --out is checked against
     it (an --out in it would be refused as lying in an input, which hides the cause)."""
-    if corpus.is_dir():
-        raise click.ClickException(f"corpus {corpus} is a folder: give its JSONL file")  # as load_articles says
+    try:
+        not_a_folder(corpus)
+    except TraceError as exc:
+        raise click.ClickException(str(exc)) from None
     return corpus
 
 
@@ -68,22 +73,22 @@ def _corpus_file(ctx, param, corpus: Path) -> Path:
 @click.option("--name", required=True, help="Trace name, e.g. no-reuse or reuse.")
 @click.option("--documents", type=click.IntRange(min=1), required=True, help="Distinct document prefixes.")
 @click.option("--questions", type=click.IntRange(min=1), required=True, help="Questions per document.")
-@click.option("--prefix-tokens", default=8000, show_default=True, type=click.IntRange(min=1),
+@click.option("--prefix-tokens", default=SPEC.prefix_tokens, show_default=True, type=click.IntRange(min=1),
               help="Exact document prefix length.")
-@click.option("--seed", default=0, show_default=True, help="Seed of the burst order.")
-@click.option("--head-tokens", default=0, show_default=True, type=click.IntRange(min=0),
+@click.option("--seed", default=SPEC.seed, show_default=True, help="Seed of the burst order.")
+@click.option("--head-tokens", default=SPEC.head_tokens, show_default=True, type=click.IntRange(min=0),
               help="A head of this many tokens shared by every document (a system prompt), within the prefix.")
-@click.option("--zipf", default=0.0, show_default=True, type=options.Finite(min=0, max=4),
+@click.option("--zipf", default=SPEC.zipf, show_default=True, type=options.Finite(min=0, max=4),
               help="Hot documents: each request's document drawn from a Zipf law of this exponent (0: uniform).")
-@click.option("--blocks", default=1, show_default=True, type=click.IntRange(min=1),
+@click.option("--blocks", default=SPEC.blocks, show_default=True, type=click.IntRange(min=1),
               help="This many blocks of the shape above, one after another, each block's prefixes its own "
                    "(the first block token-shifted): a long rung of the same shape.")
-@click.option("--answer-tokens", default=0, show_default=True, type=click.IntRange(min=0),
+@click.option("--answer-tokens", default=SPEC.answer_tokens, show_default=True, type=click.IntRange(min=0),
               help="Conversations: each document's questions are one chat's turns, a turn's prompt carrying the "
                    "earlier questions, each with an answer of this many tokens (0: each question alone).")
-@click.option("--warmup-shift", "warmup_shifts", type=int, multiple=True, default=(1009, 2027),
+@click.option("--warmup-shift", "warmup_shifts", type=int, multiple=True, default=SPEC.warmup_shifts,
               show_default=True, help="Token-ID shift of each warmup round (repeat the option).")
-@click.option("--pack/--no-pack", "pack_articles", default=True, show_default=True,
+@click.option("--pack/--no-pack", "pack_articles", default=SPEC.pack_articles, show_default=True,
               help="Join consecutive articles to fill a prefix, or take one article per document.")
 @click.option("--text-field", default="article", show_default=True, help="JSONL field holding the text.")
 @click.option("--corpus-origin", default="other", show_default=True,
@@ -101,7 +106,7 @@ def trace_cmd(corpus, tokenizer_dir, name, documents, questions, prefix_tokens, 
               answer_tokens, warmup_shifts, pack_articles, text_field, corpus_origin, tokenizer_origin, context_tokens,
               out_dir):
     """Build one burst (token IDs, shuffled) and its warmup variants, with a trace manifest."""
-    from parity.trace import TraceSpec, build_trace, load_trace
+    from parity.trace import build_trace, load_trace
 
     spec = TraceSpec(name=name, documents=documents, questions_per_document=questions,
                      prefix_tokens=prefix_tokens, seed=seed, warmup_shifts=tuple(warmup_shifts),
