@@ -538,7 +538,8 @@ def test_a_killed_worker_fails_the_sessions_open_and_later_requests_and_is_named
     from parity.restart import kill_tree
     from waiting import wait_until  # tests/ is on sys.path
 
-    with harvest_session(kind, tmp_path, step_s=0.05, express=express) as (running, sessions):
+    closing = pytest.raises(ParityError, match=r"^Flame worker pid \d+ \(session hv-0, ")  # the close names it too
+    with closing, harvest_session(kind, tmp_path, step_s=0.05, express=express) as (running, sessions):
         harvester = sessions.batchers[0]
         long = harvester.submit("long", np.arange(1, 100), max_tokens=512)  # 25 s of engine steps
         wait_until(lambda: any(t["events"] for t in harvester.tasks), 120, "the request's first tokens")
