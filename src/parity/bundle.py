@@ -25,8 +25,8 @@ from pathlib import Path
 
 from parity import __version__, signature
 from parity.errors import ParityError
-from parity.manifest import sha256_file
-from parity.seal import RUN_MANIFEST, kept, sealed_trees
+from parity.manifest import RUN_MANIFEST, sha256_file
+from parity.seal import kept, sealed_trees
 from parity.signature import SIGNATURE
 
 CRATE = "ro-crate-metadata.json"

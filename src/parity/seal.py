@@ -19,10 +19,10 @@ from pathlib import Path
 from stat import S_ISREG
 
 from parity.errors import ParityError
-from parity.manifest import (Problem, evidence_root, file_ref, header, linked_files, manifests_in, read_manifest,
-                             write_manifest)
+from parity.manifest import (RUN_MANIFEST, Problem, evidence_root, file_ref, header, linked_files, manifests_in,
+                             read_manifest, write_manifest)
 from parity.rederive import validate
-from parity.signature import RUN_MANIFEST, SIGNATURE
+from parity.signature import SIGNATURE
 
 KIND = "run"
 NOT_KEPT = (".lock",)  # GPU lock files: the lock, not evidence

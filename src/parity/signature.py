@@ -18,7 +18,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from parity.errors import ParityError
-from parity.manifest import RUN_MANIFEST, sha256_file  # noqa: F401  (RUN_MANIFEST: seal and bundle read it here)
+from parity.manifest import RUN_MANIFEST, sha256_file
 SIGNATURE = "run.json.minisig"  # beside run.json (minisign's own default name for it)
 
 
