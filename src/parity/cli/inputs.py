@@ -11,9 +11,7 @@ from parity.cli import options
 from parity.cli.app import echo, main
 from parity.cli.errors import friendly_errors
 from parity.study import VOCAB_LIMIT
-from parity.trace import TraceError, TraceSpec, not_a_folder
-
-SPEC = TraceSpec("defaults", documents=1, questions_per_document=1)  # `parity trace`'s defaults are TraceSpec's
+from parity.trace import TraceError, TraceSpec, not_a_folder  # `parity trace`'s defaults are TraceSpec's
 
 
 @main.command("smoke-inputs")
@@ -73,22 +71,22 @@ def _corpus_file(ctx, param, corpus: Path) -> Path:
 @click.option("--name", required=True, help="Trace name, e.g. no-reuse or reuse.")
 @click.option("--documents", type=click.IntRange(min=1), required=True, help="Distinct document prefixes.")
 @click.option("--questions", type=click.IntRange(min=1), required=True, help="Questions per document.")
-@click.option("--prefix-tokens", default=SPEC.prefix_tokens, show_default=True, type=click.IntRange(min=1),
+@click.option("--prefix-tokens", default=TraceSpec.prefix_tokens, show_default=True, type=click.IntRange(min=1),
               help="Exact document prefix length.")
-@click.option("--seed", default=SPEC.seed, show_default=True, help="Seed of the burst order.")
-@click.option("--head-tokens", default=SPEC.head_tokens, show_default=True, type=click.IntRange(min=0),
+@click.option("--seed", default=TraceSpec.seed, show_default=True, help="Seed of the burst order.")
+@click.option("--head-tokens", default=TraceSpec.head_tokens, show_default=True, type=click.IntRange(min=0),
               help="A head of this many tokens shared by every document (a system prompt), within the prefix.")
-@click.option("--zipf", default=SPEC.zipf, show_default=True, type=options.Finite(min=0, max=4),
+@click.option("--zipf", default=TraceSpec.zipf, show_default=True, type=options.Finite(min=0, max=4),
               help="Hot documents: each request's document drawn from a Zipf law of this exponent (0: uniform).")
-@click.option("--blocks", default=SPEC.blocks, show_default=True, type=click.IntRange(min=1),
+@click.option("--blocks", default=TraceSpec.blocks, show_default=True, type=click.IntRange(min=1),
               help="This many blocks of the shape above, one after another, each block's prefixes its own "
                    "(the first block token-shifted): a long rung of the same shape.")
-@click.option("--answer-tokens", default=SPEC.answer_tokens, show_default=True, type=click.IntRange(min=0),
+@click.option("--answer-tokens", default=TraceSpec.answer_tokens, show_default=True, type=click.IntRange(min=0),
               help="Conversations: each document's questions are one chat's turns, a turn's prompt carrying the "
                    "earlier questions, each with an answer of this many tokens (0: each question alone).")
-@click.option("--warmup-shift", "warmup_shifts", type=int, multiple=True, default=SPEC.warmup_shifts,
+@click.option("--warmup-shift", "warmup_shifts", type=int, multiple=True, default=TraceSpec.warmup_shifts,
               show_default=True, help="Token-ID shift of each warmup round (repeat the option).")
-@click.option("--pack/--no-pack", "pack_articles", default=SPEC.pack_articles, show_default=True,
+@click.option("--pack/--no-pack", "pack_articles", default=TraceSpec.pack_articles, show_default=True,
               help="Join consecutive articles to fill a prefix, or take one article per document.")
 @click.option("--text-field", default="article", show_default=True, help="JSONL field holding the text.")
 @click.option("--corpus-origin", default="other", show_default=True,
