@@ -183,10 +183,11 @@ class FlameSessions:
             self.connection._channel.close()  # which flamepy's close() would otherwise wait for
         self.connection.close()
         if exc[0] is None:  # a worker that died once its answers were in is a fault of the run all the same
-            deaths = self.cluster.unexpected_deaths()
-            if errors or deaths:
-                raise ParityError("; ".join([*deaths, *([f"could not close Flame sessions: {'; '.join(errors)}"]
-                                                       if errors else [])]))
+            problems = self.cluster.unexpected_deaths()
+            if errors:
+                problems.append(f"could not close Flame sessions: {'; '.join(errors)}")
+            if problems:
+                raise ParityError("; ".join(problems))
 
     def reset_prefix_caches(self, timeout_s: float = 600) -> None:
         """Every session's engine starts the next trial cold (a control task, parity.flame.codec), as a fresh

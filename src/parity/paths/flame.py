@@ -271,7 +271,6 @@ class FlamePath(ServingPath):
                 sessions.check_failures()
                 if pending and time.monotonic() > deadline:
                     raise ParityError(f"{len(pending)} of {len(futures)} requests unanswered after {RELEASE_TIMEOUT_S} s")
-            sessions.check_failures()  # once more: a worker that died after the last wait counts the trial out
         finally:
             if outage:
                 outage.disarm()
