@@ -107,6 +107,26 @@ def flame_args(trace, out, repeats=20) -> list[str]:
             "--batch-limit", "8", "--out", str(out)]
 
 
+@contextlib.contextmanager
+def serving(run: Run, out: Path, repeats: int = 20):
+    """The lock record of a live worker bound to a session while a trial's measured requests are out, whatever
+    the machine's load: the run's driver (and the stand-in's session manager within it) stays stopped for the
+    block, from just after a trial's warm-up; a trial that ended before the driver stopped is passed over, up to the
+    run's last but one (`repeats`, as `flame_args` gave it)."""
+    locks = out / "logs" / "gpu-locks"
+    for trial in range(repeats - 1):
+        run.wait_for_line(rf"^locality-flame-sticky-reuse-r{trial}:\n(.*\n)*? *warmup 1: ")
+        with run.frozen():
+            if re.search(rf"^locality-flame-sticky-reuse-r{trial}: .*req/s", run.text(), re.M):
+                continue  # its measured phase ended before the driver stopped
+            for lock in locks.glob("*.lock"):
+                text = lock.read_text()
+                if text and procs.alive((record := json.loads(text))["pid"]):
+                    yield record
+                    return
+    raise AssertionError(f"no trial's worker was found serving:\n{run.text()}")
+
+
 def test_sigterm_of_standalone_run_tears_down_and_writes_the_receipt(trace, tmp_path, runs):
     run = runs(standalone_args(trace, tmp_path / "out"), tmp_path, "standalone-term")
     run.wait_for_line(r"^locality-vllm-\w+-reuse-r0:")
@@ -159,25 +179,6 @@ def test_sigkill_of_flame_run_leaves_nothing_and_a_rerun_clears_its_stale_locks(
     assert again.finish() == 0, again.text()
     assert "cleared the stale lock of GPU sim-" in again.text()
     assert read_manifest(out / "cleanup-flame.json")["clean"]
-
-
-@contextlib.contextmanager
-def serving(run: Run, out: Path, trial_line: str = "locality-flame-sticky-reuse-r"):
-    """The lock record of a live worker bound to a session while a trial's measured requests are out, whatever
-    the machine's load: the run's driver (and the stand-in's session manager within it) stays stopped for the
-    block, from just after a trial's warm-up; a trial that ended before the driver stopped is passed over."""
-    locks = out / "logs" / "gpu-locks"
-    for trial in range(19):
-        run.wait_for_line(rf"^{trial_line}{trial}:\n(.*\n)*? *warmup 1: ")
-        with run.frozen():
-            if re.search(rf"^{trial_line}{trial}: .*req/s", run.text(), re.M):
-                continue  # its measured phase ended before the driver stopped
-            for lock in locks.glob("*.lock"):
-                text = lock.read_text()
-                if text and procs.alive((record := json.loads(text))["pid"]):
-                    yield record
-                    return
-    raise AssertionError(f"no trial's worker was found serving:\n{run.text()}")
 
 
 def test_a_flame_worker_killed_mid_run_is_named_in_one_line(trace, tmp_path, runs):
