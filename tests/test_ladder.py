@@ -420,13 +420,13 @@ def test_a_device_session_runs_chosen_rungs_of_the_bounded_ladder_under_their_co
     assert {(c.stage, c.trace.stem) for c in narrowed.values()} == {
         ("rate-16-bounded", "hot-640"), ("rate-16-unbounded", "hot-640"),
         ("rate-18-bounded", "reuse-640"), ("rate-18-unbounded", "reuse-640")}
-    done, copy = stage("rungs", "reuse-640:8")  # every arm's pair at that rung, the newest arm's (express) first
+    done, copy = stage("rungs", "reuse-640:8")  # every arm's pair at that rung, run_first's arms (express3) first
     assert done.returncode == 0, done.stderr
     narrowed = cases(copy)
     assert narrowed and all(committed[t] == c for t, c in narrowed.items())
     assert {(c.stage, c.trace.stem) for c in narrowed.values()} == {
-        (f"rate-8{arm}", "reuse-640") for arm in ("", "-gathered", "-harvest", "-express")}
-    assert [c.arm for c in narrowed.values()][:2] == ["express", "express"]
+        (f"rate-8{arm}", "reuse-640") for arm in ("", "-gathered", "-harvest", "-express", "-express3")}
+    assert [c.arm for c in narrowed.values()][:8] == ["express3"] * 4 + ["express"] * 4
     for name, rungs, message in (("bounded", "hot-640:17", "not a rung of the committed bounded_rates"),
                                  ("bounded", "reuse-64:14", "not a rung of the committed bounded_rates"),
                                  ("rungs", "reuse-640:14", "not a rung of the committed rates"),

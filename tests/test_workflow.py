@@ -385,13 +385,14 @@ def test_the_host_ladders_newest_arm_runs_first_through_the_workflow(checkout, t
     (command,) = [c for c in shell_commands(run.stdout + run.stderr)
                   if c[:4] == ["parity", "experiment", "run", "sustained"]]
     settings = json.loads(_option(command, "--settings"))
-    assert settings["run_first"] == ["express"] and sorted(settings["arms"]) == ["express", "gathered", "harvest"]
+    assert settings["run_first"] == ["express3", "express"]
+    assert sorted(settings["arms"]) == ["express", "express3", "gathered", "harvest"]
     traces = []
     for name in settings["traces"]:
         traces.append(tmp_path / f"{name}.json")
         traces[-1].write_bytes(tiny_reuse_trace.read_bytes())
     cases = plan.for_experiment("sustained", traces, settings)
-    assert [c.arm for c in cases][:2] == ["express", "express"]
+    assert list(dict.fromkeys(c.arm for c in cases))[:2] == ["express3", "express"]  # arm by arm (shared starts)
 
 
 @pytest.mark.parametrize("inputs, refused", [
