@@ -12,7 +12,8 @@
 # A fresh machine takes three calls, each carry under 64 MiB with the tracked tree (and shared/; where .gpu/a no longer
 # fits beside them, split c.so.xz in two and carry the halves in two calls, as session 19 did): .gpu/a (unpacked to /tmp/v),
 # then .flame and .gl (`source benchmarks/flame-bins.sh`; .gl/t.tar.xz, the earlier trials, untarred at the repo
-# root; .gl/triton-cache.tgz, if an earlier session brought one back, untarred into ~/.triton), then .gpu/b and
+# root by that call's command; .gl/triton-cache.tgz, if an earlier session brought one back, this script untars into
+# ~/.triton when that has no cache yet: .gl stays in the device's tree between calls), then .gpu/b and
 # .whl running this script (the slim vLLM bundle's two halves: shared/gpu/README.md); later calls of the same warm
 # machine reuse what they left in /tmp. Without a carried Triton cache the first trial compiles vLLM's Triton
 # kernels in its warm-ups (about a minute more); OUTDIR/triton-cache.tgz brings the cache back for the next
@@ -46,6 +47,9 @@ else
   source .gpu/b/setup.sh || exit 1
 fi
 [ -x /tmp/flame-bin/flame-session-manager ] || source benchmarks/flame-bins.sh
+if [ -f .gl/triton-cache.tgz ] && [ ! -d ~/.triton/cache ]; then  # the kernels an earlier session compiled, loaded
+  mkdir -p ~/.triton && tar xzf .gl/triton-cache.tgz -C ~/.triton && echo "Triton cache from .gl/triton-cache.tgz"
+fi
 export FLAME_BIN_DIR=/tmp/flame-bin
 nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt"
 cat "$out/gpu.txt"

@@ -663,7 +663,8 @@ def test_a_trial_copied_under_another_name_or_relabelled_for_another_gpu_runs_ag
 def test_the_device_ladder_leaves_at_most_eight_files_to_bring_back(tmp_path):
     """2026-12-05 (session 26): the device brings back at most 8 files from OUTDIR, and the ninth, workflow.txt,
     was left out; the samples and logs travel as one facts.tgz beside gpu.txt and the archives. Run here with
-    stand-ins for the bundle, nvidia-smi and the workflow."""
+    stand-ins for the bundle, nvidia-smi and the workflow. A Triton cache an earlier session brought back
+    (.gl/triton-cache.tgz) is loaded into ~/.triton before the run and goes back out with its kernels."""
     import shutil
     import tarfile
     from pathlib import Path
@@ -683,12 +684,21 @@ def test_the_device_ladder_leaves_at_most_eight_files_to_bring_back(tmp_path):
                                         "case \" $* \" in *' -l '*) exec sleep 60 ;; esac\n")
     for f in (root / "benchmarks" / "host.sh", bin_dir / "nvidia-smi"):
         f.chmod(0o755)
+    kernel = tmp_path / "earlier" / "cache" / "K1" / "kernel.json"
+    kernel.parent.mkdir(parents=True)
+    kernel.write_text("{}")
+    (root / ".gl").mkdir()
+    with tarfile.open(root / ".gl" / "triton-cache.tgz", "w:gz") as cache:
+        cache.add(tmp_path / "earlier" / "cache", arcname="cache")
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path)}
     done = subprocess.run(["bash", "benchmarks/h200-ladder.sh", str(out), "60"], cwd=root, env=env,
                           capture_output=True, text=True, timeout=120)
     assert "rc=0" in done.stdout, done.stdout + done.stderr
+    assert (tmp_path / ".triton" / "cache" / "K1" / "kernel.json").is_file()
     files = sorted(p.name for p in out.iterdir())
-    assert files == ["facts.tgz", "gpu.txt", "ladder.tgz"], files
+    assert files == ["facts.tgz", "gpu.txt", "ladder.tgz", "triton-cache.tgz"], files
+    with tarfile.open(out / "triton-cache.tgz") as back:
+        assert "cache/K1/kernel.json" in back.getnames()
     with tarfile.open(out / "facts.tgz") as facts:
         names = set(facts.getnames())
         assert {"workflow.txt", "cpu.txt", "cpu-load.txt", "gpu-clocks.txt"} <= names
