@@ -48,7 +48,14 @@ else
 fi
 [ -x /tmp/flame-bin/flame-session-manager ] || source benchmarks/flame-bins.sh
 if [ -f .gl/triton-cache.tgz ] && [ ! -d ~/.triton/cache ]; then  # the kernels an earlier session compiled, loaded
-  mkdir -p ~/.triton && tar xzf .gl/triton-cache.tgz -C ~/.triton && echo "Triton cache from .gl/triton-cache.tgz"
+  # whole or not at all: unpacked beside ~/.triton/cache and moved in only once it unpacked in full
+  rm -rf ~/.triton/carried && mkdir -p ~/.triton/carried
+  if tar xzf .gl/triton-cache.tgz -C ~/.triton/carried 2>/dev/null && [ -d ~/.triton/carried/cache ]; then
+    mv ~/.triton/carried/cache ~/.triton/cache && echo "Triton cache from .gl/triton-cache.tgz"
+  else
+    echo "h200-ladder.sh: .gl/triton-cache.tgz is not a whole Triton cache (cache/...): not loaded, the first trial compiles its kernels" >&2
+  fi
+  rm -rf ~/.triton/carried
 fi
 export FLAME_BIN_DIR=/tmp/flame-bin
 nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt"

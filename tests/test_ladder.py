@@ -660,11 +660,13 @@ def test_a_trial_copied_under_another_name_or_relabelled_for_another_gpu_runs_ag
                "gpus do not name" in line for line in lines), lines
 
 
-def test_the_device_ladder_leaves_at_most_eight_files_to_bring_back(tmp_path):
+@pytest.mark.parametrize("carried", ["whole", "truncated"])
+def test_the_device_ladder_leaves_at_most_eight_files_to_bring_back(tmp_path, carried):
     """2026-12-05 (session 26): the device brings back at most 8 files from OUTDIR, and the ninth, workflow.txt,
     was left out; the samples and logs travel as one facts.tgz beside gpu.txt and the archives. Run here with
     stand-ins for the bundle, nvidia-smi and the workflow. A Triton cache an earlier session brought back
-    (.gl/triton-cache.tgz) is loaded into ~/.triton before the run and goes back out with its kernels."""
+    (.gl/triton-cache.tgz) is loaded into ~/.triton before the run and goes back out with its kernels; a truncated
+    one is said in one line and loaded not at all (no part of it in ~/.triton), and the run goes on."""
     import shutil
     import tarfile
     from pathlib import Path
@@ -686,19 +688,29 @@ def test_the_device_ladder_leaves_at_most_eight_files_to_bring_back(tmp_path):
         f.chmod(0o755)
     kernel = tmp_path / "earlier" / "cache" / "K1" / "kernel.json"
     kernel.parent.mkdir(parents=True)
-    kernel.write_text("{}")
+    kernel.write_bytes(os.urandom(200_000))  # incompressible: cut in half, the archive stops inside this file
     (root / ".gl").mkdir()
-    with tarfile.open(root / ".gl" / "triton-cache.tgz", "w:gz") as cache:
+    carry = root / ".gl" / "triton-cache.tgz"
+    with tarfile.open(carry, "w:gz") as cache:
         cache.add(tmp_path / "earlier" / "cache", arcname="cache")
+    if carried == "truncated":
+        carry.write_bytes(carry.read_bytes()[:100_000])
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path)}
     done = subprocess.run(["bash", "benchmarks/h200-ladder.sh", str(out), "60"], cwd=root, env=env,
                           capture_output=True, text=True, timeout=120)
     assert "rc=0" in done.stdout, done.stdout + done.stderr
-    assert (tmp_path / ".triton" / "cache" / "K1" / "kernel.json").is_file()
     files = sorted(p.name for p in out.iterdir())
-    assert files == ["facts.tgz", "gpu.txt", "ladder.tgz", "triton-cache.tgz"], files
-    with tarfile.open(out / "triton-cache.tgz") as back:
-        assert "cache/K1/kernel.json" in back.getnames()
+    if carried == "truncated":
+        said = [line for line in done.stderr.splitlines() if "triton-cache.tgz" in line]
+        assert said == ["h200-ladder.sh: .gl/triton-cache.tgz is not a whole Triton cache (cache/...): not loaded, "
+                        "the first trial compiles its kernels"], done.stderr
+        assert not (tmp_path / ".triton").exists() or not any((tmp_path / ".triton").iterdir())
+        assert files == ["facts.tgz", "gpu.txt", "ladder.tgz"], files
+    else:
+        assert (tmp_path / ".triton" / "cache" / "K1" / "kernel.json").is_file()
+        assert files == ["facts.tgz", "gpu.txt", "ladder.tgz", "triton-cache.tgz"], files
+        with tarfile.open(out / "triton-cache.tgz") as back:
+            assert "cache/K1/kernel.json" in back.getnames()
     with tarfile.open(out / "facts.tgz") as facts:
         names = set(facts.getnames())
         assert {"workflow.txt", "cpu.txt", "cpu-load.txt", "gpu-clocks.txt"} <= names
