@@ -12,12 +12,12 @@
 # A fresh machine takes three calls, each carry under 64 MiB with the tracked tree (and shared/; where .gpu/a no longer
 # fits beside them, split c.so.xz in two and carry the halves in two calls, as session 19 did): .gpu/a (unpacked to /tmp/v),
 # then .flame and .gl (`source benchmarks/flame-bins.sh`; .gl/t.tar.xz, the earlier trials, untarred at the repo
-# root by that call's command; .gl/triton-cache.tgz, if an earlier session brought one back, this script untars into
-# ~/.triton when that has no cache yet: .gl stays in the device's tree between calls), then .gpu/b and
-# .whl running this script (the slim vLLM bundle's two halves: shared/gpu/README.md); later calls of the same warm
-# machine reuse what they left in /tmp. Without a carried Triton cache the first trial compiles vLLM's Triton
-# kernels in its warm-ups (about a minute more); OUTDIR/triton-cache.tgz brings the cache back for the next
-# session (the same kernels of the same versions, loaded from disk instead of compiled: a later trial on one
+# root by that call's command), then .gpu/b, .whl and .gl running this script (.gl/triton-cache.tgz, if an earlier
+# session brought one back, this script untars into ~/.triton when that has no cache yet; carry .gl in this call too:
+# on 2026-12-06, carried only a call before, it was not loaded and the first trial compiled its kernels; .gpu/a
+# and .gpu/b are the slim vLLM bundle's two halves: shared/gpu/README.md); later calls of the same warm machine reuse
+# what they left in /tmp. Without a carried Triton cache the first trial compiles vLLM's Triton kernels in its
+# warm-ups (about a minute more); OUTDIR/triton-cache.tgz brings the cache back for the next session (the same kernels of the same versions, loaded from disk instead of compiled: a later trial on one
 # machine has always started so). Runs `benchmarks/host.sh sustained` (config/host.yaml: 640-request rungs, each path's rungs on one engine
 # start), killed at LIMIT_S (default 540) so a device call ends in time: a rerun keeps every finished trial and
 # goes on. Leaves OUTDIR/ladder.tgz (trials, experiment manifest, engine logs and JIT records, cleanup receipts)
@@ -56,6 +56,10 @@ if [ -f .gl/triton-cache.tgz ] && [ ! -d ~/.triton/cache ]; then  # the kernels 
     echo "h200-ladder.sh: .gl/triton-cache.tgz is not a whole Triton cache (cache/...): not loaded, the first trial compiles its kernels" >&2
   fi
   rm -rf ~/.triton/carried
+elif [ -d ~/.triton/cache ]; then
+  echo "Triton cache: ~/.triton/cache is already here (an earlier call of this machine), kept"
+else  # session 32's first trial compiled its kernels: .gl, carried a call before this script, was not there
+  echo "Triton cache: none carried (carry .gl with the call that runs this script): the first trial compiles its kernels"
 fi
 export FLAME_BIN_DIR=/tmp/flame-bin
 nvidia-smi --query-gpu=name,uuid,driver_version,memory.total --format=csv,noheader > "$out/gpu.txt"

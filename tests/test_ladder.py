@@ -660,13 +660,14 @@ def test_a_trial_copied_under_another_name_or_relabelled_for_another_gpu_runs_ag
                "gpus do not name" in line for line in lines), lines
 
 
-@pytest.mark.parametrize("carried", ["whole", "truncated"])
+@pytest.mark.parametrize("carried", ["whole", "truncated", "absent"])
 def test_the_device_ladder_leaves_at_most_eight_files_to_bring_back(tmp_path, carried):
     """2026-12-05 (session 26): the device brings back at most 8 files from OUTDIR, and the ninth, workflow.txt,
     was left out; the samples and logs travel as one facts.tgz beside gpu.txt and the archives. Run here with
     stand-ins for the bundle, nvidia-smi and the workflow. A Triton cache an earlier session brought back
     (.gl/triton-cache.tgz) is loaded into ~/.triton before the run and goes back out with its kernels; a truncated
-    one is said in one line and loaded not at all (no part of it in ~/.triton), and the run goes on."""
+    one is said in one line and loaded not at all (no part of it in ~/.triton), and the run goes on; none carried is
+    said too (2026-12-06: .gl, carried a call before the script's, was not loaded, and nothing said so)."""
     import shutil
     import tarfile
     from pathlib import Path
@@ -695,12 +696,17 @@ def test_the_device_ladder_leaves_at_most_eight_files_to_bring_back(tmp_path, ca
         cache.add(tmp_path / "earlier" / "cache", arcname="cache")
     if carried == "truncated":
         carry.write_bytes(carry.read_bytes()[:100_000])
+    elif carried == "absent":
+        shutil.rmtree(root / ".gl")
     env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path)}
     done = subprocess.run(["bash", "benchmarks/h200-ladder.sh", str(out), "60"], cwd=root, env=env,
                           capture_output=True, text=True, timeout=120)
     assert "rc=0" in done.stdout, done.stdout + done.stderr
     files = sorted(p.name for p in out.iterdir())
-    if carried == "truncated":
+    if carried == "absent":
+        assert "Triton cache: none carried (carry .gl with the call that runs this script)" in done.stdout, done.stdout
+        assert files == ["facts.tgz", "gpu.txt", "ladder.tgz"], files
+    elif carried == "truncated":
         said = [line for line in done.stderr.splitlines() if "triton-cache.tgz" in line]
         assert said == ["h200-ladder.sh: .gl/triton-cache.tgz is not a whole Triton cache (cache/...): not loaded, "
                         "the first trial compiles its kernels"], done.stderr
