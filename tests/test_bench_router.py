@@ -19,7 +19,9 @@ def test_router_benchmark_reports_each_router_per_request_against_hashing():
             assert r[f"{stat}_us"] > 0 and hashed[f"{stat}_us"] > 0
             assert r[f"ratio_{stat}_to_hash"] == r[f"{stat}_us"] / hashed[f"{stat}_us"]
         assert r["p50_us"] <= r["p99_us"] and r["meets_target"] == (r["p99_us"] <= 20.0)
-    assert len(router.summary_lines(result)) == len(result["routers"]) + 3
+    assert 0 < result["chain"]["p50_us"] <= result["chain"]["p99_us"]
+    lines = router.summary_lines(result)
+    assert len(lines) == len(result["routers"]) + 4 and lines[-2].startswith("prefix chain")
     assert result["garbage_collector"] == "paused"
     assert router.run(num_requests=4, repeats=1, collect=True)["garbage_collector"] == "running"
 
