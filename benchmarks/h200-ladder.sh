@@ -17,8 +17,9 @@
 # on 2026-12-06, carried only a call before, it was not loaded and the first trial compiled its kernels; .gpu/a
 # and .gpu/b are the slim vLLM bundle's two halves: shared/gpu/README.md); later calls of the same warm machine reuse
 # what they left in /tmp. Without a carried Triton cache the first trial compiles vLLM's Triton kernels in its
-# warm-ups (about a minute more); OUTDIR/triton-cache.tgz brings the cache back for the next session (the same kernels of the same versions, loaded from disk instead of compiled: a later trial on one
-# machine has always started so). Runs `benchmarks/host.sh sustained` (config/host.yaml: 640-request rungs, each path's rungs on one engine
+# warm-ups (about a minute more); OUTDIR/triton-cache.tgz brings the cache back for the next session (the same
+# kernels of the same versions, loaded from disk instead of compiled: a later trial on one machine has always
+# started so). Runs `benchmarks/host.sh sustained` (config/host.yaml: 640-request rungs, each path's rungs on one engine
 # start), killed at LIMIT_S (default 540) so a device call ends in time: a rerun keeps every finished trial and
 # goes on. Leaves OUTDIR/ladder.tgz (trials, experiment manifest, engine logs and JIT records, cleanup receipts)
 # OUTDIR/gpu.txt and OUTDIR/facts.tgz: workflow.txt (the workflow's output), cpu.txt (each process's CPU every 10 s), gpu-clocks.txt, engine-threads.txt and engine-facts.txt. A session's
@@ -58,7 +59,7 @@ if [ -f .gl/triton-cache.tgz ] && [ ! -d ~/.triton/cache ]; then  # the kernels 
   rm -rf ~/.triton/carried
 elif [ -d ~/.triton/cache ]; then
   echo "Triton cache: ~/.triton/cache is already here (an earlier call of this machine), kept"
-else  # session 32's first trial compiled its kernels: .gl, carried a call before this script, was not there
+else  # session 32's first trial compiled its kernels: .gl, carried a call before this script's, was not loaded
   echo "Triton cache: none carried (carry .gl with the call that runs this script): the first trial compiles its kernels"
 fi
 export FLAME_BIN_DIR=/tmp/flame-bin
