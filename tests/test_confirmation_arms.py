@@ -59,6 +59,19 @@ def test_a_sweep_is_recorded_on_every_case_and_unset_it_changes_nothing():
     assert all(c.sweep is None and "sweep" not in c.load for c in cases)
 
 
+def test_stages_keep_only_those_stages_pairs_and_an_unknown_stage_is_refused_in_one_line():
+    """`stages` (ours): a device session runs one arm's pairs alone, each case as the whole plan makes it."""
+    settings = STUDY | {"pairs": 2, "flame_arms": {"harvest": {"mode": "harvest"}, "express3": {
+        "mode": "harvest", "express": True, "hold_ms": 3}}, "sweep": 64}
+    whole = plan.for_experiment("confirmation", TRACES, settings)
+    only = plan.for_experiment("confirmation", TRACES, settings | {"stages": ["final-express3"]})
+    assert only == [c for c in whole if c.stage == "final-express3"] and len(only) == 8
+    assert all(c.sweep == 64 and c.flame.hold_ms == 3 for c in only)
+    with pytest.raises(ParityError, match=r"^confirmation: stages names 'final-exprss3', not a stage of this plan "
+                                          r"\(final, final-harvest, final-express3\)$"):
+        plan.for_experiment("confirmation", TRACES, settings | {"stages": ["final-exprss3"]})
+
+
 def test_a_bad_sweep_is_refused_by_the_config_schema():
     import jsonschema
     import yaml
@@ -69,13 +82,18 @@ def test_a_bad_sweep_is_refused_by_the_config_schema():
     for bad in (0, -1, "64", 1.5):
         with pytest.raises(jsonschema.ValidationError):
             jsonschema.validate({"sweep": bad}, part)
+    jsonschema.validate({"stages": ["final-express3"]}, part)
+    for bad in ([], "final", ["final", "final"], ["express3"], [3]):
+        with pytest.raises(jsonschema.ValidationError):
+            jsonschema.validate({"stages": bad}, part)
 
 
 def test_host_profile_runs_harvest_confirmation_pairs_on_one_shard_and_smoke_does_not():
     import yaml
 
     host = yaml.safe_load((ROOT / "config/host.yaml").read_text())["experiments"]["confirmation"]
-    assert host == {"shards": 1, "pairs": 2, "flame_arms": {"harvest": {"mode": "harvest"}}, "sweep": 64}
+    assert host == {"shards": 1, "pairs": 2, "flame_arms": {"harvest": {"mode": "harvest"}, "express3": {
+        "mode": "harvest", "express": True, "hold_ms": 3}}, "sweep": 64}
     smoke = yaml.safe_load((ROOT / "config/smoke.yaml").read_text())["experiments"]["confirmation"]
     assert "flame_arms" not in smoke and "shards" not in smoke  # the smoke run is at its 10-minute limit
 
@@ -117,6 +135,27 @@ def test_a_one_shard_confirmation_with_a_harvest_arm_runs_reports_apart_and_is_n
     final = section[:section.index("### Confirmation pairs, Flame arms (ours)")]
     assert "| Prefix reuse | ours, simulated |" in final and "| 1 / 0 |" in final  # the study's pair alone
     assert made["manifest"]["headline"]["reuse"]["pairs"] == 1
+
+
+def test_a_confirmation_of_one_flame_arm_alone_runs_and_reports_without_the_study_stage(
+        tiny_reuse_trace, sim_backend, tmp_path):
+    """`stages` as a device session uses it: the arm's pairs alone make a whole experiment manifest, and the
+    report shows the arm's pair without a study pair beside it (simulated)."""
+    from parity.experiments.runner import run_experiment
+    from parity.manifest import read_manifest
+    from parity.report import write_report
+
+    settings = {"pairs": 1, "shards": 1, "flame": STUDY["flame"], "flame_arms": {"harvest": {"mode": "harvest"}},
+                "stages": ["final-harvest"]}
+    cases = plan.for_experiment("confirmation", [tiny_reuse_trace], settings)
+    out = tmp_path / "confirmation"
+    run_experiment("confirmation", cases, sim_backend, out, settings=settings, log=lambda _: None)
+    doc = read_manifest(out / "experiment.json")
+    assert doc["settings"]["stages"] == ["final-harvest"]
+    assert sorted(p.name for p in (out / "pairs").glob("*.json")) == ["final-harvest-reuse-p0.json"]
+    md = write_report([out], None, ROOT / "config/study-reference.yaml", tmp_path / "report")["markdown"]
+    arms = md[md.index("### Confirmation pairs, Flame arms (ours)"):md.index("### Where the time goes")]
+    assert [line.split(" | ")[1] for line in arms.splitlines() if line.startswith("| reuse |")] == ["harvest"]
 
     lines: list[str] = []  # the study's two shards: nothing that ran on one is kept, the pairs not either
     two = {k: v for k, v in settings.items() if k != "shards"}

@@ -174,7 +174,7 @@ def admission(traces: list[Path], settings: AdmissionSettings) -> list[Case]:
 
 def confirmation(traces: list[Path], count: int | dict[str, int], flame: FlameSettings,
                  arms: tuple[str, ...] = (), flame_arms: dict[str, dict] | None = None,
-                 sweep: int | None = None) -> list[Case]:
+                 sweep: int | None = None, stages: tuple[str, ...] = ()) -> list[Case]:
     """The final configuration against the fixed sticky vLLM reference, shards pinned to the same GPUs; then,
     for each extra arm (ours: `prefix`), the same pairs with both sides placed by that router (stage
     `final-<arm>`), which the study's table never counts. For each Flame arm (ours; NAME: Flame setting changes,
@@ -182,7 +182,16 @@ def confirmation(traces: list[Path], count: int | dict[str, int], flame: FlameSe
     sticky, pinned); with Flame arms, pair k of every stage runs before pair k+1 of any, so a run cut short
     (device time) holds as many pairs of each arm. `sweep` (ours, unset: the study's warm-ups alone): every
     case's fresh engines first decode groups of 1..sweep short requests (parity.trial.decode_sweep), since two
-    whole-burst warm-ups may skip a batch size whose attention kernel then compiles inside the timed window."""
+    whole-burst warm-ups may skip a batch size whose attention kernel then compiles inside the timed window.
+    `stages` (ours, empty: every stage): only those stages' pairs, so a device session runs one arm's share alone
+    (an earlier session's pairs of the other stages, on other Flame binaries, would otherwise all run again)."""
+    if stages:
+        cases = confirmation(traces, count, flame, arms, flame_arms, sweep)
+        planned = list(dict.fromkeys(case.stage for case in cases))
+        if unknown := [stage for stage in stages if stage not in planned]:
+            raise ParityError(f"confirmation: stages names {unknown[0]!r}, not a stage of this plan "
+                              f"({', '.join(planned)})")
+        return [case for case in cases if case.stage in stages]
     if sweep:
         return [replace(case, sweep=sweep) for case in confirmation(traces, count, flame, arms, flame_arms)]
     cases = pairs("confirmation", "final", traces, count, flame, pinned=True)
@@ -496,7 +505,7 @@ EXPERIMENTS: dict[str, Experiment] = {
     "admission": Experiment(AdmissionSettings, admission),
     "confirmation": Experiment(ConfirmationSettings,
                                lambda traces, s: confirmation(traces, s.pairs, s.flame, s.arms, s.flame_arms,
-                                                                            s.sweep)),
+                                                                            s.sweep, s.stages)),
     "gc": Experiment(GcSettings, lambda traces, s: gc_diagnostics(pick_trace(traces, s.trace), s.flame, s.repeats)),
     "offline-limit": Experiment(OfflineLimitSettings, None),  # shards on the engine (experiments.offline_limit)
     "routing": Experiment(RoutingSettings, _routing),

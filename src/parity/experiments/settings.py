@@ -224,6 +224,7 @@ class ConfirmationSettings(Section):
     flame_arms: dict[str, FlameChanges] = field(default_factory=dict)  # extra Flame arms: NAME: changes
     shards: int | None = None  # the runner's: sticky shards per side (unset: one per GPU, at most two)
     sweep: int | None = None  # ours: each fresh engine's decode sweep, groups of 1..N (plan.confirmation)
+    stages: tuple[str, ...] = ()  # ours: only these stages' pairs (a device session's share; empty: every stage)
 
 
 @dataclass(frozen=True)

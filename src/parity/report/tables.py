@@ -164,6 +164,8 @@ def confirmation_flame_arms(confirmation: Experiment | None) -> list[Table]:
                    "Pairs counted / excluded", "Every pair ≥ 99%"])
     labels = {c["stage"]: c["flame"]["label"] for c in confirmation.cases if c.get("flame")}
     stages = (("final", "final (the study's)"), *((f"final-{arm}", arm) for arm in arms))
+    if ran := confirmation.doc["settings"].get("stages"):  # a run of some stages alone (settings stages): those
+        stages = tuple(stage for stage in stages if stage[0] in ran)
     for trace, stage, name, c, docs in _stage_comparisons(confirmation, stages):
         head = [trace, name, labels.get(stage, f.MISSING), ours(docs)]
         if not c["pairs"]:
