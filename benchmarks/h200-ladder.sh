@@ -107,6 +107,16 @@ if [ -n "${LADDER_STAGE:-}" ]; then
   [ "$experiment" = sustained ] || { echo "h200-ladder.sh: LADDER_STAGE is a stage of the sustained ladder" >&2; exit 2; }
   benchmarks/ladder-stage.sh "$LADDER_STAGE" || exit 2
 fi
+# CONFIRMATION_STAGES="final-express3 ...": the confirmation's named stages alone (settings stages, plan.confirmation;
+# on the device only: an earlier session's pairs of the other stages ran on other Flame binaries and would run again)
+if [ -n "${CONFIRMATION_STAGES:-}" ]; then
+  [ "$experiment" = confirmation ] || { echo "h200-ladder.sh: CONFIRMATION_STAGES narrows the confirmation" >&2; exit 2; }
+  stages=$(echo $CONFIRMATION_STAGES | sed 's/ /, /g')
+  sed -i -E "s/^(  confirmation: \{.*)\}$/\1, stages: [$stages]}/" config/host.yaml
+  grep -qF "stages: [$stages]}" config/host.yaml \
+    || { echo "h200-ladder.sh: could not narrow config/host.yaml's confirmation to $stages" >&2; exit 2; }
+  echo "h200-ladder.sh: the confirmation's stages $stages alone"
+fi
 start=$(date +%s)
 trials=results/host/$experiment/trials
 # Every call runs the experiment (its runner keeps each finished trial): an experiment manifest untarred from
