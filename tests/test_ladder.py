@@ -721,3 +721,43 @@ def test_the_device_ladder_leaves_at_most_eight_files_to_bring_back(tmp_path, ca
         names = set(facts.getnames())
         assert {"workflow.txt", "cpu.txt", "cpu-load.txt", "gpu-clocks.txt"} <= names
         assert "the workflow ran" in facts.extractfile("workflow.txt").read().decode()
+
+
+def test_the_device_ladder_runs_the_confirmations_named_stages_alone_and_refuses_them_for_the_ladder(tmp_path):
+    """CONFIRMATION_STAGES (session 33): the committed host profile's confirmation narrowed on the device to the
+    stages named (settings stages), so the earlier stages' pairs, made on other Flame binaries, do not all run again;
+    named for the sustained ladder, refused in one line before anything runs. Stand-ins for the bundle and workflow."""
+    import shutil
+    from pathlib import Path
+
+    import yaml
+
+    if Path("/tmp/site/vllm").is_dir():
+        pytest.skip("this machine has the slim vLLM bundle set up in /tmp/site")
+    here = Path(__file__).resolve().parents[1]
+    root, out, bin_dir = tmp_path / "repo", tmp_path / "out", tmp_path / "bin"
+    for d in (root / "benchmarks", root / "config", root / ".gpu" / "b", out, bin_dir):
+        d.mkdir(parents=True)
+    shutil.copy(here / "benchmarks" / "h200-ladder.sh", root / "benchmarks")
+    shutil.copy(here / "config" / "host.yaml", root / "config")
+    (root / ".gpu" / "b" / "setup.sh").write_text(":\n")
+    (root / "benchmarks" / "flame-bins.sh").write_text(":\n")
+    (root / "benchmarks" / "host.sh").write_text(
+        "#!/usr/bin/env bash\necho \"the workflow ran $1\"\nmkdir -p results/host/confirmation/trials results/host/logs\n"
+        "touch results/host/logs/experiment_confirmation.log\n")
+    (bin_dir / "nvidia-smi").write_text("#!/usr/bin/env bash\necho 'GPU-stand-in'\n"
+                                        "case \" $* \" in *' -l '*) exec sleep 60 ;; esac\n")
+    for f in (root / "benchmarks" / "host.sh", bin_dir / "nvidia-smi"):
+        f.chmod(0o755)
+    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path),
+           "CONFIRMATION_STAGES": "final-express3"}
+    refused = subprocess.run(["bash", "benchmarks/h200-ladder.sh", str(out), "60"], cwd=root, env=env,
+                             capture_output=True, text=True, timeout=120)
+    assert refused.returncode == 2 and refused.stderr == "h200-ladder.sh: CONFIRMATION_STAGES narrows the confirmation\n"
+    assert (root / "config" / "host.yaml").read_text() == (here / "config" / "host.yaml").read_text()
+    done = subprocess.run(["bash", "benchmarks/h200-ladder.sh", str(out), "60", "confirmation"], cwd=root, env=env,
+                          capture_output=True, text=True, timeout=120)
+    assert "rc=0" in done.stdout and "the confirmation's stages final-express3 alone" in done.stdout, done.stdout
+    narrowed = yaml.safe_load((root / "config" / "host.yaml").read_text())["experiments"]["confirmation"]
+    committed = yaml.safe_load((here / "config" / "host.yaml").read_text())["experiments"]["confirmation"]
+    assert narrowed == committed | {"stages": ["final-express3"]}
