@@ -152,6 +152,7 @@ def test_a_confirmation_of_one_flame_arm_alone_runs_and_reports_without_the_stud
     run_experiment("confirmation", cases, sim_backend, out, settings=settings, log=lambda _: None)
     doc = read_manifest(out / "experiment.json")
     assert doc["settings"]["stages"] == ["final-harvest"]
+    assert not (out / "logs" / "deadline.json").exists()  # no deadline set: no memory of its times kept
     assert sorted(p.name for p in (out / "pairs").glob("*.json")) == ["final-harvest-reuse-p0.json"]
     md = write_report([out], None, ROOT / "config/study-reference.yaml", tmp_path / "report")["markdown"]
     arms = md[md.index("### Confirmation pairs, Flame arms (ours)"):md.index("### Where the time goes")]

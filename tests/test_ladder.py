@@ -761,3 +761,45 @@ def test_the_device_ladder_runs_the_confirmations_named_stages_alone_and_refuses
     narrowed = yaml.safe_load((root / "config" / "host.yaml").read_text())["experiments"]["confirmation"]
     committed = yaml.safe_load((here / "config" / "host.yaml").read_text())["experiments"]["confirmation"]
     assert narrowed == committed | {"stages": ["final-express3"]}
+
+
+def test_a_deadline_tells_the_paths_apart_and_remembers_for_the_next_call_on_the_same_gpus(tiny_reuse_trace,
+                                                                                          tmp_path):
+    """2026-12-06 (one H100, session 33): a no-reuse burst took 180 s on the Flame side and 121 s standalone, and
+    each device call's process began with nothing measured, so one case was predicted at 202 s (the other path's
+    time) and a Flame burst of about 200 s at 120. Now a path's times predict only its own cases, an unmeasured
+    burst on fresh engines takes the longest its path took, and what a run measured is kept for the next run on
+    the same GPUs (a memory of other GPUs, or one that cannot be read, predicts nothing)."""
+    import dataclasses
+    import json
+
+    from parity.experiments.deadline import AGAIN, SLACK_S, START_S, Deadline
+    from parity.experiments.plan import Case
+    from parity.flame.settings import FlameSettings
+
+    flame = Case("confirmation-final-express3-no-reuse-p1-flame", "confirmation", "flame", "sticky", tiny_reuse_trace,
+                 FlameSettings())
+    vllm = dataclasses.replace(flame, trial_id="confirmation-final-express3-no-reuse-p1-vllm", system="standalone")
+    memory = tmp_path / "logs" / "deadline.json"
+    first = Deadline(2000.0, clock=lambda: 1000.0)
+    first.remember(memory, ["GPU-a"])
+    assert not memory.exists()  # nothing measured yet
+    first.ran(flame, 64, 2, opened=True, wall_s=180.0)
+    assert first.need_s(vllm, 64, 2, opens=True) == START_S + SLACK_S  # not the Flame side's 180 s
+    assert first.need_s(flame, 256, 2, opens=True) == pytest.approx(AGAIN * 180.0)  # its path's longest burst
+    first.ran(vllm, 64, 2, opened=True, wall_s=121.0)
+    second = Deadline(2000.0, clock=lambda: 1000.0)
+    second.remember(memory, ["GPU-a"])
+    assert second.need_s(vllm, 64, 2, opens=True) == pytest.approx(AGAIN * 121.0)
+    assert second.need_s(flame, 64, 2, opens=True) == pytest.approx(AGAIN * 180.0)
+    other = Deadline(2000.0, clock=lambda: 1000.0)
+    other.remember(memory, ["GPU-b"])  # another machine's times
+    assert other.need_s(vllm, 64, 2, opens=True) == START_S + SLACK_S
+    for bad in ("{not json", json.dumps({"gpus": ["GPU-a"], "took": [[1, 2]], "starts": {}, "slower": 1}), "[]"):
+        memory.write_text(bad)
+        broken = Deadline(2000.0, clock=lambda: 1000.0)
+        broken.remember(memory, ["GPU-a"])
+        assert broken.need_s(vllm, 64, 2, opens=True) == START_S + SLACK_S
+    broken.ran(vllm, 64, 2, opened=True, wall_s=100.0)  # written whole again, from this run's measurements
+    assert json.loads(memory.read_text())["took"] == [[None, 64, "None", True, "standalone", 100.0]]
+    assert not list(memory.parent.glob("*.part"))

@@ -12,13 +12,21 @@ start where it opens one; one not yet measured by its schedule times the most a 
 burst not yet measured has no schedule to go by: on fresh engines it needs at least their start and its drain
 (START_S + SLACK_S; on 2026-12-04 a device call whose process had measured only a standalone burst began a Flame
 burst 57 s before its deadline, and the call's limit killed it); one on engines already open is begun.
+Cases are told apart by path too (on 2026-12-06 a no-reuse burst took 180 s on the Flame side and 121 s standalone,
+on one H100). With a memory (`remember`: the runner's, where a deadline is set, in OUT/logs/deadline.json) what a
+run measured is kept for the next run on the same GPUs: a device call's process ends with its limit, and the next
+call's first case was predicted from START_S alone (2026-12-06: a Flame burst of about 200 s at 120 s, another case
+at 202 s where its path had taken 121).
 Measured on one H200 (2026-12-04): 640-request rungs took 195 s at 4 requests/s, 100 s at 8 and 82 s at 12, past
 saturation; an engine start 20-40 s standalone and about 66 s on Flame (about 130 s with a cold Triton cache).
 """
 
 from __future__ import annotations
 
+import json
+import os
 import time
+from pathlib import Path
 
 from parity.errors import ParityError
 from parity.experiments.plan import Case
@@ -38,6 +46,38 @@ class Deadline:
         self._took: dict[tuple, float] = {}  # (rate, requests, answer length, fresh) -> the longest wall time seen
         self._slower = 1.0  # the most a measured case took over its schedule's prediction (at least 1)
         self._starts: dict[str, float] = {}  # per path (system), the longest engine start seen, its sweep included
+        self._memory: tuple[Path, list[str]] | None = None  # where what was measured is kept, and on which GPUs
+
+    def remember(self, path: Path, gpus: list[str]) -> None:
+        """Predict also from what earlier runs on these GPUs measured (kept at `path`), and keep what this one
+        measures there. A memory of other GPUs, or one that cannot be read, is not used (it only predicts)."""
+        self._memory = (Path(path), list(gpus))
+        try:
+            doc = json.loads(Path(path).read_text())
+            if doc["gpus"] != list(gpus):
+                return
+            took = {(rate, int(requests), str(answers), bool(fresh), str(system)): float(wall)
+                    for rate, requests, answers, fresh, system, wall in doc["took"]}
+            starts = {str(system): float(s) for system, s in doc["starts"].items()}
+            slower = float(doc["slower"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
+            return
+        for key, wall in took.items():
+            self._took[key] = max(wall, self._took.get(key, 0.0))
+        for system, start in starts.items():
+            self._starts[system] = max(start, self._starts.get(system, 0.0))
+        self._slower = max(self._slower, slower)
+
+    def _keep(self) -> None:
+        if self._memory is None:
+            return
+        path, gpus = self._memory
+        doc = {"gpus": gpus, "took": [[*key, wall] for key, wall in sorted(self._took.items(), key=repr)],
+               "starts": self._starts, "slower": self._slower}
+        path.parent.mkdir(parents=True, exist_ok=True)
+        part = path.with_name(path.name + ".part")
+        part.write_text(json.dumps(doc, indent=1) + "\n")
+        os.replace(part, path)  # whole or not at all: a call killed while writing leaves the last one
 
     def start_s(self, case: Case) -> float:
         """What opening `case`'s engines is predicted to take: the longest start measured on its path plus
@@ -48,7 +88,8 @@ class Deadline:
     @staticmethod
     def _key(case: Case, requests: int) -> tuple:
         answers = case.lengths.to_dict() if case.lengths is not None else case.max_tokens
-        return (case.schedule.rate if case.schedule.paced else None, requests, repr(answers), case.start is None)
+        return (case.schedule.rate if case.schedule.paced else None, requests, repr(answers), case.start is None,
+                case.system)
 
     def _scheduled_s(self, case: Case, requests: int, warmup_rounds: int, opens: bool,
                      start_s: float | None = None) -> float | None:
@@ -70,8 +111,13 @@ class Deadline:
         if took is not None:  # a fresh case's time has its start in it
             return AGAIN * took + (self.start_s(case) if opens and case.start is not None else 0.0)
         scheduled = self._scheduled_s(case, requests, warmup_rounds, opens)
-        if scheduled is None:  # a burst: at least the engine start it opens, else nothing predicts it
-            return self.start_s(case) + SLACK_S if opens else None
+        if scheduled is None and opens:  # a burst on fresh engines: as long as the longest its path took, at least
+            # its start (2026-12-06: a 64-request Flame burst took 180 s, predicted by its start at 157)
+            bursts = [took for (rate, _, _, fresh, system), took in self._took.items()
+                      if rate is None and fresh and system == case.system]
+            return AGAIN * max(bursts) if bursts else self.start_s(case) + SLACK_S
+        if scheduled is None:  # a burst on open engines: nothing predicts it
+            return None
         return scheduled * self._slower
 
     def check(self, case: Case, requests: int, warmup_rounds: int, opens: bool) -> None:
@@ -95,3 +141,4 @@ class Deadline:
             scheduled = self._scheduled_s(case, requests, warmup_rounds, opened, start_s)
             if scheduled:
                 self._slower = max(self._slower, wall_s / scheduled)
+        self._keep()

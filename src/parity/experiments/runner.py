@@ -50,6 +50,8 @@ class Runner:
                                   f"names {len(self.gpus)} ({', '.join(self.gpus)})")
             self.gpus = self.gpus[:shards]
         self.recorded = trial.recorded_hashes(out_dir)  # read before any trial is run again
+        if self.deadline.at is not None:  # a device call's next run on these GPUs predicts from what this one measured
+            self.deadline.remember(out_dir / "logs" / "deadline.json", self.gpus)
         self._stack = contextlib.ExitStack()
         self._shared: dict = {}
         self._flame_binaries = None
