@@ -803,3 +803,8 @@ def test_a_deadline_tells_the_paths_apart_and_remembers_for_the_next_call_on_the
     broken.ran(vllm, 64, 2, opened=True, wall_s=100.0)  # written whole again, from this run's measurements
     assert json.loads(memory.read_text())["took"] == [[None, 64, "None", True, "standalone", 100.0]]
     assert not list(memory.parent.glob("*.part"))
+    (tmp_path / "file").write_text("")
+    unwritable = Deadline(2000.0, clock=lambda: 1000.0)
+    unwritable.remember(tmp_path / "file" / "deadline.json", ["GPU-a"])  # its folder cannot be made
+    unwritable.ran(vllm, 64, 2, opened=True, wall_s=100.0)  # the run goes on, without a memory
+    assert unwritable.need_s(vllm, 64, 2, opens=True) == pytest.approx(AGAIN * 100.0)

@@ -23,6 +23,7 @@ saturation; an engine start 20-40 s standalone and about 66 s on Flame (about 13
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import time
@@ -43,7 +44,7 @@ class Deadline:
 
     def __init__(self, at: float | None, clock=time.time):
         self.at, self.clock = at, clock
-        self._took: dict[tuple, float] = {}  # (rate, requests, answer length, fresh) -> the longest wall time seen
+        self._took: dict[tuple, float] = {}  # (rate, requests, answers, fresh, path) -> the longest wall time seen
         self._slower = 1.0  # the most a measured case took over its schedule's prediction (at least 1)
         self._starts: dict[str, float] = {}  # per path (system), the longest engine start seen, its sweep included
         self._memory: tuple[Path, list[str]] | None = None  # where what was measured is kept, and on which GPUs
@@ -74,10 +75,14 @@ class Deadline:
         path, gpus = self._memory
         doc = {"gpus": gpus, "took": [[*key, wall] for key, wall in sorted(self._took.items(), key=repr)],
                "starts": self._starts, "slower": self._slower}
-        path.parent.mkdir(parents=True, exist_ok=True)
         part = path.with_name(path.name + ".part")
-        part.write_text(json.dumps(doc, indent=1) + "\n")
-        os.replace(part, path)  # whole or not at all: a call killed while writing leaves the last one
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            part.write_text(json.dumps(doc, indent=1) + "\n")
+            os.replace(part, path)  # whole or not at all: a call killed while writing leaves the last one
+        except OSError:  # only a prediction for a later run (a full disk): the run goes on without it
+            with contextlib.suppress(OSError):
+                part.unlink(missing_ok=True)
 
     def start_s(self, case: Case) -> float:
         """What opening `case`'s engines is predicted to take: the longest start measured on its path plus
