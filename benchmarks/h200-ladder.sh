@@ -24,7 +24,8 @@
 # goes on. Leaves OUTDIR/ladder.tgz (trials, experiment manifest, engine logs and JIT records, cleanup receipts)
 # OUTDIR/gpu.txt and OUTDIR/facts.tgz: workflow.txt (the workflow's output), cpu.txt (each process's CPU every 10 s), gpu-clocks.txt, engine-threads.txt and engine-facts.txt. A session's
 # record is derived from the last call's trials (`python benchmarks/ladder_record.py derive DIR`: trials, pairs, rungs) and
-# checked against its archive (`... check RECORD.json`). A later session continues the ladder from the trials an earlier one archived
+# checked against its archive (`... check RECORD.json`), which `python benchmarks/ladder_archive.py OUT.tar.xz EXPERIMENT
+# CALL_DIR...` builds from the calls' OUTDIRs. A later session continues the ladder from the trials an earlier one archived
 # (benchmarks/measured/h200-ladder-*-trials*.tar.xz): extract them at the repo root in the order they were made,
 # a later archive over an earlier one (its pair replaces one that failed), and carry results/host/sustained
 # (results/host/confirmation/trials for the confirmation bursts) in the first call; the run keeps each one whose

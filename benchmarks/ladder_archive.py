@@ -1,0 +1,87 @@
+"""A device session's trials archive (benchmarks/measured/h*-ladder-*-trials-*.tar.xz) from what its ladder calls
+brought back, so every session's archive has one layout and the same bytes from the same calls:
+
+  python benchmarks/ladder_archive.py OUT.tar.xz EXPERIMENT CALL_DIR...   (the calls' OUTDIRs, in call order)
+
+Each CALL_DIR holds what benchmarks/h200-ladder.sh left in its OUTDIR: ladder.tgz, facts.tgz and gpu.txt. The archive
+holds the last call's trials and cleanup receipts at their results/host/EXPERIMENT paths (extract it at the repo root
+to continue the ladder; the experiment manifest and pairs too where that call wrote them) and its experiment log; and
+per call, under device/<CALL_DIR's name>: gpu.txt, the facts (CPU and GPU samples, engine facts and threads, the
+workflow output), its experiment log, and the cleanup receipts, engine logs and JIT records that differ from an
+earlier call's (a warm machine's results folder keeps the earlier calls' files). Members are sorted, owned by 0, and
+dated by the newest trial of the last call (a time past: benchmarks/cutoff.sh reads an extracted trial's date).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import lzma
+import sys
+import tarfile
+from pathlib import Path
+
+LAST = ("trials", "cleanup", "pairs", "experiment.json")  # the last call's, at their results paths
+
+
+def _read(tgz: Path) -> dict[str, tuple[bytes, float]]:
+    """Every file of a call's .tgz: its name, bytes and date."""
+    with tarfile.open(tgz) as archive:
+        return {m.name.removeprefix("./"): (archive.extractfile(m).read(), m.mtime) for m in archive.getmembers()
+                if m.isfile()}
+
+
+def build(out: Path, experiment: str, calls: list[Path]) -> int:
+    """Write the archive; the number of files in it."""
+    for call in calls:
+        for name in ("ladder.tgz", "facts.tgz", "gpu.txt"):
+            if not (call / name).is_file():
+                raise SystemExit(f"ladder_archive.py: {call} has no {name} (a ladder call's OUTDIR has all three)")
+    root, log = f"results/host/{experiment}/", f"results/host/logs/experiment_{experiment}.log"
+    files: dict[str, bytes] = {}
+    seen: set[tuple[str, str]] = set()
+    ladders = [_read(call / "ladder.tgz") for call in calls]
+    last = ladders[-1]
+    trials = [date for name, (_, date) in last.items() if name.startswith(root + "trials/")]
+    if not trials:
+        raise SystemExit(f"ladder_archive.py: the last call ({calls[-1]}) brought back no {root}trials")
+    for name, (data, _) in last.items():
+        if name == log or any(name.startswith(root + part) for part in LAST):
+            files[name] = data
+    for call, ladder in zip(calls, ladders):
+        here = f"device/{call.name}/"
+        files[here + "gpu.txt"] = (call / "gpu.txt").read_bytes()
+        for name, (data, _) in _read(call / "facts.tgz").items():
+            files[here + name] = data
+        for name, (data, _) in ladder.items():
+            if name == log:
+                files[here + Path(log).name] = data
+            elif name.startswith(root) and not name.startswith(root + "trials/") and name != root + "experiment.json" \
+                    and not name.startswith(root + "pairs/"):
+                key = (name, hashlib.sha256(data).hexdigest())
+                if key not in seen:  # the same receipt or log as an earlier call's: kept once, under the first
+                    seen.add(key)
+                    files[here + name.removeprefix(root)] = data
+    date = int(max(trials))
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name in sorted(files):
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode, info.uid, info.gid = len(files[name]), date, 0o644, 0, 0
+            tar.addfile(info, io.BytesIO(files[name]))
+    out.write_bytes(lzma.compress(buffer.getvalue(), preset=9))
+    return len(files)
+
+
+def main(argv: list[str]) -> int:
+    if len(argv) < 3:
+        print(__doc__.split("\n\n")[1], file=sys.stderr)
+        return 2
+    out, experiment, calls = Path(argv[0]), argv[1], [Path(a) for a in argv[2:]]
+    count = build(out, experiment, calls)
+    print(f"{out}: {count} files from {len(calls)} call(s)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,77 @@
+"""benchmarks/ladder_archive.py: a device session's trials archive from its calls' OUTDIRs, one layout, the same bytes
+from the same calls."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import sys
+import tarfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+TRIALS = "results/host/confirmation/trials/"
+
+
+def _tgz(path: Path, files: dict[str, str], mtime: int) -> None:
+    with tarfile.open(path, "w:gz") as tar:
+        for name, text in files.items():
+            info = tarfile.TarInfo(name)
+            data = text.encode()
+            info.size, info.mtime = len(data), mtime
+            tar.addfile(info, io.BytesIO(data))
+
+
+def _call(folder: Path, ladder: dict[str, str], mtime: int) -> Path:
+    folder.mkdir()
+    _tgz(folder / "ladder.tgz", ladder, mtime)
+    _tgz(folder / "facts.tgz", {"cpu.txt": f"cpu {folder.name}", "workflow.txt": "ran"}, mtime)
+    (folder / "gpu.txt").write_text("GPU-stand-in\n")
+    return folder
+
+
+def _run(*args) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ROOT / "benchmarks/ladder_archive.py"), *map(str, args)],
+                          capture_output=True, text=True, timeout=60)
+
+
+def test_the_archive_holds_the_last_calls_trials_and_each_calls_new_logs_the_same_bytes_every_time(tmp_path):
+    log = "results/host/logs/experiment_confirmation.log"
+    first = _call(tmp_path / "call3", {TRIALS + "a-vllm.json": "{}", log: "[1/2]",
+                                       "results/host/confirmation/logs/a/replica-0.log": "engine a"}, 1_000)
+    second = _call(tmp_path / "call4", {TRIALS + "a-vllm.json": "{}", TRIALS + "a-flame.json": "{}", log: "[2/2]",
+                                        "results/host/confirmation/logs/a/replica-0.log": "engine a",
+                                        "results/host/confirmation/cleanup/flame-cluster.json": "{}"}, 2_000)
+    out = tmp_path / "a.tar.xz"
+    done = _run(out, "confirmation", first, second)
+    assert done.returncode == 0 and done.stdout == f"{out}: 14 files from 2 call(s)\n", done.stderr
+    with tarfile.open(out) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        assert sorted(members) == sorted([
+            "device/call3/cpu.txt", "device/call3/experiment_confirmation.log", "device/call3/gpu.txt",
+            "device/call3/logs/a/replica-0.log", "device/call3/workflow.txt",
+            "device/call4/cleanup/flame-cluster.json", "device/call4/cpu.txt",
+            "device/call4/experiment_confirmation.log", "device/call4/gpu.txt", "device/call4/workflow.txt",
+            log, TRIALS + "a-flame.json", TRIALS + "a-vllm.json", "results/host/confirmation/cleanup/flame-cluster.json"])
+        assert {name for name in members if name.startswith("results/")} == {
+            log, TRIALS + "a-flame.json", TRIALS + "a-vllm.json", "results/host/confirmation/cleanup/flame-cluster.json"}
+        assert "device/call4/logs/a/replica-0.log" not in members  # the same as call 3's: kept once
+        assert tar.extractfile(log).read() == b"[2/2]"  # the last call's
+        assert {(m.uid, m.gid, m.mtime) for m in members.values()} == {(0, 0, 2_000)}
+    again = tmp_path / "b.tar.xz"
+    assert _run(again, "confirmation", first, second).returncode == 0
+    assert again.read_bytes() == out.read_bytes()
+
+
+def test_a_call_folder_without_its_files_or_a_last_call_without_trials_is_refused_in_one_line(tmp_path):
+    empty = tmp_path / "call1"
+    empty.mkdir()
+    done = _run(tmp_path / "a.tar.xz", "confirmation", empty)
+    assert done.returncode == 1 and done.stderr == (f"ladder_archive.py: {empty} has no ladder.tgz (a ladder call's "
+                                                    "OUTDIR has all three)\n")
+    bare = _call(tmp_path / "call2", {"results/host/logs/experiment_confirmation.log": "x"}, 1_000)
+    done = _run(tmp_path / "a.tar.xz", "confirmation", bare)
+    assert done.returncode == 1 and done.stderr == (f"ladder_archive.py: the last call ({bare}) brought back no "
+                                                    "results/host/confirmation/trials\n")
+    assert not (tmp_path / "a.tar.xz").exists()
+    assert _run(tmp_path / "a.tar.xz").returncode == 2
