@@ -660,6 +660,26 @@ def test_a_trial_copied_under_another_name_or_relabelled_for_another_gpu_runs_ag
                "gpus do not name" in line for line in lines), lines
 
 
+def _device_ladder_stand_in(tmp_path, workflow: str):
+    """A repo with benchmarks/h200-ladder.sh and stand-ins for the bundle, the Flame binaries, nvidia-smi and the
+    workflow (`workflow`: benchmarks/host.sh's body); (the repo, OUTDIR, the environment to run it in)."""
+    import shutil
+    from pathlib import Path
+
+    root, out, bin_dir = tmp_path / "repo", tmp_path / "out", tmp_path / "bin"
+    for d in (root / "benchmarks", root / ".gpu" / "b", out, bin_dir):
+        d.mkdir(parents=True)
+    shutil.copy(Path(__file__).resolve().parents[1] / "benchmarks" / "h200-ladder.sh", root / "benchmarks")
+    (root / ".gpu" / "b" / "setup.sh").write_text(":\n")
+    (root / "benchmarks" / "flame-bins.sh").write_text(":\n")
+    (root / "benchmarks" / "host.sh").write_text("#!/usr/bin/env bash\n" + workflow)
+    (bin_dir / "nvidia-smi").write_text("#!/usr/bin/env bash\necho 'GPU-stand-in'\n"
+                                        "case \" $* \" in *' -l '*) exec sleep 60 ;; esac\n")
+    for f in (root / "benchmarks" / "host.sh", bin_dir / "nvidia-smi"):
+        f.chmod(0o755)
+    return root, out, {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path)}
+
+
 @pytest.mark.parametrize("carried", ["whole", "truncated", "absent"])
 def test_the_device_ladder_leaves_at_most_eight_files_to_bring_back(tmp_path, carried):
     """2026-12-05 (session 26): the device brings back at most 8 files from OUTDIR, and the ninth, workflow.txt,
@@ -674,19 +694,9 @@ def test_the_device_ladder_leaves_at_most_eight_files_to_bring_back(tmp_path, ca
 
     if Path("/tmp/site/vllm").is_dir():
         pytest.skip("this machine has the slim vLLM bundle set up in /tmp/site")
-    root, out, bin_dir = tmp_path / "repo", tmp_path / "out", tmp_path / "bin"
-    for d in (root / "benchmarks", root / ".gpu" / "b", out, bin_dir):
-        d.mkdir(parents=True)
-    shutil.copy(Path(__file__).resolve().parents[1] / "benchmarks" / "h200-ladder.sh", root / "benchmarks")
-    (root / ".gpu" / "b" / "setup.sh").write_text(":\n")
-    (root / "benchmarks" / "flame-bins.sh").write_text(":\n")
-    (root / "benchmarks" / "host.sh").write_text(
-        "#!/usr/bin/env bash\necho 'the workflow ran'\nmkdir -p results/host/sustained/trials results/host/logs\n"
+    root, out, env = _device_ladder_stand_in(
+        tmp_path, "echo 'the workflow ran'\nmkdir -p results/host/sustained/trials results/host/logs\n"
         "echo '{}' > results/host/sustained/trials/t.json\necho '1.0 req/s' > results/host/logs/experiment_sustained.log\n")
-    (bin_dir / "nvidia-smi").write_text("#!/usr/bin/env bash\necho 'GPU-stand-in'\n"
-                                        "case \" $* \" in *' -l '*) exec sleep 60 ;; esac\n")
-    for f in (root / "benchmarks" / "host.sh", bin_dir / "nvidia-smi"):
-        f.chmod(0o755)
     kernel = tmp_path / "earlier" / "cache" / "K1" / "kernel.json"
     kernel.parent.mkdir(parents=True)
     kernel.write_bytes(os.urandom(200_000))  # incompressible: cut in half, the archive stops inside this file
@@ -698,7 +708,6 @@ def test_the_device_ladder_leaves_at_most_eight_files_to_bring_back(tmp_path, ca
         carry.write_bytes(carry.read_bytes()[:100_000])
     elif carried == "absent":
         shutil.rmtree(root / ".gl")
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path)}
     done = subprocess.run(["bash", "benchmarks/h200-ladder.sh", str(out), "60"], cwd=root, env=env,
                           capture_output=True, text=True, timeout=120)
     assert "rc=0" in done.stdout, done.stdout + done.stderr
@@ -735,22 +744,12 @@ def test_the_device_ladder_runs_the_confirmations_named_stages_alone_and_refuses
     if Path("/tmp/site/vllm").is_dir():
         pytest.skip("this machine has the slim vLLM bundle set up in /tmp/site")
     here = Path(__file__).resolve().parents[1]
-    root, out, bin_dir = tmp_path / "repo", tmp_path / "out", tmp_path / "bin"
-    for d in (root / "benchmarks", root / "config", root / ".gpu" / "b", out, bin_dir):
-        d.mkdir(parents=True)
-    shutil.copy(here / "benchmarks" / "h200-ladder.sh", root / "benchmarks")
-    shutil.copy(here / "config" / "host.yaml", root / "config")
-    (root / ".gpu" / "b" / "setup.sh").write_text(":\n")
-    (root / "benchmarks" / "flame-bins.sh").write_text(":\n")
-    (root / "benchmarks" / "host.sh").write_text(
-        "#!/usr/bin/env bash\necho \"the workflow ran $1\"\nmkdir -p results/host/confirmation/trials results/host/logs\n"
+    root, out, env = _device_ladder_stand_in(
+        tmp_path, "echo \"the workflow ran $1\"\nmkdir -p results/host/confirmation/trials results/host/logs\n"
         "touch results/host/logs/experiment_confirmation.log\n")
-    (bin_dir / "nvidia-smi").write_text("#!/usr/bin/env bash\necho 'GPU-stand-in'\n"
-                                        "case \" $* \" in *' -l '*) exec sleep 60 ;; esac\n")
-    for f in (root / "benchmarks" / "host.sh", bin_dir / "nvidia-smi"):
-        f.chmod(0o755)
-    env = {**os.environ, "PATH": f"{bin_dir}:{os.environ['PATH']}", "HOME": str(tmp_path),
-           "CONFIRMATION_STAGES": "final-express3"}
+    (root / "config").mkdir()
+    shutil.copy(here / "config" / "host.yaml", root / "config")
+    env["CONFIRMATION_STAGES"] = "final-express3"
     refused = subprocess.run(["bash", "benchmarks/h200-ladder.sh", str(out), "60"], cwd=root, env=env,
                              capture_output=True, text=True, timeout=120)
     assert refused.returncode == 2 and refused.stderr == "h200-ladder.sh: CONFIRMATION_STAGES narrows the confirmation\n"
