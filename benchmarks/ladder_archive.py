@@ -25,10 +25,14 @@ LAST = ("trials", "cleanup", "pairs", "experiment.json")  # the last call's, at 
 
 
 def _read(tgz: Path) -> dict[str, tuple[bytes, float]]:
-    """Every file of a call's .tgz: its name, bytes and date."""
-    with tarfile.open(tgz) as archive:
-        return {m.name.removeprefix("./"): (archive.extractfile(m).read(), m.mtime) for m in archive.getmembers()
-                if m.isfile()}
+    """Every file of a call's .tgz: its name, bytes and date; one that cannot be read whole is refused in one line."""
+    try:
+        with tarfile.open(tgz) as archive:
+            return {m.name.removeprefix("./"): (archive.extractfile(m).read(), m.mtime)
+                    for m in archive.getmembers() if m.isfile()}
+    except (tarfile.TarError, OSError, EOFError) as e:
+        raise SystemExit(f"ladder_archive.py: {tgz} cannot be read whole ({type(e).__name__}: "
+                         f"{' '.join(str(e).split())})") from None
 
 
 def build(out: Path, experiment: str, calls: list[Path]) -> int:
@@ -69,7 +73,9 @@ def build(out: Path, experiment: str, calls: list[Path]) -> int:
             info = tarfile.TarInfo(name)
             info.size, info.mtime, info.mode, info.uid, info.gid = len(files[name]), date, 0o644, 0, 0
             tar.addfile(info, io.BytesIO(files[name]))
-    out.write_bytes(lzma.compress(buffer.getvalue(), preset=9))
+    part = out.with_name(out.name + ".part")
+    part.write_bytes(lzma.compress(buffer.getvalue(), preset=9))
+    part.replace(out)  # whole or not at all
     return len(files)
 
 

@@ -75,3 +75,11 @@ def test_a_call_folder_without_its_files_or_a_last_call_without_trials_is_refuse
                                                     "results/host/confirmation/trials\n")
     assert not (tmp_path / "a.tar.xz").exists()
     assert _run(tmp_path / "a.tar.xz").returncode == 2
+    broken = _call(tmp_path / "call3", {TRIALS + "a-vllm.json": "{}"}, 1_000)
+    for bad in ((broken / "ladder.tgz").read_bytes()[:20], b"junk\n"):  # cut short; no archive at all
+        (broken / "ladder.tgz").write_bytes(bad)
+        done = _run(tmp_path / "a.tar.xz", "confirmation", broken)
+        assert done.returncode == 1 and done.stderr.startswith(
+            f"ladder_archive.py: {broken / 'ladder.tgz'} cannot be read whole (") and done.stderr.count("\n") == 1, \
+            done.stderr
+        assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == []  # nothing written
