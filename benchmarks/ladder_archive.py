@@ -21,7 +21,7 @@ import sys
 import tarfile
 from pathlib import Path
 
-LAST = ("trials", "cleanup", "pairs", "experiment.json")  # the last call's, at their results paths
+RESULTS = ("trials/", "pairs/", "experiment.json")  # the last call's alone, at their results paths
 
 
 def _read(tgz: Path) -> dict[str, tuple[bytes, float]]:
@@ -50,7 +50,7 @@ def build(out: Path, experiment: str, calls: list[Path]) -> int:
     if not trials:
         raise SystemExit(f"ladder_archive.py: the last call ({calls[-1]}) brought back no {root}trials")
     for name, (data, _) in last.items():
-        if name == log or any(name.startswith(root + part) for part in LAST):
+        if name == log or name.startswith((root + "cleanup/", *(root + part for part in RESULTS))):
             files[name] = data
     for call, ladder in zip(calls, ladders):
         here = f"device/{call.name}/"
@@ -60,8 +60,7 @@ def build(out: Path, experiment: str, calls: list[Path]) -> int:
         for name, (data, _) in ladder.items():
             if name == log:
                 files[here + Path(log).name] = data
-            elif name.startswith(root) and not name.startswith(root + "trials/") and name != root + "experiment.json" \
-                    and not name.startswith(root + "pairs/"):
+            elif name.startswith(root) and not name.startswith(tuple(root + part for part in RESULTS)):
                 key = (name, hashlib.sha256(data).hexdigest())
                 if key not in seen:  # the same receipt or log as an earlier call's: kept once, under the first
                     seen.add(key)
