@@ -28,6 +28,7 @@ import json
 import os
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from parity.errors import ParityError
 from parity.experiments.plan import Case
@@ -39,12 +40,21 @@ AGAIN = 1.1  # a case measured before takes at most this much longer again
 START_SPREAD_S = 20.0  # one path's engine starts on one machine differ by up to this much (20-40 s standalone)
 
 
+class _Kind(NamedTuple):
+    """What a case is predicted by: cases alike in all of it take alike times."""
+    rate: float | None  # None: a burst
+    requests: int
+    answers: str
+    fresh: bool  # on engines of its own (not a shared start)
+    system: str  # its path
+
+
 class Deadline:
     """`at`: epoch seconds (None: no deadline). `check` before a case runs, `ran` after."""
 
     def __init__(self, at: float | None, clock=time.time):
         self.at, self.clock = at, clock
-        self._took: dict[tuple, float] = {}  # (rate, requests, answers, fresh, path) -> the longest wall time seen
+        self._took: dict[_Kind, float] = {}  # the longest wall time seen of each kind of case
         self._slower = 1.0  # the most a measured case took over its schedule's prediction (at least 1)
         self._starts: dict[str, float] = {}  # per path (system), the longest engine start seen, its sweep included
         self._memory: tuple[Path, list[str]] | None = None  # where what was measured is kept, and on which GPUs
@@ -57,7 +67,7 @@ class Deadline:
             doc = json.loads(Path(path).read_text())
             if doc["gpus"] != list(gpus):
                 return
-            took = {(rate, int(requests), str(answers), bool(fresh), str(system)): float(wall)
+            took = {_Kind(rate, int(requests), str(answers), bool(fresh), str(system)): float(wall)
                     for rate, requests, answers, fresh, system, wall in doc["took"]}
             starts = {str(system): float(s) for system, s in doc["starts"].items()}
             slower = float(doc["slower"])
@@ -91,10 +101,10 @@ class Deadline:
         return START_S if seen is None else seen + START_SPREAD_S
 
     @staticmethod
-    def _key(case: Case, requests: int) -> tuple:
+    def _key(case: Case, requests: int) -> _Kind:
         answers = case.lengths.to_dict() if case.lengths is not None else case.max_tokens
-        return (case.schedule.rate if case.schedule.paced else None, requests, repr(answers), case.start is None,
-                case.system)
+        return _Kind(case.schedule.rate if case.schedule.paced else None, requests, repr(answers), case.start is None,
+                     case.system)
 
     def _scheduled_s(self, case: Case, requests: int, warmup_rounds: int, opens: bool,
                      start_s: float | None = None) -> float | None:
@@ -118,8 +128,8 @@ class Deadline:
         scheduled = self._scheduled_s(case, requests, warmup_rounds, opens)
         if scheduled is None and opens:  # a burst on fresh engines: as long as the longest its path took, at least
             # its start (2026-12-06: a 64-request Flame burst took 180 s, predicted by its start at 157)
-            bursts = [took for (rate, _, _, fresh, system), took in self._took.items()
-                      if rate is None and fresh and system == case.system]
+            bursts = [took for kind, took in self._took.items()
+                      if kind.rate is None and kind.fresh and kind.system == case.system]
             return AGAIN * max(bursts) if bursts else self.start_s(case) + SLACK_S
         if scheduled is None:  # a burst on open engines: nothing predicts it
             return None
