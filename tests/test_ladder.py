@@ -807,3 +807,44 @@ def test_a_deadline_tells_the_paths_apart_and_remembers_for_the_next_call_on_the
     unwritable.remember(tmp_path / "file" / "deadline.json", ["GPU-a"])  # its folder cannot be made
     unwritable.ran(vllm, 64, 2, opened=True, wall_s=100.0)  # the run goes on, without a memory
     assert unwritable.need_s(vllm, 64, 2, opens=True) == pytest.approx(AGAIN * 100.0)
+
+
+def test_a_deadline_memory_with_a_value_that_is_not_a_time_predicts_nothing(tiny_reuse_trace, tmp_path):
+    """An outsider's break test (2026-12-06): a memory whose times were negative or NaN made a trial look as if it
+    fit (need 0 or NaN, so it was begun with 39 s left where it needed 120), one of deeply nested brackets crashed
+    the run with a RecursionError, and a FIFO at its path blocked the run for ever. Each is now a memory not used."""
+    import json
+    import math
+    import os
+
+    from parity.experiments.deadline import SLACK_S, START_S, Deadline
+    from parity.experiments.plan import Case
+    from parity.flame.settings import FlameSettings
+
+    vllm = Case("confirmation-final-no-reuse-p0-vllm", "confirmation", "standalone", "sticky", tiny_reuse_trace,
+                FlameSettings())
+    memory = tmp_path / "deadline.json"
+    row = [None, 64, "None", True, "standalone"]
+    good = {"gpus": ["GPU-a"], "took": [row + [100.0]], "starts": {"standalone": 30.0}, "slower": 1.0}
+    bad = [good | {"took": [row + [wall]]} for wall in (-500.0, math.nan, -math.inf, "nan", "-1e9")]
+    bad += [good | {"starts": {"standalone": s}} for s in (math.nan, -1e9)]
+    bad += [good | {"took": [[math.nan, *row[1:], 100.0]]}, good | {"slower": math.nan}]
+    for doc in bad:
+        memory.write_text(json.dumps(doc))  # json writes NaN and -Infinity as Python reads them back
+        deadline = Deadline(1060.0, clock=lambda: 1000.0)
+        deadline.remember(memory, ["GPU-a"])
+        assert deadline.need_s(vllm, 64, 2, opens=True) == START_S + SLACK_S, doc
+    memory.write_text("[" * 100_000)
+    deep = Deadline(1060.0, clock=lambda: 1000.0)
+    deep.remember(memory, ["GPU-a"])
+    assert deep.need_s(vllm, 64, 2, opens=True) == START_S + SLACK_S
+    memory.unlink()
+    os.mkfifo(memory)  # a read would wait for a writer that never comes
+    piped = Deadline(1060.0, clock=lambda: 1000.0)
+    piped.remember(memory, ["GPU-a"])
+    assert piped.need_s(vllm, 64, 2, opens=True) == START_S + SLACK_S
+    memory.unlink()
+    memory.write_text(json.dumps(good))
+    kept = Deadline(1060.0, clock=lambda: 1000.0)
+    kept.remember(memory, ["GPU-a"])
+    assert kept.need_s(vllm, 64, 2, opens=True) > 100.0  # a good memory is still used

@@ -27,6 +27,7 @@ import contextlib
 import json
 import os
 import time
+from math import inf
 from pathlib import Path
 from typing import NamedTuple
 
@@ -38,6 +39,17 @@ SLACK_S = 30.0  # and this much more: its drain, the cold reset, writing its man
 START_S = 90.0  # an engine start with its decode sweep, where the case opens one
 AGAIN = 1.1  # a case measured before takes at most this much longer again
 START_SPREAD_S = 20.0  # one path's engine starts on one machine differ by up to this much (20-40 s standalone)
+
+
+MEMORY_BYTES = 1 << 20  # a memory is a few hundred cases at most; a larger file is not one of ours
+
+
+def _seconds(value) -> float:
+    """A remembered time (or rate, or factor): finite and not negative, else ValueError."""
+    seconds = float(value)
+    if not (0.0 <= seconds < inf):
+        raise ValueError(f"not a time: {value!r}")
+    return seconds
 
 
 class _Kind(NamedTuple):
@@ -64,15 +76,18 @@ class Deadline:
         measures there. A memory of other GPUs, or one that cannot be read, is not used (it only predicts)."""
         self._memory = (Path(path), list(gpus))
         try:
+            if not Path(path).is_file() or Path(path).stat().st_size > MEMORY_BYTES:  # not a FIFO that blocks a read
+                return
             doc = json.loads(Path(path).read_text())
             if doc["gpus"] != list(gpus):
                 return
-            took = {_Kind(rate, int(requests), str(answers), bool(fresh), str(system)): float(wall)
+            took = {_Kind(None if rate is None else _seconds(rate), int(requests), str(answers), bool(fresh),
+                          str(system)): _seconds(wall)
                     for rate, requests, answers, fresh, system, wall in doc["took"]}
-            starts = {str(system): float(s) for system, s in doc["starts"].items()}
-            slower = float(doc["slower"])
-        except (OSError, ValueError, KeyError, TypeError, AttributeError):
-            return
+            starts = {str(system): _seconds(s) for system, s in doc["starts"].items()}
+            slower = _seconds(doc["slower"])
+        except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+            return  # a memory with any value that is not a time (negative, NaN: a trial would look as if it fits)
         for key, wall in took.items():
             self._took[key] = max(wall, self._took.get(key, 0.0))
         for system, start in starts.items():
