@@ -1,7 +1,7 @@
 """A device session's trials archive (benchmarks/measured/h*-ladder-*-trials-*.tar.xz) from what its ladder calls
 brought back, so every session's archive has one layout and the same bytes from the same calls:
 
-  python benchmarks/ladder_archive.py OUT.tar.xz EXPERIMENT CALL_DIR...   (the calls' OUTDIRs, in call order)
+  .venv/bin/python benchmarks/ladder_archive.py OUT.tar.xz EXPERIMENT CALL_DIR...   (the calls' OUTDIRs, in call order)
 
 Each CALL_DIR holds what benchmarks/h200-ladder.sh left in its OUTDIR: ladder.tgz, facts.tgz and gpu.txt. The archive
 holds the last call's trials and cleanup receipts at their results/host/EXPERIMENT paths (extract it at the repo root
@@ -14,6 +14,7 @@ dated by the newest trial of the last call (a time past: benchmarks/cutoff.sh re
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import io
 import lzma
@@ -21,22 +22,28 @@ import sys
 import tarfile
 from pathlib import Path
 
+from parity import tarball
+
 RESULTS = ("trials/", "pairs/", "experiment.json")  # the last call's alone, at their results paths
 
 
-def _read(tgz: Path) -> dict[str, tuple[bytes, float]]:
-    """Every file of a call's .tgz: its name, bytes and date; one that cannot be read whole is refused in one line."""
+def _read(tgz: Path) -> dict[str, tuple[bytes, int]]:
+    """Every file of a call's .tgz: its name, bytes and date; one that cannot be read whole (cut short, a damaged
+    stream or header, a member named outside its root) is refused in one line."""
     try:
-        with tarfile.open(tgz) as archive:
-            return {m.name.removeprefix("./"): (archive.extractfile(m).read(), m.mtime)
-                    for m in archive.getmembers() if m.isfile()}
-    except (tarfile.TarError, OSError, EOFError) as e:
-        raise SystemExit(f"ladder_archive.py: {tgz} cannot be read whole ({type(e).__name__}: "
-                         f"{' '.join(str(e).split())})") from None
+        return tarball.read(tgz)
+    except (tarball.Unreadable, OSError) as e:
+        raise SystemExit(f"ladder_archive.py: {tgz} cannot be read whole: {' '.join(str(e).split())}") from None
 
 
 def build(out: Path, experiment: str, calls: list[Path]) -> int:
     """Write the archive; the number of files in it."""
+    if out.is_dir():
+        raise SystemExit(f"ladder_archive.py: {out} is a folder; name the archive to write")
+    named = [call.name for call in calls]
+    if len(set(named)) < len(named):  # each call's facts go under device/<its name>: one would overwrite another's
+        raise SystemExit(f"ladder_archive.py: two calls are named {min(n for n in named if named.count(n) > 1)}; "
+                         "name each call's folder differently (device/<name> in the archive)")
     for call in calls:
         for name in ("ladder.tgz", "facts.tgz", "gpu.txt"):
             if not (call / name).is_file():
@@ -73,8 +80,13 @@ def build(out: Path, experiment: str, calls: list[Path]) -> int:
             info.size, info.mtime, info.mode, info.uid, info.gid = len(files[name]), date, 0o644, 0, 0
             tar.addfile(info, io.BytesIO(files[name]))
     part = out.with_name(out.name + ".part")
-    part.write_bytes(lzma.compress(buffer.getvalue(), preset=9))
-    part.replace(out)  # whole or not at all
+    try:
+        part.write_bytes(lzma.compress(buffer.getvalue(), preset=9))
+        part.replace(out)  # whole or not at all
+    except OSError as e:  # a missing or read-only folder, a full disk: nothing half written left behind
+        with contextlib.suppress(OSError):
+            part.unlink(missing_ok=True)
+        raise SystemExit(f"ladder_archive.py: {out} cannot be written ({e.strerror or type(e).__name__})") from None
     return len(files)
 
 

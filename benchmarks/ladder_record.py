@@ -22,9 +22,9 @@ import math
 import re
 import statistics
 import sys
-import tarfile
 from pathlib import Path
 
+from parity import tarball
 from parity.experiments.derive import admitted_against
 from parity.latency import summarize
 from parity.stats import rps
@@ -178,23 +178,13 @@ def derive(manifests: dict[str, bytes]) -> dict:
     return {"rungs": rungs(pairs), "pairs": pairs, "bounded": bounded(summaries), "trials": trials}
 
 
-def _member(path: Path, name: str) -> bytes | None:
-    """The bytes of the archive's file `name` (None: it has none)."""
-    with tarfile.open(path) as tar:
-        try:
-            member = tar.getmember(name)
-        except KeyError:
-            return None
-        return tar.extractfile(member).read() if member.isfile() else None
-
-
-def _experiment(stated, archive: Path, trials: dict[str, bytes]) -> list[str]:
+def _experiment(stated, archive: Path, files: dict[str, tuple[bytes, int]], trials: dict[str, bytes]) -> list[str]:
     """Where the record states the experiment manifest its archive holds ({path, sha256}): that file, byte for
     byte, linking exactly the archive's trials by their SHA-256, and admitting none against another objective than
     it states (`parity report` judges goodput by it; parity.experiments.derive checks the same on a results tree)."""
     if not (isinstance(stated, dict) and isinstance(stated.get("path"), str) and isinstance(stated.get("sha256"), str)):
         return ["its experiment is not an object of a path and a sha256"]
-    data = _member(archive, stated["path"])
+    data = files.get(stated["path"].removeprefix("./"), (None,))[0]
     if data is None:
         return [f"its experiment {stated['path']} is not in {archive.name}"]
     if hashlib.sha256(data).hexdigest() != stated["sha256"]:
@@ -218,14 +208,15 @@ def _experiment(stated, archive: Path, trials: dict[str, bytes]) -> list[str]:
     return problems
 
 
-def archived(path: Path) -> dict[str, bytes]:
-    """The trial manifests in a session's archive (results/host/<experiment>/trials/<id>.json), by trial id."""
+def archived(source: Path | dict[str, tuple[bytes, int]]) -> dict[str, bytes]:
+    """The trial manifests in a session's archive (results/host/<experiment>/trials/<id>.json), by trial id; `source`:
+    the archive, or its files as `parity.tarball.read` gives them (tarball.Unreadable where it cannot be read whole)."""
+    files = tarball.read(source) if isinstance(source, Path) else source
     out = {}
-    with tarfile.open(path) as tar:
-        for member in tar.getmembers():
-            parts = Path(member.name).parts
-            if member.isfile() and len(parts) >= 2 and parts[-2] == "trials" and member.name.endswith(".json"):
-                out[Path(member.name).stem] = tar.extractfile(member).read()
+    for name, (data, _) in files.items():
+        parts = Path(name).parts
+        if len(parts) >= 2 and parts[-2] == "trials" and name.endswith(".json"):
+            out[Path(name).stem] = data
     return out
 
 
@@ -298,19 +289,20 @@ def check(record_path: Path) -> list[str]:
     if not archive.is_file():
         return [f"{record_path.name}: its archive {name} is not beside it"]
     try:
-        trials = archived(archive)
+        files = tarball.read(archive)
+        trials = archived(files)
         derived = derive(trials)
     except Unreadable as e:
         return [f"{record_path.name}: its archive {name}'s trial {e.tid} is {e.why}"]
-    except tarfile.ReadError:  # tarfile's own message is one line per compression it tried
-        return [f"{record_path.name}: its archive {name} is {'empty' if archive.stat().st_size == 0 else 'not a tar archive'}"]
-    except (OSError, tarfile.TarError, EOFError, json.JSONDecodeError, KeyError, TypeError) as e:
+    except tarball.Unreadable as e:  # cut short, corrupt, not an archive: one line, never read in part
+        return [f"{record_path.name}: its archive {name} {e}"]
+    except (OSError, json.JSONDecodeError, KeyError, TypeError) as e:
         return [f"{record_path.name}: its archive {name} cannot be read as trial manifests ({type(e).__name__}: "
                 f"{' '.join(str(e).split())})"]
     problems: list[str] = []
     said = lambda lines: problems.extend(f"{record_path.name}: {line}" for line in lines)  # noqa: E731
     if "experiment" in record:
-        said(_experiment(record["experiment"], archive, trials))
+        said(_experiment(record["experiment"], archive, files, trials))
     sections = {key: _entries(record, key, ident, said) for key, ident in
                 (("trials", "trial"), ("pairs", "pair"), ("rungs", "rung"), ("bounded", "rung"))}
     malformed = {key for key in sections if key in record and sections[key] is not record[key]}

@@ -80,6 +80,40 @@ def test_a_call_folder_without_its_files_or_a_last_call_without_trials_is_refuse
         (broken / "ladder.tgz").write_bytes(bad)
         done = _run(tmp_path / "a.tar.xz", "confirmation", broken)
         assert done.returncode == 1 and done.stderr.startswith(
-            f"ladder_archive.py: {broken / 'ladder.tgz'} cannot be read whole (") and done.stderr.count("\n") == 1, \
+            f"ladder_archive.py: {broken / 'ladder.tgz'} cannot be read whole: ") and done.stderr.count("\n") == 1, \
             done.stderr
         assert sorted(p.name for p in tmp_path.iterdir() if p.is_file()) == []  # nothing written
+
+
+def test_a_damaged_call_archive_an_unwritable_output_or_two_calls_of_one_name_are_refused_in_one_line(tmp_path):
+    """Found by an outsider (2026-12-06): a ladder.tgz with a flipped byte was archived as two of its three trials
+    (rc 0), a member named ../../x was copied into the archive, an output in a missing folder or on a full disk was a
+    traceback that left OUT.part behind, and two calls' folders of one name wrote one call's facts over the other's."""
+    import gzip
+
+    trials = {TRIALS + f"t{i}-vllm.json": "{" + f'"pad": "{"x" * 4000}{i}"' + "}" for i in range(3)}
+    call = _call(tmp_path / "call3", trials, 1_000)
+    whole = (call / "ladder.tgz").read_bytes()
+    flipped = bytearray(whole)
+    flipped[len(flipped) // 2] ^= 0x40
+    (call / "ladder.tgz").write_bytes(bytes(flipped))
+    done = _run(tmp_path / "a.tar.xz", "confirmation", call)
+    assert done.returncode == 1 and done.stderr.startswith(
+        f"ladder_archive.py: {call / 'ladder.tgz'} cannot be read whole: is not a whole gzip stream") and \
+        done.stderr.count("\n") == 1, done.stderr
+    (call / "ladder.tgz").write_bytes(whole)
+    _tgz(call / "facts.tgz", {"../../../../tmp/x": "out"}, 1_000)
+    done = _run(tmp_path / "a.tar.xz", "confirmation", call)
+    assert done.returncode == 1 and done.stderr == (f"ladder_archive.py: {call / 'facts.tgz'} cannot be read whole: "
+                                                    "names '../../../../tmp/x', outside its root\n")
+    _tgz(call / "facts.tgz", {"cpu.txt": "cpu"}, 1_000)
+    for out, said in ((tmp_path / "gone" / "a.tar.xz", "No such file or directory"), (tmp_path, "is a folder")):
+        done = _run(out, "confirmation", call)
+        assert done.returncode == 1 and said in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    twin = tmp_path / "again"
+    twin.mkdir()
+    done = _run(tmp_path / "a.tar.xz", "confirmation", _call(twin / "call3", trials, 1_000), call)
+    assert done.returncode == 1 and done.stderr == ("ladder_archive.py: two calls are named call3; name each call's "
+                                                    "folder differently (device/<name> in the archive)\n")
+    assert not [p for p in tmp_path.rglob("*.tar.xz*")]  # nothing written, nothing half written
+    assert gzip.decompress(whole)  # the call's own archive is untouched

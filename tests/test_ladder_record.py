@@ -93,8 +93,16 @@ def test_a_record_or_archive_that_cannot_be_read_is_one_line(tmp_path):
     archive = tmp_path / record["archive"].split(":")[0]
     archive.write_bytes(archive.read_bytes()[:1000])  # cut short
     path.write_text(json.dumps(record))
+    assert ladder_record.check(path) == [f"{path.name}: its archive {archive.name} is not a whole xz stream (LZMAError: "
+                                         "Compressed data ended before the end-of-stream marker was reached)"]
+    record, path = _copy(tmp_path)  # found by an outsider: a flipped byte was an LZMAError traceback
+    archive = tmp_path / record["archive"].split(":")[0]
+    data = bytearray(archive.read_bytes())
+    data[2000] ^= 0x40
+    archive.write_bytes(bytes(data))
+    path.write_text(json.dumps(record))
     (problem,) = ladder_record.check(path)
-    assert problem.startswith(f"{path.name}: its archive {archive.name} cannot be read as trial manifests")
+    assert problem.startswith(f"{path.name}: its archive {archive.name} is not a whole xz stream (LZMAError: ")
 
 
 def test_an_archived_trial_derive_cannot_read_is_named_in_one_line(tmp_path):
