@@ -143,6 +143,18 @@ def test_a_bad_config_key_or_profile_is_refused_in_a_line_that_names_it(checkout
     assert typo.returncode != 0 and "a profile is one of default, host, slurm, smoke)" in typo.stdout + typo.stderr
 
 
+def test_a_confirmation_stage_the_plan_does_not_make_is_refused_before_any_job(checkout):
+    """An outsider (2026-12-06): `stages: [final-expres3]` passed the dry run and every job before the confirmation's
+    (hours on a GPU host), and only the confirmation's own log said why it failed."""
+    for profile, stage, planned in (("host", "final-expres3", "final, final-harvest, final-express3"),
+                                    ("smoke", "final-harvest", "final")):
+        bad = snakemake(checkout, "-n", "all", "--workflow-profile", profile, "--config",
+                        f"experiments={{confirmation: {{stages: [{stage}]}}}}")
+        log = bad.stdout + bad.stderr
+        assert bad.returncode != 0 and (f"experiments.confirmation.stages names '{stage}', not a stage of this plan "
+                                        f"({planned})") in log, log[-2000:]
+
+
 def test_a_truncated_profile_config_does_not_fall_back_to_another(checkout):
     edit_config(checkout, "smoke", lambda doc: doc.pop("backend"))
     run = snakemake(checkout, "-n", "--workflow-profile", "smoke", "all")

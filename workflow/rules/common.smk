@@ -83,6 +83,21 @@ def _refuse_non_finite(config):
 
 _refuse_non_finite(config)
 
+
+def _refuse_unknown_stages(config):
+    """The confirmation's `stages` against the stages its arms make (final, final-<arm>, final-<Flame arm>: as
+    parity.experiments.plan.confirmation names them), before any job starts: the plan refuses such a name too, but
+    only when the confirmation's job runs, after every experiment before it (hours on a GPU host; an outsider)."""
+    confirmation = config.get("experiments", {}).get("confirmation", {})
+    planned = ["final", *(f"final-{arm}" for arm in [*confirmation.get("arms", []), *confirmation.get("flame_arms", {})])]
+    for stage in confirmation.get("stages", []):
+        if stage not in planned:
+            raise WorkflowError(f"experiments.confirmation.stages names {stage!r}, not a stage of this plan "
+                                f"({', '.join(planned)})")
+
+
+_refuse_unknown_stages(config)
+
 UNLOCK_HINT = ("this folder is locked: if no other Snakemake runs here (one killed by SIGKILL or a power loss leaves "
                "its lock) and no job of a killed one still runs (`ps`), run `snakemake --unlock` (same profile), then "
                "this command again; Snakemake's own message:")
