@@ -40,6 +40,8 @@ def build(out: Path, experiment: str, calls: list[Path]) -> int:
     """Write the archive; the number of files in it."""
     if out.is_dir():
         raise SystemExit(f"ladder_archive.py: {out} is a folder; name the archive to write")
+    if any(out.resolve() == (call / name).resolve() for call in calls for name in ("ladder.tgz", "facts.tgz", "gpu.txt")):
+        raise SystemExit(f"ladder_archive.py: {out} is one of the calls' own files; write the archive elsewhere")
     named = [call.name for call in calls]
     if len(set(named)) < len(named):  # each call's facts go under device/<its name>: one would overwrite another's
         raise SystemExit(f"ladder_archive.py: two calls are named {min(n for n in named if named.count(n) > 1)}; "
@@ -94,6 +96,8 @@ def main(argv: list[str]) -> int:
     if len(argv) < 3:
         print(__doc__.split("\n\n")[1], file=sys.stderr)
         return 2
+    if argv[0].endswith("/"):
+        raise SystemExit(f"ladder_archive.py: {argv[0]} is a folder; name the archive to write")
     out, experiment, calls = Path(argv[0]), argv[1], [Path(a) for a in argv[2:]]
     count = build(out, experiment, calls)
     print(f"{out}: {count} files from {len(calls)} call(s)")

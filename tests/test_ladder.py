@@ -829,6 +829,12 @@ def test_a_deadline_memory_with_a_value_that_is_not_a_time_predicts_nothing(tiny
     bad = [good | {"took": [row + [wall]]} for wall in (-500.0, math.nan, -math.inf, "nan", "-1e9")]
     bad += [good | {"starts": {"standalone": s}} for s in (math.nan, -1e9)]
     bad += [good | {"took": [[math.nan, *row[1:], 100.0]]}, good | {"slower": math.nan}]
+    # a second outsider: float() and int() read false as 0 s, true as 1 s, "5" as 5 s, 64.9 requests as 64, and
+    # int(Infinity) raised an OverflowError past the guard
+    bad += [good | {"took": [row + [wall]]} for wall in (False, True, "5", " 5e0 ")]
+    bad += [good | {"starts": {"standalone": True}}]
+    bad += [good | {"took": [[None, n, *row[2:], 100.0]]} for n in (math.inf, 64.9, -5, True, "64")]
+    bad += [good | {"took": [[None, 64, "None", "false", "standalone", 100.0]]}]
     for doc in bad:
         memory.write_text(json.dumps(doc))  # json writes NaN and -Infinity as Python reads them back
         deadline = Deadline(1060.0, clock=lambda: 1000.0)

@@ -115,5 +115,9 @@ def test_a_damaged_call_archive_an_unwritable_output_or_two_calls_of_one_name_ar
     done = _run(tmp_path / "a.tar.xz", "confirmation", _call(twin / "call3", trials, 1_000), call)
     assert done.returncode == 1 and done.stderr == ("ladder_archive.py: two calls are named call3; name each call's "
                                                     "folder differently (device/<name> in the archive)\n")
+    for out, said in ((call / "ladder.tgz", "is one of the calls' own files"), (f"{tmp_path}/new/", "is a folder")):
+        done = _run(out, "confirmation", call)  # a second outsider: the call's own ladder.tgz was overwritten
+        assert done.returncode == 1 and said in done.stderr and done.stderr.count("\n") == 1, done.stderr
+    assert (call / "ladder.tgz").read_bytes() == whole and not (tmp_path / "new").exists()
     assert not [p for p in tmp_path.rglob("*.tar.xz*")]  # nothing written, nothing half written
     assert gzip.decompress(whole)  # the call's own archive is untouched

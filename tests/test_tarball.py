@@ -70,3 +70,39 @@ def test_an_empty_file_or_no_archive_at_all_is_one_line(tmp_path):
     (tmp_path / "a").write_bytes(b"hello\n" * 200)
     with pytest.raises(tarball.Unreadable, match="^is not a tar archive$"):
         tarball.read(tmp_path / "a")
+
+
+def test_xz_streams_are_read_each_whole_with_only_their_padding_between(tmp_path):
+    """A second outsider (2026-12-06): lzma.decompress accepted a whole stream followed by a corrupt one or by
+    garbage, and refused the format's own stream padding (zero bytes, four at a time), which xz -t accepts."""
+    whole = lzma.compress(_tar())
+    (tmp_path / "a.txz").write_bytes(whole + b"\0" * 4)
+    assert tarball.read(tmp_path / "a.txz") == {k: (v, 1_000) for k, v in FILES.items()}
+    for tail, said in ((b"\0" * 3, "stream padding that is not whole 4-byte words"),
+                       (b"GARBAGE!", "data that is not an xz stream at byte"),
+                       (lzma.compress(b"x" * 5000)[:-30], "Compressed data ended before the end-of-stream marker")):
+        (tmp_path / "a.txz").write_bytes(whole + tail)
+        with pytest.raises(tarball.Unreadable, match=f"^is not a whole xz stream .*{said}"):
+            tarball.read(tmp_path / "a.txz")
+
+
+def test_a_name_held_twice_a_hard_link_or_data_after_the_end_blocks_is_refused(tmp_path):
+    """A second outsider: two members of one name (or `a` and `./a`) kept the last without a word, a hard link's
+    file went missing (its bytes are another member's), and data after a whole archive was called cut short."""
+    (tmp_path / "a.tar").write_bytes(_tar({"a": b"1", "./a": b"2"}))
+    with pytest.raises(tarball.Unreadable, match="^holds 'a' twice$"):
+        tarball.read(tmp_path / "a.tar")
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w") as tar:
+        info = tarfile.TarInfo("a")
+        info.size = 1
+        tar.addfile(info, io.BytesIO(b"1"))
+        link = tarfile.TarInfo("b")
+        link.type, link.linkname = tarfile.LNKTYPE, "a"
+        tar.addfile(link)
+    (tmp_path / "a.tar").write_bytes(buffer.getvalue())
+    with pytest.raises(tarball.Unreadable, match="^holds 'b' as a hard link to 'a'$"):
+        tarball.read(tmp_path / "a.tar")
+    (tmp_path / "a.tar").write_bytes(_tar() + b"GARBAGE")
+    with pytest.raises(tarball.Unreadable, match="^has data after its end-of-archive blocks"):
+        tarball.read(tmp_path / "a.tar")

@@ -153,6 +153,10 @@ def test_a_confirmation_stage_the_plan_does_not_make_is_refused_before_any_job(c
         log = bad.stdout + bad.stderr
         assert bad.returncode != 0 and (f"experiments.confirmation.stages names '{stage}', not a stage of this plan "
                                         f"({planned})") in log, log[-2000:]
+    clash = snakemake(checkout, "-n", "all", "--workflow-profile", "host", "--config",
+                      "experiments={confirmation: {arms: [prefix], flame_arms: {prefix: {mode: harvest}}}}")
+    assert clash.returncode != 0 and ("experiments.confirmation: flame_arms and arms both name 'prefix'"
+                                      in clash.stdout + clash.stderr), (clash.stdout + clash.stderr)[-2000:]
 
 
 def test_a_truncated_profile_config_does_not_fall_back_to_another(checkout):

@@ -6,7 +6,6 @@ archive must reach tar's end-of-archive blocks, and a member named outside the a
 
 from __future__ import annotations
 
-import bz2
 import gzip
 import io
 import lzma
@@ -14,8 +13,30 @@ import tarfile
 import zlib
 from pathlib import Path
 
-_STREAMS = ((b"\x1f\x8b", "gzip", gzip.decompress), (b"\xfd7zXZ\x00", "xz", lzma.decompress),
-            (b"BZh", "bzip2", bz2.decompress))
+_XZ = b"\xfd7zXZ\x00"
+
+
+def _xz(raw: bytes) -> bytes:
+    """Every xz stream of `raw`, each whole (lzma.decompress ignores what follows a stream it cannot read); between and
+    after them only the format's stream padding (zero bytes, four at a time)."""
+    out, at = [], 0
+    while at < len(raw):
+        if not raw.startswith(_XZ, at):
+            raise ValueError(f"data that is not an xz stream at byte {at:,}")
+        stream = lzma.LZMADecompressor(format=lzma.FORMAT_XZ)
+        out.append(stream.decompress(raw[at:]))
+        if not stream.eof:
+            raise EOFError("Compressed data ended before the end-of-stream marker was reached")
+        rest = len(stream.unused_data)
+        at = len(raw) - rest
+        while at < len(raw) and raw[at] == 0:
+            at += 1
+        if (at - (len(raw) - rest)) % 4:
+            raise ValueError(f"stream padding that is not whole 4-byte words at byte {len(raw) - rest:,}")
+    return b"".join(out)
+
+
+_STREAMS = ((b"\x1f\x8b", "gzip", gzip.decompress), (_XZ, "xz", _xz))  # gzip.decompress: every member, each whole
 _END = 2 * tarfile.BLOCKSIZE  # tar's end-of-archive: two zero blocks
 
 
@@ -50,11 +71,18 @@ def read(path: Path) -> dict[str, tuple[bytes, int]]:
                 name = member.name.removeprefix("./")
                 if name.startswith("/") or ".." in name.split("/"):
                     raise Unreadable(f"names {member.name!r}, outside its root")
+                if member.islnk():  # its bytes are another member's: read as nothing, a file would go missing
+                    raise Unreadable(f"holds {member.name!r} as a hard link to {member.linkname!r}")
+                if name in files:
+                    raise Unreadable(f"holds {name!r} twice")
                 if member.isfile():
                     files[name] = (tar.extractfile(member).read(), int(member.mtime))
         except tarfile.TarError as e:  # a member's data cut short
             raise Unreadable(f"is cut short or damaged ({' '.join(str(e).split())})") from None
-    if len(raw) - end < _END or raw[end:].strip(b"\0"):
+    zeros = raw.count(0, end)  # counted in place: no copy of what follows
+    if len(raw) - end < _END or raw.count(0, end, end + _END) < _END:
         raise Unreadable(f"stops at byte {end:,} of {len(raw):,} before tar's end-of-archive blocks (cut short, or a "
                          "damaged header)")
+    if zeros < len(raw) - end:
+        raise Unreadable(f"has data after its end-of-archive blocks (at byte {end:,} of {len(raw):,})")
     return files

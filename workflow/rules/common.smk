@@ -85,11 +85,14 @@ _refuse_non_finite(config)
 
 
 def _refuse_unknown_stages(config):
-    """The confirmation's `stages` against the stages its arms make (final, final-<arm>, final-<Flame arm>: as
+    """An arm named twice, and the confirmation's `stages` against the stages its arms make (final, final-<arm>, final-<Flame arm>: as
     parity.experiments.plan.confirmation names them), before any job starts: the plan refuses such a name too, but
     only when the confirmation's job runs, after every experiment before it (hours on a GPU host; an outsider)."""
     confirmation = config.get("experiments", {}).get("confirmation", {})
-    planned = ["final", *(f"final-{arm}" for arm in [*confirmation.get("arms", []), *confirmation.get("flame_arms", {})])]
+    arms, flame_arms = confirmation.get("arms", []), confirmation.get("flame_arms", {})
+    if both := [arm for arm in arms if arm in flame_arms]:  # two stages of one name (the plan refuses it too)
+        raise WorkflowError(f"experiments.confirmation: flame_arms and arms both name {both[0]!r}")
+    planned = ["final", *(f"final-{arm}" for arm in [*arms, *flame_arms])]
     for stage in confirmation.get("stages", []):
         if stage not in planned:
             raise WorkflowError(f"experiments.confirmation.stages names {stage!r}, not a stage of this plan "

@@ -45,11 +45,30 @@ MEMORY_BYTES = 1 << 20  # a memory is a few hundred cases at most; a larger file
 
 
 def _seconds(value) -> float:
-    """A remembered time (or rate, or factor): finite and not negative, else ValueError."""
-    seconds = float(value)
-    if not (0.0 <= seconds < inf):
+    """A remembered time (or rate, or factor): a JSON number, finite and not negative, else ValueError (float() would
+    read false as 0 s and "5" as 5 s)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0.0 <= value < inf:
         raise ValueError(f"not a time: {value!r}")
-    return seconds
+    return float(value)
+
+
+def _text(value) -> str:
+    if not isinstance(value, str):
+        raise ValueError(f"not a text: {value!r}")
+    return value
+
+
+def _flag(value) -> bool:
+    if not isinstance(value, bool):
+        raise ValueError(f"not true or false: {value!r}")
+    return value
+
+
+def _count(value) -> int:
+    """A remembered request count: a whole JSON number above 0, else ValueError."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"not a count: {value!r}")
+    return value
 
 
 class _Kind(NamedTuple):
@@ -81,10 +100,10 @@ class Deadline:
             doc = json.loads(Path(path).read_text())
             if doc["gpus"] != list(gpus):
                 return
-            took = {_Kind(None if rate is None else _seconds(rate), int(requests), str(answers), bool(fresh),
-                          str(system)): _seconds(wall)
+            took = {_Kind(None if rate is None else _seconds(rate), _count(requests), _text(answers), _flag(fresh),
+                          _text(system)): _seconds(wall)
                     for rate, requests, answers, fresh, system, wall in doc["took"]}
-            starts = {str(system): _seconds(s) for system, s in doc["starts"].items()}
+            starts = {_text(system): _seconds(s) for system, s in doc["starts"].items()}
             slower = _seconds(doc["slower"])
         except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
             return  # a memory with any value that is not a time (negative, NaN: a trial would look as if it fits)
