@@ -46,7 +46,8 @@ class Unreadable(Exception):
 
 def read(path: Path) -> dict[str, tuple[bytes, int]]:
     """Every regular file of the archive at `path`: name (without a leading ./) -> (bytes, mtime); Unreadable where
-    any of it cannot be read (links and folders are left out, never followed)."""
+    any of it cannot be read, a name is held twice or a member is a hard link (symbolic links and folders are left
+    out, never followed)."""
     raw = Path(path).read_bytes()
     if not raw:
         raise Unreadable("is empty")
