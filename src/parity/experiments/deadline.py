@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import time
 from math import inf
 from pathlib import Path
@@ -33,6 +32,7 @@ from typing import NamedTuple
 
 from parity.errors import ParityError
 from parity.experiments.plan import Case
+from parity.manifest import atomic_write_text
 
 MARGIN = 1.1  # a rung's warm-ups and arrivals take this much longer than their schedule, at most, while it keeps up
 SLACK_S = 30.0  # and this much more: its drain, the cold reset, writing its manifest
@@ -93,11 +93,12 @@ class Deadline:
     def remember(self, path: Path, gpus: list[str]) -> None:
         """Predict also from what earlier runs on these GPUs measured (kept at `path`), and keep what this one
         measures there. A memory of other GPUs, or one that cannot be read, is not used (it only predicts)."""
-        self._memory = (Path(path), list(gpus))
+        memory = Path(path)
+        self._memory = (memory, list(gpus))
         try:
-            if not Path(path).is_file() or Path(path).stat().st_size > MEMORY_BYTES:  # not a FIFO that blocks a read
+            if not memory.is_file() or memory.stat().st_size > MEMORY_BYTES:  # not a FIFO that blocks a read
                 return
-            doc = json.loads(Path(path).read_text())
+            doc = json.loads(memory.read_text())
             if doc["gpus"] != list(gpus):
                 return
             took = {_Kind(None if rate is None else _seconds(rate), _count(requests), _text(answers), _flag(fresh),
@@ -119,14 +120,10 @@ class Deadline:
         path, gpus = self._memory
         doc = {"gpus": gpus, "took": [[*key, wall] for key, wall in sorted(self._took.items(), key=repr)],
                "starts": self._starts, "slower": self._slower}
-        part = path.with_name(path.name + ".part")
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            part.write_text(json.dumps(doc, indent=1) + "\n")
-            os.replace(part, path)  # whole or not at all: a call killed while writing leaves the last one
-        except OSError:  # only a prediction for a later run (a full disk): the run goes on without it
-            with contextlib.suppress(OSError):
-                part.unlink(missing_ok=True)
+        # whole or not at all (a call killed while writing leaves the last one); only a prediction for a later run,
+        # so one that cannot be written (a full disk) is left out and the run goes on
+        with contextlib.suppress(OSError):
+            atomic_write_text(path, json.dumps(doc, indent=1) + "\n")
 
     def start_s(self, case: Case) -> float:
         """What opening `case`'s engines is predicted to take: the longest start measured on its path plus
