@@ -25,6 +25,7 @@ from pathlib import Path
 from parity import tarball
 
 RESULTS = ("trials/", "pairs/", "experiment.json")  # the last call's alone, at their results paths
+CALL_FILES = ("ladder.tgz", "facts.tgz", "gpu.txt")  # what benchmarks/h200-ladder.sh leaves in a call's OUTDIR
 
 
 def _read(tgz: Path) -> dict[str, tuple[bytes, int]]:
@@ -40,17 +41,18 @@ def build(out: Path, experiment: str, calls: list[Path]) -> int:
     """Write the archive; the number of files in it."""
     if out.is_dir():
         raise SystemExit(f"ladder_archive.py: {out} is a folder; name the archive to write")
-    if any(out.resolve() == (call / name).resolve() for call in calls for name in ("ladder.tgz", "facts.tgz", "gpu.txt")):
+    if any(out.resolve() == (call / name).resolve() for call in calls for name in CALL_FILES):
         raise SystemExit(f"ladder_archive.py: {out} is one of the calls' own files; write the archive elsewhere")
     named = [call.name for call in calls]
     if len(set(named)) < len(named):  # each call's facts go under device/<its name>: one would overwrite another's
         raise SystemExit(f"ladder_archive.py: two calls are named {min(n for n in named if named.count(n) > 1)}; "
                          "name each call's folder differently (device/<name> in the archive)")
     for call in calls:
-        for name in ("ladder.tgz", "facts.tgz", "gpu.txt"):
+        for name in CALL_FILES:
             if not (call / name).is_file():
                 raise SystemExit(f"ladder_archive.py: {call} has no {name} (a ladder call's OUTDIR has all three)")
     root, log = f"results/host/{experiment}/", f"results/host/logs/experiment_{experiment}.log"
+    results = tuple(root + part for part in RESULTS)
     files: dict[str, bytes] = {}
     seen: set[tuple[str, str]] = set()
     ladders = [_read(call / "ladder.tgz") for call in calls]
@@ -59,7 +61,7 @@ def build(out: Path, experiment: str, calls: list[Path]) -> int:
     if not trials:
         raise SystemExit(f"ladder_archive.py: the last call ({calls[-1]}) brought back no {root}trials")
     for name, (data, _) in last.items():
-        if name == log or name.startswith((root + "cleanup/", *(root + part for part in RESULTS))):
+        if name == log or name.startswith((root + "cleanup/", *results)):
             files[name] = data
     for call, ladder in zip(calls, ladders):
         here = f"device/{call.name}/"
@@ -69,7 +71,7 @@ def build(out: Path, experiment: str, calls: list[Path]) -> int:
         for name, (data, _) in ladder.items():
             if name == log:
                 files[here + Path(log).name] = data
-            elif name.startswith(root) and not name.startswith(tuple(root + part for part in RESULTS)):
+            elif name.startswith(root) and not name.startswith(results):
                 key = (name, hashlib.sha256(data).hexdigest())
                 if key not in seen:  # the same receipt or log as an earlier call's: kept once, under the first
                     seen.add(key)

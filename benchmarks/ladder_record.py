@@ -208,16 +208,19 @@ def _experiment(stated, archive: Path, files: dict[str, tuple[bytes, int]], tria
     return problems
 
 
-def archived(source: Path | dict[str, tuple[bytes, int]]) -> dict[str, bytes]:
-    """The trial manifests in a session's archive (results/host/<experiment>/trials/<id>.json), by trial id; `source`:
-    the archive, or its files as `parity.tarball.read` gives them (tarball.Unreadable where it cannot be read whole)."""
-    files = tarball.read(source) if isinstance(source, Path) else source
+def trial_manifests(files: dict[str, tuple[bytes, int]]) -> dict[str, bytes]:
+    """The trial manifests among an archive's files (results/host/<experiment>/trials/<id>.json), by trial id."""
     out = {}
     for name, (data, _) in files.items():
         parts = Path(name).parts
         if len(parts) >= 2 and parts[-2] == "trials" and name.endswith(".json"):
             out[Path(name).stem] = data
     return out
+
+
+def archived(path: Path) -> dict[str, bytes]:
+    """The trial manifests in a session's archive, by trial id (tarball.Unreadable where it cannot be read whole)."""
+    return trial_manifests(tarball.read(path))
 
 
 def _tolerance(key: str) -> float:
@@ -289,8 +292,8 @@ def check(record_path: Path) -> list[str]:
     if not archive.is_file():
         return [f"{record_path.name}: its archive {name} is not beside it"]
     try:
-        files = tarball.read(archive)
-        trials = archived(files)
+        files = tarball.read(archive)  # read once: its trials, and the experiment manifest it may hold
+        trials = trial_manifests(files)
         derived = derive(trials)
     except Unreadable as e:
         return [f"{record_path.name}: its archive {name}'s trial {e.tid} is {e.why}"]
