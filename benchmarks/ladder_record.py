@@ -26,7 +26,7 @@ from pathlib import Path
 
 from parity import tarball
 from parity.experiments.derive import admitted_against
-from parity.latency import summarize
+from parity.latency import paired_ttft_delta, summarize
 from parity.stats import rps
 
 SIDES = ("flame", "vllm")
@@ -77,6 +77,9 @@ def pair(name: str, flame: dict, vllm: dict, sf: dict | None, sv: dict | None) -
             "ttft_client_p99_ratio": round(sf["ttft_client"]["p99"] / sv["ttft_client"]["p99"], 4),
             "ttft_client_p50_delta_ms": round(1000 * (sf["ttft_client"]["p50"] - sv["ttft_client"]["p50"]), 1),
             "ttft_client_p50_ms": [round(1000 * x["ttft_client"]["p50"], 1) for x in (sf, sv)],
+            # request by request (one schedule, so the same requests): what the p50 delta holds beside the mode's
+            # own cost, the slope of the distribution at its median
+            "ttft_client_paired_delta_ms": _ms(d) if (d := paired_ttft_delta(flame, vllm)) else None,
             "itl_p99_ratio": round(sf["itl"]["p99"] / sv["itl"]["p99"], 4),
             "itl_p50_ratio": round(sf["itl"]["p50"] / sv["itl"]["p50"], 4),
             "e2e_p50_ratio": round(sf["e2e"]["p50"] / sv["e2e"]["p50"], 4),

@@ -93,6 +93,23 @@ def test_goodput_counts_requests_that_met_the_objective_and_a_batched_answer_rea
     assert latency.summarize({"records": [{"complete_s": 1.0}]}) is None  # a study burst records no arrivals
 
 
+def test_a_paired_first_token_difference_compares_request_by_request_where_p50s_compare_shapes():
+    # two trials of one schedule: the candidate's every first token 2 ms later, but its distribution steep at the
+    # median, so the p50s differ by far more than any request did
+    times = [0.06] * 11 + [0.3] * 10  # the reference: half fast, half behind a prefill, its p50 on the step
+    reference = [record(t, [t + x], t + x + 0.1) for t, x in enumerate(times)]
+    for r, t in zip(reference, range(21)):
+        r["request_id"] = f"q{t}"
+    candidate = [dict(r, token_s=[r["token_s"][0] + 0.002]) for r in reference]
+    candidate[10]["token_s"] = [10 + 0.3]  # one request moved behind the step: 240 ms later
+    p50s = latency.summarize({"records": candidate})["ttft_client"]["p50"] - latency.summarize(
+        {"records": reference})["ttft_client"]["p50"]
+    paired = latency.paired_ttft_delta({"records": candidate}, {"records": reference})
+    assert p50s == pytest.approx(0.24) and paired["p50"] == pytest.approx(0.002)
+    assert latency.paired_ttft_delta({"records": []}, {"records": reference}) is None
+    assert latency.paired_ttft_delta({"records": candidate}, {"records": []}) is None  # no request in common
+
+
 def test_both_paths_record_every_latency_on_one_clock_from_the_scheduled_arrival(small_reuse_trace, sim_backend,
                                                                                 tmp_path):
     from parity.experiments import plan

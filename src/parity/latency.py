@@ -55,6 +55,34 @@ def _first(record: dict, view: str) -> float | None:
     return record["complete_s"] if record.get("batch_id") is not None or not tokens else tokens[0]
 
 
+def _window(records: list[dict], refused: list[dict]) -> tuple[list[dict], list[dict], float | None]:
+    """The completions and refusals that arrived in the steady-state window (every completion where none did),
+    and the window's length (None for a schedule of one instant)."""
+    arrivals = np.asarray([r["arrival_s"] for r in records + refused])
+    start, span = arrivals.min(), arrivals.max() - arrivals.min()
+    low, high = start + WINDOW[0] * span, start + WINDOW[1] * span
+    window = [r for r in records if low <= r["arrival_s"] <= high] or records
+    turned = [r for r in refused if low <= r["arrival_s"] <= high]
+    return window, turned, (max(high - low, 1e-9) if span > 0 else None)
+
+
+def paired_ttft_delta(candidate: dict, reference: dict, view: str = "client") -> dict | None:
+    """Per request, the candidate's first token less the reference's (s), over the requests both answered in the
+    candidate's steady-state window: two trials of one schedule compared request by request, where a difference of
+    their p50s also holds how steeply the distribution rises at its median. None where they share no request."""
+    theirs = {r["request_id"]: r for r in reference["records"] if "arrival_s" in r}
+    ours = [r for r in candidate["records"] if "arrival_s" in r]
+    if not ours:
+        return None
+    window, _, _ = _window(ours, [r for r in candidate.get("refused", []) if "arrival_s" in r])
+    deltas = []
+    for r in window:
+        other = theirs.get(r["request_id"])
+        if other is not None and _first(r, view) is not None and _first(other, view) is not None:
+            deltas.append((_first(r, view) - r["arrival_s"]) - (_first(other, view) - other["arrival_s"]))
+    return percentiles(deltas)
+
+
 def summarize(doc: dict, objective: Objective = Objective()) -> dict | None:
     """A trial's latencies, rates and goodput in its steady-state window; None for a trial with no
     scheduled arrivals (a study burst records none)."""
@@ -62,12 +90,7 @@ def summarize(doc: dict, objective: Objective = Objective()) -> dict | None:
     refused = [r for r in doc.get("refused", []) if "arrival_s" in r]
     if not records:
         return None
-    arrivals = np.asarray([r["arrival_s"] for r in records + refused])
-    start, span = arrivals.min(), arrivals.max() - arrivals.min()
-    low, high = start + WINDOW[0] * span, start + WINDOW[1] * span
-    window = [r for r in records if low <= r["arrival_s"] <= high] or records
-    turned = [r for r in refused if low <= r["arrival_s"] <= high]
-    in_window_s = max(high - low, 1e-9) if span > 0 else None
+    window, turned, in_window_s = _window(records, refused)
     out: dict = {"requests": len(records) + len(refused), "window_requests": len(window) + len(turned),
                  "window_s": in_window_s}
     if "refused" in doc:  # bounded admission: what it let in and what it turned away, in the window
