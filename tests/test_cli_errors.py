@@ -526,3 +526,17 @@ def test_an_out_with_a_control_character_is_one_line_and_nothing_written(tmp_pat
     line = one_error_line(result)
     assert "holds a control character (a newline?)" in line and result.exit_code == 2
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_read_that_fails_on_the_device_is_one_line(tmp_path, monkeypatch):
+    """`bench routing --trace-file /proc/self/mem` printed a 37-line traceback (EIO): a failing disk or network
+    file system is the user's environment, as a full one is (an outside tester's, 2026-12-06)."""
+    from parity import trace_mooncake
+
+    def failing(*args, **kwargs):
+        raise OSError(errno.EIO, os.strerror(errno.EIO), str(tmp_path / "t.jsonl"))
+
+    (tmp_path / "t.jsonl").write_text("{}\n")
+    monkeypatch.setattr(trace_mooncake, "utf8_line", failing)
+    line = one_error_line(invoke("bench", "routing", "--trace-file", tmp_path / "t.jsonl"))
+    assert line == f"Error: {tmp_path / 't.jsonl'}: input/output error (a failing disk or network file system)"

@@ -187,8 +187,16 @@ BAD = [
     ('{"timestamp": 0, "input_length": 512, "output_length": 1, "hash_ids": [0, 1]}', "is 1 blocks of 512 tokens, hash_ids names 2"),
     ('{"timestamp": 999, "input_length": 10, "output_length": 1, "hash_ids": [0]}', "timestamp 999 is before the previous request's 1000"),
     # an outside tester's: a timestamp of 10**400 after the first was an OverflowError traceback in the arrivals
+    # an outside tester's (2026-12-06): a bad value was quoted whole, a 5 MB "one line"; now its head and length
     ('{"timestamp": 1' + "0" * 400 + ', "input_length": 10, "output_length": 1, "hash_ids": [0]}',
-     "timestamp must be below 2**63, got 1" + "0" * 400),
+     "timestamp must be below 2**63, got 1" + "0" * 39 + "... (401 characters)"),
+    ('{"timestamp": 2000, "input_length": 10, "output_length": 1, "hash_ids": "' + "x" * 5000 + '"}',
+     "hash_ids must be a non-empty list of integers, got 'xxx"),
+    # ... a span past a week was replayed as real time (2**63 - 1 ms: 292 million years)
+    ('{"timestamp": 9223372036854775807, "input_length": 10, "output_length": 1, "hash_ids": [0]}',
+     "timestamp 9223372036854775807 is 1.07e+11 days after the first request's 1000, past the 7 a replay may span"),
+    # ... and a line of a non-breaking space was skipped as blank: JSON's whitespace is space, tab, CR and LF
+    ("\u00a0", "not valid JSON at column 1"),
     ('{"timestamp": 2000, "input_length": 10, "output_length": 9223372036854775808, "hash_ids": [0]}',
      "output_length must be below 2**63"),
     # an outside tester's: JSON that Python cannot hold was a RecursionError (or ValueError) traceback
@@ -204,8 +212,15 @@ def test_each_malformed_line_is_refused_by_number_and_nothing_is_written(tmp_pat
     with pytest.raises(ParityError) as info:
         convert(source, tmp_path / "out")
     text = str(info.value)
-    assert text.startswith(f"{source}:2: ") and message in text and "\n" not in text
+    assert text.startswith(f"{source}:2: ") and message in text and "\n" not in text and len(text) < 400
     assert not (tmp_path / "out").exists()
+
+
+def test_a_loop_of_links_is_named_as_one_not_as_missing(tmp_path):
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    with pytest.raises(ParityError, match="Too many levels of symbolic links"):
+        read_mooncake(tmp_path / "a")
 
 
 def test_cli_converts_and_its_errors_are_one_line(tmp_path):
@@ -235,6 +250,9 @@ def test_bench_routing_runs_on_a_tiny_trace(tmp_path):
     assert "24 requests over 2 shards, 6 documents" in run.output and "(simulated)" in run.output
     result = json.loads(out.read_text())
     assert result["simulated"] is True
+    # an outside tester's (2026-12-06): the record named its input by path alone; now by hash, as trace-mooncake does
+    assert result["source"]["sha256"] == hashlib.sha256(source.read_bytes()).hexdigest()
+    assert result["source"]["over_context_lines"] == [] and result["source"]["limit"] is None
     assert set(result["rows"][0]["placements"]) == {"alternating", "sticky", "prefix", "hindsight"}
     from parity.bench.mooncake import workload
 

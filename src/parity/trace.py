@@ -67,7 +67,7 @@ def json_line_error(where, number: int, exc: ValueError) -> TraceError:
     if not isinstance(exc, json.JSONDecodeError):
         return TraceError(f"{where}:{number}: not valid JSON ({one_line(str(exc))})")
     reason = exc.msg.removesuffix(" at")
-    end = len(exc.doc.rstrip())
+    end = len(exc.doc.rstrip(" \t\r\n"))  # JSON's whitespace: a no-break space is a character here
     at = "the end of the line" if exc.pos >= end else f"column {exc.pos + 1}"
     return TraceError(f"{where}:{number}: not valid JSON at {at} ({reason})")
 

@@ -6,12 +6,15 @@ content. It carries no text, so each distinct hash id becomes a deterministic bl
 hashed from (seed, hash id, position) over the tokenizer's ordinary IDs (or 0..vocab_size-1): requests
 that share k leading hash ids share exactly k x 512 leading tokens, and no others do but by chance.
 A request that does not fit the context is counted, listed by line and excluded, never cut.
-Timestamps become arrivals in seconds from the first, written as a replay schedule's file.
+Timestamps become arrivals in seconds from the first, written as a replay schedule's file; one more than a week
+after the first is refused (a replay runs in real time: that is a unit slip, not a trace).
 Malformed input is refused in one line naming the line; nothing is written before the whole file is read.
 """
 
 from __future__ import annotations
 
+import errno
+import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,6 +41,8 @@ BLOCK_TOKENS = 512  # what one Mooncake hash id names
 DOCUMENT_BLOCKS = 2  # a request's "document" for the hindsight bound: its first two blocks (a head, then its own)
 DEFAULT_VOCAB = 128_000  # Llama 3.1's ordinary token IDs (its special tokens lie above)
 FIELDS = ("timestamp", "input_length", "output_length", "hash_ids")
+MAX_SPAN_MS = 7 * 24 * 3600 * 1000  # a replay runs in real time: a longer span is a unit slip (us, an epoch), not a trace
+JSON_SPACE = " \t\r\n"  # what JSON calls whitespace: a line of only these is blank, any other character is read
 EXCLUSION = (f"a request whose input_length plus max(output_length, {OUTPUT_TOKENS}) exceeds context_tokens is "
              "excluded from the trace, counted in over_context and listed by line in over_context_lines; none is cut")
 
@@ -65,6 +70,12 @@ class MooncakeTrace:
     context_tokens: int
 
 
+def _shown(value) -> str:
+    """A bad value as an error quotes it: whole when short, its head and length when not (a line is one line)."""
+    text = repr(value)
+    return text if len(text) <= 60 else f"{text[:40]}... ({len(text)} characters)"
+
+
 def _parse_line(text: str, number: int, where: str) -> MooncakeRequest:
     try:
         row = strict_loads(text)  # a key given twice is refused, not read as its last value
@@ -78,17 +89,17 @@ def _parse_line(text: str, number: int, where: str) -> MooncakeRequest:
     for field in FIELDS[:3]:
         value = row[field]
         if not isinstance(value, int) or isinstance(value, bool):
-            raise TraceError(f"{where}:{number}: {field} must be an integer, got {value!r}")
+            raise TraceError(f"{where}:{number}: {field} must be an integer, got {_shown(value)}")
         if value < (1 if field == "input_length" else 0):
             raise TraceError(f"{where}:{number}: {field} must be >= {1 if field == 'input_length' else 0}, got {value}")
         if value >= 2**63:  # as hash ids: a timestamp past int64 overflowed the arrivals' float division
-            raise TraceError(f"{where}:{number}: {field} must be below 2**63, got {value}")
+            raise TraceError(f"{where}:{number}: {field} must be below 2**63, got {_shown(value)}")
     ids = row["hash_ids"]
     if not isinstance(ids, list) or not ids:
-        raise TraceError(f"{where}:{number}: hash_ids must be a non-empty list of integers, got {ids!r}")
+        raise TraceError(f"{where}:{number}: hash_ids must be a non-empty list of integers, got {_shown(ids)}")
     for value in ids:
         if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value < 2**63:  # kept as int64
-            raise TraceError(f"{where}:{number}: hash_ids must be integers from 0 to 2**63 - 1, got {value!r}")
+            raise TraceError(f"{where}:{number}: hash_ids must be integers from 0 to 2**63 - 1, got {_shown(value)}")
     blocks = -(-row["input_length"] // BLOCK_TOKENS)
     if blocks != len(ids):
         raise TraceError(f"{where}:{number}: input_length {row['input_length']} is {blocks} blocks of {BLOCK_TOKENS} "
@@ -103,32 +114,55 @@ def read_mooncake(path: Path, *, context_tokens: int = MAX_MODEL_LEN, limit: int
         raise TraceError(f"max model len must be >= 1, got {context_tokens}")
     if limit is not None and limit < 1:
         raise TraceError(f"limit must be >= 1, got {limit}")
-    if not path.exists():
-        raise TraceError(f"Mooncake trace not found: {path}")
+    try:
+        os.stat(path)
+    except FileNotFoundError:
+        raise TraceError(f"Mooncake trace not found: {path}") from None
+    except OSError as exc:  # a loop of links, a name too long: named as what it is, not as missing
+        raise TraceError(f"Mooncake trace {path}: {exc.strerror or errno.errorcode.get(exc.errno, exc)}") from None
     if not path.is_file():  # a folder, /dev/null, a pipe: there, but no trace file
         raise TraceError(f"Mooncake trace is not a regular file: {path}")
-    kept, over, read, last, lines = [], [], 0, None, 0
-    with path.open("rb") as handle:
-        for number, raw in enumerate(handle, start=1):
-            if limit is not None and len(kept) >= limit:
-                break
-            lines = number
-            text = utf8_line(path, number, raw)
-            if not text.strip():
-                continue
-            request = _parse_line(text, number, str(path))
-            if last is not None and request.timestamp_ms < last:
-                raise TraceError(f"{path}:{number}: timestamp {request.timestamp_ms} is before the previous "
-                                 f"request's {last} (arrivals must never decrease)")
-            last, read = request.timestamp_ms, read + 1
-            if request.input_length + max(request.output_length, OUTPUT_TOKENS) > context_tokens:
-                over.append(number)
-            else:
-                kept.append(request)
+    kept: list[MooncakeRequest] = []
+    over: list[int] = []
+    try:
+        with path.open("rb") as handle:
+            lines = _read_lines(path, handle, limit, context_tokens, kept, over)
+    except OSError as exc:  # a read the device fails (EIO) names no file by itself: named here
+        if exc.filename is None:
+            raise OSError(exc.errno, exc.strerror, str(path)) from None
+        raise
+    read = len(kept) + len(over)
     if not kept:
         raise TraceError(f"{path}: no request fits a context of {context_tokens} tokens "
                          f"({read} read, {len(over)} over it)" if read else f"{path}: holds no requests")
     return MooncakeTrace(path, tuple(kept), lines, read, tuple(over), context_tokens)
+
+
+def _read_lines(path: Path, handle, limit: int | None, context_tokens: int, kept: list, over: list) -> int:
+    """Each line checked into `kept` (fits the context) or `over` (its line number); the lines read."""
+    first, last, lines = None, None, 0
+    for number, raw in enumerate(handle, start=1):
+        if limit is not None and len(kept) >= limit:
+            break
+        lines = number
+        text = utf8_line(path, number, raw)
+        if not text.strip(JSON_SPACE):
+            continue
+        request = _parse_line(text, number, str(path))
+        if last is not None and request.timestamp_ms < last:
+            raise TraceError(f"{path}:{number}: timestamp {request.timestamp_ms} is before the previous "
+                             f"request's {last} (arrivals must never decrease)")
+        first = request.timestamp_ms if first is None else first
+        if request.timestamp_ms - first > MAX_SPAN_MS:
+            raise TraceError(f"{path}:{number}: timestamp {request.timestamp_ms} is "
+                             f"{(request.timestamp_ms - first) / 86_400_000:.3g} days after the first request's "
+                             f"{first}, past the {MAX_SPAN_MS // 86_400_000} a replay may span (timestamps are ms)")
+        last = request.timestamp_ms
+        if request.input_length + max(request.output_length, OUTPUT_TOKENS) > context_tokens:
+            over.append(number)
+        else:
+            kept.append(request)
+    return lines
 
 
 def block_tokens(hash_ids: np.ndarray, seed: int, ordinary: np.ndarray) -> np.ndarray:

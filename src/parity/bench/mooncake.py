@@ -11,6 +11,7 @@ from pathlib import Path
 
 from parity.bench.routing import Workload, evaluate, flag_text
 from parity.engine.sim import SimParams
+from parity.manifest import sha256_file
 from parity.study import MAX_MODEL_LEN
 from parity.trace_mooncake import documents, prompts, read_mooncake
 
@@ -21,8 +22,10 @@ def workload(path: Path, *, shards: int = 2, limit: int | None = None,
     was read and left out."""
     trace = read_mooncake(path, context_tokens=context_tokens, limit=limit)
     w = Workload("mooncake", path.name, prompts(trace), documents(trace), shards)
-    return w, {"file": str(path), "requests_read": trace.requests_read, "requests": len(trace.requests),
-               "over_context": len(trace.over_context_lines), "context_tokens": context_tokens}
+    return w, {"file": str(path), "sha256": sha256_file(path), "bytes": path.stat().st_size,
+               "lines_read": trace.lines_read, "requests_read": trace.requests_read, "requests": len(trace.requests),
+               "over_context": len(trace.over_context_lines), "over_context_lines": list(trace.over_context_lines),
+               "context_tokens": context_tokens, "limit": limit}
 
 
 def run(params: SimParams, path: Path, *, shards: int = 2, limit: int | None = None) -> dict:

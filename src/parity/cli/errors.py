@@ -25,6 +25,8 @@ ENVIRONMENT_ERRORS = {
     errno.EEXIST: "exists and is not a folder",  # parity's mkdirs all pass exist_ok: a file is in the way
     errno.EISDIR: "is a folder, not a file",
     errno.ENAMETOOLONG: "file name too long",
+    errno.ELOOP: "too many levels of symbolic links (a loop of links)",
+    errno.EIO: "input/output error (a failing disk or network file system)",
 }
 
 
