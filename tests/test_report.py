@@ -692,3 +692,21 @@ def test_a_full_disk_part_way_leaves_no_half_report(results, tmp_path, monkeypat
     with pytest.raises(OSError):
         write_report(experiments, None, REFERENCE, out)
     assert "report.json" not in {p.name for p in out.iterdir()}
+
+
+def test_a_confirmation_of_another_stage_alone_is_not_said_to_have_run_no_pair(tmp_path):
+    """A run of one arm's stage alone (final-express3) printed "no confirmation pair on the reuse trace was run"
+    beside four pairs that ran (an outside tester's, 2026-12-06): the note names the stage that did not run, and
+    the stages that did."""
+    trials, pairs = [], []
+    for index in range(2):
+        for system, rps in (("vllm", 9.0), ("flame", 9.1)):
+            tid = f"confirmation-final-express3-reuse-p{index}-{system}"
+            path, doc = _trial(tmp_path, tid, system, "reuse", rps)
+            trials.append((path, doc, {"stage": "final-express3", "pair": index}))
+        pairs.append(("final-express3", index, len(trials) - 2, len(trials) - 1))
+    experiment = load_experiment(_experiment(tmp_path, "confirmation", trials, pairs))
+    table, _ = tables.final_throughput(experiment, None, load_reference(REFERENCE))
+    notes = [n for n in table.notes if "reuse trace" in n and "no-reuse" not in n]
+    assert notes == ["Prefix reuse: — : no pair of the study's final configuration (stage final) on the reuse trace "
+                     "was run; this run's pairs there are of stage final-express3 (the arm table)."]

@@ -113,8 +113,12 @@ def final_throughput(confirmation: Experiment | None, offline: Experiment | None
         docs = [d for pair in pairs for d in pair]
         if not c["pairs"]:
             table.rows.append([label, ours(docs), *[f.MISSING] * 4, f"0 / {c['excluded_pairs']}", *[f.MISSING] * 3])
-            table.notes.append(f"{label}: — : no confirmation pair on the {trace} trace "
-                               + ("had two passed trials." if c["excluded_pairs"] else "was run."))
+            others = sorted({p.get("stage") for p, _, _ in confirmation.pairs
+                             if p["trace_name"] == trace and p.get("stage") != "final"})
+            table.notes.append(f"{label}: — : no pair of the study's final configuration (stage final) on the {trace} "
+                               "trace " + ("had two passed trials" if c["excluded_pairs"] else "was run")
+                               + (f"; this run's pairs there are of stage {', '.join(map(str, others))} "
+                                  "(the arm table)." if others else "."))
             continue
         limit = limits.get(trace)
         share = f.MISSING
