@@ -710,3 +710,17 @@ def test_a_confirmation_of_another_stage_alone_is_not_said_to_have_run_no_pair(t
     notes = [n for n in table.notes if "reuse trace" in n and "no-reuse" not in n]
     assert notes == ["Prefix reuse: — : no pair of the study's final configuration (stage final) on the reuse trace "
                      "was run; this run's pairs there are of stage final-express3 (the arm table)."]
+
+
+def test_a_report_written_again_over_one_with_more_plots_leaves_none_of_its_plots_behind(results, tmp_path):
+    """`report --out` into a folder that held an earlier report kept that report's plots which this one does not
+    draw, unlinked, as if they were this run's (an outside tester's, 2026-12-06); a file no report linked is kept."""
+    out = tmp_path / "report"
+    first = write_report([results / "confirmation", results / "locality", results / "gc"], None, REFERENCE, out)
+    drawn = set(first["manifest"]["outputs"]["plots"])
+    (out / "mine.png").write_bytes(b"not a report's")
+    second = write_report([results / "locality"], None, REFERENCE, out)
+    kept = set(second["manifest"]["outputs"]["plots"])
+    assert kept < drawn  # the second draws fewer
+    linked = {Path(r["path"]).name for r in second["manifest"]["outputs"]["plots"].values()}
+    assert {p.name for p in out.glob("*.png")} == linked | {"mine.png"}

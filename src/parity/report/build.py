@@ -169,6 +169,7 @@ def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, referenc
     if not experiments and not runs:
         raise ParityError("nothing to report: no experiment manifest and no MLPerf run was given")
     manifest = out / "report.json"
+    _drop_earlier_plots(out)
     with all_or_nothing(manifest):  # a full disk leaves no half report
         out.mkdir(parents=True, exist_ok=True)
         made = compose(experiments, runs, compares, ref, out, out)
@@ -191,6 +192,22 @@ def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, referenc
         } | {key: fields[key] for key in REDERIVED}
         write_manifest(manifest, doc)
     return {"manifest": doc, "markdown": made.markdown, "final_table": made.final_table, "evidence": made.evidence}
+
+
+def _drop_earlier_plots(out: Path) -> None:
+    """The plots an earlier report in `out` linked (its report.json's outputs), removed before this one is written:
+    a plot this report does not draw would stay beside it unlinked, as if it were this run's. Nothing else there is
+    touched: what report.json did not link is not a report's."""
+    import json
+
+    try:
+        plots_linked = json.loads((out / "report.json").read_text(encoding="utf-8"))["outputs"]["plots"].values()
+        names = [Path(ref["path"]) for ref in plots_linked]
+    except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
+        return  # no earlier report, or none that can be read: nothing of its to remove
+    for name in names:
+        if name.parent == Path(".") and name.suffix == ".png":  # a plain name beside report.json, nothing further
+            (out / name).unlink(missing_ok=True)
 
 
 REDERIVED = ("excluded_trials", "headline", "batch_histograms", "locality_gains", "admission_stages",
