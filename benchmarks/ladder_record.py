@@ -15,11 +15,14 @@ that file byte for byte, linking exactly the archive's trials, against the objec
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import io
 import json
 import math
+import os
 import re
+import stat
 import statistics
 import sys
 from pathlib import Path
@@ -148,6 +151,43 @@ def bounded(summaries: dict[str, dict]) -> list[dict]:
     return out
 
 
+def _no_constant(name: str):
+    """json's parse_constant: NaN, Infinity and -Infinity are no JSON numbers, so a trial holding one is refused."""
+    raise ValueError(f"not strict JSON (it holds {name})")
+
+
+def _parsed(raw: bytes):
+    """A trial's JSON, read strictly (ValueError, one line, where it is not): UTF-8, no NaN or Infinity (json reads
+    them, and derive would write them back out as a record that is not JSON), and no nesting too deep to read."""
+    try:
+        return json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"not UTF-8 JSON ({type(e).__name__})") from None
+    except RecursionError:
+        raise ValueError("JSON nested too deep to read") from None
+
+
+def _read_regular(path: Path, follow: bool = True) -> bytes:
+    """The bytes of the regular file at `path` (unless `follow`, never through a symbolic link); ValueError, one
+    line, for anything else. Opened without blocking and checked on the open file, so a FIFO is refused, never
+    waited on."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW))
+    except OSError as e:
+        if e.errno == errno.ELOOP and not follow:
+            raise ValueError("not a regular file (a symbolic link)") from None
+        raise ValueError(f"not readable ({e.strerror})") from None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise ValueError("not a regular file (a folder, pipe or device)")
+        with open(fd, "rb", closefd=False) as f:
+            return f.read()
+    except OSError as e:
+        raise ValueError(f"not readable ({e.strerror})") from None
+    finally:
+        os.close(fd)
+
+
 class Unreadable(ValueError):
     """A manifest among the trials that derive cannot read: which (`tid`) and why."""
 
@@ -169,10 +209,21 @@ def _summarized(tid: str, doc: dict, raw: bytes) -> tuple[dict, dict]:
                               f"{' '.join(str(e).split())})") from None
 
 
-def derive(manifests: dict[str, bytes]) -> dict:
-    """Trial id -> manifest bytes, to the record's derived part: every trial, every whole pair, every rung."""
-    docs = {tid: json.loads(raw) for tid, raw in manifests.items()}
-    done = {tid: _summarized(tid, docs[tid], manifests[tid]) for tid in sorted(docs)}
+def derive(manifests: dict[str, bytes], named: bool = True) -> dict:
+    """Trial id -> manifest bytes, to the record's derived part: every trial, every whole pair, every rung. Each trial
+    read strictly, and (unless not `named`: a test's ids given on purpose) named for its own trial_id: another trial's
+    numbers under its name would pass for its own."""
+    docs = {}
+    for tid in sorted(manifests):
+        try:
+            docs[tid] = _parsed(manifests[tid])
+        except ValueError as e:
+            raise Unreadable(tid, str(e)) from None
+    done = {}
+    for tid in sorted(docs):
+        done[tid] = _summarized(tid, docs[tid], manifests[tid])
+        if named and done[tid][1]["trial"] != tid:
+            raise Unreadable(tid, f"not named for its trial_id {done[tid][1]['trial']!r}")
     summaries = {tid: summary for tid, (summary, _) in done.items()}
     trials = [entry for _, entry in done.values()]
     names = sorted({tid.rsplit("-", 1)[0] for tid in docs if tid.rsplit("-", 1)[-1] in SIDES and not ADMISSION.match(tid)})
@@ -194,10 +245,10 @@ def _experiment(stated, archive: Path, files: dict[str, tuple[bytes, int]], tria
         return [f"its experiment {stated['path']} has SHA-256 {hashlib.sha256(data).hexdigest()}, the record says "
                 f"{stated['sha256']}"]
     try:
-        doc = json.loads(data)
+        doc = _parsed(data)
         linked = {case["trial_id"]: case["manifest"]["sha256"] for case in doc["cases"]}
         objective = doc["settings"].get("objective")
-    except (json.JSONDecodeError, KeyError, TypeError, AttributeError) as e:
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
         return [f"its experiment {stated['path']} is not an experiment manifest ({type(e).__name__}: {e})"]
     problems = [f"its experiment links trial {tid} {'by another SHA-256' if tid in trials else 'not in the archive'}"
                 for tid, sha in sorted(linked.items()) if hashlib.sha256(trials.get(tid, b"")).hexdigest() != sha]
@@ -212,12 +263,16 @@ def _experiment(stated, archive: Path, files: dict[str, tuple[bytes, int]], tria
 
 
 def trial_manifests(files: dict[str, tuple[bytes, int]]) -> dict[str, bytes]:
-    """The trial manifests among an archive's files (results/host/<experiment>/trials/<id>.json), by trial id."""
-    out = {}
-    for name, (data, _) in files.items():
-        parts = Path(name).parts
-        if len(parts) >= 2 and parts[-2] == "trials" and name.endswith(".json"):
-            out[Path(name).stem] = data
+    """The trial manifests among an archive's files (results/host/<experiment>/trials/<id>.json, no other), by trial
+    id; tarball.Unreadable where a trial id is held twice (which of the two is the trial's, the one read last?)."""
+    out, where = {}, {}
+    for name, (data, _) in sorted(files.items()):
+        parts = name.split("/")
+        if len(parts) == 5 and parts[:2] == ["results", "host"] and parts[3] == "trials" and parts[4].endswith(".json"):
+            tid = parts[4].removesuffix(".json")
+            if tid in out:
+                raise tarball.Unreadable(f"holds trial {tid} twice ({where[tid]} and {name})")
+            out[tid], where[tid] = data, name
     return out
 
 
@@ -281,12 +336,13 @@ def _gpus(record: dict, trials: list[dict]) -> list[str]:
 def check(record_path: Path) -> list[str]:
     """Each way `record_path` disagrees with the archive it names (empty: none)."""
     try:
-        record = json.loads(record_path.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as e:
+        record = json.loads(_read_regular(record_path).decode("utf-8"), parse_constant=_no_constant)
+    except (ValueError, RecursionError) as e:  # (UnicodeDecodeError and JSONDecodeError among them)
         return [f"{record_path.name}: not a readable JSON record ({e})"]
     if not isinstance(record, dict):
         return [f"{record_path.name}: not a record (a JSON object)"]
-    name = str(record.get("archive", "")).split(":")[0].strip()
+    stated = record.get("archive")
+    name = stated.split(":")[0].strip() if isinstance(stated, str) else ""
     if not name:
         return [f"{record_path.name}: names no archive"]
     if "/" in name or "\\" in name or name in {".", ".."}:  # an absolute path, a `..` or a folder: not beside it
@@ -344,34 +400,61 @@ def check(record_path: Path) -> list[str]:
     return problems
 
 
-def _not_a_trial(path: Path, raw: bytes) -> str | None:
-    """Why the file at `path` is not a trial manifest derive can read (None: it is one)."""
+def _not_a_trial(raw: bytes) -> str | None:
+    """Why `raw` is not a trial manifest derive can read (None: it is one)."""
     try:
-        doc = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        return f"not UTF-8 JSON ({type(e).__name__})"
+        doc = _parsed(raw)
+    except ValueError as e:
+        return str(e)
     if not (isinstance(doc, dict) and isinstance(doc.get("records"), list) and isinstance(doc.get("trial_id"), str)):
         return "not a trial manifest (an object with a trial_id and records)"
     return None  # what derive itself cannot read, it names (Unreadable)
 
 
+def _emit(text: str) -> int:
+    """`text` on stdout, flushed here: a full disk or a closed pipe is one line and exit 1, not a traceback (and
+    stdout then points at /dev/null, so Python's own flush at exit finds nothing left to fail on)."""
+    try:
+        sys.stdout.write(text + "\n")
+        sys.stdout.flush()
+    except OSError as e:
+        print(f"ladder_record.py: cannot write its output ({e.strerror or e})", file=sys.stderr)
+        try:
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError, io.UnsupportedOperation):
+            pass
+        return 1
+    return 0
+
+
 def main(argv: list[str]) -> int:
+    if "-h" in argv or "--help" in argv:
+        return _emit(__doc__.split("\n\n")[1])
     if len(argv) >= 2 and argv[0] == "derive":
         folder = Path(argv[1])
         if not folder.is_dir():
             print(f"ladder_record.py: {argv[1]} is not a folder", file=sys.stderr)
             return 2
-        manifests = {p.stem: p.read_bytes() for p in sorted(folder.glob("*.json"))}
-        if not manifests:
+        paths = sorted(folder.glob("*.json"))
+        if not paths:
             print(f"ladder_record.py: no trial manifests in {argv[1]}", file=sys.stderr)
             return 2
         # Refused, not skipped: derive's folder is a session's extracted trials/, whose derivation becomes the record's
         # trials, pairs and rungs; a file there that is no trial is the wrong folder or a damaged trial, and skipping it
-        # would write a record silently short of that trial (which check then refuses against the archive).
-        for p in sorted(folder.glob("*.json")):
-            if why := _not_a_trial(p, manifests[p.stem]):
+        # would write a record silently short of that trial (which check then refuses against the archive). Only its
+        # regular files are read: a link may lead out of it (another folder's trial, twice), a FIFO would never end.
+        manifests = {}
+        for p in paths:
+            try:
+                raw = _read_regular(p, follow=False)
+            except ValueError as e:
+                raw, why = None, str(e)
+            else:
+                why = _not_a_trial(raw)
+            if why:
                 print(f"ladder_record.py: {p} is {why}; derive reads a folder of trial manifests only", file=sys.stderr)
                 return 2
+            manifests[p.stem] = raw
         try:
             derived = derive(manifests)
         except Unreadable as e:
@@ -382,13 +465,16 @@ def main(argv: list[str]) -> int:
             print(f"ladder_record.py: the trials in {argv[1]} cannot be derived ({type(e).__name__}: "
                   f"{' '.join(str(e).split())})", file=sys.stderr)
             return 2
-        json.dump(derived, sys.stdout, indent=1)
-        print()
-        return 0
+        try:
+            text = json.dumps(derived, indent=1, allow_nan=False)  # whole before a byte is written
+        except ValueError as e:
+            print(f"ladder_record.py: the trials in {argv[1]} derive a number JSON cannot hold ({e})", file=sys.stderr)
+            return 2
+        return _emit(text)
     if len(argv) >= 2 and argv[0] == "check":
         problems = [p for path in argv[1:] for p in check(Path(path))]
-        print("\n".join(problems) if problems else f"{len(argv) - 1} record(s) agree with their archives")
-        return 1 if problems else 0
+        failed = _emit("\n".join(problems) if problems else f"{len(argv) - 1} record(s) agree with their archives")
+        return 1 if problems or failed else 0
     print(__doc__.split("\n\n")[1], file=sys.stderr)
     return 2
 

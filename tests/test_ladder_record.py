@@ -172,7 +172,7 @@ def test_a_bounded_rung_at_another_answer_length_is_its_own_rung_and_never_a_pai
     paired Flame against standalone."""
     manifests = ladder_record.archived(MEASURED / "h200-ladder-2026-12-05-trials-session23.tar.xz")
     renamed = {tid.replace("rate-16-", "rate-16-out128-"): raw for tid, raw in manifests.items() if "rate-16-" in tid}
-    derived = ladder_record.derive(renamed)
+    derived = ladder_record.derive(renamed, named=False)  # ids renamed on purpose
     assert [b["rung"] for b in derived["bounded"]] == ["rate-16-out128-hot-640-p0"] and derived["pairs"] == []
     assert set(derived["bounded"][0]["arms"]) == {"unbounded-vllm", "bounded-vllm", "bounded-flame"}
 
@@ -345,3 +345,120 @@ def test_an_empty_or_non_tar_archive_is_one_line(tmp_path, content, said):
     archive.write_bytes(content)
     path.write_text(json.dumps(record))
     assert ladder_record.check(path) == [f"{path.name}: its archive {archive.name} {said}"]
+
+
+def _with_members(tmp_path, extra: dict):
+    """Session 16's record beside its archive rewritten (plain tar, quick) with `extra` members (name -> bytes) added;
+    its first trial's id and bytes."""
+    import tarfile
+
+    record, path = _copy(tmp_path)
+    path.write_text(json.dumps(record))
+    archive = tmp_path / record["archive"].split(":")[0]
+    tid, raw = sorted(ladder_record.archived(archive).items())[0]
+    with tarfile.open(MEASURED / archive.name) as tar_in, tarfile.open(archive, "w") as tar_out:
+        for member in tar_in.getmembers():
+            tar_out.addfile(member, tar_in.extractfile(member) if member.isfile() else None)
+        for name, data in extra(tid, raw).items():
+            info = tarfile.TarInfo(name)
+            info.size = len(data)
+            tar_out.addfile(info, io.BytesIO(data))
+    return path, archive, tid
+
+
+@pytest.mark.parametrize("extra, said", [
+    (lambda tid, raw: {f"results/host/aaa/trials/{tid}.json": raw.replace(b'"status"', b'"forged": 1, "status"')},
+     "holds trial {tid} twice (results/host/aaa/trials/{tid}.json and results/host/sustained/trials/{tid}.json)"),
+    (lambda tid, raw: {"results/host/sustained/trials/renamed-p0-flame.json": raw},
+     "'s trial renamed-p0-flame is not named for its trial_id '{tid}'"),
+])
+def test_a_trial_held_twice_or_under_another_name_in_an_archive_is_refused(tmp_path, extra, said):
+    """Found by an outsider: trials were keyed by file-name stem, so a forged copy of a trial in another folder of the
+    archive silently won when read last, and the record 'agreed' with it."""
+    path, archive, tid = _with_members(tmp_path, extra)
+    (problem,) = ladder_record.check(path)
+    assert problem.startswith(f"{path.name}: its archive {archive.name}") and said.format(tid=tid) in problem, problem
+
+
+@pytest.mark.parametrize("data, said", [(b"[" * 100_000, "JSON nested too deep to read"),
+                                        (b"\xff\xfe", "not UTF-8 JSON (UnicodeDecodeError)")])
+def test_a_deep_or_undecodable_trial_or_record_is_one_line(tmp_path, data, said):
+    """Found by an outsider: a trial nested 100000 deep (a record too) was a RecursionError, a non-UTF-8 trial a
+    UnicodeDecodeError traceback."""
+    bad = {"results/host/sustained/trials/bad-p0-flame.json": data}
+    path, archive, _ = _with_members(tmp_path, lambda tid, raw: bad)
+    assert ladder_record.check(path) == [f"{path.name}: its archive {archive.name}'s trial bad-p0-flame is {said}"]
+    path.write_bytes(data)
+    (problem,) = ladder_record.check(path)
+    assert problem.startswith(f"{path.name}: not a readable JSON record (")
+
+
+def test_derive_reads_only_the_folders_regular_files_each_named_for_its_trial(tmp_path, capsys):
+    """Found by an outsider: a folder or a dangling link named zz.json was a traceback, a FIFO hung for ever, and a
+    link out of the folder to a copy of a trial was followed (the trial listed twice, rc 0)."""
+    import os
+
+    folder = tmp_path / "trials"
+    folder.mkdir()
+    tid, raw = sorted(ladder_record.archived(MEASURED / "h200-ladder-2026-12-04-trials-session16.tar.xz").items())[0]
+    (folder / f"{tid}.json").write_bytes(raw)
+    (tmp_path / "copy.json").write_bytes(raw)
+    for make, said in [(lambda p: p.mkdir(), "is not a regular file (a folder, pipe or device)"),
+                       (lambda p: p.symlink_to(tmp_path / "gone"), "is not a regular file (a symbolic link)"),
+                       (lambda p: os.mkfifo(p), "is not a regular file (a folder, pipe or device)"),
+                       (lambda p: p.symlink_to(tmp_path / "copy.json"), "is not a regular file (a symbolic link)"),
+                       (lambda p: p.write_bytes(raw), f"is not named for its trial_id {tid!r}"),
+                       (lambda p: p.write_bytes(b"[" * 100_000), "is JSON nested too deep to read")]:
+        odd = folder / "zz.json"
+        make(odd)
+        assert ladder_record.main(["derive", str(folder)]) == 2
+        err = capsys.readouterr().err
+        assert err == f"ladder_record.py: {odd} {said}; derive reads a folder of trial manifests only\n"
+        odd.rmdir() if odd.is_dir() and not odd.is_symlink() else odd.unlink()
+    assert ladder_record.main(["derive", str(folder)]) == 0
+
+
+@pytest.mark.parametrize("command", ["derive", "check"])
+def test_output_to_a_full_disk_is_one_line_and_exit_1(tmp_path, command):
+    """Found by an outsider: `derive > /dev/full` and `check > /dev/full` ended in an OSError traceback."""
+    import subprocess
+    import sys
+
+    if not Path("/dev/full").exists():
+        pytest.skip("no /dev/full")
+    folder = tmp_path / "trials"
+    folder.mkdir()
+    for tid, raw in ladder_record.archived(MEASURED / "h200-ladder-2026-12-04-trials-session16.tar.xz").items():
+        (folder / f"{tid}.json").write_bytes(raw)
+    arg = str(folder) if command == "derive" else str(MEASURED / "h200-ladder-2026-12-04-session16.json")
+    with open("/dev/full", "w") as full:
+        done = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "ladder_record.py"), command, arg],
+                              stdout=full, stderr=subprocess.PIPE, text=True, env={"PYTHONPATH": str(ROOT / "src")})
+    said = "ladder_record.py: cannot write its output (No space left on device)\n"
+    assert (done.returncode, done.stderr) == (1, said)
+
+
+def test_a_trial_holding_infinity_is_refused_never_written_out(tmp_path, capsys):
+    """Found by an outsider: a trial with `"requests_per_s": Infinity` gave a record that is not JSON, with rc 0."""
+    tid, raw = sorted(ladder_record.archived(MEASURED / "h200-ladder-2026-12-04-trials-session16.tar.xz").items())[0]
+    forged = raw.replace(b'"status"', b'"requests_per_s": Infinity, "status"', 1)
+    (tmp_path / f"{tid}.json").write_bytes(forged)
+    assert ladder_record.main(["derive", str(tmp_path)]) == 2
+    assert capsys.readouterr() == ("", f"ladder_record.py: {tmp_path / tid}.json is not strict JSON (it holds "
+                                       "Infinity); derive reads a folder of trial manifests only\n")
+
+
+@pytest.mark.parametrize("argv", [["derive", "--help"], ["check", "-h"], ["--help"]])
+def test_help_prints_the_usage(capsys, argv):
+    """Found by an outsider: `check --help` said '--help: not a readable JSON record', `derive --help` 'is not a
+    folder'."""
+    assert ladder_record.main(argv) == 0
+    assert capsys.readouterr().out == ladder_record.__doc__.split("\n\n")[1] + "\n"
+
+
+@pytest.mark.parametrize("archive", [None, 3, "", ": nothing", ["x.tar.xz"]])
+def test_an_archive_that_is_no_file_name_is_named_no_archive(tmp_path, archive):
+    """Found by an outsider: `"archive": null` said 'its archive None is not beside it'."""
+    path = tmp_path / "r.json"
+    path.write_text(json.dumps({"archive": archive}))
+    assert ladder_record.check(path) == ["r.json: names no archive"]
