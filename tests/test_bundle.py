@@ -36,7 +36,7 @@ def run(tmp_path, small_inputs) -> Path:
                 inputs / "corpus.jsonl", inputs / "tok", results / "traces")
     files = {  # a kept result file no manifest links (a JSON object of kind `trial` would be a manifest, so the
         # crate's versions and GPUs, which it reads from trial manifests, are given by `provenance` below)
-        "locality/trials/t0.json": json.dumps({"trial_id": "t0", "status": "passed"}),
+        "locality/t0.json": json.dumps({"trial_id": "t0", "status": "passed"}),
         "logs/experiment_locality.log": "t0: passed\n", "report/report.md": "# report\n",
         "report/plots/sustained.png": "\x89PNG fake", "logs/empty.log": "", "locality/logs/gpu-locks/sim-0.lock": "",
     }
@@ -46,7 +46,7 @@ def run(tmp_path, small_inputs) -> Path:
     metadata = work / ".snakemake" / "metadata"
     metadata.mkdir(parents=True)
     for output, rule, inputs, start in (("results/smoke/traces/reuse.json", "trace", [], 100.0),
-                                        ("results/smoke/report/report.md", "report", ["results/smoke/locality/trials/t0.json"], 200.0)):
+                                        ("results/smoke/report/report.md", "report", ["results/smoke/locality/t0.json"], 200.0)):
         record = {"rule": rule, "input": inputs, "log": [], "shellcmd": f"parity {rule}", "starttime": start,
                   "endtime": start + 5, "incomplete": False, "job_hash": hash(rule)}
         (metadata / base64.urlsafe_b64encode(output.encode()).decode()).write_text(json.dumps(record))
@@ -96,7 +96,7 @@ def test_a_bundle_holds_every_kept_file_and_validates(run):
     out = make(run)
     assert bundle.check(out) == []
     data = out / "data"  # the work folder's layout, so every relative link of a manifest still resolves
-    assert (data / "results" / "smoke" / "locality" / "trials" / "t0.json").is_file() and (data / "Snakefile").is_file()
+    assert (data / "results" / "smoke" / "locality" / "t0.json").is_file() and (data / "Snakefile").is_file()
     assert not (data / "results" / "smoke" / "logs" / "empty.log").exists()  # empty logs and lock files are not kept
     assert not list(data.rglob("*.lock"))
     # the inputs the trace links from outside the results are held; a file nothing links is not
@@ -117,7 +117,7 @@ def test_the_crate_is_a_workflow_run_crate_with_one_action_per_job(run, provenan
     assert [a["instrument"]["@id"] for a in jobs] == ["#rule-trace", "#rule-report"]  # oldest first
     report = jobs[1]
     # one file is a single value, not a singleton list (roc-validator's RECOMMENDED ro-crate-1.1_24.1)
-    assert report["object"] == {"@id": "results/smoke/locality/trials/t0.json"} and report["result"] == {"@id": "results/smoke/report/report.md"}
+    assert report["object"] == {"@id": "results/smoke/locality/t0.json"} and report["result"] == {"@id": "results/smoke/report/report.md"}
     assert report["startTime"].startswith("1970-01-01T00:03:20") and report["actionStatus"].endswith("CompletedActionStatus")
     run_action = graph["#run"]
     assert run_action["instrument"]["@id"] == "Snakefile" and len(run_action["result"]) == RESULT_FILES
@@ -165,7 +165,7 @@ def flip(path: Path) -> None:
 
 
 TAMPER = {  # the tamper cases: (what is done, the file the check must name)
-    "a trial, one byte flipped": (lambda d: flip(d / "results/smoke/locality/trials/t0.json"), "data/results/smoke/locality/trials/t0.json"),
+    "a trial, one byte flipped": (lambda d: flip(d / "results/smoke/locality/t0.json"), "data/results/smoke/locality/t0.json"),
     "a trace, one byte flipped": (lambda d: flip(d / "results/smoke/traces/reuse.tokens"), "data/results/smoke/traces/reuse.tokens"),
     "a log, one byte flipped": (lambda d: flip(d / "results/smoke/logs/experiment_locality.log"), "data/results/smoke/logs/experiment_locality.log"),
     "a plot, one byte flipped": (lambda d: flip(d / "results/smoke/report/plots/sustained.png"), "data/results/smoke/report/plots/sustained.png"),
@@ -259,7 +259,7 @@ def test_a_deletion_and_a_change_together_are_both_named(run):
     TAMPER["a trial, one byte flipped"][0](out / "data")
     problems = bundle.check(out)
     assert any(p.startswith("data/results/smoke/report/report.md: missing") for p in problems), problems
-    assert any(p.startswith("data/results/smoke/locality/trials/t0.json: changed") for p in problems), problems
+    assert any(p.startswith("data/results/smoke/locality/t0.json: changed") for p in problems), problems
 
 
 def test_a_folder_bundled_by_hand_without_job_records_still_keeps_the_profile(run, tmp_path):
@@ -371,7 +371,7 @@ def test_a_payload_file_nothing_accounts_for_is_named_though_the_bag_was_remade_
     assert signed.exit_code == 0, signed.output
     out = make(run)
     data = out / "data"
-    trial = json.loads((data / "results/smoke/locality/trials/t0.json").read_text()) | {"status": "passed"}
+    trial = json.loads((data / "results/smoke/locality/t0.json").read_text()) | {"status": "passed"}
     added = {"results/extra/trials/x.json": json.dumps(trial), "NOTES.md": "# all passed\n",
              "workflow/rules/evil.smk": "rule evil:\n    shell: 'true'\n"}
     for rel, text in added.items():

@@ -416,6 +416,18 @@ def _looks_like_manifest(doc) -> bool:
     return isinstance(doc.get("kind"), str) and doc["kind"] in _validators()
 
 
+MANIFEST_NAMES = frozenset({"experiment.json", "report.json", "mlperf-run.json", "fetch-receipt.json",
+                            "articles.receipt.json", "cleanup-replicas.json", "cleanup-flame.json"})
+MANIFEST_FOLDERS = frozenset({"trials", "pairs", "cleanup"})  # an experiment's folders, holding manifests alone
+
+
+def _manifest_belongs(file: Path) -> bool:
+    """Whether parity writes a manifest at this path (`MANIFEST_NAMES`, or a file of `MANIFEST_FOLDERS`): one
+    found there that is not a manifest is named, not skipped as a plain file (an outside tester's `null` in
+    place of experiment.json passed `parity validate`)."""
+    return file.name in MANIFEST_NAMES or file.parent.name in MANIFEST_FOLDERS
+
+
 def _found_in(folder: Path) -> list[Path]:
     """`*.json` under a folder, sorted, leaving out hidden files and folders (.snakemake, editors' files). A
     folder named `*.json` is in it, so it is reported where a manifest belongs (a manifest replaced by a folder
@@ -432,7 +444,8 @@ def _not_plain(file: Path) -> Problem:
 def manifests_in(folder: Path | str, unreadable: list[Problem] | None = None) -> list[tuple[Path, dict]]:
     """Every manifest under a folder, as `validate_paths` finds them, parsed; a `*.json` that is not JSON is
     skipped, or added to `unreadable` as `validate_paths` reports it (a manifest emptied or cut short is not
-    JSON, and must not pass for one of the tree's plain files)."""
+    JSON, and must not pass for one of the tree's plain files), as is JSON that is not a manifest where one
+    belongs (`_manifest_belongs`)."""
     found = []
     for file in _found_in(Path(folder)):
         if not file.is_file():
@@ -447,6 +460,8 @@ def manifests_in(folder: Path | str, unreadable: list[Problem] | None = None) ->
             continue
         if _looks_like_manifest(doc):
             found.append((file, doc))
+        elif unreadable is not None and _manifest_belongs(file):
+            unreadable += validate_document(doc, path=file)
     return found
 
 
@@ -456,6 +471,20 @@ def linked_files(doc, manifest_path: Path | str) -> list[Path]:
     return [Path(os.path.abspath(t)) for t in targets if t is not None]
 
 
+def _derived(derive: Callable[[Path, dict], list[Problem]], file: Path, doc: dict,
+             missing: list[str]) -> list[Problem]:
+    """`derive(file, doc)` for a sound document, even where a file it links is missing: a forged trial beside an
+    unarchived trace must still be named. What the derivation says of a missing link restates it, so it is left
+    out, and a derivation the missing file stops is skipped (the missing file is already named)."""
+    if not missing:
+        return derive(file, doc)
+    try:
+        found = derive(file, doc)
+    except (OSError, ValueError, ParityError):
+        return []
+    return [p for p in found if not any(p.pointer == m or p.pointer.startswith(m + "/") for m in missing)]
+
+
 def validate_paths(paths: Iterable[Path | str], *, derive: Callable[[Path, dict], list[Problem]] | None = None,
                    contained: bool = False, root: Path | None = None) -> tuple[int, list[Problem]]:
     """Validate manifests and everything they link by hash; returns (manifests checked, problems).
@@ -463,10 +492,11 @@ def validate_paths(paths: Iterable[Path | str], *, derive: Callable[[Path, dict]
     A named file is always validated. In a named folder, every `*.json` that is a JSON object with
     `kind` and `schema_version`, or with a `kind` that names a manifest kind, is a manifest
     (`_looks_like_manifest`); other JSON (a tokenizer.json, say) is skipped, but a file that is not valid
-    JSON at all is reported. Manifests linked from a checked manifest (`*.json`
-    references) are checked too, wherever they live, so naming the top of a tree checks all of it.
-    Each manifest is checked once. `derive(path, doc)` (`parity.rederive`) is asked, for each manifest
-    that is schema-valid with every link's hash right, what it states that its content does not give.
+    JSON at all is reported, and so is any JSON where parity writes a manifest (`_manifest_belongs`).
+    Manifests linked from a checked manifest (`*.json` references) are checked too, wherever they live, so
+    naming the top of a tree checks all of it. Each manifest is checked once. `derive(path, doc)`
+    (`parity.rederive`) is asked, for each manifest that is schema-valid with every link's hash right, what it
+    states that its content does not give; a link's file missing does not stop that (`_derived`).
     `contained`: every link stays inside the named path's evidence tree (`evidence_root`, or `root` for all),
     through no symbolic link.
     """
@@ -498,12 +528,12 @@ def validate_paths(paths: Iterable[Path | str], *, derive: Callable[[Path, dict]
             problems.append(Problem(str(file), "", "not-json", one_line(str(exc))))
             checked += explicit
             continue
-        if not explicit and not _looks_like_manifest(doc):
+        if not explicit and not _looks_like_manifest(doc) and not _manifest_belongs(file):
             continue
         checked += 1
         found = validate_document(doc, path=file) + check_references(doc, file, hashes=hashes, root=tree)
-        if derive is not None and not found:  # only a sound document is worth re-deriving
-            found = derive(file, doc)
+        if derive is not None and all(p.rule == "file-missing" for p in found):  # a sound document, maybe
+            found += _derived(derive, file, doc, missing=[p.pointer for p in found])  # with a file missing
         problems += found
         linked = []
         for _, ref in _references(doc):
