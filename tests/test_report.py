@@ -724,3 +724,13 @@ def test_a_report_written_again_over_one_with_more_plots_leaves_none_of_its_plot
     assert kept < drawn  # the second draws fewer
     linked = {Path(r["path"]).name for r in second["manifest"]["outputs"]["plots"].values()}
     assert {p.name for p in out.glob("*.png")} == linked | {"mine.png"}
+
+
+def test_an_experiment_manifest_that_is_a_pipe_is_named_as_one(tmp_path):
+    """`report --experiment` on a FIFO experiment.json said "no experiment manifest (run ... first)" (an outside
+    tester's, 2026-12-06): it is there, and not a file."""
+    import os
+
+    os.mkfifo(tmp_path / "experiment.json")
+    with pytest.raises(ParityError, match="not a regular file, so no experiment manifest"):
+        load_experiment(tmp_path)

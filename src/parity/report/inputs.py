@@ -72,6 +72,8 @@ def load_experiment(path: Path) -> Experiment:
     path = Path(path)
     if path.is_dir():
         path = path / "experiment.json"
+    if path.exists() and not path.is_file():  # a pipe, a device: there, but no manifest (said as missing before)
+        raise ParityError(f"{path}: not a regular file, so no experiment manifest")
     if not path.is_file():
         raise ParityError(f"{path}: no experiment manifest (run `parity experiment run` first)")
     doc = _checked(path, "experiment")
