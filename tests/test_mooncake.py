@@ -248,6 +248,9 @@ def test_bench_routing_runs_on_a_tiny_trace(tmp_path):
     run = CliRunner().invoke(main, ["bench", "routing", "--trace-file", str(source), "--shards", "2", "--out", str(out)])
     assert run.exit_code == 0, run.output
     assert "24 requests over 2 shards, 6 documents" in run.output and "(simulated)" in run.output
+    # progress on stderr, as each placement is done (a 588k-line trace ran minutes without a word; an outsider's)
+    assert "t.jsonl: 24 requests read (0 over the context, excluded)" in run.stderr
+    assert "t.jsonl: hindsight placed and simulated in" in run.stderr and "placed" not in run.stdout
     result = json.loads(out.read_text())
     assert result["simulated"] is True
     # an outside tester's (2026-12-06): the record named its input by path alone; now by hash, as trace-mooncake does

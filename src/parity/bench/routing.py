@@ -21,6 +21,7 @@ Everything here is simulated.
 from __future__ import annotations
 
 import dataclasses
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -313,13 +314,17 @@ def shards_per_document(w: Workload, shard_of: list[int]) -> dict[int, set]:
     return out
 
 
-def evaluate(w: Workload, params: SimParams) -> dict:
-    """Every placement of one workload: throughput, requests and documents per shard, split documents."""
+def evaluate(w: Workload, params: SimParams, progress=None) -> dict:
+    """Every placement of one workload: throughput, requests and documents per shard, split documents.
+    `progress(line)`, if given, hears of each placement as it is done (a real trace's may take minutes)."""
     row = {"family": w.family, "case": w.case, "shards": w.shards, "requests": len(w.prompts),
            "documents": len(set(w.documents)), "placements": {}}
     for placement in PLACEMENTS:
+        began = time.perf_counter()
         shard_of, stats = place(w, placement, params)
         ran = simulate(w, shard_of, params)
+        if progress is not None:
+            progress(f"{w.case}: {placement} placed and simulated in {time.perf_counter() - began:.1f} s")
         per_doc = shards_per_document(w, shard_of)
         row["placements"][placement] = ran | {
             "requests_per_shard": [shard_of.count(s) for s in range(w.shards)],

@@ -105,7 +105,8 @@ def bench_routing(only, quick, cases, sim_params, trace_file, trace_limit, shard
     if trace_file:
         from parity.bench import mooncake
 
-        result = mooncake.run(SimParams.load(sim_params), trace_file, shards=shards, limit=trace_limit)
+        result = mooncake.run(SimParams.load(sim_params), trace_file, shards=shards, limit=trace_limit,
+                              progress=lambda line: click.echo(line, err=True))  # stdout keeps the summary alone
         for line in mooncake.summary_lines(result):
             click.echo(line)
         save(out, result)
