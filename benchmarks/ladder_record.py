@@ -161,8 +161,10 @@ def _parsed(raw: bytes):
     them, and derive would write them back out as a record that is not JSON), and no nesting too deep to read."""
     try:
         return json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except UnicodeDecodeError as e:
         raise ValueError(f"not UTF-8 JSON ({type(e).__name__})") from None
+    except json.JSONDecodeError as e:  # where in it, as a reader fixing it needs
+        raise ValueError(f"not UTF-8 JSON ({type(e).__name__}: {e})") from None
     except RecursionError:
         raise ValueError("JSON nested too deep to read") from None
 
@@ -336,8 +338,8 @@ def _gpus(record: dict, trials: list[dict]) -> list[str]:
 def check(record_path: Path) -> list[str]:
     """Each way `record_path` disagrees with the archive it names (empty: none)."""
     try:
-        record = json.loads(_read_regular(record_path).decode("utf-8"), parse_constant=_no_constant)
-    except (ValueError, RecursionError) as e:  # (UnicodeDecodeError and JSONDecodeError among them)
+        record = _parsed(_read_regular(record_path))  # read as strictly as its trials
+    except ValueError as e:
         return [f"{record_path.name}: not a readable JSON record ({e})"]
     if not isinstance(record, dict):
         return [f"{record_path.name}: not a record (a JSON object)"]
