@@ -16,6 +16,7 @@ from __future__ import annotations
 import errno
 import os
 import re
+import stat
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -115,12 +116,12 @@ def read_mooncake(path: Path, *, context_tokens: int = MAX_MODEL_LEN, limit: int
     if limit is not None and limit < 1:
         raise TraceError(f"limit must be >= 1, got {limit}")
     try:
-        os.stat(path)
+        mode = os.stat(path).st_mode
     except FileNotFoundError:
         raise TraceError(f"Mooncake trace not found: {path}") from None
     except OSError as exc:  # a loop of links, a name too long: named as what it is, not as missing
         raise TraceError(f"Mooncake trace {path}: {exc.strerror or errno.errorcode.get(exc.errno, exc)}") from None
-    if not path.is_file():  # a folder, /dev/null, a pipe: there, but no trace file
+    if not stat.S_ISREG(mode):  # a folder, /dev/null, a pipe: there, but no trace file
         raise TraceError(f"Mooncake trace is not a regular file: {path}")
     kept: list[MooncakeRequest] = []
     over: list[int] = []
