@@ -734,3 +734,19 @@ def test_an_experiment_manifest_that_is_a_pipe_is_named_as_one(tmp_path):
     os.mkfifo(tmp_path / "experiment.json")
     with pytest.raises(ParityError, match="not a regular file, so no experiment manifest"):
         load_experiment(tmp_path)
+
+
+def test_a_trial_linked_through_a_symbolic_link_is_refused(tmp_path):
+    """`report` followed a trial that was a symbolic link to a file outside the tree (an outside tester's,
+    2026-12-06): `parity validate` refuses it, so the report does too, naming the link."""
+    outside = tmp_path / "elsewhere"
+    root = tmp_path / "confirmation"
+    path = _confirmation(root)
+    doc = read_manifest(path)
+    trial = path.parent / doc["cases"][0]["manifest"]["path"]
+    outside.mkdir()
+    moved = outside / trial.name
+    trial.rename(moved)
+    trial.symlink_to(moved)
+    with pytest.raises(ParityError, match="passes through the symbolic link"):
+        load_experiment(path)

@@ -14,20 +14,21 @@ from pathlib import Path
 
 from parity.checks import read_trial
 from parity.errors import ParityError, first_problem
-from parity.manifest import check_references, read_manifest, validate_document
+from parity.manifest import check_references, evidence_root, read_manifest, validate_document
 from parity.workflow_config import experiment_names
 
 EXPERIMENTS = tuple(experiment_names())  # the config schema's, the one list of them
 MLPERF_RUN = "mlperf-run.json"
 
 
-def _checked(path: Path, kind: str) -> dict:
-    """A manifest of `kind`, schema-valid, whose file references all resolve with their recorded hashes."""
+def _checked(path: Path, kind: str, root: Path | None = None) -> dict:
+    """A manifest of `kind`, schema-valid, whose file references all resolve with their recorded hashes (with a
+    `root`, each inside it and through no symbolic link, as `parity validate` holds them)."""
     doc = read_manifest(path)
     if doc.get("kind") != kind:
         what = "not a parity manifest (no kind)" if doc.get("kind") is None else f"a {doc['kind']!r} manifest"
         raise ParityError(f"{path}: {what}, expected {kind!r}")
-    problems = validate_document(doc, path=path) + check_references(doc, path)
+    problems = validate_document(doc, path=path) + check_references(doc, path, root=root)
     if problems:
         raise ParityError(first_problem(problems))
     return doc
@@ -76,7 +77,8 @@ def load_experiment(path: Path) -> Experiment:
         raise ParityError(f"{path}: not a regular file, so no experiment manifest")
     if not path.is_file():
         raise ParityError(f"{path}: no experiment manifest (run `parity experiment run` first)")
-    doc = _checked(path, "experiment")
+    root = evidence_root(path)  # a trial linked through a symbolic link could stand for one outside the tree
+    doc = _checked(path, "experiment", root)
     experiment = Experiment(path, doc)
     by_path: dict[Path, dict] = {}
     for case in doc["cases"]:
@@ -84,7 +86,7 @@ def load_experiment(path: Path) -> Experiment:
         by_path[trial_path] = experiment.trials[case["trial_id"]] = read_trial(trial_path)
     for ref in doc["pairs"]:
         pair_path = _linked(ref, path)
-        pair = _checked(pair_path, "pair")
+        pair = _checked(pair_path, "pair", root)
         sides = []
         for side in ("reference", "candidate"):
             trial_path = _linked(pair[side]["manifest"], pair_path)
