@@ -30,6 +30,7 @@ from pathlib import Path
 from parity import tarball
 from parity.experiments.derive import admitted_against
 from parity.latency import paired_ttft_delta, summarize
+from parity.manifest import strict_loads
 from parity.stats import rps
 
 SIDES = ("flame", "vllm")
@@ -151,22 +152,16 @@ def bounded(summaries: dict[str, dict]) -> list[dict]:
     return out
 
 
-def _no_constant(name: str):
-    """json's parse_constant: NaN, Infinity and -Infinity are no JSON numbers, so a trial holding one is refused."""
-    raise ValueError(f"not strict JSON (it holds {name})")
-
-
 def _parsed(raw: bytes):
-    """A trial's JSON, read strictly (ValueError, one line, where it is not): UTF-8, no NaN or Infinity (json reads
-    them, and derive would write them back out as a record that is not JSON), and no nesting too deep to read."""
+    """A trial's JSON, read as every manifest is (parity.manifest.strict_loads: no NaN or Infinity, which derive
+    would write back out as a record that is not JSON, no key given twice, no nesting too deep to read), and
+    UTF-8; ValueError, one line, where it is not."""
     try:
-        return json.loads(raw.decode("utf-8"), parse_constant=_no_constant)
+        return strict_loads(raw.decode("utf-8"))
     except UnicodeDecodeError as e:
         raise ValueError(f"not UTF-8 JSON ({type(e).__name__})") from None
-    except json.JSONDecodeError as e:  # where in it, as a reader fixing it needs
-        raise ValueError(f"not UTF-8 JSON ({type(e).__name__}: {e})") from None
-    except RecursionError:
-        raise ValueError("JSON nested too deep to read") from None
+    except ValueError as e:  # a JSONDecodeError says where in it, as a reader fixing it needs
+        raise ValueError(f"not strict JSON ({e})") from None
 
 
 def _read_regular(path: Path, follow: bool = True) -> bytes:
@@ -256,7 +251,7 @@ def _experiment(stated, archive: Path, files: dict[str, tuple[bytes, int]], tria
                 for tid, sha in sorted(linked.items()) if hashlib.sha256(trials.get(tid, b"")).hexdigest() != sha]
     problems += [f"its experiment does not link archived trial {tid}" for tid in sorted(set(trials) - set(linked))]
     for tid, data in sorted(trials.items()):
-        judged = admitted_against(json.loads(data))
+        judged = admitted_against(_parsed(data))
         if judged is not None and judged != objective:
             problems.append(f"its experiment states objective {objective!r}, trial {tid} was admitted against "
                             f"{judged!r}")

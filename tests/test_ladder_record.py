@@ -380,7 +380,7 @@ def test_a_trial_held_twice_or_under_another_name_in_an_archive_is_refused(tmp_p
     assert problem.startswith(f"{path.name}: its archive {archive.name}") and said.format(tid=tid) in problem, problem
 
 
-@pytest.mark.parametrize("data, said", [(b"[" * 100_000, "JSON nested too deep to read"),
+@pytest.mark.parametrize("data, said", [(b"[" * 100_000, "not strict JSON (nested more deeply than Python's JSON parser reads)"),
                                         (b"\xff\xfe", "not UTF-8 JSON (UnicodeDecodeError)")])
 def test_a_deep_or_undecodable_trial_or_record_is_one_line(tmp_path, data, said):
     """Found by an outsider: a trial nested 100000 deep (a record too) was a RecursionError, a non-UTF-8 trial a
@@ -408,7 +408,7 @@ def test_derive_reads_only_the_folders_regular_files_each_named_for_its_trial(tm
                        (lambda p: os.mkfifo(p), "is not a regular file (a folder, pipe or device)"),
                        (lambda p: p.symlink_to(tmp_path / "copy.json"), "is not a regular file (a symbolic link)"),
                        (lambda p: p.write_bytes(raw), f"is not named for its trial_id {tid!r}"),
-                       (lambda p: p.write_bytes(b"[" * 100_000), "is JSON nested too deep to read")]:
+                       (lambda p: p.write_bytes(b"[" * 100_000), "is not strict JSON (nested more deeply than Python's JSON parser reads)")]:
         odd = folder / "zz.json"
         make(odd)
         assert ladder_record.main(["derive", str(folder)]) == 2
@@ -444,8 +444,8 @@ def test_a_trial_holding_infinity_is_refused_never_written_out(tmp_path, capsys)
     forged = raw.replace(b'"status"', b'"requests_per_s": Infinity, "status"', 1)
     (tmp_path / f"{tid}.json").write_bytes(forged)
     assert ladder_record.main(["derive", str(tmp_path)]) == 2
-    assert capsys.readouterr() == ("", f"ladder_record.py: {tmp_path / tid}.json is not strict JSON (it holds "
-                                       "Infinity); derive reads a folder of trial manifests only\n")
+    assert capsys.readouterr() == ("", f"ladder_record.py: {tmp_path / tid}.json is not strict JSON (Infinity is "
+                                       "not JSON); derive reads a folder of trial manifests only\n")
 
 
 @pytest.mark.parametrize("argv", [["derive", "--help"], ["check", "-h"], ["--help"]])
