@@ -30,6 +30,7 @@ from parity.manifest import (
     schemas_dir,
     sha256_bytes,
     sha256_file,
+    strict_loads,
     validate_document,
     validate_paths,
     write_manifest,
@@ -526,3 +527,24 @@ def test_a_trial_names_the_image_it_ran_in_by_the_sif_files_own_hash(tmp_path, m
     record.image.cache_clear()
     assert "not a file" in got["why"]
     assert rules(manifest.validate_document(trial_doc() | {"image": {"inside": True, "sha256": "abc"}}))
+
+
+def test_a_named_pipe_is_refused_as_a_manifest_never_waited_on(tmp_path):
+    """An outside tester's, 2026-12-06: `parity check FIFO` and `validate` on a tree whose trial was a FIFO hung
+    for ever in read_manifest; it is refused in one line."""
+    import os
+
+    os.mkfifo(tmp_path / "trial.json")
+    with pytest.raises(ManifestError, match="not a regular file"):
+        read_manifest(tmp_path / "trial.json")
+
+
+@pytest.mark.parametrize("number", ["1e400", "-1e400"])
+def test_a_number_past_a_floats_range_is_not_read_as_infinity(tmp_path, number):
+    """An outside tester's, 2026-12-06: a forged rate of 1e400 was read as inf by the strict reader (it refuses
+    the word Infinity, not a number that overflows), and a report printed it."""
+    path = tmp_path / "m.json"
+    path.write_text('{"requests_per_s": %s}' % number)
+    with pytest.raises(ManifestError, match="beyond what a float holds"):
+        read_manifest(path)
+    assert strict_loads('{"requests_per_s": 1e300}') == {"requests_per_s": 1e300}
