@@ -89,6 +89,8 @@ def test_settings_built_directly_are_checked_as_from_dict_checks_them(build, nam
 @pytest.mark.parametrize("values, named", [
     ({"gpus": "sim-0"}, "gpus"), ({"engine": "vllm-sync"}, "engine"), ({"warmup_rounds": -1}, "warmup_rounds"),
     ({"gpu": ["sim-0"]}, "gpu"), ({"engine_args": []}, "engine_args"),
+    ({"startup_timeout_s": float("nan")}, "startup_timeout_s must be a finite number"),  # an outside tester's:
+    ({"startup_timeout_s": float("inf")}, "startup_timeout_s must be a finite number"),  # a NaN waited for ever
 ])
 def test_a_bad_backend_is_refused_by_name(values, named):
     with pytest.raises(ParityError) as error:
@@ -104,6 +106,26 @@ def test_experiment_run_refuses_bad_settings_before_anything_runs(tmp_path, smal
     assert result.exit_code == 1 and result.output.startswith("Error: ")
     assert "Traceback" not in result.output and len(result.output.strip().splitlines()) == 1
     assert not out.exists()
+
+
+@pytest.mark.parametrize("content", ["", "# nothing\n", "null\n"])
+def test_an_empty_backend_file_is_refused_not_read_as_every_default(tmp_path, content):
+    """An outside tester's, 2026-12-06: an empty (or `null`) --backend file ran on the simulator's defaults with
+    rc 0, so a backend file cut short on a GPU host would run simulated without a word; `{}` stays every default."""
+    path = tmp_path / "backend.yaml"
+    path.write_text(content)
+    with pytest.raises(ParityError, match="backend: .*backend.yaml: empty"):
+        Backend.parse(str(path))
+    assert Backend.parse("{}") == Backend()
+
+
+def test_a_backend_file_that_is_a_named_pipe_is_refused_never_waited_on(tmp_path):
+    """An outside tester's, 2026-12-06: `experiment run --backend FIFO` hung for ever."""
+    import os
+
+    os.mkfifo(tmp_path / "backend.yaml")
+    with pytest.raises(ParityError, match="not a regular file"):
+        Backend.parse(str(tmp_path / "backend.yaml"))
 
 
 def test_mlperf_run_takes_the_backend_or_the_flags_not_both(tmp_path):

@@ -10,6 +10,7 @@ in a network namespace of its own, since real Flame listens on 0.0.0.0 unauthent
 from __future__ import annotations
 
 import dataclasses
+import math
 import subprocess
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -17,7 +18,7 @@ from pathlib import Path
 from parity.engine import EngineArgs
 from parity.errors import ParityError
 from parity.gpus import check as check_gpus
-from parity.manifest import loads, one_line
+from parity.manifest import loads, one_line, read_regular
 from parity.workflow_config import check_backend, parse_yaml
 
 
@@ -50,6 +51,9 @@ class Backend:
     @classmethod
     def from_dict(cls, values: dict) -> "Backend":
         check_backend(values)  # names an unknown key, a wrong type or an out-of-range value
+        for key, value in values.items():  # the schema's minimum passes NaN: a NaN startup_timeout_s waited for ever
+            if isinstance(value, float) and not math.isfinite(value):
+                raise ParityError(f"backend: {key} must be a finite number, got {value!r}")
         values = dict(values)
         if "gpus" in values:
             values["gpus"] = tuple(values["gpus"]) if isinstance(values["gpus"], list) else values["gpus"]
@@ -67,15 +71,19 @@ class Backend:
         path = Path(text)
         as_file = not text.lstrip().startswith("{") and _exists(path)
         try:
-            values = parse_yaml(path.read_text(encoding="utf-8")) if as_file else loads(text)
+            values = parse_yaml(read_regular(path).decode("utf-8")) if as_file else loads(text)
         except (OSError, ValueError) as exc:  # ValueError: bad JSON or YAML, and UnicodeDecodeError
             if not as_file and not text.lstrip().startswith(("{", "[")):  # a file's name, not JSON text
                 raise ParityError(f"backend: {text}: no such file (give a JSON or YAML file, or a JSON object)") from None
             named = f" {text}:" if as_file else ""
             raise ParityError(f"backend:{named} neither JSON nor a readable YAML file ({one_line(str(exc))})") from None
-        if not isinstance(values, (dict, type(None))):
+        if values is None:  # an empty file (or `null`) is no backend, not every default: a file cut short on a GPU
+            # host would otherwise run the simulator without a word (an outside tester's, 2026-12-06); `{}` is
+            raise ParityError(f"backend:{' ' + text + ':' if as_file else ''} empty (give a mapping; {{}} for "
+                              "every default)")
+        if not isinstance(values, dict):
             raise ParityError(f"backend: expected a mapping, got {type(values).__name__}")
-        return cls.from_dict(values or {})
+        return cls.from_dict(values)
 
     def to_dict(self) -> dict:
         """The backend as `from_dict` takes it back (JSON: how it is passed whole to a child process)."""

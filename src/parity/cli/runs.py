@@ -27,7 +27,7 @@ def engine_group():
 @engine_group.command("run")
 @click.option("--engine", "kind", type=click.Choice(ENGINES), default="sim", show_default=True)
 @options.traces("Trace manifest (repeat for several; one engine serves them all, in order).")
-@click.option("--batch", "batches", type=click.IntRange(min=0), multiple=True, default=(0,), show_default=True,
+@click.option("--batch", "batches", type=click.IntRange(min=0, max=2**63 - 1), multiple=True, default=(0,), show_default=True,
               help="Hand prompts over in batches of N; 0 = all at once. Repeat to run each trace at each size.")
 @options.warmup_rounds
 @options.engine_options
