@@ -61,3 +61,25 @@ def test_pair_manifest_links_both_trials(tmp_path):
     assert pair["ratio"] == pytest.approx(0.995) and pair["meets_99"] is True
     checked, problems = validate_paths([tmp_path / "pair.json"])
     assert problems == [] and checked == 3
+
+
+def test_a_pair_with_its_sides_swapped_is_refused(tmp_path):
+    """An outside tester's, 2026-12-06: a pair manifest with reference and candidate swapped (ratio and verdict
+    recomputed, links re-hashed) passed validate and the report, turning a ratio r into 1/r."""
+    from parity.errors import ParityError
+    from parity.manifest import read_manifest, write_manifest as write
+    from parity.stats import pair_problems
+
+    ref, cand = trial(10.0), trial(9.95, system="flame")
+    (tmp_path / "reuse.json").write_text("{}")
+    for name, doc in (("ref.json", ref), ("cand.json", cand)):
+        doc["trace"] = {"path": "reuse.json", "sha256": sha256_file(tmp_path / "reuse.json")}
+        write_manifest(tmp_path / name, doc)
+    with pytest.raises(ParityError, match="candidate is the flame path"):
+        write_pair(tmp_path / "pair.json", 0, (tmp_path / "cand.json", cand), (tmp_path / "ref.json", ref))
+    pair = write_pair(tmp_path / "pair.json", 0, (tmp_path / "ref.json", ref), (tmp_path / "cand.json", cand))
+    pair["reference"], pair["candidate"] = pair["candidate"], pair["reference"]
+    pair["ratio"] = 10.0 / 9.95
+    write(tmp_path / "pair.json", pair)
+    (problem,) = pair_problems(tmp_path / "pair.json", read_manifest(tmp_path / "pair.json"))
+    assert "candidate is the flame path" in problem[1]
