@@ -28,6 +28,7 @@ import sys
 from pathlib import Path
 
 from parity import tarball
+from parity.checks import timing_mismatch
 from parity.experiments.derive import admitted_against
 from parity.latency import paired_ttft_delta, summarize
 from parity.manifest import strict_loads
@@ -218,6 +219,12 @@ def derive(manifests: dict[str, bytes], named: bool = True) -> dict:
             raise Unreadable(tid, str(e)) from None
     done = {}
     for tid in sorted(docs):
+        try:  # a stated rate its records do not give is refused, as the report refuses it (an outside tester's)
+            mismatch = timing_mismatch(docs[tid])
+        except (KeyError, TypeError, ValueError):
+            mismatch = None  # not a trial: _summarized names it
+        if mismatch:
+            raise Unreadable(tid, f"a trial whose timing is not what its records give ({mismatch})")
         done[tid] = _summarized(tid, docs[tid], manifests[tid])
         if named and done[tid][1]["trial"] != tid:
             raise Unreadable(tid, f"not named for its trial_id {done[tid][1]['trial']!r}")

@@ -462,3 +462,15 @@ def test_an_archive_that_is_no_file_name_is_named_no_archive(tmp_path, archive):
     path = tmp_path / "r.json"
     path.write_text(json.dumps({"archive": archive}))
     assert ladder_record.check(path) == ["r.json: names no archive"]
+
+
+def test_derive_refuses_a_trial_whose_stated_rate_its_records_do_not_give(tmp_path, capsys):
+    """An outside tester's, 2026-12-06: derive took a trial's forged timing.requests_per_s as written (rc 0, the
+    forged rate in the pair's ratio) where `parity report` refuses that trial."""
+    tid, raw = sorted(ladder_record.archived(MEASURED / "h200-ladder-2026-12-04-trials-session16.tar.xz").items())[0]
+    doc = json.loads(raw)
+    doc["timing"]["requests_per_s"] = 5.0
+    (tmp_path / f"{tid}.json").write_text(json.dumps(doc))
+    assert ladder_record.main(["derive", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "a trial whose timing is not what its records give" in err and len(err.splitlines()) == 1
