@@ -548,3 +548,11 @@ def test_a_number_past_a_floats_range_is_not_read_as_infinity(tmp_path, number):
     with pytest.raises(ManifestError, match="beyond what a float holds"):
         read_manifest(path)
     assert strict_loads('{"requests_per_s": 1e300}') == {"requests_per_s": 1e300}
+
+
+def test_a_problem_with_a_line_break_in_its_files_name_is_one_line():
+    """An outside tester's, 2026-12-06: a trial file named with a newline split validate's FILE: POINTER: RULE line
+    in two, so one line's text could pose as another problem's."""
+    problem = Problem("trials/a\nb.json: : ok: fine", "/x", "rule", "message")
+    assert str(problem) == "trials/a\\nb.json: : ok: fine: /x: rule: message" and "\n" not in str(problem)
+    assert str(Problem("t.json", "", "r", "m")) == "t.json: : r: m"
