@@ -511,3 +511,60 @@ def test_a_mooncake_file_is_made_a_trace_and_replayed_by_the_sustained_experimen
     edit_config(checkout, "smoke", lambda doc: doc["mooncake"].update(name="reuse-32"))
     run = snakemake(checkout, "-n", "--workflow-profile", "smoke", "sustained")
     assert run.returncode != 0 and "mooncake.name: 'reuse-32' is already in traces" in run.stdout + run.stderr
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda s: s["restart"].update(shard=7), "experiments.sustained: restart shard 7 does not exist: the path has 2 "
+                                             "shard(s)"),
+    (lambda s: s.update(rates={"nosuch": [30]}), "experiments.sustained: rates name trace 'nosuch', which is not among "
+                                                 "the traces given"),
+])
+def test_what_an_experiments_job_would_refuse_is_refused_before_any_job(checkout, change, said):
+    """An outside tester's, 2026-12-06: the dry run took settings the sustained job refused only when it ran (a
+    restart's shard after trials ran); each experiment is planned on its traces' names at parse time (the other
+    refusals: tests/test_workflow_config.py)."""
+    edit_config(checkout, "smoke", lambda doc: change(doc["experiments"]["sustained"]))
+    run = snakemake(checkout, "-n", "--workflow-profile", "smoke", "all")
+    log = run.stdout + run.stderr
+    assert run.returncode != 0 and said in log and len(log.splitlines()) < 12, log[-2000:]
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda doc: doc.update(mooncake={"file": "nonexistent.jsonl"}), "mooncake.file: no such file: nonexistent.jsonl"),
+    (lambda doc: doc.update(mooncake={"file": "config"}), "mooncake.file: a folder, not a file: config"),
+    (lambda doc: doc["backend"].update(warmup_rounds=3), "backend.warmup_rounds: 3 warm-up rounds, but each trace has 2 "
+                                                         "warm-up variant(s)"),
+    (lambda doc: doc["backend"].update(sim_params="nonexistent.yaml"), "backend.sim_params: no such file: "
+                                                                       "nonexistent.yaml"),
+])
+def test_a_file_or_count_the_jobs_need_is_refused_in_a_line_before_any_job(checkout, change, said):
+    """An outside tester's, 2026-12-06: a missing mooncake.file ended in a 27-line traceback (Snakemake tried the rule
+    `trace` for it, KeyError 'mooncake'); warm-up rounds past the traces' variants and a missing simulator file were
+    refused only by the jobs."""
+    edit_config(checkout, "smoke", change)
+    run = snakemake(checkout, "-n", "--workflow-profile", "smoke", "all")
+    log = run.stdout + run.stderr
+    assert run.returncode != 0 and said in log and len(log.splitlines()) < 12, log[-2000:]
+
+
+def test_a_config_files_quoted_strings_stay_strings(checkout):
+    """An outside tester's, 2026-12-06: the nested --config values' re-reading (numbers and booleans) took the config
+    files' values too, so a quoted trace name "2024", gpus ["0", "1"] and corpus_origin "1" became numbers and were
+    refused, and model "null" became null; only --config's values are read again."""
+    def change(doc):
+        doc["bench"]["traces"]["2024"] = doc["bench"]["traces"].pop("reuse-32")
+        doc["experiments"]["sustained"]["traces"] = ["2024"]
+        doc["backend"].update(gpus=["0", "1"], model="null")
+        doc["inputs"]["corpus_origin"] = "1"
+
+    edit_config(checkout, "smoke", change)
+    assert "'2024'" in (checkout / "config" / "smoke.yaml").read_text()  # quoted, as the tester wrote it
+    run = snakemake(checkout, "-n", "-p", "--workflow-profile", "smoke", "sustained")
+    assert run.returncode == 0, run.stderr[-2000:]
+    commands = shell_commands(run.stdout + run.stderr)
+    (command,) = [c for c in commands if c[:4] == ["parity", "experiment", "run", "sustained"]]
+    backend = json.loads(command[command.index("--backend") + 1])
+    assert backend["gpus"] == ["0", "1"] and backend["model"] == "null"
+    assert "results/smoke/traces/2024.json" in command
+    (trace,) = [c for c in commands if c[:2] == ["parity", "trace"] and "2024" in c]
+    assert trace[trace.index("--corpus-origin") + 1] == "1"

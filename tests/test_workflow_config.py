@@ -43,3 +43,48 @@ def test_a_profile_changing_one_experiments_flame_changes_no_other(changed):
     assert after[changed] == before[changed] | {"batch_limit": 8, "order": "arrival"}
     assert {k: v for k, v in after.items() if k != changed} == {k: v for k, v in before.items() if k != changed}
 
+
+
+SMOKE = (STUDY, "config/smoke.yaml")
+
+
+def smoke_sustained(change) -> tuple[dict, dict]:
+    """The smoke profile's sustained settings and backend, as the workflow merges them, with `change` made."""
+    from parity.workflow_config import load
+
+    config = load(SMOKE)
+    change(config["experiments"]["sustained"], config["backend"])
+    return config["experiments"]["sustained"], config["backend"]
+
+
+@pytest.mark.parametrize("change, said", [
+    (lambda s, b: s["restart"].update(shard=7), "restart shard 7 does not exist: the path has 2 shard(s)"),
+    (lambda s, b: b.update(gpus=["auto"]) or s["restart"].update(shard=2), "restart shard 2 does not exist"),
+    (lambda s, b: s["bounded"].update(queue_s=1), "queue_s (the deadline-aware queue) runs on the standalone client"),
+    (lambda s, b: s["bounded"].update(orphan_grace=3), "orphan_grace says how many orphans"),
+    (lambda s, b: s["bounded"].update(orphan_demand=4), "orphan_demand says when a refused document's orphans"),
+    (lambda s, b: s.update(rates=[1e9]), "1e+09 requests/s is more than a sender can hold"),
+    (lambda s, b: s.update(rates=[0.0001]), "32 requests at 0.0001 requests/s take about 88.9 h"),
+    (lambda s, b: s.update(rates={"nosuch": [30]}), "rates name trace 'nosuch', which is not among the traces given"),
+    (lambda s, b: s["lengths"].update(low=100), "output lengths need 1 <= low <= median <= high, got low 100"),
+    (lambda s, b: s.update(output_tokens=[99999999999]), "99999999999 output tokens leave no room for a prompt"),
+    (lambda s, b: s["flame"].update(api="sync"), "bounded admission's Flame side runs the harvest mode"),
+    (lambda s, b: s.update(run_first=["nosuch"]), "run_first names arm 'nosuch'"),
+    (lambda s, b: s.update(arms={"bounded": {"inflight": 1}}), "an arm is named 'bounded'"),
+    (lambda s, b: s["lengths"].update(arm="nosuch"), "an extra pair names arm 'nosuch'"),
+    (lambda s, b: s["evict"].update(trace="nosuch"), "evict names trace 'nosuch', which is not among the ladder's"),
+    (lambda s, b: s.update(replay={"trace": "nosuch"}), "replay names trace 'nosuch', which is not among the traces"),
+])
+def test_what_an_experiments_job_would_refuse_is_refused_from_the_config_alone(change, said):
+    """An outside tester's, 2026-12-06: each of these passed `snakemake -n` and was refused by the sustained job
+    only when it ran (a restart's shard after trials ran); the workflow checks each experiment this way at parse
+    time (common.smk), on its traces' names and request counts alone."""
+    from parity.errors import ParityError
+    from parity.workflow_config import check_experiment
+
+    settings, backend = smoke_sustained(lambda s, b: None)
+    check_experiment("sustained", settings, {"reuse-32": 32}, backend)  # the profile's own: no refusal
+    settings, backend = smoke_sustained(change)
+    with pytest.raises(ParityError) as refused:
+        check_experiment("sustained", settings, {"reuse-32": 32}, backend)
+    assert said in str(refused.value) and "\n" not in str(refused.value)

@@ -25,7 +25,9 @@ if "profile" not in config:  # also where --workflow-profile names no folder of 
 def _typed_overrides(config):
     """Snakemake reads a nested --config value (fetch='{record_pins: true}') with YAML's BaseLoader, so every number
     and boolean in it arrives as a string the schema refuses; each such leaf is read again as a config file's would
-    be (a string stays a string), before validation."""
+    be (a string stays a string), before validation. Only --config's values (config_settings.config): its
+    overwrite_config holds the --configfile files too, whose quoted strings ("2024", "null") stay strings (an outside
+    tester's, 2026-12-06)."""
     import yaml
     from snakemake.utils import update_config
 
@@ -42,7 +44,7 @@ def _typed_overrides(config):
             return read if isinstance(read, (bool, int, float)) or read is None else value
         return value
 
-    overrides = getattr(getattr(workflow, "config_settings", None), "overwrite_config", None) or {}
+    overrides = getattr(getattr(workflow, "config_settings", None), "config", None) or {}
     update_config(config, {key: typed(value) for key, value in overrides.items() if isinstance(value, (dict, list))})
 
 
@@ -180,6 +182,20 @@ def _check_references():
     if MOONCAKE_NAME in TRACE_SPECS:
         raise WorkflowError(f"mooncake.name: {MOONCAKE_NAME!r} is already in traces or bench.traces; "
                             "give it another name")
+    if MOONCAKE_NAME is not None and not os.path.isfile(MOONCAKE["file"]):  # else Snakemake's rule `trace` is tried
+        what = "a folder, not a file" if os.path.isdir(MOONCAKE["file"]) else "no such file"
+        raise WorkflowError(f"mooncake.file: {what}: {MOONCAKE['file']}")
+    shifts = len(config["warmup_shifts"])
+    if MOONCAKE_NAME is not None:  # parity trace-mooncake makes TraceSpec's warm-up variants (its rule names no shifts)
+        from parity.trace import TraceSpec
+
+        shifts = min(shifts, len(TraceSpec.warmup_shifts))
+    if backend.get("warmup_rounds", 2) > shifts:  # a trial's warm-up round k replays the trace's warmup variant k
+        raise WorkflowError(f"backend.warmup_rounds: {backend['warmup_rounds']} warm-up rounds, but each trace has "
+                            f"{shifts} warm-up variant(s) (one per warmup_shifts entry"
+                            f"{'; a Mooncake trace: two' if MOONCAKE_NAME is not None else ''})")
+    if backend["engine"] == "sim" and backend.get("sim_params") and not os.path.isfile(backend["sim_params"]):
+        raise WorkflowError(f"backend.sim_params: no such file: {backend['sim_params']}")
     if MODEL_CONFIG is not None:
         if not backend.get("model") or backend.get("load_format") != "dummy":
             raise WorkflowError("inputs.model_config makes a model folder of a config.json alone: it needs "
@@ -239,6 +255,29 @@ def experiment_settings(wildcards):
     if wildcards.experiment == "sustained" and MOONCAKE_NAME is not None and "replay" not in settings:
         settings = settings | {"replay": {"trace": MOONCAKE_NAME}}
     return as_json(settings)
+
+
+def _refuse_what_jobs_would():
+    """Each experiment's settings as its job receives them, planned on its traces' names before any job starts
+    (parity.workflow_config.check_experiment): its job would otherwise refuse them hours into a GPU run, some after
+    trials ran (an outside tester, 2026-12-06). One line, naming the experiment."""
+    from types import SimpleNamespace
+
+    from parity.errors import ParityError
+    from parity.workflow_config import check_experiment
+
+    requests = {name: spec["documents"] * spec["questions"] * spec.get("blocks", 1) for name, spec in TRACE_SPECS.items()}
+    for name in EXPERIMENTS:
+        wildcards = SimpleNamespace(experiment=name)
+        names = [Path(path).stem for path in experiment_traces(wildcards)]
+        try:  # a Mooncake trace's requests are its file's: one at least
+            check_experiment(name, json.loads(experiment_settings(wildcards)),
+                             {trace: requests.get(trace, 1) for trace in names}, config["backend"])
+        except ParityError as exc:
+            raise WorkflowError(f"experiments.{name}: {str(exc).removeprefix(f'{name}: ')}") from None
+
+
+_refuse_what_jobs_would()
 
 
 def experiment_manifest(name):
