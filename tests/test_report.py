@@ -31,14 +31,14 @@ STUDY_TEXT = Path("/work/shared/seeds/000_714587cc2dc21c43.txt")
 
 
 def _trial(root: Path, trial_id: str, system: str, trace: str, rps: float, *, stage=None, simulated=True,
-           failed=False, cached=0, batches=None) -> tuple[Path, dict]:
+           failed=False, cached=0, batches=None, gpu=None) -> tuple[Path, dict]:
     doc = trial_doc()
     tokens = root / "traces" / f"{trace}.tokens"
     tokens.parent.mkdir(parents=True, exist_ok=True)
     tokens.write_bytes(trace.encode())
-    gpu = "sim-0" if simulated else "GPU-0"
+    gpu = gpu or ("sim-0" if simulated else "GPU-0")
     doc |= {"simulated": simulated, "trial_id": trial_id, "system": system, "trace_name": trace,
-            "gpus": [{"uuid": gpu}]}
+            "gpus": [{"uuid": gpu}]} | ({"flame_cluster": "stand-in"} if system == "flame" else {})
     doc["engine"]["simulated"] = simulated
     doc["records"][0] |= {"gpu_uuid": gpu, "prompt_tokens": 100, "cached_tokens": cached, "complete_s": 1 / rps}
     doc["timing"] = record_timing(doc["records"], 0.0)  # as its one record gives: rps requests/s
@@ -54,12 +54,11 @@ def _trial(root: Path, trial_id: str, system: str, trace: str, rps: float, *, st
 
 
 def _experiment(root: Path, name: str, trials: list[tuple[Path, dict, dict]], pairs=(), **extra) -> Path:
-    """trials: (path, doc, case fields); pairs: (stage, index, reference trial index, candidate trial index)."""
-    cases = [{"trial_id": doc["trial_id"], "system": doc["system"], "placement": "sticky", "trace_name": doc["trace_name"],
-              "stage": None, "pair": None, "flame": None, "status": doc["verdict"]["status"],
-              "requests_per_s": doc["timing"]["requests_per_s"], "cached_share": 0.0, "simulated": doc["simulated"],
-              "cluster": "stand-in" if doc["system"] == "flame" else None, "manifest": file_ref(path, root)} | fields
-             for path, doc, fields in trials]
+    """trials: (path, doc, case fields); pairs: (stage, index, reference trial index, candidate trial index). Each
+    case states its trial's facts and, where its settings plan it, what they plan (as `parity validate` derives)."""
+    planned = _planned(name, [path.parent / doc["trace"]["path"] for path, doc, _ in trials], extra.get("settings", {}))
+    cases = [{"placement": "sticky", "stage": None, "pair": None, "flame": None} | stats.trial_facts(doc) | fields
+             | planned.get(doc["trial_id"], {}) | {"manifest": file_ref(path, root)} for path, doc, fields in trials]
     refs = []
     for stage, index, r, c in pairs:
         (rp, rd, _), (cp, cd, _) = trials[r], trials[c]
@@ -71,6 +70,17 @@ def _experiment(root: Path, name: str, trials: list[tuple[Path, dict, dict]], pa
         "backend": {"engine": "sim", "cluster": "standin", "gpus": ["sim-0", "sim-1"], "warmup_rounds": 0}} | extra
     write_manifest(root / "experiment.json", doc)
     return root / "experiment.json"
+
+
+def _planned(name: str, traces: list[Path], settings: dict) -> dict[str, dict]:
+    """trial_id -> what experiment.json states of a case its settings plan (none for the offline limit)."""
+    from parity.experiments.plan import for_experiment, runs_cases
+    from parity.experiments.runner import case_entry
+
+    if not runs_cases(name):
+        return {}
+    traces = [Path(t) for t in dict.fromkeys(os.path.normpath(t) for t in traces)]
+    return {c.trial_id: json.loads(json.dumps(case_entry(c))) for c in for_experiment(name, traces, settings)}
 
 
 def _confirmation(root: Path, *, simulated=True, fail_one=False) -> Path:
@@ -85,7 +95,7 @@ def _confirmation(root: Path, *, simulated=True, fail_one=False) -> Path:
                 path, doc = _trial(root, tid, system, trace, rps, simulated=simulated, failed=bad and system == "flame")
                 trials.append((path, doc, {"stage": "final", "pair": index}))
             pairs.append(("final", index, len(trials) - 2, len(trials) - 1))
-    return _experiment(root, "confirmation", trials, pairs)
+    return _experiment(root, "confirmation", trials, pairs, settings={"pairs": 2})
 
 
 def _locality(root: Path) -> Path:
@@ -354,7 +364,7 @@ def test_report_from_a_real_simulated_confirmation_run(tiny_reuse_trace, sim_bac
     traces, backend = [tiny_reuse_trace], sim_backend
     final = FlameSettings(batch_limit=128, window_ms=10, budget_mib=4, api="async", compress=True, gc_freeze=True)
     run_experiment("confirmation", plan.confirmation(traces, 1, final), backend, tmp_path / "confirmation",
-                   settings={"pairs": 1}, log=lambda m: None)
+                   settings={"pairs": 1, "flame": final.to_dict()}, log=lambda m: None)
     made = write_report([tmp_path / "confirmation"], None, REFERENCE, tmp_path / "r")
     assert made["manifest"]["headline"]["reuse"]["pairs"] == 1
     assert made["manifest"]["flame_clusters"] == ["stand-in"]
@@ -370,19 +380,18 @@ def test_report_from_a_real_simulated_confirmation_run(tiny_reuse_trace, sim_bac
 
 
 def test_offline_limit_measured_in_waves_or_on_other_gpus_is_said(tmp_path):
+    from parity.experiments.offline_limit import limit
+
     _confirmation(tmp_path / "confirmation", simulated=False)
-    shards = [{"shard": k, "requests": 66, "duration_s": 7.0, "requests_per_s": 9.4, "gpu_uuid": "GPU-9"}
-              for k in range(2)]
     root = tmp_path / "offline-limit"
-    trials = [(*_trial(root, f"engine-reuse-shard{k}", "engine", "reuse", 9.4, simulated=False),
+    trials = [(*_trial(root, f"engine-reuse-shard{k}", "engine", "reuse", 9.4, simulated=False, gpu="GPU-9"),
                {"stage": f"shard{k}"}) for k in range(2)]
-    _experiment(root, "offline-limit", trials, limits=[
-        {"trace_name": "reuse", "requests": 132, "shards": shards, "side_by_side": False,
-         "requests_per_s": 132 / 7.0, "passed": True}])
+    ceiling = limit("reuse", [doc for _, doc, _ in trials], False)  # as its shards give it
+    _experiment(root, "offline-limit", trials, limits=[ceiling])
     md = write_report([tmp_path / "confirmation", tmp_path / "offline-limit"], None, REFERENCE, tmp_path / "r")["markdown"]
     assert "Offline limit, reuse: its 2 shards did not all run at once" in md
     assert "Offline limit, reuse: measured on other GPUs (GPU-9) than the confirmation pairs" in md
-    share = f"{28.55 / (132 / 7.0):.1%}"  # the vLLM median over the ceiling
+    share = f"{28.55 / ceiling['requests_per_s']:.1%}"  # the vLLM median over the ceiling
     assert share.rstrip("%") in md
 
 
@@ -568,7 +577,8 @@ def _sustained(root: Path, *, arms=STEPS, fail: str | None = None, facts: bool =
                 ran = {"rate": float(rate), "output_tokens": 16, "arm": arm or None} if facts else {}
                 trials.append((path, doc, {"stage": stage, "pair": 0, "flame": flame} | ran))
             pairs.append((stage, 0, len(trials) - 2, len(trials) - 1))
-    settings = {"repeats": 1, "rates": [30, 90], "arms": {a: c for a, c in arms.items() if a}}
+    settings = {"repeats": 1, "rates": [30, 90], "arms": {a: c for a, c in arms.items() if a}, "flame": {
+        "batch_limit": 256, "window_ms": 10, "api": "async", "compress": True, "gc_freeze": True, "order": "prefix"}}
     return _experiment(root, "sustained", trials, pairs, settings=settings)
 
 
@@ -662,8 +672,8 @@ def test_a_sustained_experiment_without_arms_shows_bursts_alone(tmp_path):
 
 def test_a_full_disk_part_way_leaves_no_half_report(results, tmp_path, monkeypatch):
     """An outside evaluator (2026-12-05) filled a 64 KiB tmpfs: two plots were left with no report.md or report.json.
-    Now nothing of the report stays (and an earlier report.json goes, once a file it named was replaced); a report
-    that fails before it writes anything leaves an earlier one as it was."""
+    Now nothing of the report stays, and a report that fails, before it writes anything or part-way, leaves an
+    earlier one as it was."""
     import errno
     import os
 
@@ -691,21 +701,28 @@ def test_a_full_disk_part_way_leaves_no_half_report(results, tmp_path, monkeypat
     monkeypatch.setattr(os, "replace", replace)
     with pytest.raises(OSError):
         write_report(experiments, None, REFERENCE, out)
-    assert "report.json" not in {p.name for p in out.iterdir()}
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before
+
+
+def _express3(root: Path) -> Path:
+    """A confirmation run of one Flame arm's stage alone (final-express3): two pairs on the reuse trace."""
+    trials, pairs = [], []
+    for index in range(2):
+        for system, rps in (("vllm", 9.0), ("flame", 9.1)):
+            tid = f"confirmation-final-express3-reuse-p{index}-{system}"
+            path, doc = _trial(root, tid, system, "reuse", rps)
+            trials.append((path, doc, {"stage": "final-express3", "pair": index}))
+        pairs.append(("final-express3", index, len(trials) - 2, len(trials) - 1))
+    express3 = {"express": True, "hold_ms": 3, "mode": "harvest", "api": "async"}
+    settings = {"pairs": 2, "flame_arms": {"express3": express3}, "stages": ["final-express3"]}
+    return _experiment(root, "confirmation", trials, pairs, settings=settings)
 
 
 def test_a_confirmation_of_another_stage_alone_is_not_said_to_have_run_no_pair(tmp_path):
     """A run of one arm's stage alone (final-express3) printed "no confirmation pair on the reuse trace was run"
     beside four pairs that ran (an outside tester's, 2026-12-06): the note names the stage that did not run, and
     the stages that did."""
-    trials, pairs = [], []
-    for index in range(2):
-        for system, rps in (("vllm", 9.0), ("flame", 9.1)):
-            tid = f"confirmation-final-express3-reuse-p{index}-{system}"
-            path, doc = _trial(tmp_path, tid, system, "reuse", rps)
-            trials.append((path, doc, {"stage": "final-express3", "pair": index}))
-        pairs.append(("final-express3", index, len(trials) - 2, len(trials) - 1))
-    experiment = load_experiment(_experiment(tmp_path, "confirmation", trials, pairs))
+    experiment = load_experiment(_express3(tmp_path))
     table, _ = tables.final_throughput(experiment, None, load_reference(REFERENCE))
     notes = [n for n in table.notes if "reuse trace" in n and "no-reuse" not in n]
     assert notes == ["Prefix reuse: — : no pair of the study's final configuration (stage final) on the reuse trace "
@@ -750,3 +767,153 @@ def test_a_trial_linked_through_a_symbolic_link_is_refused(tmp_path):
     trial.symlink_to(moved)
     with pytest.raises(ParityError, match="passes through the symbolic link"):
         load_experiment(path)
+
+
+def _rehashed(root: Path) -> Path:
+    """Every hash link of the experiment at `root` written again, as a forger would after editing its files."""
+    path = root / "experiment.json"
+    doc = read_manifest(path)
+    for ref in doc["pairs"]:
+        pair_path = root / ref["path"]
+        pair = read_manifest(pair_path)
+        for side in ("reference", "candidate"):
+            pair[side]["manifest"] = file_ref(pair_path.parent / pair[side]["manifest"]["path"], pair_path.parent)
+        write_manifest(pair_path, pair)
+    doc["cases"] = [case | {"manifest": file_ref(root / case["manifest"]["path"], root)} for case in doc["cases"]]
+    doc["pairs"] = [file_ref(root / ref["path"], root) for ref in doc["pairs"]]
+    write_manifest(path, doc)
+    return path
+
+
+def _swap_trials(root: Path) -> None:
+    one, other = (root / "trials" / f"confirmation-final-reuse-p{i}-vllm.json" for i in range(2))
+    data = one.read_bytes()
+    one.write_bytes(other.read_bytes())
+    other.write_bytes(data)
+
+
+def _link_another_pairs_trial(root: Path) -> None:
+    trial = {name: root / "trials" / f"confirmation-final-reuse-{name}.json" for name in ("p1-vllm", "p0-flame")}
+    write_pair(root / "pairs" / "final-reuse-p1.json", 1, *((t, read_manifest(t)) for t in trial.values()),
+               experiment="confirmation", stage="final")  # its rates and ratio what those trials give
+
+
+def _relabel_stages(root: Path) -> None:
+    for path in [root / "experiment.json", *(root / "pairs").glob("*.json")]:
+        doc = read_manifest(path)
+        for entry in doc.get("cases", [doc]):
+            entry["stage"] = "final"  # the study's configuration, where the settings plan final-express3
+        write_manifest(path, doc)
+
+
+def _list_a_case_twice(root: Path) -> None:
+    doc = read_manifest(root / "experiment.json")
+    doc["cases"].append(doc["cases"][0])
+    write_manifest(root / "experiment.json", doc)
+
+
+@pytest.mark.parametrize("forge, said", [
+    (_swap_trials, "final-reuse-p0.json: /ratio: disagrees: states"),
+    (_link_another_pairs_trial, "experiment.json: /pairs/3: disagrees: links trials"),
+    (_relabel_stages, "experiment.json: /cases/0/stage: disagrees: states 'final', its settings plan 'final-express3'"),
+    (_list_a_case_twice, "experiment.json: /cases: disagrees: lists a case twice"),
+])
+def test_what_validate_derives_again_is_refused_even_with_every_hash_written_again(tmp_path, forge, said):
+    """The report checked only hashes and each trial's timing: with the links re-hashed it accepted two trial files
+    swapped, a pair linking another pair's trial, every stage relabelled and a case listed twice (an outside
+    tester's, 2026-12-06). It now derives the experiment and its pairs again as `parity validate` does."""
+    root = tmp_path / "confirmation"
+    (_express3 if forge is _relabel_stages else _confirmation)(root)
+    forge(root)
+    with pytest.raises(ParityError, match=re.escape(said)):
+        load_experiment(_rehashed(root))
+
+
+def test_a_reference_trial_of_rate_0_is_refused_in_one_line(tmp_path):
+    """A schema-valid reference trial whose every request completed at its release (0 requests/s) was a
+    ZeroDivisionError traceback from the ratio (an outside tester's, 2026-12-06)."""
+    root = tmp_path / "confirmation"
+    _confirmation(root)
+    trial = root / "trials" / "confirmation-final-reuse-p0-vllm.json"
+    doc = read_manifest(trial)
+    doc["records"][0]["complete_s"] = doc["records"][0]["submit_s"] = 0.0
+    doc["timing"] = record_timing(doc["records"], 0.0)
+    write_manifest(trial, doc)
+    _rehashed(root)
+    run = CliRunner().invoke(main, ["report", "--experiment", str(root), "--out", str(tmp_path / "r")])
+    assert run.exit_code == 1 and "Traceback" not in run.output, run.output
+    assert "confirmation-final-reuse-p0-vllm.json: /timing/requests_per_s: 0, so the ratio of pair" in run.output
+
+
+def test_an_experiment_manifest_or_an_experiment_folder_that_is_a_link_is_refused(tmp_path):
+    """experiment.json a symbolic link to a file outside its folder, and --results whose NAME is a link to an
+    experiment elsewhere, were reported (an outside tester's, 2026-12-06); `parity validate` refuses links."""
+    root = tmp_path / "confirmation"
+    path = _confirmation(root)
+    results = tmp_path / "results"
+    results.mkdir()
+    (results / "confirmation").symlink_to(root)
+    run = CliRunner().invoke(main, ["report", "--results", str(results), "--out", str(tmp_path / "r")])
+    assert run.exit_code == 1 and f"{results / 'confirmation'}: a symbolic link" in run.output, run.output
+    moved = tmp_path / "elsewhere.json"
+    path.rename(moved)
+    path.symlink_to(moved)
+    with pytest.raises(ParityError, match="experiment.json: a symbolic link"):
+        load_experiment(root)
+
+
+def test_an_earlier_report_that_cannot_be_replaced_is_left_whole_and_said_in_one_line(results, tmp_path,
+                                                                                        monkeypatch):
+    """An immutable report.html in --out was a PermissionError traceback (EPERM), after report.json and report.md
+    had already gone (an outside tester's, 2026-12-06): the earlier report stays as it was, said in one line."""
+    import errno
+
+    out = tmp_path / "report"
+    write_report([results / "locality"], None, REFERENCE, out)
+    before = {p.name: p.read_bytes() for p in out.iterdir()}
+    real = os.replace
+
+    def replace(src, dst, *args, **kwargs):
+        if Path(src) == out / "report.html":  # an immutable file can be neither moved nor replaced
+            raise OSError(errno.EPERM, os.strerror(errno.EPERM), str(src), str(dst))
+        return real(src, dst, *args, **kwargs)
+
+    monkeypatch.setattr(os, "replace", replace)
+    run = CliRunner().invoke(main, ["report", "--experiment", str(results / "confirmation"), "--out", str(out)])
+    assert run.exit_code == 1 and "Traceback" not in run.output, run.output
+    assert f"Error: {out / 'report.html'}: operation not permitted" in run.output
+    assert {p.name: p.read_bytes() for p in out.iterdir()} == before  # nothing half new, nothing gone, no leftovers
+
+
+def test_a_folder_named_in_bytes_other_than_utf8_is_refused_in_one_line(tmp_path):
+    """An experiment folder named conf\\xff was a UnicodeEncodeError traceback writing report.md (an outside
+    tester's, 2026-12-06): the report names its manifests in UTF-8 files, so the name is refused."""
+    root = Path(os.fsdecode(bytes(tmp_path) + b"/conf\xff"))
+    _confirmation(root)
+    run = CliRunner().invoke(main, ["report", "--experiment", str(root), "--out", str(tmp_path / "r")])
+    assert run.exit_code == 1 and "Traceback" not in run.output, run.output
+    assert "conf\\xff/experiment.json: its name is not UTF-8" in run.output
+
+
+@pytest.mark.parametrize("where", ["confirmation", ".", "confirmation/report"])
+def test_an_out_in_or_holding_the_evidence_is_refused(results, where):
+    """`--out` the experiment folder itself wrote the report's files into the evidence (an outside tester's,
+    2026-12-06); so did one inside it, and one holding it wrote them beside it: each is refused, nothing written."""
+    out = results / where
+    before = sorted(results.rglob("*"))
+    run = CliRunner().invoke(main, ["report", "--experiment", str(results / "confirmation"), "--out", str(out)])
+    assert run.exit_code == 1 and "give an --out apart from the inputs" in run.output, run.output
+    assert sorted(results.rglob("*")) == before
+
+
+def test_an_archived_ladder_whose_settings_name_a_trace_that_ran_no_trial_is_reported(tmp_path):
+    """Session 26's archive (the hot rung alone: reuse-640's rates narrowed to none) was refused once the report
+    planned its cases again, on the traces its trials ran only: its settings name reuse-640 too, and the plan
+    needs every trace they name (parity.experiments.derive)."""
+    import tarfile
+
+    archive = ROOT / "benchmarks" / "measured" / "h100-ladder-2026-12-05-trials-session26.tar.xz"
+    with tarfile.open(archive) as tar:
+        tar.extractall(tmp_path, filter="data")
+    experiment = load_experiment(tmp_path / "results" / "host" / "sustained")
+    assert experiment.doc["settings"]["rates"] == {"hot-640": [], "reuse-640": []} and len(experiment.cases) == 6

@@ -9,7 +9,7 @@ from parity.stats import batch_histogram, compare, describe, summary, write_pair
 from test_manifest import trial_doc  # tests/ is on sys.path (pytest's rootdir-relative import)
 
 
-def trial(rps: float, *, status="passed", trial_id="t", system="vllm") -> dict:
+def trial(rps: float, *, status="passed", trial_id="t", system="standalone") -> dict:
     doc = trial_doc()
     doc["trial_id"], doc["system"] = trial_id, system
     doc["timing"]["requests_per_s"] = rps
@@ -75,11 +75,11 @@ def test_a_pair_with_its_sides_swapped_is_refused(tmp_path):
     for name, doc in (("ref.json", ref), ("cand.json", cand)):
         doc["trace"] = {"path": "reuse.json", "sha256": sha256_file(tmp_path / "reuse.json")}
         write_manifest(tmp_path / name, doc)
-    with pytest.raises(ParityError, match="candidate is the flame path"):
+    with pytest.raises(ParityError, match="candidate is the path under test"):
         write_pair(tmp_path / "pair.json", 0, (tmp_path / "cand.json", cand), (tmp_path / "ref.json", ref))
     pair = write_pair(tmp_path / "pair.json", 0, (tmp_path / "ref.json", ref), (tmp_path / "cand.json", cand))
     pair["reference"], pair["candidate"] = pair["candidate"], pair["reference"]
     pair["ratio"] = 10.0 / 9.95
     write(tmp_path / "pair.json", pair)
     (problem,) = pair_problems(tmp_path / "pair.json", read_manifest(tmp_path / "pair.json"))
-    assert "candidate is the flame path" in problem[1]
+    assert "candidate is the path under test" in problem[1]

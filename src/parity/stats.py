@@ -94,17 +94,16 @@ def compare(pairs: list[tuple[dict, dict]]) -> dict:
             "every_pair_meets_99": all(x >= TARGET for x in ratios)}
 
 
-CANDIDATE = "flame"  # the path under test in every pair of the study and of ours, against standalone vLLM
+REFERENCE = "standalone"  # every pair's reference: standalone vLLM, against the path under test (parity.paths)
 
 
 def pair_doc(path: Path, index: int, reference: tuple[Path, dict], candidate: tuple[Path, dict], *,
              experiment: str | None = None, stage: str | None = None) -> dict:
     """The pair manifest at `path` for two trials: both linked by hash, with their ratio."""
     (ref_path, ref), (cand_path, cand) = reference, candidate
-    if cand["system"] != CANDIDATE or ref["system"] == CANDIDATE:  # swapped sides turn a ratio r into 1/r (an
-        # outside tester's forgery, 2026-12-06)
-        raise ParityError(f"a pair's candidate is the {CANDIDATE} path and its reference another, not "
-                          f"{ref['system']} (reference) against {cand['system']} (candidate)")
+    if cand["system"] == REFERENCE:  # sides swapped turn a ratio r into 1/r (an outside tester's forgery, 2026-12-06)
+        raise ParityError(f"a pair's candidate is the path under test, never the {REFERENCE} reference "
+                          f"({ref['system']} against {cand['system']})")
     if ref["trace_name"] != cand["trace_name"]:
         raise ParityError(f"a pair needs one trace: {ref['trace_name']} vs {cand['trace_name']}")
     ratio = rps(cand) / rps(ref)

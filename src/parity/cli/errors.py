@@ -21,6 +21,7 @@ ENVIRONMENT_ERRORS = {
     errno.EDQUOT: "disk quota exceeded",
     errno.EROFS: "read-only file system",
     errno.EACCES: "permission denied",
+    errno.EPERM: "operation not permitted (an immutable file, or another user's)",
     errno.ENOTDIR: "a part of this path is a file, not a folder",
     errno.EEXIST: "exists and is not a folder",  # parity's mkdirs all pass exist_ok: a file is in the way
     errno.EISDIR: "is a folder, not a file",

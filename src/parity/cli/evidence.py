@@ -11,7 +11,7 @@ import click
 
 from parity.cli import options
 from parity.cli.app import echo, main
-from parity.cli.errors import friendly_errors
+from parity.cli.errors import friendly_errors, not_an_input
 from parity.errors import ParityError
 
 
@@ -182,6 +182,10 @@ def report_cmd(experiments, results, mlperf_dir, reference, out_dir):
             raise ParityError(f"{results}: no experiment in it (no {results}/*/experiment.json): give the folder a "
                               "run wrote, or --experiment DIR or --mlperf DIR")
         raise ParityError("give --experiment DIR (repeatable), --results DIR or --mlperf DIR")
+    for path in paths:  # report files written into an experiment folder would sit in the evidence
+        option = "--experiment" if path in experiments else "--results"
+        not_an_input(out_dir, {option: path.parent if path.is_file() else path}, folder=True)
+    not_an_input(out_dir, {"--mlperf": mlperf_dir, "--reference": reference}, folder=True)
     made = write_report(paths, mlperf_dir, reference or DEFAULT_REFERENCE, out_dir)
     click.echo(f"evidence: {made['evidence'] or 'none'}")
     click.echo(made["final_table"], nl=False)

@@ -8,11 +8,14 @@ links every manifest and file it used, so `parity validate OUT` checks the whole
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
 from parity.errors import ParityError
-from parity.manifest import (all_or_nothing, atomic_write_bytes, atomic_write_text, file_ref, first_difference, header,
+from parity.manifest import (atomic_write_bytes, atomic_write_text, file_ref, first_difference, header,
                              write_manifest)
 from parity.report import plots, tables
 from parity.report.inputs import EXPERIMENTS, load_experiments, load_mlperf
@@ -161,53 +164,96 @@ def compose(experiments: dict, runs: list, compares: list, ref: dict, out: Path,
     return Composed("\n".join(parts), fields, drawn, evidence, final.markdown())
 
 
-def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, reference_path: Path, out: Path) -> dict:
-    """Read, tabulate, plot, write; returns the report manifest."""
+def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, reference_path: Path, out: Path, *,
+                 rederive: bool = True) -> dict:
+    """Read, tabulate, plot, write; returns the report manifest (`rederive`: as `load_experiment`). Every file is
+    written into a hidden folder inside `out` first and only then moved into place (`_put`): a full disk, or an
+    earlier report.html that cannot be replaced, leaves an earlier report whole, never half old, half gone."""
     ref = load_reference(reference_path)
-    experiments = load_experiments(experiment_paths)
+    experiments = load_experiments(experiment_paths, rederive=rederive)
     runs, compares = load_mlperf(mlperf_dir)
     if not experiments and not runs:
         raise ParityError("nothing to report: no experiment manifest and no MLPerf run was given")
-    manifest = out / "report.json"
-    _drop_earlier_plots(out)
-    with all_or_nothing(manifest):  # a full disk leaves no half report
-        out.mkdir(parents=True, exist_ok=True)
-        made = compose(experiments, runs, compares, ref, out, out)
-        atomic_write_text(out / "report.md", made.markdown)
-        from parity.report.html import render
+    made_out = not out.exists()
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        with tempfile.TemporaryDirectory(dir=out, prefix=".report-") as staged:  # the same file system: a rename
+            stage = Path(staged)
+            made = compose(experiments, runs, compares, ref, out, stage)
+            atomic_write_text(stage / "report.md", made.markdown)
+            from parity.report.html import render
 
-        atomic_write_text(out / "report.html", render(made.markdown, out))  # the same page, self-contained
-
-        atomic_write_bytes(out / "study-reference.yaml", Path(reference_path).read_bytes())  # whole, or not at all
-        fields = made.fields
-        doc = header("report", simulated=made.evidence in ("simulated", "mixed")) | {
-            "evidence": fields["evidence"],
-            "flame_clusters": fields["flame_clusters"],
-            "reference": file_ref(out / "study-reference.yaml", out),
-            "experiments": {name: file_ref(e.path, out) for name, e in sorted(experiments.items())},
-            "missing_experiments": fields["missing_experiments"],
-            "mlperf": [file_ref(r.path, out) for r in runs] + [file_ref(p, out) for p, _ in compares],
-            "outputs": {"markdown": file_ref(out / "report.md", out), "html": file_ref(out / "report.html", out),
-                        "plots": {name: file_ref(p, out) for name, p in made.plots.items()}},
-        } | {key: fields[key] for key in REDERIVED}
-        write_manifest(manifest, doc)
+            atomic_write_text(stage / "report.html", render(made.markdown, stage))  # the same page, self-contained
+            atomic_write_bytes(stage / "study-reference.yaml", Path(reference_path).read_bytes())
+            fields = made.fields
+            doc = header("report", simulated=made.evidence in ("simulated", "mixed")) | {
+                "evidence": fields["evidence"],
+                "flame_clusters": fields["flame_clusters"],
+                "reference": file_ref(stage / "study-reference.yaml", stage),
+                "experiments": {name: file_ref(e.path, out) for name, e in sorted(experiments.items())},
+                "missing_experiments": fields["missing_experiments"],
+                "mlperf": [file_ref(r.path, out) for r in runs] + [file_ref(p, out) for p, _ in compares],
+                "outputs": {"markdown": file_ref(stage / "report.md", stage),
+                            "html": file_ref(stage / "report.html", stage),
+                            "plots": {name: file_ref(p, stage) for name, p in made.plots.items()}},
+            } | {key: fields[key] for key in REDERIVED}
+            write_manifest(stage / "report.json", doc)
+            names = [p.name for p in made.plots.values()] + ["report.md", "report.html", "study-reference.yaml",
+                                                            "report.json"]  # report.json last
+            _put(stage, out, names, [name for name in _earlier_plots(out) if name not in names])
+    except BaseException:
+        if made_out:
+            with contextlib.suppress(OSError):  # only where nothing else is in it
+                out.rmdir()
+        raise
     return {"manifest": doc, "markdown": made.markdown, "final_table": made.final_table, "evidence": made.evidence}
 
 
-def _drop_earlier_plots(out: Path) -> None:
-    """The plots an earlier report in `out` linked (its report.json's outputs), removed before this one is written:
-    a plot this report does not draw would stay beside it unlinked, as if it were this run's. Nothing else there is
-    touched: what report.json did not link is not a report's."""
+def _put(stage: Path, out: Path, names: list[str], drop: list[str]) -> None:
+    """Move the files `names` from `stage` into `out`, and an earlier report's plots `drop` out of it, each earlier
+    file set aside in `stage` first: should one move fail (an immutable file), every move made is undone."""
+    aside = stage / ".earlier"
+    aside.mkdir()
+    done, placed = [], []  # names whose earlier file was set aside (or that had none); names put in place
+    try:
+        for name in [*drop, *names]:
+            target = out / name
+            if target.is_dir() and not target.is_symlink():
+                raise ParityError(f"{target}: a folder where the report writes a file: move it away")
+            try:
+                earlier = target.exists() or target.is_symlink()
+                if earlier:
+                    os.replace(target, aside / name)
+                done.append((name, earlier))
+                if name in names:
+                    os.replace(stage / name, target)
+                    placed.append(name)
+            except OSError as exc:
+                if exc.errno is not None:  # name the report's file, not the hidden folder
+                    exc.filename, exc.filename2 = str(target), None
+                raise
+    except BaseException:
+        for name, earlier in reversed(done):
+            with contextlib.suppress(OSError):
+                if name in placed:
+                    (out / name).unlink()
+                if earlier:
+                    os.replace(aside / name, out / name)
+        raise
+
+
+def _earlier_plots(out: Path) -> list[str]:
+    """The plots an earlier report in `out` linked (its report.json's outputs), which this one removes: a plot it
+    does not draw would stay beside it unlinked, as if it were this run's. Nothing else there is touched: what
+    report.json did not link is not a report's."""
     import json
 
     try:
         plots_linked = json.loads((out / "report.json").read_text(encoding="utf-8"))["outputs"]["plots"].values()
         names = [Path(ref["path"]) for ref in plots_linked]
     except (OSError, ValueError, KeyError, TypeError, AttributeError, RecursionError):
-        return  # no earlier report, or none that can be read: nothing of its to remove
-    for name in names:
-        if name.parent == Path(".") and name.suffix == ".png":  # a plain name beside report.json, nothing further
-            (out / name).unlink(missing_ok=True)
+        return []  # no earlier report, or none that can be read: nothing of its to remove
+    return [name.name for name in names if name.parent == Path(".") and name.suffix == ".png"]  # beside report.json
 
 
 REDERIVED = ("excluded_trials", "headline", "batch_histograms", "locality_gains", "admission_stages",
@@ -220,7 +266,6 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
     page, every table cell on it, the HTML, which plots there are and report.json's numbers must come out the
     same. A plot's pixels are not compared: they depend on matplotlib and its fonts, not on the evidence."""
     import json
-    import tempfile
 
     from parity.report.html import render
     from parity.report.inputs import load_experiment, mlperf_from_files

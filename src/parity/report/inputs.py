@@ -3,7 +3,9 @@
 A report is only as good as the files under it, so a missing manifest, a schema problem or a hash
 mismatch stops it with one line instead of printing numbers from a tree that changed after the run.
 Each trial must also be a valid trial manifest whose stated timing is what its records give, so a rate
-edited before the experiment manifest recorded the trial is refused as well.
+edited before the experiment manifest recorded the trial is refused as well; and the experiment and each pair
+must state what `parity validate` derives again from their trials (a re-hash forges no link), except the
+verdicts, which need the traces an archived run does not hold.
 """
 
 from __future__ import annotations
@@ -14,11 +16,12 @@ from pathlib import Path
 
 from parity.checks import read_trial
 from parity.errors import ParityError, first_problem
-from parity.manifest import check_references, evidence_root, read_manifest, validate_document
+from parity.manifest import Problem, check_references, evidence_root, read_manifest, validate_document
 from parity.workflow_config import experiment_names
 
 EXPERIMENTS = tuple(experiment_names())  # the config schema's, the one list of them
 MLPERF_RUN = "mlperf-run.json"
+LINKED = "a symbolic link, which `parity validate` refuses: evidence names its files, not links"
 
 
 def _checked(path: Path, kind: str, root: Path | None = None) -> dict:
@@ -32,6 +35,23 @@ def _checked(path: Path, kind: str, root: Path | None = None) -> dict:
     if problems:
         raise ParityError(first_problem(problems))
     return doc
+
+
+def _derived(path: Path, doc: dict, derive) -> None:
+    """`derive(path, doc)` (what `parity.rederive` asks of the kind) gives nothing: a trial swapped, a pair linking
+    another's trial, a stage relabelled or a case listed twice, all re-hashed, would pass the hash checks alone."""
+    found = [Problem(str(path), pointer, "disagrees", why) for pointer, why in derive(path, doc)]
+    if found:
+        raise ParityError(first_problem(found))
+
+
+def _utf8(path: Path) -> None:
+    """A path the report can name: report.md and report.json are UTF-8, which a name of other bytes is not."""
+    try:
+        str(path).encode("utf-8")
+    except UnicodeEncodeError:
+        shown = os.fsencode(path).decode("utf-8", "backslashreplace")
+        raise ParityError(f"{shown}: its name is not UTF-8, so the report cannot name it: rename it") from None
 
 
 def _linked(ref: dict, manifest: Path) -> Path:
@@ -68,8 +88,10 @@ class Experiment:
         return [(ref, cand) for _, ref, cand in self.pair_manifests_where(stage, trace_name)]
 
 
-def load_experiment(path: Path) -> Experiment:
-    """An experiment manifest (file, or folder holding experiment.json) with its linked trials and pairs."""
+def load_experiment(path: Path, rederive: bool = True) -> Experiment:
+    """An experiment manifest (file, or folder holding experiment.json) with its linked trials and pairs. Not
+    `rederive`: a test's experiment of some of its plan's cases, run alone for speed, which `parity validate` (and
+    so the report's command) refuses as a case removed; never the command's."""
     path = Path(path)
     if path.is_dir():
         path = path / "experiment.json"
@@ -77,8 +99,16 @@ def load_experiment(path: Path) -> Experiment:
         raise ParityError(f"{path}: not a regular file, so no experiment manifest")
     if not path.is_file():
         raise ParityError(f"{path}: no experiment manifest (run `parity experiment run` first)")
+    _utf8(path)
     root = evidence_root(path)  # a trial linked through a symbolic link could stand for one outside the tree
+    plain = Path(os.path.abspath(path))
+    link = next((step for step in [plain, *plain.parents] if step == root or step.is_symlink()), root)
+    if link != root:  # experiment.json, or a folder of its tree, standing for one elsewhere
+        raise ParityError(f"{link}: {LINKED}")
     doc = _checked(path, "experiment", root)
+    from parity.experiments.derive import derived_problems  # reads trial and pair manifests, never a trace
+    from parity.stats import pair_problems, rps
+
     experiment = Experiment(path, doc)
     by_path: dict[Path, dict] = {}
     for case in doc["cases"]:
@@ -93,20 +123,31 @@ def load_experiment(path: Path) -> Experiment:
             if trial_path not in by_path:
                 by_path[trial_path] = read_trial(trial_path)
             sides.append(by_path[trial_path])
+        if rps(sides[0]) <= 0:  # a ratio over it is undefined (stats divides by it)
+            raise ParityError(f"{_linked(pair['reference']['manifest'], pair_path)}: /timing/requests_per_s: 0, so "
+                              f"the ratio of pair {pair_path} is undefined (no request completed after release)")
+        if rederive:
+            _derived(pair_path, pair, pair_problems)
         experiment.pairs.append((pair, *sides))
+    if rederive:
+        _derived(path, doc, derived_problems)
     return experiment
 
 
 def find_experiments(results: Path) -> list[Path]:
-    """RESULTS/NAME/experiment.json, as the workflow lays them out."""
-    return sorted(results.glob("*/experiment.json"))
+    """RESULTS/NAME/experiment.json, as the workflow lays them out; a NAME that is a symbolic link is refused (an
+    experiment elsewhere would be reported as this run's, and `parity validate RESULTS` refuses it)."""
+    found = sorted(results.glob("*/experiment.json"))
+    if link := next((p.parent for p in found if p.parent.is_symlink()), None):
+        raise ParityError(f"{link}: {LINKED}")
+    return found
 
 
-def load_experiments(paths: list[Path]) -> dict[str, Experiment]:
+def load_experiments(paths: list[Path], rederive: bool = True) -> dict[str, Experiment]:
     """Experiments by name; two manifests of the same experiment are ambiguous and refused."""
     out: dict[str, Experiment] = {}
     for path in paths:
-        experiment = load_experiment(path)
+        experiment = load_experiment(path, rederive)
         if experiment.name in out:
             raise ParityError(f"two {experiment.name} experiments: {out[experiment.name].path} and {experiment.path}")
         out[experiment.name] = experiment
@@ -149,6 +190,7 @@ def mlperf_from_files(paths: list[Path], folder: Path | None = None) -> tuple[li
     """The performance runs and compare manifests among `paths` (MLPerf manifests; others are refused)."""
     runs, compares = [], []
     for path in paths:
+        _utf8(path)
         doc = _checked(path, "mlperf")
         if doc["step"] == "run" and doc["mode"] == "performance":
             runs.append(MlperfRun(path, doc))
