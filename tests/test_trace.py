@@ -182,6 +182,28 @@ def test_missing_tokenizer(inputs, tmp_path):
         build_trace(small_spec(), corpus, tmp_path, tmp_path / "out")
 
 
+def test_a_corpus_tokenizer_or_simulator_file_that_is_a_named_pipe_is_named_as_one(inputs, tmp_path):
+    """An outside tester's, 2026-12-06: a FIFO as the corpus, the tokenizer.json or the simulator parameters was
+    said to be "not found"; it is there, and not a regular file."""
+    import os
+
+    from parity.engine.sim import SimParams
+    from parity.errors import ParityError
+
+    corpus, tokenizer = inputs
+    os.mkfifo(tmp_path / "corpus.jsonl")
+    with pytest.raises(TraceError, match="corpus is not a regular file"):
+        build_trace(small_spec(), tmp_path / "corpus.jsonl", tokenizer, tmp_path / "out")
+    (tmp_path / "tok").mkdir()
+    os.mkfifo(tmp_path / "tok" / "tokenizer.json")
+    with pytest.raises(TraceError, match="tokenizer is not a regular file"):
+        build_trace(small_spec(), corpus, tmp_path / "tok", tmp_path / "out")
+    os.mkfifo(tmp_path / "sim.yaml")
+    with pytest.raises(ParityError, match="simulator parameters are not a regular file"):
+        SimParams.load(tmp_path / "sim.yaml")
+    assert not (tmp_path / "out").exists()
+
+
 def test_tokenizer_that_cannot_encode(inputs, tmp_path):
     from tokenizers import Tokenizer, models, pre_tokenizers
 

@@ -224,7 +224,7 @@ def load_articles(corpus: Path, text_field: str = "article") -> list[str]:
     """Article texts from a JSONL corpus, in file order; each bad line is named."""
     not_a_folder(corpus)
     if not corpus.is_file():
-        raise TraceError(f"corpus not found: {corpus}")
+        raise TraceError(f"corpus {'is not a regular file' if corpus.exists() else 'not found'}: {corpus}")
     texts = []
     with corpus.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
@@ -252,7 +252,8 @@ class TraceTokenizer:
 
         path = directory / "tokenizer.json"
         if not path.is_file():
-            raise TraceError(f"tokenizer not found: {path} (expected a Hugging Face tokenizer directory)")
+            raise TraceError(f"tokenizer {'is not a regular file' if path.exists() else 'not found'}: {path} (expected a "
+                             "Hugging Face tokenizer directory)")
         try:
             self._tok = Tokenizer.from_file(str(path))
         except Exception as exc:  # the tokenizers library raises plain Exceptions on bad files

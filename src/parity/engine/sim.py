@@ -78,7 +78,7 @@ class SimParams:
         """
         path = Path(path) if path else DEFAULT_PARAMS
         if not path.is_file():
-            raise ParityError(f"simulator parameters not found: {path}")
+            raise ParityError(f"simulator parameters {'are not a regular file' if path.exists() else 'not found'}: {path}")
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8"))
         except yaml.MarkedYAMLError as exc:
