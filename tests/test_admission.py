@@ -403,8 +403,7 @@ def test_the_bounded_arm_runs_on_the_cpu_on_both_paths_and_each_trial_says_what_
     from parity.report import tables
     from parity.report.inputs import load_experiment
 
-    table, _ = tables.sustained(load_experiment(tmp_path, rederive=False))  # the report reads them (some of the
-    # plan's cases, run alone), and names each for what it is
+    table, _ = tables.sustained(load_experiment(tmp_path))  # the report reads them, and names each for what it is
     assert sorted(row[3] for row in table.rows) == [
         "Flame (tokens timed at the client), prefix router, bounded admission",
         "standalone vLLM (streamed), prefix router, bounded admission"]
@@ -549,7 +548,7 @@ def test_the_bounded_arms_own_ladder_runs_with_an_unbounded_comparator_on_one_gp
     assert all(d["verdict"]["status"] == "passed" for d in docs.values())
     assert "refused" not in docs["unbounded"] and docs["unbounded"]["config"]["placement"] == "sticky"
     assert docs["bounded"]["refused"] and docs["unbounded"]["ran_with"]["gpus"] == docs["bounded"]["ran_with"]["gpus"]
-    table, _ = tables.sustained(load_experiment(tmp_path, rederive=False))  # some of the plan's cases, run alone
+    table, _ = tables.sustained(load_experiment(tmp_path))
     assert "standalone vLLM (streamed), sticky router, unbounded (the bounded arm's comparator)" in [r[3] for r in
                                                                                                   table.rows]
 

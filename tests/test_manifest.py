@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from parity import manifest
 from parity.cli import main
+from parity.record import config_sha256
 from parity.manifest import (
     SCHEMA_VERSION,
     ManifestError,
@@ -47,7 +48,7 @@ def trial_doc() -> dict:
         "trial_id": "locality-vllm-sticky-reuse-r0", "experiment": "locality", "system": "vllm",
         "engine": {"name": "sim", "version": "0.1.0", "args": {}, "simulated": True},
         "trace": {"path": "reuse.json", "sha256": SHA}, "trace_name": "reuse",
-        "config": {"routing": "sticky"}, "config_sha256": SHA,
+        "config": {"routing": "sticky"}, "config_sha256": config_sha256({"routing": "sticky"}),
         "versions": {"parity": "0.1.0", "python": "3.11.7", "vllm": None},
         "gpus": [{"uuid": "sim-0"}],
         "timing": {"release_s": 0.0, "last_completion_s": 2.0, "duration_s": 2.0, "requests_per_s": 1.0},

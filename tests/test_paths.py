@@ -77,8 +77,7 @@ def test_a_new_path_runs_as_a_pairs_candidate_and_the_report_takes_it(tiny_reuse
     assert toy["system"] == "toy" and toy["config"]["path"] == "toy" and toy["config"]["engines"] == 1
     assert toy["verdict"]["status"] == "passed"  # all four checks, and pinned to the reference's GPUs
     assert toy["schedule"] == {"kind": "burst"} and toy["router"]["policy"] == "sticky"
-    made = write_report([tmp_path / "confirmation"], None, ROOT / "config/study-reference.yaml", tmp_path / "r",
-                        rederive=False)  # no plan names a toy path: `parity validate` would refuse it as unplanned
+    made = write_report([tmp_path / "confirmation"], None, ROOT / "config/study-reference.yaml", tmp_path / "r")
     assert made["manifest"]["headline"]["reuse"]["pairs"] == 1
     assert not validate_paths([tmp_path / "confirmation", tmp_path / "r"])[1]
 

@@ -250,6 +250,27 @@ FORGERIES = {  # name: (forgery, the file named, the reason's pointer and words)
 }
 
 
+@pytest.mark.parametrize("name", ["outputs cut to 3 tokens", "a record's input hash changed", "a pair's ratio changed",
+                                  "a pair dropped: its settings plan more cases",
+                                  "a simulated trial relabelled a measurement on GPUs",
+                                  "a trial's config edited after the run", "the experiment's backend made vLLM"])
+def test_the_report_refuses_what_validate_derives_where_the_trace_is_there(tree, name):
+    """An outside tester's, 2026-12-06: `parity report` printed a simulated run relabelled measured (every link
+    re-hashed), a trial whose config was edited, and records cut short, which validate names; it now derives each
+    trial, pair and the experiment again too (the trial's verdict and outputs where its trace can be read)."""
+    from parity.errors import ParityError
+    from parity.rederive import problems
+    from parity.report.inputs import load_experiment
+
+    forge_it, file, reason = FORGERIES[name]
+    forge_it(tree)
+    rehash(tree)
+    with pytest.raises(ParityError) as refused:
+        load_experiment(tree / "confirmation", derive=problems)
+    said = str(refused.value)  # the first of the file's problems (a relabel also breaks its config's hash)
+    assert file in said and ": disagrees: " in said and len(said.splitlines()) == 1, said
+
+
 @pytest.mark.parametrize("name", FORGERIES)
 def test_a_forgery_rehashed_up_the_chain_is_named_in_one_line(tree, name):
     forge_it, file, reason = FORGERIES[name]

@@ -21,7 +21,8 @@ from parity.manifest import file_ref, header, read_manifest, sha256_file, valida
 from parity.report import tables, write_report
 from parity.report.inputs import load_experiment
 from parity.report.reference import SECTIONS, load_reference
-from parity.record import timing as record_timing
+from parity.record import config_sha256, timing as record_timing
+from parity.rederive import problems
 from parity.stats import gc_pause_by_worker, max_worker_gc_pause, write_pair
 from test_manifest import trial_doc  # tests/ is on sys.path (pytest's rootdir-relative import)
 
@@ -42,6 +43,7 @@ def _trial(root: Path, trial_id: str, system: str, trace: str, rps: float, *, st
     doc["engine"]["simulated"] = simulated
     doc["records"][0] |= {"gpu_uuid": gpu, "prompt_tokens": 100, "cached_tokens": cached, "complete_s": 1 / rps}
     doc["timing"] = record_timing(doc["records"], 0.0)  # as its one record gives: rps requests/s
+    doc["config_sha256"] = config_sha256(doc["config"])  # as a run writes it (the report derives it again)
     if failed:
         doc["verdict"] = {"status": "failed", "checks": {"length": {"passed": False}},
                           "reasons": ["length: request 3 generated 3 tokens, expected 16"]}
@@ -812,11 +814,19 @@ def _list_a_case_twice(root: Path) -> None:
     write_manifest(root / "experiment.json", doc)
 
 
+def _edit_a_config(root: Path) -> None:
+    trial = root / "trials" / "confirmation-final-reuse-p0-vllm.json"
+    doc = read_manifest(trial)
+    doc["config"]["routing"] = "alternating"
+    write_manifest(trial, doc)
+
+
 @pytest.mark.parametrize("forge, said", [
     (_swap_trials, "final-reuse-p0.json: /ratio: disagrees: states"),
     (_link_another_pairs_trial, "experiment.json: /pairs/3: disagrees: links trials"),
     (_relabel_stages, "experiment.json: /cases/0/stage: disagrees: states 'final', its settings plan 'final-express3'"),
     (_list_a_case_twice, "experiment.json: /cases: disagrees: lists a case twice"),
+    (_edit_a_config, "reuse-p0-vllm.json: /config_sha256: disagrees: is not the SHA-256 of its config"),
 ])
 def test_what_validate_derives_again_is_refused_even_with_every_hash_written_again(tmp_path, forge, said):
     """The report checked only hashes and each trial's timing: with the links re-hashed it accepted two trial files
@@ -826,7 +836,7 @@ def test_what_validate_derives_again_is_refused_even_with_every_hash_written_aga
     (_express3 if forge is _relabel_stages else _confirmation)(root)
     forge(root)
     with pytest.raises(ParityError, match=re.escape(said)):
-        load_experiment(_rehashed(root))
+        load_experiment(_rehashed(root), derive=problems)
 
 
 def test_a_reference_trial_of_rate_0_is_refused_in_one_line(tmp_path):
@@ -915,5 +925,5 @@ def test_an_archived_ladder_whose_settings_name_a_trace_that_ran_no_trial_is_rep
     archive = ROOT / "benchmarks" / "measured" / "h100-ladder-2026-12-05-trials-session26.tar.xz"
     with tarfile.open(archive) as tar:
         tar.extractall(tmp_path, filter="data")
-    experiment = load_experiment(tmp_path / "results" / "host" / "sustained")
+    experiment = load_experiment(tmp_path / "results" / "host" / "sustained", derive=problems)
     assert experiment.doc["settings"]["rates"] == {"hot-640": [], "reuse-640": []} and len(experiment.cases) == 6

@@ -126,7 +126,7 @@ def test_edited_trials_are_run_again_and_never_shown(run):
         assert fresh["verdict"]["status"] == entry["status"] == "passed" and len(fresh["records"]) == 16
         assert entry["requests_per_s"] == fresh["timing"]["requests_per_s"] != stated[case.trial_id]
     assert validate_paths([run / "run"])[1] == []
-    report = write_report([run / "run"], None, REFERENCE, run / "report", rederive=False)  # some of its plan's cases
+    report = write_report([run / "run"], None, REFERENCE, run / "report")
     shown = json.dumps(report["manifest"]) + report["markdown"]
     for value in (stated[cases[0].trial_id], stated[cases[2].trial_id]):
         assert f"{value:.2f}" not in shown and repr(value) not in shown

@@ -49,7 +49,7 @@ def test_each_path_loses_no_request_when_its_engine_is_killed_mid_run(small_reus
         else:  # the session's next executor did
             assert fault["ready_s"] is None and fault["killed_executor"]
             assert {r["worker_id"] for r in resent} - {fault["killed_executor"]} == {r["worker_id"] for r in resent}
-    rows = restarts(load_experiment(tmp_path, rederive=False)).rows  # the restart pair alone of its plan's cases
+    rows = restarts(load_experiment(tmp_path)).rows
     assert len(rows) == 2 and {r[8] for r in rows} == {"0"} and all(float(r[6]) > 0 for r in rows)
 
 

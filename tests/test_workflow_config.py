@@ -80,7 +80,7 @@ def test_what_an_experiments_job_would_refuse_is_refused_from_the_config_alone(c
     only when it ran (a restart's shard after trials ran); the workflow checks each experiment this way at parse
     time (common.smk), on its traces' names and request counts alone."""
     from parity.errors import ParityError
-    from parity.workflow_config import check_experiment
+    from parity.experiments.plan import check_experiment
 
     settings, backend = smoke_sustained(lambda s, b: None)
     check_experiment("sustained", settings, {"reuse-32": 32}, backend)  # the profile's own: no refusal

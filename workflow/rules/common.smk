@@ -259,12 +259,12 @@ def experiment_settings(wildcards):
 
 def _refuse_what_jobs_would():
     """Each experiment's settings as its job receives them, planned on its traces' names before any job starts
-    (parity.workflow_config.check_experiment): its job would otherwise refuse them hours into a GPU run, some after
+    (parity.experiments.plan.check_experiment): its job would otherwise refuse them hours into a GPU run, some after
     trials ran (an outside tester, 2026-12-06). One line, naming the experiment."""
     from types import SimpleNamespace
 
     from parity.errors import ParityError
-    from parity.workflow_config import check_experiment
+    from parity.experiments.plan import check_experiment
 
     requests = {name: spec["documents"] * spec["questions"] * spec.get("blocks", 1) for name, spec in TRACE_SPECS.items()}
     for name in EXPERIMENTS:

@@ -186,7 +186,9 @@ def report_cmd(experiments, results, mlperf_dir, reference, out_dir):
         option = "--experiment" if path in experiments else "--results"
         not_an_input(out_dir, {option: path.parent if path.is_file() else path}, folder=True)
     not_an_input(out_dir, {"--mlperf": mlperf_dir, "--reference": reference}, folder=True)
-    made = write_report(paths, mlperf_dir, reference or DEFAULT_REFERENCE, out_dir)
+    from parity.rederive import problems  # each trial, pair and experiment derived again, as validate does
+
+    made = write_report(paths, mlperf_dir, reference or DEFAULT_REFERENCE, out_dir, derive=problems)
     click.echo(f"evidence: {made['evidence'] or 'none'}")
     click.echo(made["final_table"], nl=False)
     click.echo(f"wrote {out_dir / 'report.md'} and {out_dir / 'report.json'}", err=True)

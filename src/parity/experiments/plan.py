@@ -538,3 +538,30 @@ def for_experiment(name: str, traces: list[Path], settings: dict) -> list[Case]:
         raise ParityError(f"{name} has no cases: it runs each shard on the engine "
                           "(parity.experiments.offline_limit.run)")
     return EXPERIMENTS[name].plan(traces, typed)
+
+
+def check_experiment(name: str, settings: dict, requests: dict[str, int], backend: dict) -> None:
+    """What experiment `name`'s job would refuse of its settings, said before any job runs (the job says it hours
+    into a GPU run, some of it after trials ran; an outside tester, 2026-12-06): its typed settings, its plan on
+    its traces' names alone (their files are made by jobs), each paced case's rate and span (`requests`: each trace's
+    requests, or a count it has at least), a restart's shard among a path's shards and each case's answers within
+    the engine's context. ParityError, one line."""
+    from parity.backend import Backend
+
+    typed = settings_of(name, settings)
+    if not runs_cases(name):
+        return
+    counts = {Path(f"{trace}.json"): count for trace, count in requests.items()}  # the plan knows a trace by its stem
+    cases = for_experiment(name, list(counts), settings)
+    paced_span_s(cases, counts)
+    engine = Backend.from_dict(backend)
+    gpus = 2 if list(engine.gpus) == ["auto"] else len(engine.gpus)  # auto: at most two (Backend.gpu_uuids)
+    shards = min(getattr(typed, "shards", None) or gpus, gpus)  # a path's: one per GPU (the runner's)
+    context = engine.args().max_model_len
+    for case in cases:
+        if case.restart is not None:
+            case.restart.delay_s([1.0], shards)  # its shard alone: the arrivals are drawn by the job
+        tokens = case.lengths.high if case.lengths is not None and not case.lengths.replay else case.max_tokens
+        if tokens is not None and tokens >= context:  # a prompt has a token at least
+            raise ParityError(f"{case.trial_id}: {tokens} output tokens leave no room for a prompt within the "
+                              f"engine's max_model_len {context}")

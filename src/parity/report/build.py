@@ -18,7 +18,7 @@ from parity.errors import ParityError
 from parity.manifest import (atomic_write_bytes, atomic_write_text, file_ref, first_difference, header,
                              write_manifest)
 from parity.report import plots, tables
-from parity.report.inputs import EXPERIMENTS, load_experiments, load_mlperf
+from parity.report.inputs import EXPERIMENTS, Derive, load_experiments, load_mlperf
 from parity.report.reference import load_reference
 
 CLUSTERS = {"stand-in": "the CPU Flame stand-in (not Flame itself)", "flame-v0.6.0": "real Flame v0.6.0"}
@@ -165,12 +165,12 @@ def compose(experiments: dict, runs: list, compares: list, ref: dict, out: Path,
 
 
 def write_report(experiment_paths: list[Path], mlperf_dir: Path | None, reference_path: Path, out: Path, *,
-                 rederive: bool = True) -> dict:
-    """Read, tabulate, plot, write; returns the report manifest (`rederive`: as `load_experiment`). Every file is
+                 derive: Derive | None = None) -> dict:
+    """Read, tabulate, plot, write; returns the report manifest (`derive`: as `load_experiment`). Every file is
     written into a hidden folder inside `out` first and only then moved into place (`_put`): a full disk, or an
     earlier report.html that cannot be replaced, leaves an earlier report whole, never half old, half gone."""
     ref = load_reference(reference_path)
-    experiments = load_experiments(experiment_paths, rederive=rederive)
+    experiments = load_experiments(experiment_paths, derive)
     runs, compares = load_mlperf(mlperf_dir)
     if not experiments and not runs:
         raise ParityError("nothing to report: no experiment manifest and no MLPerf run was given")

@@ -4,14 +4,16 @@ A report is only as good as the files under it, so a missing manifest, a schema 
 mismatch stops it with one line instead of printing numbers from a tree that changed after the run.
 Each trial must also be a valid trial manifest whose stated timing is what its records give, so a rate
 edited before the experiment manifest recorded the trial is refused as well; and the experiment and each pair
-must state what `parity validate` derives again from their trials (a re-hash forges no link), except the
-verdicts, which need the traces an archived run does not hold.
+must state what `parity validate` derives again from their trials (a re-hash forges no link), and so must each
+trial; its verdict and whether its outputs are the simulator's only where its trace can be read (a session archive
+holds none).
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
 from parity.checks import read_trial
@@ -37,10 +39,17 @@ def _checked(path: Path, kind: str, root: Path | None = None) -> dict:
     return doc
 
 
-def _derived(path: Path, doc: dict, derive) -> None:
-    """`derive(path, doc)` (what `parity.rederive` asks of the kind) gives nothing: a trial swapped, a pair linking
-    another's trial, a stage relabelled or a case listed twice, all re-hashed, would pass the hash checks alone."""
-    found = [Problem(str(path), pointer, "disagrees", why) for pointer, why in derive(path, doc)]
+Derive = Callable[[Path, dict], list[Problem]]  # parity.rederive.problems: what validate derives of a manifest
+
+
+def _derived(path: Path, doc: dict, derive: Derive | None) -> None:
+    """`derive(path, doc)` gives nothing, less "/trace" (a trial's trace cannot be read: a session archive holds
+    none): a trial swapped, a pair linking another's trial, a stage relabelled, a case listed twice or a simulated
+    trial relabelled, all re-hashed, would pass the hash checks alone. The caller gives `derive` (the `report`
+    command gives parity.rederive's), since the re-derivation runs the plan, which this room does not import."""
+    if derive is None:
+        return
+    found = [problem for problem in derive(path, doc) if problem.pointer != "/trace"]
     if found:
         raise ParityError(first_problem(found))
 
@@ -88,10 +97,9 @@ class Experiment:
         return [(ref, cand) for _, ref, cand in self.pair_manifests_where(stage, trace_name)]
 
 
-def load_experiment(path: Path, rederive: bool = True) -> Experiment:
+def load_experiment(path: Path, derive: Derive | None = None) -> Experiment:
     """An experiment manifest (file, or folder holding experiment.json) with its linked trials and pairs. Not
-    `rederive`: a test's experiment of some of its plan's cases, run alone for speed, which `parity validate` (and
-    so the report's command) refuses as a case removed; never the command's."""
+    `derive`: each trial, pair and the experiment derived again (`_derived`; the `report` command's)."""
     path = Path(path)
     if path.is_dir():
         path = path / "experiment.json"
@@ -106,14 +114,14 @@ def load_experiment(path: Path, rederive: bool = True) -> Experiment:
     if link != root:  # experiment.json, or a folder of its tree, standing for one elsewhere
         raise ParityError(f"{link}: {LINKED}")
     doc = _checked(path, "experiment", root)
-    from parity.experiments.derive import derived_problems  # reads trial and pair manifests, never a trace
-    from parity.stats import pair_problems, rps
+    from parity.stats import rps
 
     experiment = Experiment(path, doc)
     by_path: dict[Path, dict] = {}
     for case in doc["cases"]:
         trial_path = _linked(case["manifest"], path)
         by_path[trial_path] = experiment.trials[case["trial_id"]] = read_trial(trial_path)
+        _derived(trial_path, by_path[trial_path], derive)
     for ref in doc["pairs"]:
         pair_path = _linked(ref, path)
         pair = _checked(pair_path, "pair", root)
@@ -126,11 +134,9 @@ def load_experiment(path: Path, rederive: bool = True) -> Experiment:
         if rps(sides[0]) <= 0:  # a ratio over it is undefined (stats divides by it)
             raise ParityError(f"{_linked(pair['reference']['manifest'], pair_path)}: /timing/requests_per_s: 0, so "
                               f"the ratio of pair {pair_path} is undefined (no request completed after release)")
-        if rederive:
-            _derived(pair_path, pair, pair_problems)
+        _derived(pair_path, pair, derive)
         experiment.pairs.append((pair, *sides))
-    if rederive:
-        _derived(path, doc, derived_problems)
+    _derived(path, doc, derive)
     return experiment
 
 
@@ -143,11 +149,11 @@ def find_experiments(results: Path) -> list[Path]:
     return found
 
 
-def load_experiments(paths: list[Path], rederive: bool = True) -> dict[str, Experiment]:
+def load_experiments(paths: list[Path], derive: Derive | None = None) -> dict[str, Experiment]:
     """Experiments by name; two manifests of the same experiment are ambiguous and refused."""
     out: dict[str, Experiment] = {}
     for path in paths:
-        experiment = load_experiment(path, rederive)
+        experiment = load_experiment(path, derive)
         if experiment.name in out:
             raise ParityError(f"two {experiment.name} experiments: {out[experiment.name].path} and {experiment.path}")
         out[experiment.name] = experiment
