@@ -128,6 +128,18 @@ def test_a_backend_file_that_is_a_named_pipe_is_refused_never_waited_on(tmp_path
         Backend.parse(str(tmp_path / "backend.yaml"))
 
 
+def test_a_backends_missing_simulator_file_is_refused_before_anything_runs(tmp_path, small_reuse_trace):
+    """An outside tester's, 2026-12-06: a sim_params file missing (or a folder, or not YAML) was read only by each
+    started shard, leaving a half-written --out and a two-line error."""
+    out = tmp_path / "o"
+    result = CliRunner().invoke(main, ["experiment", "run", "offline-limit", "--trace", str(small_reuse_trace),
+                                       "--backend", json.dumps({"engine": "sim", "sim_params": str(tmp_path / "nope.yaml")}),
+                                       "--out", str(out)])
+    assert result.exit_code == 1 and result.output.strip().splitlines() == [
+        f"Error: simulator parameters not found: {tmp_path / 'nope.yaml'}"]
+    assert not out.exists()
+
+
 def test_mlperf_run_takes_the_backend_or_the_flags_not_both(tmp_path):
     dataset = tmp_path / "d.json"
     dataset.write_text("[]")

@@ -60,6 +60,11 @@ class Backend:
         for key in ("sim_params", "flame_bin_dir"):  # Flame workers run in their own directories
             if values.get(key):
                 values[key] = str(Path(values[key]).resolve())
+        if values.get("engine", cls.engine) == "sim" and values.get("sim_params"):  # read now, in one line: each
+            # shard read it only once started, leaving a half-written --out (an outside tester's, 2026-12-06)
+            from parity.engine.sim import SimParams
+
+            SimParams.load(Path(values["sim_params"]))
         if values.get("model") and Path(values["model"]).is_dir():  # a local model folder, not a Hub id
             values["model"] = str(Path(values["model"]).resolve())
         return cls(**values)  # every value already checked against the schema

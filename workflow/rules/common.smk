@@ -183,7 +183,8 @@ def _check_references():
         raise WorkflowError(f"mooncake.name: {MOONCAKE_NAME!r} is already in traces or bench.traces; "
                             "give it another name")
     if MOONCAKE_NAME is not None and not os.path.isfile(MOONCAKE["file"]):  # else Snakemake's rule `trace` is tried
-        what = "a folder, not a file" if os.path.isdir(MOONCAKE["file"]) else "no such file"
+        what = ("a folder, not a file" if os.path.isdir(MOONCAKE["file"]) else
+                "not a regular file" if os.path.exists(MOONCAKE["file"]) else "no such file")
         raise WorkflowError(f"mooncake.file: {what}: {MOONCAKE['file']}")
     shifts = len(config["warmup_shifts"])
     if MOONCAKE_NAME is not None:  # parity trace-mooncake makes TraceSpec's warm-up variants (its rule names no shifts)
@@ -195,7 +196,8 @@ def _check_references():
                             f"{shifts} warm-up variant(s) (one per warmup_shifts entry"
                             f"{'; a Mooncake trace: two' if MOONCAKE_NAME is not None else ''})")
     if backend["engine"] == "sim" and backend.get("sim_params") and not os.path.isfile(backend["sim_params"]):
-        raise WorkflowError(f"backend.sim_params: no such file: {backend['sim_params']}")
+        what = "not a regular file" if os.path.exists(backend["sim_params"]) else "no such file"
+        raise WorkflowError(f"backend.sim_params: {what}: {backend['sim_params']}")
     if MODEL_CONFIG is not None:
         if not backend.get("model") or backend.get("load_format") != "dummy":
             raise WorkflowError("inputs.model_config makes a model folder of a config.json alone: it needs "
