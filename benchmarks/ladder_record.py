@@ -22,7 +22,6 @@ import json
 import math
 import os
 import re
-import stat
 import statistics
 import sys
 from pathlib import Path
@@ -31,7 +30,7 @@ from parity import tarball
 from parity.checks import timing_mismatch
 from parity.experiments.derive import admitted_against
 from parity.latency import paired_ttft_delta, summarize
-from parity.manifest import strict_loads
+from parity.manifest import ManifestError, read_regular, strict_loads
 from parity.stats import rps
 
 SIDES = ("flame", "vllm")
@@ -166,24 +165,16 @@ def _parsed(raw: bytes):
 
 
 def _read_regular(path: Path, follow: bool = True) -> bytes:
-    """The bytes of the regular file at `path` (unless `follow`, never through a symbolic link); ValueError, one
-    line, for anything else. Opened without blocking and checked on the open file, so a FIFO is refused, never
-    waited on."""
+    """The bytes of the regular file at `path` (parity.manifest.read_regular: never a FIFO waited on; unless
+    `follow`, never through a symbolic link); ValueError, one line, for anything else."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | (0 if follow else os.O_NOFOLLOW))
+        return read_regular(path, follow)
+    except (ManifestError, IsADirectoryError):
+        raise ValueError("not a regular file (a folder, pipe or device)") from None
     except OSError as e:
         if e.errno == errno.ELOOP and not follow:
             raise ValueError("not a regular file (a symbolic link)") from None
         raise ValueError(f"not readable ({e.strerror})") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise ValueError("not a regular file (a folder, pipe or device)")
-        with open(fd, "rb", closefd=False) as f:
-            return f.read()
-    except OSError as e:
-        raise ValueError(f"not readable ({e.strerror})") from None
-    finally:
-        os.close(fd)
 
 
 class Unreadable(ValueError):

@@ -234,11 +234,11 @@ def strict_loads(text: str):
     return loads(text, parse_constant=_reject_constant, parse_float=_finite_float, object_pairs_hook=_unique_keys)
 
 
-def read_regular(path: Path) -> bytes:
-    """The bytes of the regular file at `path`, opened without blocking and checked on the open file, so a named
-    pipe or a device is refused (ManifestError), never waited on (an outside tester's FIFO hung `check` and
-    `validate`, 2026-12-06)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+def read_regular(path: Path, follow: bool = True) -> bytes:
+    """The bytes of the regular file at `path` (unless `follow`, never through a symbolic link: ELOOP), opened
+    without blocking and checked on the open file, so a named pipe or a device is refused (ManifestError), never
+    waited on (an outside tester's FIFO hung `check` and `validate`, 2026-12-06)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW))
     try:
         mode = os.fstat(fd).st_mode
         if stat.S_ISDIR(mode):
