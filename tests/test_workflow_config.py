@@ -79,12 +79,13 @@ def test_what_an_experiments_job_would_refuse_is_refused_from_the_config_alone(c
     """An outside tester's, 2026-12-06: each of these passed `snakemake -n` and was refused by the sustained job
     only when it ran (a restart's shard after trials ran); the workflow checks each experiment this way at parse
     time (common.smk), on its traces' names and request counts alone."""
+    from parity.backend import Backend
     from parity.errors import ParityError
     from parity.experiments.plan import check_experiment
 
     settings, backend = smoke_sustained(lambda s, b: None)
-    check_experiment("sustained", settings, {"reuse-32": 32}, backend)  # the profile's own: no refusal
+    check_experiment("sustained", settings, {"reuse-32": 32}, Backend.from_dict(backend))  # the profile's own
     settings, backend = smoke_sustained(change)
     with pytest.raises(ParityError) as refused:
-        check_experiment("sustained", settings, {"reuse-32": 32}, backend)
+        check_experiment("sustained", settings, {"reuse-32": 32}, Backend.from_dict(backend))
     assert said in str(refused.value) and "\n" not in str(refused.value)

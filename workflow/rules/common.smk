@@ -265,16 +265,21 @@ def _refuse_what_jobs_would():
     trials ran (an outside tester, 2026-12-06). One line, naming the experiment."""
     from types import SimpleNamespace
 
+    from parity.backend import Backend
     from parity.errors import ParityError
     from parity.experiments.plan import check_experiment
 
+    try:
+        engine = Backend.from_dict(config["backend"])  # once: it reads the simulator's file
+    except ParityError as exc:
+        raise WorkflowError(f"backend: {str(exc).removeprefix('backend: ')}") from None
     requests = {name: spec["documents"] * spec["questions"] * spec.get("blocks", 1) for name, spec in TRACE_SPECS.items()}
     for name in EXPERIMENTS:
         wildcards = SimpleNamespace(experiment=name)
         names = [Path(path).stem for path in experiment_traces(wildcards)]
         try:  # a Mooncake trace's requests are its file's: one at least
             check_experiment(name, json.loads(experiment_settings(wildcards)),
-                             {trace: requests.get(trace, 1) for trace in names}, config["backend"])
+                             {trace: requests.get(trace, 1) for trace in names}, engine)
         except ParityError as exc:
             raise WorkflowError(f"experiments.{name}: {str(exc).removeprefix(f'{name}: ')}") from None
 

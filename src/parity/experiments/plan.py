@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Callable, NamedTuple
 
 from parity.admission import BoundedSettings
+from parity.backend import Backend
 from parity.routing import RouterSettings
 from parity.errors import ParityError
 from parity.experiments.settings import (AdmissionSettings, Answers, Arrivals, ConfirmationSettings, Evict, ExtraPair,
@@ -540,21 +541,18 @@ def for_experiment(name: str, traces: list[Path], settings: dict) -> list[Case]:
     return EXPERIMENTS[name].plan(traces, typed)
 
 
-def check_experiment(name: str, settings: dict, requests: dict[str, int], backend: dict) -> None:
+def check_experiment(name: str, settings: dict, requests: dict[str, int], engine: Backend) -> None:
     """What experiment `name`'s job would refuse of its settings, said before any job runs (the job says it hours
     into a GPU run, some of it after trials ran; an outside tester, 2026-12-06): its typed settings, its plan on
     its traces' names alone (their files are made by jobs), each paced case's rate and span (`requests`: each trace's
     requests, or a count it has at least), a restart's shard among a path's shards and each case's answers within
-    the engine's context. ParityError, one line."""
-    from parity.backend import Backend
-
+    the engine's context (`engine`: the backend, read once for every experiment). ParityError, one line."""
     typed = settings_of(name, settings)
     if not runs_cases(name):
         return
     counts = {Path(f"{trace}.json"): count for trace, count in requests.items()}  # the plan knows a trace by its stem
     cases = for_experiment(name, list(counts), settings)
     paced_span_s(cases, counts)
-    engine = Backend.from_dict(backend)
     gpus = 2 if list(engine.gpus) == ["auto"] else len(engine.gpus)  # auto: at most two (Backend.gpu_uuids)
     shards = min(getattr(typed, "shards", None) or gpus, gpus)  # a path's: one per GPU (the runner's)
     context = engine.args().max_model_len
