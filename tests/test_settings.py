@@ -89,13 +89,24 @@ def test_settings_built_directly_are_checked_as_from_dict_checks_them(build, nam
 @pytest.mark.parametrize("values, named", [
     ({"gpus": "sim-0"}, "gpus"), ({"engine": "vllm-sync"}, "engine"), ({"warmup_rounds": -1}, "warmup_rounds"),
     ({"gpu": ["sim-0"]}, "gpu"), ({"engine_args": []}, "engine_args"),
-    ({"startup_timeout_s": float("nan")}, "startup_timeout_s must be a finite number"),  # an outside tester's:
-    ({"startup_timeout_s": float("inf")}, "startup_timeout_s must be a finite number"),  # a NaN waited for ever
+    ({"startup_timeout_s": float("nan")}, "startup_timeout_s: must be a finite number"),  # an outside tester's:
+    ({"startup_timeout_s": float("inf")}, "startup_timeout_s: must be a finite number"),  # a NaN waited for ever
 ])
 def test_a_bad_backend_is_refused_by_name(values, named):
     with pytest.raises(ParityError) as error:
         Backend.from_dict(values)
     assert named in str(error.value)
+
+
+@pytest.mark.parametrize("settings, named", [
+    ({"rates": [4], "bounded": {"orphan_s": float("nan")}}, "sustained bounded.orphan_s: must be a finite number, got nan"),
+    ({"rates": {"reuse-640": [4.0, float("inf")]}}, "sustained rates.reuse-640[1]: must be a finite number, got inf"),
+])
+def test_a_non_finite_experiment_setting_is_refused_by_its_path(settings, named):
+    """The schema passes NaN and infinity (no minimum fails for NaN); the one check every route shares says the key."""
+    with pytest.raises(ParityError) as error:
+        check_experiment_settings("sustained", settings)
+    assert str(error.value) == named
 
 
 @pytest.mark.parametrize("settings", ['{"flame": {"batch_limt": 64}}', '{"repeats": "x"}', '[1]', 'not json'])

@@ -7,6 +7,7 @@ misspelt key, a wrong type or an out-of-range value is refused with its name, wh
 
 from __future__ import annotations
 
+import math
 from functools import lru_cache
 from pathlib import Path
 
@@ -44,10 +45,31 @@ def _message(error, what: str) -> str:
 
 
 def check(part: dict, values, what: str) -> None:
-    """ParityError naming the first problem (by key path) if `values` does not fit `part` of the schema."""
+    """ParityError naming the first problem (by key path) if `values` does not fit `part` of the schema, or holds
+    a number that is not finite (a schema's minimum passes NaN: a NaN startup_timeout_s waited for ever)."""
     errors = sorted(_validator(part).iter_errors(values), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     if errors:
         raise ParityError(first_problem([_message(error, what) for error in errors]))
+    where = not_finite(values)
+    if where is not None:
+        raise ParityError(f"{what}{f' {where[0]}' if where[0] else ''}: must be a finite number, got {where[1]!r}")
+
+
+def not_finite(value, path: str = "") -> tuple[str, float] | None:
+    """The key path and value of the first float in `value` that is NaN or infinite (None: none is): what the
+    schema cannot say, since YAML's .nan and .inf are numbers to it and no setting means either."""
+    if isinstance(value, float):
+        return None if math.isfinite(value) else (path, value)
+    if isinstance(value, dict):
+        children = ((f"{path}.{key}" if path else str(key), child) for key, child in value.items())
+    elif isinstance(value, list):
+        children = ((f"{path}[{at}]", child) for at, child in enumerate(value))
+    else:
+        return None
+    for where, child in children:
+        if (found := not_finite(child, where)) is not None:
+            return found
+    return None
 
 
 def experiment_names() -> list[str]:

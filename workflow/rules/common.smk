@@ -4,7 +4,6 @@
 # stops the run with its name before any job starts, and no profile falls back to another's values.
 import json
 import logging
-import math
 import os
 import shlex
 import shutil
@@ -70,17 +69,12 @@ _validated(config)
 
 
 def _refuse_non_finite(config):
-    """What the schema cannot say: YAML's .nan and .inf are numbers to it (no minimum or maximum fails for NaN), and
-    no setting means either; a WorkflowError names the key, before any job starts."""
-    left = [("", config)]
-    while left:
-        key, value = left.pop()
-        if isinstance(value, float) and not math.isfinite(value):
-            raise WorkflowError(f"{key}: must be a finite number, got {value!r}")
-        if isinstance(value, dict):
-            left += [(f"{key}.{name}" if key else str(name), child) for name, child in value.items()]
-        elif isinstance(value, list):
-            left += [(f"{key}[{at}]", child) for at, child in enumerate(value)]
+    """What the schema cannot say (parity.workflow_config.not_finite): a WorkflowError names the key, before any job
+    starts."""
+    from parity.workflow_config import not_finite
+
+    if (found := not_finite(config)) is not None:
+        raise WorkflowError(f"{found[0]}: must be a finite number, got {found[1]!r}")
 
 
 _refuse_non_finite(config)
