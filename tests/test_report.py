@@ -927,3 +927,14 @@ def test_an_archived_ladder_whose_settings_name_a_trace_that_ran_no_trial_is_rep
         tar.extractall(tmp_path, filter="data")
     experiment = load_experiment(tmp_path / "results" / "host" / "sustained", derive=problems)
     assert experiment.doc["settings"]["rates"] == {"hot-640": [], "reuse-640": []} and len(experiment.cases) == 6
+
+
+def test_the_final_table_names_the_flame_configuration_it_counted(tmp_path):
+    """A profile's confirmation `flame` changes what the final table counts as the final configuration (an outside
+    tester's, 2026-12-06): the table says which configuration its pairs ran."""
+    experiment = load_experiment(_express3(tmp_path))
+    table, _ = tables.final_throughput(experiment, None, load_reference(REFERENCE))
+    label = tables.flame_of(experiment.doc["settings"].get("flame")).label
+    assert [n for n in table.notes if n.startswith("Flame configuration of these pairs")] == [
+        f"Flame configuration of these pairs (the confirmation's `flame` settings): {label}; config/experiments.yaml "
+        "holds the study's final configuration, which a profile's `flame` changes for this table too."]
