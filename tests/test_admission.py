@@ -255,7 +255,9 @@ def test_a_lightly_loaded_shard_learns_its_latency_not_a_slower_rate():
 
 @pytest.mark.parametrize("values, message", [
     ({"headroom": 0}, "admission setting headroom must be above 0, got 0"),
-    ({"seed_tokens_per_s": -1}, "admission setting seed_tokens_per_s must be above 0, got -1"),
+    ({"seed_tokens_per_s": -1}, "admission setting seed_tokens_per_s must be at least 1 token a second, got -1"),
+    ({"seed_tokens_per_s": 1e-300},  # an outsider's: the fit's ridge prior underflowed to 0 after the trials ran
+     "admission setting seed_tokens_per_s must be at least 1 token a second, got 1e-300"),
     ({"sample_s": 0.5}, "unknown admission setting(s) sample_s: known are"),
     ({"alpha": 1.5}, "admission setting alpha must be in (0, 1], got 1.5"),
     ({"retries": -1}, "admission setting retries must be 0 or more, got -1"),

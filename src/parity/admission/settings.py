@@ -47,9 +47,12 @@ class BoundedSettings(Settings):
         return NormalDist().inv_cdf(self.quantile) if self.quantile else 0.0
 
     def check(self):
-        for name in ("headroom", "seed_tokens_per_s"):
-            if getattr(self, name) <= 0:
-                raise ParityError(f"admission setting {name} must be above 0, got {getattr(self, name)!r}")
+        if self.headroom <= 0:
+            raise ParityError(f"admission setting headroom must be above 0, got {self.headroom!r}")
+        if self.seed_tokens_per_s < 1:  # a rate far under a token a second made the fit's ridge prior 0 (an outsider's
+            # 1e-300: a ZeroDivisionError once the trials had run)
+            raise ParityError(f"admission setting seed_tokens_per_s must be at least 1 token a second, "
+                              f"got {self.seed_tokens_per_s!r}")
         if self.cold_sd_s < 0:
             raise ParityError(f"admission setting cold_sd_s must be 0 or more, got {self.cold_sd_s!r}")
         if not 0 <= self.orphan_s < inf:
