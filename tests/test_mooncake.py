@@ -400,3 +400,16 @@ def test_a_full_disk_part_way_leaves_no_half_trace(tmp_path, monkeypatch):
     assert run.exit_code == 1 and "no space left" in run.output
     assert sorted(p.name for p in again.iterdir()) == ["other.txt", "t.replay.json", "t.warmup1.tokens",
                                                       "t.warmup2.tokens"]  # the earlier trace's, now unnamed
+
+
+@pytest.mark.parametrize("vocab, says", [
+    (509, "warmup shift 2027 reproduces a first cache block of warmup shift 1009"),  # 2027 - 1009 = 2 x 509
+    (1009, "warmup shift 1009 is a multiple of the 1009 ordinary token IDs"),
+])
+def test_warmup_rounds_that_would_repeat_a_round_or_the_burst_are_refused_before_anything_is_written(tmp_path, vocab,
+                                                                                                       says):
+    """Two shifts a multiple of a small vocabulary apart wrote one warm-up round twice, so the second hit the cache
+    the first had filled (an outsider's, 2026-12-07); `parity trace` refused it already: both check alike now."""
+    with pytest.raises(ParityError, match=says):
+        convert(write(tmp_path / "t.jsonl", ROWS), tmp_path / "out", vocab_size=vocab)
+    assert not (tmp_path / "out").exists()

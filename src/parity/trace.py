@@ -419,7 +419,7 @@ def build_trace(spec: TraceSpec, corpus: Path, tokenizer_dir: Path, out_dir: Pat
             asked_as += [(f"{rid}-b{block}", d + block * spec.documents, q) for (rid, d, q), _ in first]
             prompts += [shift.apply(p, block * BLOCK_SHIFT) for _, p in first]
     variants = [[shift.apply(p, s) for p in prompts] for s in spec.warmup_shifts]
-    _check_unseen(prompts, variants, spec.warmup_shifts, shift.period, len(order) if spec.blocks > 1 else None)
+    check_unseen(prompts, variants, spec.warmup_shifts, shift.period, len(order) if spec.blocks > 1 else None)
     order = [rid for rid, _, _ in asked_as]
     requests = [{"id": rid, "position": pos, "document": d, "question": q,
                  "tokens": int(prompt.size), "sha256": token_sha256(prompt)}
@@ -466,7 +466,7 @@ def build_trace(spec: TraceSpec, corpus: Path, tokenizer_dir: Path, out_dir: Pat
     return manifest_path
 
 
-def _check_unseen(prompts, variants, shifts, period, block_size: int | None = None) -> None:
+def check_unseen(prompts, variants, shifts, period, block_size: int | None = None) -> None:
     """Every warmup prompt's first cache block differs from every measured and other-round one; with blocks of
     `block_size` measured prompts (BLOCK_SHIFT), every block's from every other block's."""
     seen = {}
