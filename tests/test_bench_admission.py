@@ -27,6 +27,8 @@ def test_the_command_prints_a_line_per_setting_and_saves_json(tmp_path):
     result = CliRunner().invoke(main, ["bench", "admission", "--requests", "32", "--repeats", "1", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert result.output.count("us/request; router") == 2 and "ratio" in result.output
+    assert result.stdout.count("us/request; router") == 2  # the result on stdout, as every bench's (an outsider's:
+    # it went to stderr, so `> result.txt` kept nothing)
     assert len(json.loads(out.read_text())["rows"]) == 2
 
 

@@ -93,8 +93,10 @@ def test_out_naming_an_input_is_one_line_and_the_input_survives(tmp_path):
     (tmp_path / "link.json").symlink_to(run)
     for out in (run, tmp_path / "link.json", tmp_path / "tok" / ".." / "run.json"):
         line = one_error_line(invoke("mlperf", "compare", "--standalone", run, "--flame", flame, "--out", out))
-        assert line == f"Error: --out {out} is the command's input --standalone {run}: give an --out apart from " \
-                       f"the inputs"
+        assert line == (f"Error: {out}: a link, which the command would replace by a file: give the path of a "
+                        "file, or of none yet" if out.is_symlink() else
+                        f"Error: --out {out} is the command's input --standalone {run}: give an --out apart from "
+                        f"the inputs")
     line = one_error_line(invoke("mlperf", "smoke-dataset", "--tokenizer", tokenizer, "--out",
                                  tokenizer / "tokenizer.json"))
     assert line.startswith(f"Error: --out {tokenizer / 'tokenizer.json'} lies in the command's input --tokenizer ")
@@ -540,3 +542,59 @@ def test_a_read_that_fails_on_the_device_is_one_line(tmp_path, monkeypatch):
     monkeypatch.setattr(trace_mooncake, "utf8_line", failing)
     line = one_error_line(invoke("bench", "routing", "--trace-file", tmp_path / "t.jsonl"))
     assert line == f"Error: {tmp_path / 't.jsonl'}: input/output error (a failing disk or network file system)"
+
+
+def test_a_bench_out_that_is_its_own_input_is_refused_and_the_input_kept(tmp_path):
+    """`bench routing --out` over its --trace-file, `bench schedule --out` over its --config: the input was replaced
+    by the result (an outsider's, 2026-12-07); refused before any work, as `trace` and `fetch` refuse it."""
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [1, 2]}) + "\n")
+    config = tmp_path / "experiments.yaml"
+    config.write_text("experiments: {}\n")
+    for args, given in ((["bench", "routing", "--trace-file", trace, "--out", trace], trace),
+                        (["bench", "schedule", "--requests", 10, "--rate", 5, "--config", config, "--out", config],
+                         config)):
+        before = given.read_bytes()
+        line = one_error_line(invoke(*args))
+        assert f"is the command's input" in line and str(given) in line
+        assert given.read_bytes() == before
+
+
+@pytest.mark.parametrize("kind", ["link", "device"])
+def test_an_out_file_that_is_a_link_or_a_device_is_refused_not_replaced(tmp_path, kind):
+    """The result was written beside the --out and renamed over it: a link to /dev/stdout, or a device, became a
+    plain file (an outsider's, 2026-12-07)."""
+    out = tmp_path / "out.json"
+    if kind == "link":
+        out.symlink_to(tmp_path / "elsewhere.json")
+    else:
+        os.mkfifo(out)  # a file that is not a regular one, made without root
+    line = one_error_line(invoke("bench", "admission", "--requests", 4, "--repeats", 1, "--out", out))
+    assert line == (f"Error: {out}: {'a link' if kind == 'link' else 'not a regular file'}, "
+                    "which the command would replace by a file: give the path of a file, or of none yet")
+    assert out.is_symlink() if kind == "link" else not out.is_file()
+
+
+def test_a_loop_of_links_as_an_out_or_input_is_one_line(tmp_path):
+    """Path.resolve raised RuntimeError on a loop (Python 3.11): a traceback from the --out check (an outsider's)."""
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    trace = tmp_path / "t.jsonl"
+    trace.write_text(json.dumps({"timestamp": 0, "input_length": 600, "output_length": 4, "hash_ids": [1, 2]}) + "\n")
+    line = one_error_line(invoke("trace-mooncake", trace, "--out", tmp_path / "out", "--tokenizer", tmp_path / "a"))
+    assert "too many levels of symbolic links" in line and str(tmp_path / "a") in line
+
+
+def test_a_backend_or_simulator_file_that_is_a_loop_of_links_is_named_as_one_not_as_missing(tmp_path):
+    """`--backend LOOP` said "no such file" and `--sim-params LOOP` "not found" (an outsider's, 2026-12-07)."""
+    from parity.backend import Backend
+    from parity.engine.sim import SimParams
+    from parity.errors import ParityError
+
+    (tmp_path / "a").symlink_to(tmp_path / "b")
+    (tmp_path / "b").symlink_to(tmp_path / "a")
+    loop = tmp_path / "a"
+    with pytest.raises(ParityError, match="a link to nothing"):
+        Backend.parse(str(loop))
+    with pytest.raises(ParityError, match="a link to nothing"):
+        SimParams.load(loop)

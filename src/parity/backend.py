@@ -75,6 +75,9 @@ class Backend:
             values = parse_yaml(read_regular(path).decode("utf-8")) if as_file else loads(text)
         except (OSError, ValueError) as exc:  # ValueError: bad JSON or YAML, and UnicodeDecodeError
             if not as_file and not text.lstrip().startswith(("{", "[")):  # a file's name, not JSON text
+                if path.is_symlink():  # there, but naming nothing: not "no such file" (an outsider's)
+                    raise ParityError(f"backend: {text}: a link to nothing (a dangling link, or a loop of links)") \
+                        from None
                 raise ParityError(f"backend: {text}: no such file (give a JSON or YAML file, or a JSON object)") from None
             named = f" {text}:" if as_file else ""
             raise ParityError(f"backend:{named} neither JSON nor a readable YAML file ({one_line(str(exc))})") from None

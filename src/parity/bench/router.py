@@ -123,7 +123,7 @@ def summary_lines(result: dict) -> list[str]:
                      f"   {'meets ' if r['meets_target'] else 'MISSES'}"
                      f"   {r['own_p50_us']:>11.2f} {r['own_p99_us']:>6.2f}")
     lines.append(f"{'hash once':<12} {h['p50_us']:>8.2f} {h['p99_us']:>8.2f} {h['mean_us']:>8.2f}   (the first "
-                 f"{DEPTH_TOKENS:,} tokens, sticky's identities; raw SHA-256 of them: p50 "
+                 f"{min(DEPTH_TOKENS, result['prompt_tokens']):,} tokens, sticky's identities; raw SHA-256 of them: p50 "
                  f"{result['raw_sha256']['p50_us']:.2f} us)")
     c = result["chain"]
     lines.append(f"{'prefix chain':<12} {c['p50_us']:>8.2f} {c['p99_us']:>8.2f} {c['mean_us']:>8.2f}   (the prefix "

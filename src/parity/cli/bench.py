@@ -38,6 +38,7 @@ def bench():
 @options.workflow_config
 @options.json_out
 @friendly_errors
+@options.out_apart_from("config_files")
 def bench_schedule(rate, requests, kind, burstiness, seed, config_files, out):
     """The load generator's own lag (actual minus scheduled send) with nothing behind it, for both senders,
     against the 1 ms p99 target; and the schedule's rate and burstiness as generated."""
@@ -66,6 +67,7 @@ def bench_schedule(rate, requests, kind, burstiness, seed, config_files, out):
 @options.workflow_config
 @options.out_dir()
 @friendly_errors
+@options.out_apart_from("sim_params", "config_files", out="out_dir", writes=lambda kw: [kw["out_dir"] / "startup.json"])
 def bench_startup(engine, cluster, flame_bin_dir, gpu, repeats, sim_params, model, load_format, engine_args,
                   network, config_files, out_dir):
     """Startup cost of each path: process start to the first served request, run 1 cold, later runs warm;
@@ -107,6 +109,7 @@ def bench_startup(engine, cluster, flame_bin_dir, gpu, repeats, sim_params, mode
               help="The cluster's logs and receipt (default: a folder beside --out, else ./bench-harvest).")
 @options.json_out
 @friendly_errors
+@options.out_apart_from("sim_params")
 def bench_harvest(cluster, flame_bin_dir, tasks, rotate_tasks, holds_ms, round_trips, express, warmup, rate, requests,
                   repeats, samples, sim_params, work_dir, out):
     """The harvest mode's costs on Flame's task path, on the CPU (simulated engine): the empty-task round trip,

@@ -17,6 +17,7 @@ from parity.errors import ParityError
 
 MAX_SHARDS = 4096  # far past any node's GPUs: a bench of more only measures its own lists
 MAX_TOKENS = 2**26  # the router bench's prompts, all requests together: 256 MiB of token IDs
+MAX_ADMISSION_REQUESTS = 2**14  # the admission bench's requests (an outsider's 100,000 ran out of memory)
 
 
 @bench.command("router")
@@ -47,9 +48,12 @@ def bench_router(num_requests, prompt_tokens, shards, repeats, collect, as_json)
 
 
 @bench.command("admission")
-@click.option("--requests", "num_requests", default=2048, show_default=True, type=click.IntRange(min=4))
-@click.option("--load", default=1.5, show_default=True, type=options.Finite(min=0, min_open=True),
-              help="Offered work over what the simulated engines serve (above 1: some requests are refused).")
+@click.option("--requests", "num_requests", default=2048, show_default=True,
+              type=click.IntRange(min=4, max=MAX_ADMISSION_REQUESTS),  # ~37 KB each: 16,384 hold about 600 MB
+              help="Requests routed and admitted (each an 8,000-token prompt held in memory).")
+@click.option("--load", default=1.5, show_default=True, type=options.Finite(min=0.01, max=100),
+              help="Offered work over what the simulated engines serve (above 1: some requests are refused; "
+                   "far outside 0.01-100 the simulated clock's gaps lose the prefill times to rounding).")
 @options.repeats(3)
 @options.json_out
 @friendly_errors
@@ -61,7 +65,7 @@ def bench_admission(num_requests, load, repeats, out):
     result = admission.run(num_requests=num_requests, load=load, repeats=repeats)
     save(out, result)
     for line in admission.summary_lines(result):
-        echo(line)
+        click.echo(line)  # the result, on stdout (progress goes to stderr)
 
 
 @bench.command("routing")
@@ -86,6 +90,7 @@ def bench_admission(num_requests, load, repeats, out):
                    "first case, one line each.")
 @options.json_out
 @friendly_errors
+@options.out_apart_from("sim_params", "trace_file")
 def bench_routing(only, quick, cases, sim_params, trace_file, trace_limit, shards, explain, out):
     """Routers on traffic the study did not send (simulated): the prefix router against alternating, the
     study's sticky router and a hindsight placement, per workload family; and its cost per request."""

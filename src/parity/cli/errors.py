@@ -45,6 +45,10 @@ def writable_file(path: Path) -> None:
     ran: not a folder, and no file where a folder of its path belongs (missing folders are made later)."""
     if path.is_dir():
         raise ParityError(f"{path}: {ENVIRONMENT_ERRORS[errno.EISDIR]}")
+    if path.is_symlink() or (path.exists() and not path.is_file()):  # the file is written beside it and renamed
+        # over it: a link (to /dev/stdout, say) or a device would be replaced by a plain file (an outsider's)
+        raise ParityError(f"{path}: {'a link' if path.is_symlink() else 'not a regular file'}, which the command "
+                          "would replace by a file: give the path of a file, or of none yet")
     _takes_files(path.parent)
 
 
@@ -72,16 +76,24 @@ def not_an_input(out: Path, inputs: dict[str, Path | None], folder: bool = False
 
 def _input_at(out: Path, inputs: dict[str, Path | None], folder: bool) -> tuple[str, str, Path] | None:
     """How `out` meets an input (is it, holds it, lies in it) and which: (how, option, path); None if apart."""
-    target = out.resolve()
+    target = _resolved(out)
     for option, given in inputs.items():
         if given is None:
             continue
-        source = given.resolve()
+        source = _resolved(given)
         same = target == source or (out.exists() and given.exists() and os.path.samefile(out, given))
         inside = folder and target in source.parents
         if same or inside or (not source.is_file() and source in target.parents):
             return "is" if same else "holds" if inside else "lies in", option, given
     return None
+
+
+def _resolved(path: Path) -> Path:
+    """`path` with its links followed; a loop of links refused in one line (Python 3.11 raises RuntimeError)."""
+    try:
+        return path.resolve()
+    except RuntimeError:
+        raise ParityError(f"{path}: {ENVIRONMENT_ERRORS[errno.ELOOP]}") from None
 
 
 def writable_folder(path: Path) -> None:

@@ -222,8 +222,12 @@ def out_apart_from(*names: str, out: str = "out", writes=None):
         def wrapper(*args, **kwargs):
             if kwargs[out] is not None:
                 params = {p.name: p for p in click.get_current_context().command.params}
-                inputs = {(params[n].opts[0] if isinstance(params[n], click.Option) else n.upper()): kwargs[n]
-                          for n in names}
+                inputs = {}
+                for n in names:  # an option given several times (--config) is each of its paths
+                    name = params[n].opts[0] if isinstance(params[n], click.Option) else n.upper()
+                    given = kwargs[n] if isinstance(kwargs[n], (tuple, list)) else [kwargs[n]]
+                    inputs |= {(name if len(given) == 1 else f"{name} #{at}"): (None if g is None else Path(g))
+                               for at, g in enumerate(given, start=1)}
                 errors.not_an_input(kwargs[out], inputs, option=params[out].opts[0],
                                     folder=writes is None and params[out].callback is out_folder,
                                     writes=writes(kwargs) if writes is not None else ())

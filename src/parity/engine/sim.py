@@ -78,7 +78,9 @@ class SimParams:
         """
         path = Path(path) if path else DEFAULT_PARAMS
         if not path.is_file():
-            raise ParityError(f"simulator parameters {'are not a regular file' if path.exists() else 'not found'}: {path}")
+            why = ("are not a regular file" if path.exists() else
+                   "are a link to nothing (a dangling link, or a loop of links)" if path.is_symlink() else "not found")
+            raise ParityError(f"simulator parameters {why}: {path}")
         try:
             data = yaml.safe_load(path.read_text(encoding="utf-8"))
         except yaml.MarkedYAMLError as exc:
