@@ -568,3 +568,23 @@ def test_a_config_files_quoted_strings_stay_strings(checkout):
     assert "results/smoke/traces/2024.json" in command
     (trace,) = [c for c in commands if c[:2] == ["parity", "trace"] and "2024" in c]
     assert trace[trace.index("--corpus-origin") + 1] == "1"
+
+
+@pytest.mark.parametrize("kind, said", [
+    ("fifo", "inputs.model_config: not a regular file: "), ("folder", "inputs.model_config: a folder, not a file: "),
+    ("text", "inputs.model_config: not a readable JSON file"), ("list", "a model's config.json is a JSON object"),
+])
+def test_a_model_config_that_is_no_json_file_is_refused_before_its_job(checkout, kind, said):
+    """An outsider's, 2026-12-07: a named pipe as inputs.model_config passed the dry run and hung the job that copies
+    it; a folder failed only in that job."""
+    path = checkout / "model-config"
+    if kind == "fifo":
+        os.mkfifo(path)
+    elif kind == "folder":
+        path.mkdir()
+    else:
+        path.write_text("not json" if kind == "text" else "[1]")
+    edit_config(checkout, "host", lambda doc: doc["inputs"].update(model_config=str(path)))
+    run = snakemake(checkout, "-n", "--workflow-profile", "host", "all")
+    log = run.stdout + run.stderr
+    assert run.returncode != 0 and said in log and len(log.splitlines()) < 12, log[-2000:]

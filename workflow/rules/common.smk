@@ -159,6 +159,15 @@ def _check_results_folder():
 _check_results_folder()
 
 
+def _refuse_unless_a_file(key, path):
+    """A WorkflowError naming `key` unless `path` is a regular file (a folder, a pipe, a device or nothing is
+    refused at parse time, not by the job that reads it)."""
+    if not os.path.isfile(path):
+        what = ("a folder, not a file" if os.path.isdir(path) else
+                "not a regular file" if os.path.exists(path) else "no such file")
+        raise WorkflowError(f"{key}: {what}: {path}")
+
+
 def _check_references():
     """What the schema cannot say: one key's value against another's; a WorkflowError names both."""
     backend = config["backend"]
@@ -176,10 +185,8 @@ def _check_references():
     if MOONCAKE_NAME in TRACE_SPECS:
         raise WorkflowError(f"mooncake.name: {MOONCAKE_NAME!r} is already in traces or bench.traces; "
                             "give it another name")
-    if MOONCAKE_NAME is not None and not os.path.isfile(MOONCAKE["file"]):  # else Snakemake's rule `trace` is tried
-        what = ("a folder, not a file" if os.path.isdir(MOONCAKE["file"]) else
-                "not a regular file" if os.path.exists(MOONCAKE["file"]) else "no such file")
-        raise WorkflowError(f"mooncake.file: {what}: {MOONCAKE['file']}")
+    if MOONCAKE_NAME is not None:  # else Snakemake's rule `trace` is tried
+        _refuse_unless_a_file("mooncake.file", MOONCAKE["file"])
     shifts = len(config["warmup_shifts"])
     if MOONCAKE_NAME is not None:  # parity trace-mooncake makes TraceSpec's warm-up variants (its rule names no shifts)
         from parity.trace import TraceSpec
@@ -189,10 +196,18 @@ def _check_references():
         raise WorkflowError(f"backend.warmup_rounds: {backend['warmup_rounds']} warm-up rounds, but each trace has "
                             f"{shifts} warm-up variant(s) (one per warmup_shifts entry"
                             f"{'; a Mooncake trace: two' if MOONCAKE_NAME is not None else ''})")
-    if backend["engine"] == "sim" and backend.get("sim_params") and not os.path.isfile(backend["sim_params"]):
-        what = "not a regular file" if os.path.exists(backend["sim_params"]) else "no such file"
-        raise WorkflowError(f"backend.sim_params: {what}: {backend['sim_params']}")
-    if MODEL_CONFIG is not None:
+    if backend["engine"] == "sim" and backend.get("sim_params"):
+        _refuse_unless_a_file("backend.sim_params", backend["sim_params"])
+    if MODEL_CONFIG is not None:  # copied by its job: a pipe there hung it, a folder failed in it (an outsider's)
+        _refuse_unless_a_file("inputs.model_config", MODEL_CONFIG)
+        from parity.manifest import strict_loads
+
+        try:
+            model = strict_loads(Path(MODEL_CONFIG).read_bytes())
+        except (OSError, ValueError) as exc:
+            raise WorkflowError(f"inputs.model_config: not a readable JSON file ({exc}): {MODEL_CONFIG}") from None
+        if not isinstance(model, dict):
+            raise WorkflowError(f"inputs.model_config: a model's config.json is a JSON object: {MODEL_CONFIG}")
         if not backend.get("model") or backend.get("load_format") != "dummy":
             raise WorkflowError("inputs.model_config makes a model folder of a config.json alone: it needs "
                                 "backend.model (the folder) and backend.load_format: dummy")
