@@ -199,3 +199,20 @@ def test_an_integer_past_64_bits_is_refused_by_name_before_anything_runs(build, 
     'int' into an index-sized integer), naming no key."""
     with pytest.raises(ParityError, match=named):
         build()
+
+
+def test_a_key_given_twice_is_refused_in_json_and_yaml_alike(tmp_path):
+    """Python's json and PyYAML keep the last of a key given twice, where a manifest's reader refuses it (an
+    outsider's, 2026-12-07: --backend '{"engine": "vllm", "engine": "sim"}' ran the simulator)."""
+    from parity.workflow_config import experiment_settings, parse_yaml
+
+    with pytest.raises(ParityError, match="duplicate key"):
+        Backend.parse('{"engine": "vllm", "engine": "sim"}')
+    backend = tmp_path / "backend.yaml"
+    backend.write_text("engine: sim\nengine: vllm\n")
+    with pytest.raises(ParityError, match="duplicate key 'engine' at line 2"):
+        Backend.parse(str(backend))
+    with pytest.raises(ParityError, match="duplicate key"):
+        experiment_settings("gc", '{"repeats": 1, "repeats": 2}')
+    merged = parse_yaml("base: &b {a: 1, b: 2}\nover: {<<: *b, a: 3}\n")  # a merge's keys may be overridden
+    assert merged["over"] == {"a": 3, "b": 2}

@@ -588,3 +588,16 @@ def test_a_model_config_that_is_no_json_file_is_refused_before_its_job(checkout,
     run = snakemake(checkout, "-n", "--workflow-profile", "host", "all")
     log = run.stdout + run.stderr
     assert run.returncode != 0 and said in log and len(log.splitlines()) < 12, log[-2000:]
+
+
+def test_a_key_given_twice_in_a_config_file_is_refused_before_any_job(checkout):
+    """Snakemake keeps the last of a key given twice: `engine: sim` then `engine: vllm` planned vLLM jobs on the smoke
+    profile without a word (an outsider's, 2026-12-07)."""
+    path = checkout / "config" / "smoke.yaml"
+    text = path.read_text()
+    assert "\n  engine: sim\n" in text
+    path.write_text(text.replace("\n  engine: sim\n", "\n  engine: sim\n  engine: vllm\n", 1))
+    run = snakemake(checkout, "-n", "--workflow-profile", "smoke", "all")
+    log = run.stdout + run.stderr
+    assert run.returncode != 0 and "config/smoke.yaml: not a config file parity reads (duplicate key 'engine' at " \
+        "line" in log and len(log.splitlines()) < 12, log[-2000:]

@@ -17,7 +17,7 @@ from pathlib import Path
 from parity.engine import EngineArgs
 from parity.errors import ParityError
 from parity.gpus import check as check_gpus
-from parity.manifest import loads, one_line, read_regular
+from parity.manifest import one_line, read_regular, strict_loads
 from parity.workflow_config import check_backend, parse_yaml
 
 
@@ -68,11 +68,11 @@ class Backend:
     @classmethod
     def parse(cls, text: str) -> "Backend":
         """From JSON text or a JSON/YAML file path (Snakemake passes the config's `backend` as JSON); anything
-        unreadable is refused in one line (`parse_yaml`, `parity.manifest.loads`)."""
+        unreadable is refused in one line (`parse_yaml`, `parity.manifest.strict_loads`: a key given twice too)."""
         path = Path(text)
         as_file = not text.lstrip().startswith("{") and _exists(path)
         try:
-            values = parse_yaml(read_regular(path).decode("utf-8")) if as_file else loads(text)
+            values = parse_yaml(read_regular(path).decode("utf-8")) if as_file else strict_loads(text)
         except (OSError, ValueError) as exc:  # ValueError: bad JSON or YAML, and UnicodeDecodeError
             if not as_file and not text.lstrip().startswith(("{", "[")):  # a file's name, not JSON text
                 if path.is_symlink():  # there, but naming nothing: not "no such file" (an outsider's)

@@ -86,10 +86,10 @@ def check_experiment_settings(name: str, settings) -> None:
 
 def experiment_settings(name: str, text: str) -> dict:
     """An experiment's settings from JSON text (`parity experiment run --settings`), checked by the schema."""
-    from parity.manifest import loads, one_line
+    from parity.manifest import one_line, strict_loads
 
     try:
-        settings = loads(text)
+        settings = strict_loads(text)  # a key given twice is refused, not read as its last value
     except ValueError as exc:
         raise ParityError(f"--settings is not JSON: {one_line(str(exc))}") from None
     if not isinstance(settings, dict):
@@ -102,16 +102,42 @@ def check_backend(values) -> None:
     check(schema()["$defs"]["backend"], values, "backend")
 
 
+@lru_cache(maxsize=1)
+def _unique_keys_loader():
+    """PyYAML's safe loader, refusing a key given twice in one mapping (it keeps the last silently, where strict JSON
+    refuses: an outsider's `engine: sim` then `engine: vllm` ran vLLM); keys a merge (`<<:`) brings may be
+    overridden, as YAML means them to be."""
+    import yaml
+
+    class Loader(yaml.SafeLoader):
+        def construct_mapping(self, node, deep=False):
+            if isinstance(node, yaml.MappingNode):
+                seen = set()
+                for key_node, _ in node.value:
+                    if key_node.tag == "tag:yaml.org,2002:merge":
+                        continue
+                    key = self.construct_object(key_node, deep=True)
+                    if isinstance(key, (str, int, float, bool)) or key is None:
+                        if key in seen:
+                            raise yaml.constructor.ConstructorError(None, None, f"duplicate key {key!r}",
+                                                                    key_node.start_mark)
+                        seen.add(key)
+            return super().construct_mapping(node, deep)
+
+    return Loader
+
+
 def parse_yaml(text: str):
-    """YAML text parsed (PyYAML's safe loader), every way it fails a ValueError of one line: PyYAML's own message
-    quotes the source with a caret under it, over several lines, so only what it found and where (line, column) are
-    kept; nesting past Python's recursion limit (a RecursionError in PyYAML) is said as such."""
+    """YAML text parsed (PyYAML's safe loader, a key given twice refused), every way it fails a ValueError of one
+    line: PyYAML's own message quotes the source with a caret under it, over several lines, so only what it found and
+    where (line, column) are kept; nesting past Python's recursion limit (a RecursionError in PyYAML) is said as
+    such."""
     import yaml
 
     from parity.manifest import one_line
 
     try:
-        return yaml.safe_load(text)
+        return yaml.load(text, Loader=_unique_keys_loader())
     except RecursionError:
         raise ValueError("nested more deeply than Python's YAML parser reads") from None
     except yaml.MarkedYAMLError as exc:
