@@ -358,6 +358,12 @@ def check(record_path: Path) -> list[str]:
                 f"{' '.join(str(e).split())})"]
     problems: list[str] = []
     said = lambda lines: problems.extend(f"{record_path.name}: {line}" for line in lines)  # noqa: E731
+    stated_sha = re.findall(r"\bsha256 ([0-9a-f]{64})\b", stated)  # the archive's hash, where the record states it
+    if stated_sha:
+        actual = hashlib.sha256(_read_regular(archive)).hexdigest()  # a repacked archive (its trials kept, other
+        # evidence edited: a GPU's name in gpu.txt) agreed by its trials alone (an outsider's, 2026-12-07)
+        if stated_sha[-1] != actual:
+            said([f"its archive {name} has sha256 {actual}, not the {stated_sha[-1]} it states"])
     if "experiment" in record:
         said(_experiment(record["experiment"], archive, files, trials))
     sections = {key: _entries(record, key, ident, said) for key, ident in

@@ -5,7 +5,9 @@ archived manifests."""
 import importlib.util
 import io
 import json
+import re
 import shutil
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -232,6 +234,8 @@ def test_the_experiment_manifest_a_record_names_is_checked_even_when_rehashed(tm
                 record["experiment"]["sha256"] = hashlib.sha256(data).hexdigest()  # re-hashed into the record
                 member.size = len(data)
             tar_out.addfile(member, io.BytesIO(data) if data is not None else None)
+    record["archive"] = re.sub(r"sha256 [0-9a-f]{64}", f"sha256 {hashlib.sha256(forged.read_bytes()).hexdigest()}",
+                               record["archive"])  # the archive re-hashed into the record too
     (tmp_path / name).write_text(json.dumps(record))
     problems = ladder_record.check(tmp_path / name)
     assert len(problems) == 1 and named in problems[0], problems
@@ -474,3 +478,23 @@ def test_derive_refuses_a_trial_whose_stated_rate_its_records_do_not_give(tmp_pa
     assert ladder_record.main(["derive", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "a trial whose timing is not what its records give" in err and len(err.splitlines()) == 1
+
+
+def test_a_repacked_archive_is_refused_where_the_record_states_its_hash(tmp_path):
+    """An archive repacked with its trials kept and other evidence edited (a GPU's name in a call's gpu.txt) agreed by
+    its trials alone (an outsider's, 2026-12-07): where the record states the archive's sha256, it is checked."""
+    name = "h100-ladder-2026-12-07-session37.json"
+    record, path = _copy(tmp_path, name)
+    path.write_text(json.dumps(record))
+    assert ladder_record.check(path) == []
+    archive = tmp_path / record["archive"].split(":")[0]
+    with tarfile.open(archive) as tar_in:
+        members = [(m, tar_in.extractfile(m).read() if m.isfile() else None) for m in tar_in.getmembers()]
+    with tarfile.open(archive, "w:xz") as tar_out:
+        for member, data in members:
+            if member.name.endswith("gpu.txt"):
+                data = data.replace(b"H100 80GB HBM3", b"H200")
+                member.size = len(data)
+            tar_out.addfile(member, io.BytesIO(data) if data is not None else None)
+    (problem,) = ladder_record.check(path)
+    assert problem.startswith(f"{name}: its archive {archive.name} has sha256 ") and "not the 89fc8c0c" in problem
