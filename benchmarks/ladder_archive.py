@@ -18,6 +18,7 @@ import contextlib
 import hashlib
 import io
 import lzma
+import os
 import sys
 import tarfile
 from pathlib import Path
@@ -43,6 +44,11 @@ def build(out: Path, experiment: str, calls: list[Path]) -> int:
         raise SystemExit(f"ladder_archive.py: {out} is a folder; name the archive to write")
     if any(out.resolve() == (call / name).resolve() for call in calls for name in CALL_FILES):
         raise SystemExit(f"ladder_archive.py: {out} is one of the calls' own files; write the archive elsewhere")
+    # a call is named by its folder as given, `.` and `..` made absolute first (device/./ and device/../ were
+    # members its own reader refused: an outsider's), links not followed (a call's link names it: call3 -> /tmp/...)
+    calls = [Path(os.path.abspath(call)) for call in calls]
+    if not all(call.name for call in calls):
+        raise SystemExit("ladder_archive.py: a call folder must have a name (not /): its facts go under device/<name>")
     named = [call.name for call in calls]
     if len(set(named)) < len(named):  # each call's facts go under device/<its name>: one would overwrite another's
         raise SystemExit(f"ladder_archive.py: two calls are named {min(n for n in named if named.count(n) > 1)}; "

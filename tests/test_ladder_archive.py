@@ -121,3 +121,18 @@ def test_a_damaged_call_archive_an_unwritable_output_or_two_calls_of_one_name_ar
     assert (call / "ladder.tgz").read_bytes() == whole and not (tmp_path / "new").exists()
     assert not [p for p in tmp_path.rglob("*.tar.xz*")]  # nothing written, nothing half written
     assert gzip.decompress(whole)  # the call's own archive is untouched
+
+
+def test_a_call_given_as_dot_or_dot_dot_is_named_by_its_folder(tmp_path):
+    """`..` as a call wrote members device/../cpu.txt, which the archive's own reader refuses, and `.` device//gpu.txt
+    (an outsider's, 2026-12-07): a call is named by its folder's own name."""
+    call = _call(tmp_path / "call5", {TRIALS + "a-vllm.json": "{}"}, 1_000)
+    (call / "sub").mkdir()
+    out = tmp_path / "a.tar.xz"
+    for given, cwd in ((".", call), ("..", call / "sub")):
+        done = subprocess.run([sys.executable, str(ROOT / "benchmarks/ladder_archive.py"), str(out), "confirmation",
+                               given], capture_output=True, text=True, timeout=60, cwd=cwd)
+        assert done.returncode == 0, done.stderr
+        with tarfile.open(out) as tar:
+            assert sorted(n for n in tar.getnames() if n.startswith("device/")) == [
+                "device/call5/cpu.txt", "device/call5/gpu.txt", "device/call5/workflow.txt"]
