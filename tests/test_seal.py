@@ -99,8 +99,8 @@ def test_sealing_again_links_what_a_rerun_added_and_the_cli_says_what_it_did(res
 
 def test_fetch_receipts_outside_the_tree_are_linked_as_its_inputs(results, tmp_path):
     receipt = tmp_path / "resources" / "model" / "fetch-receipt.json"
-    write_manifest(receipt, header("cleanup-receipt", simulated=False) | {  # any valid manifest stands in
-        "what": "stand-in", "processes": [], "ports_released": [], "gpus_released": [], "clean": True, "errors": []})
+    write_manifest(receipt, header("fetch-receipt", simulated=False) | {
+        "source": {"type": "url", "url": "https://example.org/stand-in"}, "files": [], "token_used": False})
     result = CliRunner().invoke(main, ["seal", str(results), "--input", str(receipt)])
     assert result.exit_code == 0, result.output
     doc = json.loads((results / seal.RUN_MANIFEST).read_text())
@@ -202,3 +202,17 @@ def test_a_manifest_with_its_kind_deleted_is_named_not_a_plain_file(results):
     result = CliRunner().invoke(main, ["validate", str(results)])
     assert result.exit_code == 1 and f"{receipt}: /kind: unknown-kind: no kind" in result.output, result.output
     assert CliRunner().invoke(main, ["seal", str(results)]).exit_code == 1
+
+
+def test_an_input_that_is_no_fetch_receipt_or_lies_in_the_tree_is_refused_in_one_line(results, tmp_path):
+    """`seal --input` linked any manifest as the run's input, even one of the tree's own (an outsider's,
+    2026-12-07): it names a fetch receipt from outside the tree."""
+    other = tmp_path / "cleanup.json"
+    write_manifest(other, header("cleanup-receipt", simulated=False) | {
+        "what": "stand-in", "processes": [], "ports_released": [], "gpus_released": [], "clean": True, "errors": []})
+    inside = next((results / "traces").glob("*.json"))
+    for given, says in ((other, "is a manifest of kind 'cleanup-receipt', not a fetch receipt"),
+                        (inside, f"lies in {results}")):
+        result = CliRunner().invoke(main, ["seal", str(results), "--input", str(given)])
+        assert result.exit_code == 1 and says in result.output and len(result.output.splitlines()) == 1, result.output
+    assert not (results / seal.RUN_MANIFEST).exists()

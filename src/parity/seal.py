@@ -104,6 +104,14 @@ def seal(results: Path, inputs: Iterable[Path] = (), *, log=print) -> tuple[dict
     if not results.is_dir():
         raise ParityError(f"no results folder at {results}")
     inputs = [Path(i) for i in inputs]
+    for receipt in inputs:  # the run's inputs from outside the tree, by their receipts: nothing else (an outsider's
+        # `--input` of a trace inside the tree was linked as an input)
+        if Path(os.path.abspath(receipt)).is_relative_to(Path(os.path.abspath(results))):
+            raise SealError(f"--input {receipt} lies in {results}: the tree's own manifests are sealed as they are; "
+                            "--input names a fetch receipt from outside it")
+        kind = read_manifest(receipt).get("kind")
+        if kind != "fetch-receipt":
+            raise SealError(f"--input {receipt} is a manifest of kind {kind!r}, not a fetch receipt (fetch-receipt)")
     files = [rel for rel in kept(results) if rel != Path(RUN_MANIFEST)]
     own = _own_output()
     mine = [path for path in results.rglob("*") if own and path.is_file() and _identity(path) in own]
