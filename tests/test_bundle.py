@@ -402,3 +402,24 @@ def test_a_file_the_bundle_never_holds_is_named_in_a_sealed_tree_though_the_crat
     bagit.Bag(str(out)).save(manifests=True)
     assert bundle.check(out) == ["data/results/smoke/locality/x.lock: added (in the sealed tree results/smoke, "
                                  "which keeps no such file)"]
+
+
+def test_software_or_a_gpu_the_crate_names_unlike_its_trials_is_named_though_the_bag_was_remade(run, provenance):
+    """The crate's software versions and GPUs are derived from the trial manifests it holds: a crate whose numpy
+    version was edited and re-hashed into its bag passed (an outsider's, 2026-12-07)."""
+    import bagit
+
+    out = make(run)
+    crate = out / "data" / bundle.CRATE
+    doc = json.loads(crate.read_text())
+    graph = {e["@id"]: e for e in doc["@graph"]}
+    assert graph["#software-parity"]["softwareVersion"] == "0.1.0" and "#gpu-sim-0" in graph
+    assert bundle.check(out) == []
+    graph["#software-parity"]["softwareVersion"] = "9.9.9"
+    graph["#gpu-sim-0"]["name"] = "NVIDIA H200"
+    crate.write_text(json.dumps(doc))
+    bagit.Bag(str(out)).save(manifests=True)
+    problems = bundle.check(out)
+    assert problems == [
+        f"{crate}: #software-parity: the crate says version '9.9.9', its trials record '0.1.0'",
+        f"{crate}: #gpu-sim-0: the crate names it as 'NVIDIA H200', its trials as 'simulated'"], problems

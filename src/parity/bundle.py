@@ -321,7 +321,8 @@ def check(bundle: Path, key=None) -> list[str]:
         doc = json.loads(crate.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         return [f"{crate}: not a readable RO-Crate ({exc})"]
-    problems = [f"{crate}: {problem}" for problem in crate_problems(doc) + _crate_against_bag(doc, bag)]
+    problems = [f"{crate}: {problem}" for problem in crate_problems(doc) + _crate_against_bag(doc, bag)
+                + _crate_against_evidence(doc, bundle / "data")]
     return problems + _unaccounted(doc, bag) + _evidence_problems(bundle / "data", key)
 
 
@@ -358,6 +359,36 @@ def _crate_against_bag(doc: dict, bag) -> list[str]:
         if entity.get("contentSize") != size or entity.get("sha256") != entry.get("sha256"):
             problems.append(f"the crate says {entity['@id']} has {entity.get('contentSize')} bytes and SHA-256 "
                             f"{entity.get('sha256')}, the bag holds {size} bytes with {entry.get('sha256')}")
+    return problems
+
+
+def _crate_against_evidence(doc: dict, data: Path) -> list[str]:
+    """The software and GPUs the crate names, derived again from the trial manifests of the sealed trees it holds
+    (`_provenance`, as `make` derived them): a crate re-hashed into its bag after its numpy version was edited
+    passed (an outsider's, 2026-12-07)."""
+    versions: dict[str, set] = {}
+    gpus: dict[str, dict] = {}
+    for tree in sealed_trees(data):
+        found, seen = _provenance(tree, kept(tree))
+        for name, values in found.items():
+            versions.setdefault(name, set()).update(values)
+        gpus.update({gpu["uuid"]: gpu for gpu in seen})
+    graph = [e for e in doc.get("@graph", []) if isinstance(e, dict)]
+    said = {e.get("@id"): e for e in graph if str(e.get("@id", "")).startswith(("#software-", "#gpu-"))}
+    derived = {f"#software-{name}": ", ".join(sorted(values)) for name, values in versions.items()}
+    problems = [f"{ident}: the crate says version {said[ident].get('softwareVersion')!r}, its trials record "
+                f"{version!r}" for ident, version in sorted(derived.items())
+                if ident in said and said[ident].get("softwareVersion") != version]
+    problems += [f"{ident}: the trials record it, the crate does not name it" for ident in sorted(derived)
+                 if ident not in said]
+    problems += [f"{ident}: the crate names it, no trial records it" for ident in sorted(said)
+                 if ident.startswith("#software-") and ident not in derived]
+    named_gpus = {ident[len("#gpu-"):]: e for ident, e in said.items() if ident.startswith("#gpu-")}
+    problems += [f"#gpu-{uuid}: the crate names it as {named_gpus[uuid].get('name')!r}, its trials as "
+                 f"{gpus[uuid].get('name') or uuid!r}" for uuid in sorted(set(gpus) & set(named_gpus))
+                 if named_gpus[uuid].get("name") != (gpus[uuid].get("name") or uuid)]
+    problems += [f"#gpu-{uuid}: {'the trials record it, the crate does not name it' if uuid in gpus else 'the crate names it, no trial records it'}"
+                 for uuid in sorted(set(gpus) ^ set(named_gpus))]
     return problems
 
 

@@ -147,8 +147,10 @@ def final_throughput(confirmation: Experiment | None, offline: Experiment | None
     if confirmation is not None and confirmation.doc["settings"].get("shards") == 1:
         table.notes.append(_ONE_SHARD + " Rates compare with the study's through the ratios only.")
     if confirmation is not None:  # what was counted as the final configuration: a profile may change it
+        recorded = confirmation.doc["settings"].get("flame")
         table.notes.append(f"Flame configuration of these pairs (the confirmation's `flame` settings): "
-                           f"{flame_of(confirmation.doc['settings'].get('flame')).label}; config/experiments.yaml "
+                           f"{flame_of(recorded).label()}{'' if recorded else ' (none recorded: the class defaults)'}"
+                           "; config/experiments.yaml "
                            "holds the study's final configuration, which a profile's `flame` changes for this table too.")
     if confirmation is not None and flame_of(confirmation.doc["settings"].get("flame")).order == "prefix":
         table.notes.append("Our Flame configuration admits each batch in prefix order (parity.flame.admission): "
