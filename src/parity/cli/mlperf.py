@@ -93,7 +93,10 @@ def mlperf_run(arm, dataset, out_dir, mode, engine, gpus, model, load_format, en
                    warmup_samples=warmup_samples, qps_margin=qps_margin, min_duration_ms=min_duration_ms,
                    min_query_count=min_query_count, performance_sample_count=performance_sample_count,
                    max_in_flight=max_in_flight, placement=placement)
-    summary = run_arm(spec, log=echo)
+    from parity import run_lock
+
+    with run_lock.holding(out_dir):  # one run per folder
+        summary = run_arm(spec, log=echo)
     click.echo(json.dumps(summary, sort_keys=True))
 
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from parity import run_lock
 from parity.cli import options
 from parity.cli.app import echo, main
 from parity.cli.errors import friendly_errors
@@ -51,7 +52,8 @@ def engine_run(kind, traces, batches, warmup_rounds, model, load_format, engine_
     backend, args, warmup_rounds, sim_params = options.engine_settings(kind, backend_text, model, load_format,
                                                                        engine_args, warmup_rounds, sim_params)
     echo(f"starting engine {kind} ...")
-    with make_engine(kind, args, **options.simulator(kind, sim_params, clock, sim_mode)) as engine:
+    with run_lock.holding(out_dir), make_engine(kind, args, **options.simulator(kind, sim_params, clock, sim_mode)) \
+            as engine:
         for trace in traces:
             for batch in batches:
                 trial_id = f"{kind}-{trace.stem}" + (f"-b{batch}" if batch else "")
@@ -125,7 +127,8 @@ def standalone_run(kind, gpus, placements, traces, repeats, warmup_rounds, exper
                           startup_timeout_s=startup_timeout, sim_params=sim_params,
                           receipt_path=out_dir / "cleanup-replicas.json")
     echo(f"starting {len(gpus)} {kind} replicas on {', '.join(gpus)} ...")
-    run_trials(path, placements, traces, repeats, experiment, warmup_rounds, out_dir, log=echo)
+    with run_lock.holding(out_dir):
+        run_trials(path, placements, traces, repeats, experiment, warmup_rounds, out_dir, log=echo)
 
 
 @standalone_group.command("sim-server")
@@ -193,8 +196,8 @@ def flame_run(cluster, flame_bin_dir, gpus, placements, traces, batch_limit, win
     gpus = list(gpus) or (["sim-0", "sim-1"] if simulated else [])
     if not gpus:
         raise ParityError("name the GPUs with --gpu UUID (one per worker)")
-    with flame_cluster(cluster, gpus, out_dir, simulated=simulated, bin_dir=flame_bin_dir,
-                       receipt_path=out_dir / "cleanup-flame.json", log=echo) as running:
+    with run_lock.holding(out_dir), flame_cluster(cluster, gpus, out_dir, simulated=simulated, bin_dir=flame_bin_dir,
+                                                  receipt_path=out_dir / "cleanup-flame.json", log=echo) as running:
         path = FlamePath(running, gpus, settings, engine=engine,
                          engine_args=options.engine_args(model, load_format, engine_args),
                          sim_params=str(sim_params) if sim_params else None)
@@ -234,6 +237,6 @@ def experiment_run(name, traces, backend_text, settings_text, deadline, out_dir)
     reserve = backend.reserved_engine_cpus
     if backend.engine_cpus and not reserve:
         echo(f"engine_cpus {backend.engine_cpus}: the simulator has no engine core process; nothing reserved")
-    with cpus.isolated(reserve, len(backend.gpu_uuids()) if reserve else 0, log=echo):
+    with run_lock.holding(out_dir), cpus.isolated(reserve, len(backend.gpu_uuids()) if reserve else 0, log=echo):
         written = run_named(name, list(traces), backend, out_dir, settings=settings, log=echo, deadline=deadline)
         click.echo(f"wrote {written}")
