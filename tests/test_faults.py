@@ -265,3 +265,23 @@ def test_a_real_flame_service_killed_mid_run_is_an_error_not_a_hang(trace, tmp_p
         f"Error: {which} (pid {pid}) died during the run: killed by SIGKILL; "
         f"log: {out / 'flame' / 'logs' / ('fem.out' if 'executor' in which else 'fsm.out')}")
     run.assert_nothing_left()
+
+
+def test_a_start_interrupted_while_replicas_start_still_writes_the_teardowns_receipt(tmp_path, monkeypatch):
+    """A SIGTERM while the replicas started tore them down but wrote no receipt, and the log said "teardown: clean"
+    (an outsider's, 2026-12-07): `__exit__` never runs for a failed `__enter__`, so the path writes it there."""
+    from parity.engine import EngineArgs
+    from parity.paths.standalone import StandalonePath
+    from parity.standalone.replicas import ReplicaSet
+
+    def interrupted(self, replicas):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(ReplicaSet, "_wait_healthy", interrupted)
+    receipt = tmp_path / "cleanup-replicas.json"
+    with pytest.raises(KeyboardInterrupt):
+        with StandalonePath("sim", ["sim-0", "sim-1"], EngineArgs(), tmp_path / "logs", receipt_path=receipt):
+            pass
+    doc = read_manifest(receipt)
+    assert doc["clean"] and len(doc["processes"]) == 2, doc
+    assert all(not procs.alive(p["pid"]) for p in doc["processes"])

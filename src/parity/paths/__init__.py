@@ -87,10 +87,15 @@ class ServingPath:
         try:
             self.close(*exc)
         finally:
-            if self.receipt_path is not None and self.receipt is not None:
-                from parity.manifest import write_manifest
+            self.write_receipt()
 
-                write_manifest(self.receipt_path, self.receipt)
+    def write_receipt(self) -> None:
+        """The teardown's receipt at `receipt_path`, where both are set: on exit, and by a path whose start failed
+        after it started something (it tore that down itself: `__exit__` never runs for a failed `__enter__`)."""
+        if self.receipt_path is not None and self.receipt is not None:
+            from parity.manifest import write_manifest
+
+            write_manifest(self.receipt_path, self.receipt)
 
     def close(self, *exc) -> None:
         """Tear down what the path started (`exc`: how its block ended, as `__exit__` gets it); `receipt` says how."""

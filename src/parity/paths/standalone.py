@@ -54,7 +54,10 @@ class StandalonePath(ServingPath):
         try:
             self.replicas.__enter__()
         except BaseException:
-            self._close_events()
+            try:
+                self._close_events()
+            finally:  # the replicas it started are torn down: their receipt says so (a SIGTERM while they started
+                self.write_receipt()  # left none, though the log said "teardown: clean": an outsider's)
             raise
         return self
 
