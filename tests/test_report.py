@@ -938,3 +938,14 @@ def test_the_final_table_names_the_flame_configuration_it_counted(tmp_path):
         "Flame configuration of these pairs (the confirmation's `flame` settings): b32-w2ms-sync-raw (none recorded: "
         "the class defaults); config/experiments.yaml "
         "holds the study's final configuration, which a profile's `flame` changes for this table too."]
+
+
+def test_a_locality_run_on_other_traces_says_why_its_rows_are_empty(tmp_path):
+    """A locality run on a trace named other than no-reuse or reuse showed every row empty with no word of why (an
+    outsider's, 2026-12-07)."""
+    trials = [(*_trial(tmp_path, f"locality-{key}-tiny-r0", key.split("-")[0], "tiny", 9.0, stage=key),
+               {"stage": key}) for key in ("vllm-alternating", "vllm-sticky")]
+    experiment = load_experiment(_experiment(tmp_path, "locality", trials, settings={"repeats": 1}), derive=None)
+    table, _gains = tables.locality(experiment, load_reference(REFERENCE))[0]
+    assert "This run's trials on tiny are not rows here: the table compares the study's two workloads, the traces " \
+           "named no-reuse and reuse." in table.notes

@@ -283,6 +283,10 @@ def locality(experiment: Experiment | None, ref: dict) -> tuple[list[Table], dic
     if experiment is None:
         table.notes.append(not_run("locality"))
     else:
+        others = sorted({c["trace_name"] for c in experiment.cases} - {"no-reuse", "reuse"})
+        if others:  # its rows read the study's two workloads alone: a run on others was shown as not run at all
+            table.notes.append(f"This run's trials on {', '.join(others)} are not rows here: the table compares "
+                               "the study's two workloads, the traces named no-reuse and reuse.")
         repeats = experiment.doc["settings"].get("repeats")
         flame = flame_of(experiment.doc["settings"].get("flame"))
         table.notes.append(f"Ours: {repeats} repetitions per configuration, Flame batch limit "
