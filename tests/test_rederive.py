@@ -364,6 +364,20 @@ def test_a_forgery_made_consistent_everywhere_still_fails_the_signature(tree, ke
     assert result.exit_code == 1 and "run.json: not signed" in result.output, result.output
 
 
+def test_an_empty_public_key_is_refused_not_skipped_and_a_piped_secret_key_is_refused(tree, keys, tmp_path):
+    """`--public-key "$KEY"` with KEY unset validated a signed tree without checking it, exit 0; `sign --key` of a
+    named pipe waited for ever (an outsider's, 2026-12-07)."""
+    import os
+
+    assert sign(tree, keys).exit_code == 0
+    empty = CliRunner().invoke(main, ["validate", str(tree), "--public-key", ""])
+    assert empty.exit_code == 1 and "an empty public key" in empty.output, empty.output
+    pipe = tmp_path / "key.fifo"
+    os.mkfifo(pipe)
+    piped = CliRunner().invoke(main, ["sign", str(tree), "--key", str(pipe)], env={"PARITY_SIGNING_PASSWORD": None})
+    assert piped.exit_code == 1 and f"cannot use the secret key {pipe}: not a regular file" in piped.output
+
+
 def test_an_unsealed_or_invalid_tree_is_not_signed(tree, keys):
     _pair_ratio(tree)
     rehash(tree)

@@ -38,6 +38,8 @@ def _minisign():
 def public_key(text_or_path: str):
     """A minisign public key: a .pub file, or its base64 line (as published beside the artifact)."""
     minisign = _minisign()
+    if not text_or_path.strip():  # an unset shell variable: never "no key given", which would skip the check
+        raise SignatureError("an empty public key: give a minisign .pub file or its base64 line")
     if not Path(text_or_path).is_file() and "." in text_or_path:  # a file's name (a base64 line has no dot)
         raise SignatureError(f"no public key file at {text_or_path} (give a minisign .pub file or its base64 line)")
     try:
@@ -54,6 +56,8 @@ def sign(results: Path, secret_key: Path, password: str | None = None) -> Path:
     run = Path(results) / RUN_MANIFEST
     if not run.is_file():
         raise SignatureError(f"{results} is not sealed (no {RUN_MANIFEST}): run `parity seal {results}` first")
+    if not Path(secret_key).is_file():  # a named pipe was read for ever (an outsider's, 2026-12-07)
+        raise SignatureError(f"cannot use the secret key {secret_key}: not a regular file")
     try:
         key = minisign.SecretKey.from_file(secret_key)
         if key.is_encrypted():

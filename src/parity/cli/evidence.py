@@ -38,7 +38,7 @@ def validate_cmd(paths, bundles, public_key):
     missing = [p for p in (*paths, *bundles) if not p.exists()]
     if missing:
         raise click.ClickException(f"no such file or directory: {missing[0]}")
-    key = signature.public_key(public_key) if public_key else None
+    key = signature.public_key(public_key) if public_key is not None else None  # "": refused, not skipped
     if bundles:
         from parity import bundle
 
