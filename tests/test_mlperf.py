@@ -244,3 +244,21 @@ def test_the_summary_log_and_a_compare_manifest_state_only_what_the_runs_give(sm
     run_path = tmp_path / "flame" / "mlperf-run.json"
     found = problems(run_path, read_manifest(run_path))
     assert len(found) == 1 and found[0].pointer == f"/logs/{SUMMARY}" and "99.5" in found[0].message
+
+
+@pytest.mark.parametrize("value", ['"abc"', "[1]"])
+def test_a_detail_logs_rate_that_is_no_number_is_a_problem_not_a_traceback(smoke, tmp_path, value):
+    """An outsider's (2026-12-07): a detail log whose result_samples_per_second is "abc" (re-hashed into the run
+    manifest) was a ValueError traceback in `parity validate`; [1] a TypeError."""
+    from parity.mlperf.logs import DETAIL
+    from parity.rederive import problems
+
+    run(smoke, tmp_path / "standalone", "standalone", *TINY)
+    detail = tmp_path / "standalone" / "loadgen" / DETAIL
+    text, count = re.subn(r'("key": "result_samples_per_second", "value": )[0-9.e+-]+', rf"\g<1>{value}",
+                          detail.read_text())
+    assert count == 1
+    detail.write_text(text)
+    path = tmp_path / "standalone" / "mlperf-run.json"
+    found = problems(path, read_manifest(path))
+    assert [p.pointer for p in found] == ["/logs"] and "cannot be read again" in found[0].message, found

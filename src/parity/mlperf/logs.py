@@ -139,9 +139,10 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
     try:
         logs = read_logs(summary.parent)
         derived = result_fields(logs, doc["mode"], doc.get("sut", {}).get("failed") or 0)
-    except (ParityError, OSError, KeyError, ValueError, AttributeError) as exc:
+        split = summary_disagrees(logs)  # a detail log's rate that is no number (an outsider's "abc": a traceback)
+    except (ParityError, OSError, KeyError, ValueError, TypeError, AttributeError) as exc:
         return [("/logs", f"its LoadGen logs cannot be read again: {exc}")]
-    if split := summary_disagrees(logs):
+    if split:
         return [(f"/logs/{SUMMARY}", split)]
     derived = json.loads(json.dumps(derived))  # as a manifest holds it
     return [(f"/result/{key}", f"states {doc['result'].get(key)!r}, its LoadGen logs give {value!r}")
