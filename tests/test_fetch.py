@@ -279,6 +279,30 @@ def test_malformed_pins_are_refused(tmp_path):
             Pins.load(write_pins(tmp_path / "pins.json", source, files))
 
 
+def test_a_pins_file_with_a_name_twice_a_list_for_derived_or_too_deep_is_refused_in_one_line(tmp_path):
+    """An outsider's (2026-12-07): a file named twice was verified against its last pin alone, exit 0; `derived` as
+    a list was an AttributeError and nesting past the parser a RecursionError."""
+    digest = "a" * 64
+    cases = [('{"source": {"type": "url", "url": "https://example.invalid"}, "files": {"a": {"sha256": null}, '
+              '"a": {"sha256": "' + digest + '"}}}', "duplicate key(s) 'a'"),
+             ('{"source": {"type": "url", "url": "https://example.invalid"}, "files": {"a": {"sha256": null}}, '
+              '"derived": [1]}', "derived must be an object"),
+             ('{"source": ' + "[" * 100_000, "nested more deeply")]
+    for text, message in cases:
+        path = tmp_path / "pins.json"
+        path.write_text(text)
+        with pytest.raises(FetchError, match=re.escape(message)):
+            Pins.load(path)
+
+
+def test_a_pinned_file_where_the_receipt_goes_is_refused_before_any_download(tmp_path, server):
+    """A pinned `fetch-receipt.json` was downloaded, verified, then overwritten by the receipt, exit 0."""
+    pins = write_pins(tmp_path / "pins.json", {"type": "url", "url": server.url}, {"fetch-receipt.json": None})
+    with pytest.raises(FetchError, match="would be written where the receipt goes"):
+        fetch_pinned(pins, tmp_path / "dest", record_pins=True, log=lambda m: None)
+    assert not (tmp_path / "dest").exists()
+
+
 # ---- Hugging Face sources (a fake hub) ---------------------------------------------------------
 
 class FakeHub:

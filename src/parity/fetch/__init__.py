@@ -21,6 +21,10 @@ def fetch_pinned(pins_path: Path | str, dest: Path | str, *, record_pins: bool =
     """Fetch every file a pins file lists into `dest`, from wherever its source says; returns the receipt."""
     pins = Pins.load(pins_path)
     receipt = Path(receipt) if receipt is not None else Path(dest) / "fetch-receipt.json"
+    for section in ("files", "derived"):  # the receipt written over a verified download, exit 0 (an outsider's)
+        if clash := next((n for n in pins.names(section) if (Path(dest) / n).resolve() == receipt.resolve()), None):
+            raise FetchError(f"{pins.path}: {section} {clash!r} would be written where the receipt goes ({receipt}): "
+                             "give another --receipt")
     if pins.source["type"] == "huggingface":
         from parity.fetch import hub
 

@@ -17,7 +17,7 @@ from pathlib import Path, PurePosixPath
 from urllib.parse import urlsplit
 
 from parity.fetch.errors import FetchError
-from parity.manifest import atomic_write_text
+from parity.manifest import ManifestError, atomic_write_text, read_regular, strict_loads
 
 SHA256 = re.compile(r"[0-9a-f]{64}")
 COMMIT = re.compile(r"[0-9a-f]{40}")
@@ -44,11 +44,11 @@ class Pins:
     @classmethod
     def load(cls, path: Path | str) -> Pins:
         path = Path(path)
-        try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
+        try:  # strict: a file named twice was verified against its last pin alone (an outsider's, 2026-12-07)
+            doc = strict_loads(read_regular(path).decode("utf-8"))
         except FileNotFoundError:
             raise FetchError(f"{path}: no such pins file") from None
-        except (OSError, ValueError) as exc:
+        except (OSError, ValueError, ManifestError) as exc:
             raise FetchError(f"{path}: not a readable JSON pins file: {exc}") from None
         pins = cls(path, doc)
         pins._check()
@@ -73,6 +73,8 @@ class Pins:
         if not isinstance(doc.get("files"), dict) or not doc["files"]:
             raise FetchError(f"{where}: files must name at least one file")
         for section in SECTIONS:
+            if not isinstance(doc.get(section) or {}, dict):
+                raise FetchError(f"{where}: {section} must be an object of file name to pin")
             for name, entry in (doc.get(section) or {}).items():
                 path = PurePosixPath(name)
                 if path.is_absolute() or ".." in path.parts or not name or "\\" in name:
