@@ -794,3 +794,16 @@ def test_the_engine_loads_the_revision_the_pins_fetch():
     pins = json.loads((Path(__file__).resolve().parents[1] / "manifests/pins/llama-3.1-8b-instruct.json").read_text())
     assert pins["source"]["revision"] == HUB_REVISION == EngineArgs().revision
     assert EngineArgs().model == pins["source"]["repo"]
+
+
+def test_a_killed_fetchs_staging_is_removed_by_the_next(tmp_path, url_pins):
+    """A SIGTERM or SIGKILL mid-download left DEST/.fetch-XXXX with the partial file, and reruns never removed it
+    (an outsider's, 2026-12-07): SIGTERM now raises inside the fetch, as Ctrl-C does, and a fetch removes what a
+    killed one left."""
+    dest = tmp_path / "dest"
+    stale = dest / ".fetch-abc123"
+    stale.mkdir(parents=True)
+    (stale / "big.bin").write_bytes(b"half")
+    lines = []
+    fetch_pinned(url_pins, dest, log=lines.append)
+    assert not stale.exists() and f"removed {stale}, a killed fetch's partial download" in lines

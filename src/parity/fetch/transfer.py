@@ -63,11 +63,18 @@ def require_pins(pins: Pins, names: list[str], *, record_pins: bool, section: st
 def fetch_files(pins: Pins, dest: Path, download: Downloader, *, record_pins: bool,
                 log: Callable[[str], None]) -> list[FileResult]:
     """Bring every pinned file into `dest`, verified; record null pins only when `record_pins`."""
+    from parity import procs
+
     names = pins.names()
     require_pins(pins, names, record_pins=record_pins)
     created = not dest.exists()
     dest.mkdir(parents=True, exist_ok=True)
+    for stale in sorted(dest.glob(f"{STAGING_PREFIX}*")):  # a fetch killed mid-download (SIGKILL) left its staging
+        if stale.is_dir() and not stale.is_symlink():
+            shutil.rmtree(stale, ignore_errors=True)
+            log(f"removed {stale}, a killed fetch's partial download")
     results = []
+    procs.termination.enter()  # SIGTERM and SIGHUP raise, so a download's staging is removed as on Ctrl-C
     try:
         for name in names:
             results.append(_fetch_one(pins, dest, name, download, record_pins=record_pins, log=log))
@@ -75,6 +82,8 @@ def fetch_files(pins: Pins, dest: Path, download: Downloader, *, record_pins: bo
         if created and not any(dest.iterdir()):
             dest.rmdir()  # leave no empty folder behind either
         raise
+    finally:
+        procs.termination.exit()
     return results
 
 
