@@ -262,3 +262,31 @@ def test_a_detail_logs_rate_that_is_no_number_is_a_problem_not_a_traceback(smoke
     path = tmp_path / "standalone" / "mlperf-run.json"
     found = problems(path, read_manifest(path))
     assert [p.pointer for p in found] == ["/logs"] and "cannot be read again" in found[0].message, found
+
+
+def test_a_sigterm_while_loadgen_runs_ends_in_order_with_the_receipt(tmp_path):
+    """A SIGTERM while LoadGen's test ran was raised into it: a segfault, exit 139, no cleanup receipt (an
+    outsider's, 2026-12-07). Now it fails the outstanding samples, LoadGen returns, and the run tears down: 143."""
+    import signal
+    import time
+
+    dataset = tmp_path / "random.json"
+    write_random_dataset(dataset, samples=64, seed=0)
+    out = tmp_path / "run"
+    proc = subprocess.Popen([sys.executable, "-m", "parity", "mlperf", "run", "--arm", "standalone", "--dataset",
+                             str(dataset), "--out", str(out), "--target-qps", "20", "--warmup-samples", "0",
+                             "--min-duration-ms", "0", "--min-query-count", "2000", "--max-tokens", "8"],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:  # the test has begun (2,000 samples: tens of seconds), then the signal
+        lines.append(line)
+        if "LoadGen" in line and "Offline" in line:
+            time.sleep(1.0)
+            proc.send_signal(signal.SIGTERM)
+            break
+    lines += proc.stdout.readlines()
+    assert proc.wait(timeout=120) == 128 + signal.SIGTERM, "".join(lines)
+    assert "Segmentation" not in "".join(lines) and "Traceback" not in "".join(lines), "".join(lines)
+    receipt = read_manifest(out / "cleanup-replicas.json")
+    assert receipt["ended_by"] == "SIGTERM" and receipt["clean"], receipt
+    assert not (out / "mlperf-run.json").exists()  # no result of a stopped run

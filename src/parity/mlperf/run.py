@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
+import select
+import signal
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from parity import routing
+from parity import procs, routing
 from parity.backend import Backend
 from parity.engine import EngineArgs
 from parity.errors import ParityError
@@ -165,6 +168,41 @@ def flame_path(spec: RunSpec, args: EngineArgs, prompts, stack: contextlib.ExitS
                 sut.close()
 
 
+@contextlib.contextmanager
+def _signals_abort(sut):
+    """While LoadGen's test runs, a stop signal fails every outstanding sample (`sut.abort`), so the test returns
+    at once and the run tears down in order. LoadGen holds the main thread in C++, where Python runs no signal
+    handler until the test returns (a SIGTERM waited out the whole run; raised inside a callback it was a
+    segfault: an outsider's, 2026-12-07); the signal's byte on Python's wakeup fd is read by a thread instead."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    earlier = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
+    stop = threading.Event()
+
+    def watch():
+        while not stop.is_set():
+            ready, _, _ = select.select([read_fd], [], [], 0.1)
+            if ready:
+                for signum in os.read(read_fd, 64):
+                    if signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+                        sut.abort(f"stopped by {signal.Signals(signum).name}")
+                        return
+
+    watcher = threading.Thread(target=watch, name="mlperf-signals", daemon=True)
+    watcher.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        signal.set_wakeup_fd(earlier)
+        watcher.join(timeout=5)
+        os.close(read_fd)
+        os.close(write_fd)
+
+
 def _progress(sut, log: Callable[[str], None], every_s: float, stop: threading.Event) -> None:
     while not stop.wait(every_s):
         log(f"  {sut.progress()}")
@@ -245,8 +283,9 @@ def run_arm(spec: RunSpec, log: Callable[[str], None] = print) -> dict:
         watcher = threading.Thread(target=_progress, args=(sut, log, spec.progress_s, stop), daemon=True)
         watcher.start()
         log(f"  LoadGen {LOADGEN_VERSION} {SCENARIO} {spec.mode} ...")
-        try:
-            loadgen().StartTestWithLogSettings(sut.handle, qsl.handle, settings, log_settings(log_dir), "")
+        try:  # a SIGTERM now aborts the samples (`_signals_abort`) and is raised once LoadGen's test returns
+            with procs.termination.shielded(), _signals_abort(sut):
+                loadgen().StartTestWithLogSettings(sut.handle, qsl.handle, settings, log_settings(log_dir), "")
         finally:
             stop.set()
         failed, first_error, completed, tokens = sut.failed, sut.first_error, sut.completed, sut.tokens

@@ -28,6 +28,8 @@ class OfflineSUT(abc.ABC):
         self.issued = self.completed = self.failed = self.tokens = 0
         self.first_error: str | None = None
         self._lock = threading.Lock()
+        self._outstanding: set[int] = set()  # LoadGen sample ids issued and not yet completed
+        self._aborted: str | None = None
         self.handle = None
 
     @abc.abstractmethod
@@ -41,8 +43,25 @@ class OfflineSUT(abc.ABC):
     def _issue(self, samples) -> None:
         with self._lock:
             self.issued += len(samples)
+            self._outstanding.update(sample.id for sample in samples)
+            aborted = self._aborted
         for sample in samples:
-            self.start(sample.index, lambda tokens, error=None, sid=sample.id: self._complete(sid, tokens, error))
+            if aborted is not None:  # issued after a stop: completed at once, failed
+                self._complete(sample.id, None, aborted)
+            else:
+                self.start(sample.index, lambda tokens, error=None, sid=sample.id: self._complete(sid, tokens, error))
+
+    def abort(self, reason: str) -> None:
+        """Complete every outstanding sample now, failed with `reason` (a stop signal), so LoadGen's test returns
+        and the run tears down in order: a SIGTERM raised while LoadGen ran left its threads calling into a
+        process being torn down (an outsider's segfault, 2026-12-07). The path's later answers are dropped."""
+        with self._lock:
+            if self._aborted is not None:
+                return
+            self._aborted = reason
+            pending = sorted(self._outstanding)
+        for sample_id in pending:
+            self._complete(sample_id, None, reason)
 
     def _flush(self) -> None:
         pass
@@ -60,6 +79,10 @@ class OfflineSUT(abc.ABC):
 
     def _complete(self, sample_id: int, tokens, error=None) -> None:
         lg = loadgen()
+        with self._lock:  # each sample completed once: by its answer, or by `abort`, whichever comes first
+            if sample_id not in self._outstanding:
+                return
+            self._outstanding.discard(sample_id)
         data = self._record(tokens, error)  # kept alive until QuerySamplesComplete returns
         lg.QuerySamplesComplete([lg.QuerySampleResponse(sample_id, data.ctypes.data, data.nbytes, int(data.size))])
 
