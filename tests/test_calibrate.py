@@ -69,7 +69,14 @@ GOOD_RUN = {"trace": "reuse", "trace_sha256": "0" * 64, "engine": "vllm-sync", "
     ({"runs": [GOOD_RUN | {"requests": 0}]}, "runs[0]: requests must be a positive number, got 0"),
     ({"runs": [GOOD_RUN | {"engine": 7}]}, "runs[0]: engine must be a string, got 7"),
     ({"runs": [GOOD_RUN | {"batch": "all"}]}, "runs[0]: batch must be a positive integer or null, got 'all'"),
-    ({"runs": [GOOD_RUN], "kv_cache_tokens": "lots"}, "kv_cache_tokens must be a positive integer, got 'lots'"),
+    ({"runs": [GOOD_RUN], "kv_cache_tokens": "lots"}, "kv_cache_tokens must be an integer from 1 to"),
+    # an outsider's (2026-12-07): each was accepted, fitted and written, or a traceback
+    ({"runs": [GOOD_RUN], "kv_cache_tokens": 10**30}, "kv_cache_tokens must be an integer from 1 to 2,147,483,647"),
+    ({"runs": [GOOD_RUN | {"engine": "banana"}]}, "runs[0]: engine must be one of vllm-sync, vllm-async"),
+    ({"runs": [GOOD_RUN | {"duration_s": 1e-300}]}, "runs[0]: duration_s must be from 0.001 to 1,000,000 seconds"),
+    ({"runs": [GOOD_RUN | {"cached_share": "x"}]}, "runs[0]: cached_share must be a number from 0 to 1"),
+    ({"runs": [GOOD_RUN | {"cached_share": 7.5}]}, "runs[0]: cached_share must be a number from 0 to 1"),
+    ({"runs": [GOOD_RUN | {"trace": "../tr/t1"}]}, "runs[0]: trace must name a trace in --traces"),
 ])
 def test_bad_measurements_are_one_line_naming_run_and_key(tmp_path, doc, says):
     measurements = tmp_path / "m.json"
@@ -99,3 +106,17 @@ def test_a_fit_past_a_sane_bound_writes_nothing(tmp_path):
     assert not out.exists()
     write_params(out, SimParams.load(), [], tmp_path / "m.json")
     assert SimParams.load(out).fixed_s == SimParams.load().fixed_s
+
+
+def test_a_run_stating_more_requests_than_its_trace_holds_is_refused(tmp_path, small_reuse_trace):
+    """100,000 requests stated of a 4-request trace were reported as measured requests/s (an outsider's)."""
+    from parity.trace import load_trace
+
+    trace = load_trace(small_reuse_trace)
+    run = GOOD_RUN | {"trace": small_reuse_trace.stem, "trace_sha256": trace.sha256,
+                      "requests": len(trace.prompts) + 1}
+    measurements = tmp_path / "m.json"
+    measurements.write_text(json.dumps({"runs": [run]}))
+    with pytest.raises(ParityError, match=f"states {len(trace.prompts) + 1} requests, the trace holds "
+                                          f"{len(trace.prompts)}"):
+        calibrate(measurements, small_reuse_trace.parent, SimParams.load())

@@ -58,6 +58,8 @@ def predicted_duration(totals: dict, params: SimParams) -> float:
     return sum(getattr(params, c) * totals[f] for c, f in zip(COEFFICIENTS, FEATURES))
 
 
+MEASURED_ENGINES = ("vllm-sync", "vllm-async")  # what a calibration run measured (parity.engine.ENGINES less sim)
+MAX_KV_CACHE_TOKENS = 2**31 - 1  # far past any GPU's KV pool (an H200's: under a million tokens)
 RUN_FIELDS = {"trace": str, "trace_sha256": str, "engine": str, "requests": int, "duration_s": (int, float)}
 
 
@@ -66,8 +68,9 @@ def check_measurements(measurements: Path, data: dict) -> None:
     if not isinstance(data.get("runs"), list):
         raise ParityError(f"{measurements}: expected a `runs` list, got {type(data.get('runs')).__name__}")
     kv = data.get("kv_cache_tokens")
-    if kv is not None and (type(kv) is not int or kv < 1):
-        raise ParityError(f"{measurements}: kv_cache_tokens must be a positive integer, got {kv!r}")
+    if kv is not None and (type(kv) is not int or not 1 <= kv <= MAX_KV_CACHE_TOKENS):  # 10**30 overflowed a list
+        raise ParityError(f"{measurements}: kv_cache_tokens must be an integer from 1 to {MAX_KV_CACHE_TOKENS:,}, "
+                          f"got {kv!r}")
     for i, run in enumerate(data["runs"]):
         where = f"{measurements}: runs[{i}]"
         if not isinstance(run, dict):
@@ -82,6 +85,15 @@ def check_measurements(measurements: Path, data: dict) -> None:
         batch = run.get("batch")
         if batch is not None and (type(batch) is not int or batch < 1):
             raise ParityError(f"{where}: batch must be a positive integer or null, got {batch!r}")
+        if run["engine"] not in MEASURED_ENGINES:  # an outsider's "banana" was fitted as an async run
+            raise ParityError(f"{where}: engine must be one of {', '.join(MEASURED_ENGINES)}, got {run['engine']!r}")
+        if not 1e-3 <= run["duration_s"] <= 1e6:  # 1e-300 fitted subnormal costs and wrote them out
+            raise ParityError(f"{where}: duration_s must be from 0.001 to 1,000,000 seconds, got {run['duration_s']!r}")
+        share = run.get("cached_share")
+        if share is not None and (isinstance(share, bool) or not isinstance(share, (int, float)) or not 0 <= share <= 1):
+            raise ParityError(f"{where}: cached_share must be a number from 0 to 1 or absent, got {share!r}")
+        if "/" in run["trace"] or "\\" in run["trace"] or run["trace"] in (".", ".."):  # a trace of --traces alone
+            raise ParityError(f"{where}: trace must name a trace in --traces, got {run['trace']!r}")
 
 
 def load_runs(measurements: Path, traces: Path) -> tuple[dict, list[dict]]:
@@ -94,6 +106,9 @@ def load_runs(measurements: Path, traces: Path) -> tuple[dict, list[dict]]:
         if variant.sha256 != run["trace_sha256"]:
             raise ParityError(f"trace {run['trace']} in {traces} has SHA-256 {variant.sha256}, the measurement "
                               f"used {run['trace_sha256']}: rebuild the traces from the same inputs")
+        if run["requests"] != len(variant.prompts):  # 100,000 stated of a 4-request trace was reported as measured
+            raise ParityError(f"{measurements}: a run on trace {run['trace']} states {run['requests']} requests, the "
+                              f"trace holds {len(variant.prompts)}")
         runs.append(run | {"prompts": list(variant.prompts)})
     return data, runs
 
