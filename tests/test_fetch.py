@@ -68,6 +68,12 @@ class Server:
                 if body is None:
                     self.send_error(404)
                     return
+                if isinstance(body, str):  # a redirect to this URL
+                    self.send_response(302)
+                    self.send_header("Location", body)
+                    self.send_header("Content-Length", "0")
+                    self.end_headers()
+                    return
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -807,3 +813,16 @@ def test_a_killed_fetchs_staging_is_removed_by_the_next(tmp_path, url_pins):
     lines = []
     fetch_pinned(url_pins, dest, log=lines.append)
     assert not stale.exists() and f"removed {stale}, a killed fetch's partial download" in lines
+
+
+def test_the_receipt_names_where_a_redirect_ended_never_a_url_with_credentials(tmp_path, server):
+    """A redirect to another host was followed and the receipt named only the URL asked for (an outsider's)."""
+    data = b"redirected bytes"
+    elsewhere = server.url.replace("127.0.0.1", "localhost")
+    server.routes["/data/a.txt"] = f"{elsewhere}/real/a.txt"
+    server.routes["/real/a.txt"] = data
+    pins = write_pins(tmp_path / "pins.json", {"type": "url", "url": f"{server.url}/data"}, {"a.txt": sha(data)})
+    lines = []
+    receipt = fetch_pinned(pins, tmp_path / "dest", log=lines.append)
+    assert read_manifest(receipt)["resolved_urls"] == {"a.txt": f"{elsewhere}/real/a.txt"}
+    assert f"a.txt: redirected to {elsewhere}/real/a.txt" in lines

@@ -45,7 +45,11 @@ def fetch(pins: Pins, dest: Path, *, receipt: Path, record_pins: bool, log: Call
         url, md5 = locate(name)
         log(f"{name}: downloading {url}")
         target = staging / posixpath.basename(name)
-        download_url(url, target, label=name)
+        final = download_url(url, target, label=name)
+        if final != url and plain_url(final):  # the receipt says where the bytes came from: a redirect's end (its
+            # start alone was recorded, an outsider's, 2026-12-07); a URL with credentials in it is never recorded
+            log(f"{name}: redirected to {final}")
+            locations[name] = (final, md5)
         if md5 is not None:
             got = _md5(target)
             if got != md5:
@@ -57,8 +61,9 @@ def fetch(pins: Pins, dest: Path, *, receipt: Path, record_pins: bool, log: Call
                          resolved_urls={name: url for name, (url, _) in locations.items()})
 
 
-def download_url(url: str, target: Path, *, label: str) -> None:
-    """Stream `url` into `target` with a progress bar on stderr; HTTP and transfer errors become FetchErrors."""
+def download_url(url: str, target: Path, *, label: str) -> str:
+    """Stream `url` into `target` with a progress bar on stderr; HTTP and transfer errors become FetchErrors.
+    Returns the URL the bytes came from, after any redirects."""
     from rich.console import Console
     from rich.progress import BarColumn, DownloadColumn, Progress, TimeRemainingColumn, TransferSpeedColumn
 
@@ -75,6 +80,7 @@ def download_url(url: str, target: Path, *, label: str) -> None:
                 for chunk in response.iter_bytes(CHUNK):
                     out.write(chunk)
                     bar.advance(task, len(chunk))
+            return str(response.url)
     except httpx.HTTPStatusError as exc:
         raise FetchError(f"{label}: HTTP {exc.response.status_code} from {url}") from None
     except httpx.HTTPError as exc:  # connection refused, timeout, body shorter than Content-Length, ...
