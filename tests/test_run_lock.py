@@ -39,7 +39,7 @@ def test_a_killed_holders_lock_is_taken_over(tmp_path):
 
 
 @pytest.mark.parametrize("command", [["experiment", "run", "offline-limit", "--backend", '{"engine": "sim"}'],
-                                     ["standalone", "run"], ["engine", "run"],
+                                     ["standalone", "run"],
                                      ["flame", "run"]])
 def test_a_run_into_a_folder_another_run_holds_is_refused_in_one_line_writing_nothing(tmp_path, small_reuse_trace,
                                                                                         command):

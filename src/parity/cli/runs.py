@@ -52,8 +52,9 @@ def engine_run(kind, traces, batches, warmup_rounds, model, load_format, engine_
     backend, args, warmup_rounds, sim_params = options.engine_settings(kind, backend_text, model, load_format,
                                                                        engine_args, warmup_rounds, sim_params)
     echo(f"starting engine {kind} ...")
-    with run_lock.holding(out_dir), make_engine(kind, args, **options.simulator(kind, sim_params, clock, sim_mode)) \
-            as engine:
+    # no run lock here: the offline limit runs its shards as engine runs into one trials folder at once, each
+    # writing only its own trial files (its experiment run holds the folder above)
+    with make_engine(kind, args, **options.simulator(kind, sim_params, clock, sim_mode)) as engine:
         for trace in traces:
             for batch in batches:
                 trial_id = f"{kind}-{trace.stem}" + (f"-b{batch}" if batch else "")
