@@ -211,13 +211,15 @@ def make(results: Path, bundle: Path, *, workdir: Path = Path("."), image: Path 
     for path, entity in entities.items():  # what the crate says of each file, which `check` holds to the bag
         entity["contentSize"], entity["sha256"] = path.stat().st_size, sha256_file(path)
     versions, gpus = _provenance(results, files)
-    software = [_entity(crate, f"#software-{name}", "SoftwareApplication", name=name, softwareVersion=", ".join(found),
-                        **({"url": URLS[name]} if name in URLS else {})) for name, found in versions.items()]
+    said = _stated(versions, gpus)
+    software = [_entity(crate, f"#software-{name}", "SoftwareApplication", name=name,
+                        softwareVersion=said[f"#software-{name}"], **({"url": URLS[name]} if name in URLS else {}))
+                for name in versions]
     if image is not None:
         software.append(_entity(crate, "#image", "SoftwareApplication", name=f"Apptainer image {Path(image).name}",
                                 identifier=f"sha256:{sha256_file(Path(image))}"))
-    hardware = [_entity(crate, f"#gpu-{g['uuid']}", "Thing", name=g.get("name") or g["uuid"],
-                        identifier=g["uuid"]) for g in gpus]
+    hardware = [_entity(crate, f"#gpu-{g['uuid']}", "Thing", name=said[f"#gpu-{g['uuid']}"], identifier=g["uuid"])
+                for g in gpus]
     workflow["softwareRequirements"] = software
 
     def linked(paths: list[str]):
@@ -362,6 +364,13 @@ def _crate_against_bag(doc: dict, bag) -> list[str]:
     return problems
 
 
+def _stated(versions: dict, gpus: list[dict]) -> dict[str, str]:
+    """What the crate states of the run's software and GPUs, by entity id: each program's versions (`#software-NAME`:
+    its softwareVersion) and each GPU's name (`#gpu-UUID`), as `make` writes them and `check` derives them again."""
+    return ({f"#software-{name}": ", ".join(found) for name, found in versions.items()}
+            | {f"#gpu-{g['uuid']}": g.get("name") or g["uuid"] for g in gpus})
+
+
 def _crate_against_evidence(doc: dict, data: Path) -> list[str]:
     """The software and GPUs the crate names, derived again from the trial manifests of the sealed trees it holds
     (`_provenance`, as `make` derived them): a crate re-hashed into its bag after its numpy version was edited
@@ -373,22 +382,20 @@ def _crate_against_evidence(doc: dict, data: Path) -> list[str]:
         for name, values in found.items():
             versions.setdefault(name, set()).update(values)
         gpus.update({gpu["uuid"]: gpu for gpu in seen})
-    graph = [e for e in doc.get("@graph", []) if isinstance(e, dict)]
-    said = {e.get("@id"): e for e in graph if str(e.get("@id", "")).startswith(("#software-", "#gpu-"))}
-    derived = {f"#software-{name}": ", ".join(sorted(values)) for name, values in versions.items()}
-    problems = [f"{ident}: the crate says version {said[ident].get('softwareVersion')!r}, its trials record "
-                f"{version!r}" for ident, version in sorted(derived.items())
-                if ident in said and said[ident].get("softwareVersion") != version]
-    problems += [f"{ident}: the trials record it, the crate does not name it" for ident in sorted(derived)
-                 if ident not in said]
-    problems += [f"{ident}: the crate names it, no trial records it" for ident in sorted(said)
-                 if ident.startswith("#software-") and ident not in derived]
-    named_gpus = {ident[len("#gpu-"):]: e for ident, e in said.items() if ident.startswith("#gpu-")}
-    problems += [f"#gpu-{uuid}: the crate names it as {named_gpus[uuid].get('name')!r}, its trials as "
-                 f"{gpus[uuid].get('name') or uuid!r}" for uuid in sorted(set(gpus) & set(named_gpus))
-                 if named_gpus[uuid].get("name") != (gpus[uuid].get("name") or uuid)]
-    problems += [f"#gpu-{uuid}: {'the trials record it, the crate does not name it' if uuid in gpus else 'the crate names it, no trial records it'}"
-                 for uuid in sorted(set(gpus) ^ set(named_gpus))]
+    derived = _stated({name: sorted(values) for name, values in versions.items()}, list(gpus.values()))
+    said = {e.get("@id"): e.get("softwareVersion" if str(e.get("@id")).startswith("#software-") else "name")
+            for e in doc.get("@graph", []) if isinstance(e, dict) and str(e.get("@id", "")).startswith(("#software-",
+                                                                                                       "#gpu-"))}
+    problems = []
+    for ident in sorted(set(derived) | set(said), key=lambda i: (not i.startswith("#software-"), i)):  # software first
+        if ident not in said:
+            problems.append(f"{ident}: the trials record it, the crate does not name it")
+        elif ident not in derived:
+            problems.append(f"{ident}: the crate names it, no trial records it")
+        elif said[ident] != derived[ident]:
+            problems.append(f"{ident}: the crate says version {said[ident]!r}, its trials record {derived[ident]!r}"
+                            if ident.startswith("#software-") else
+                            f"{ident}: the crate names it as {said[ident]!r}, its trials as {derived[ident]!r}")
     return problems
 
 
