@@ -182,23 +182,25 @@ def _signals_abort(sut):
     earlier = signal.set_wakeup_fd(write_fd, warn_on_full_buffer=False)
     stop = threading.Event()
 
-    def watch():
+    def watch():  # stays until the test returns: LoadGen logs through a per-thread logger, and a thread that
+        # completed samples and ended while the test ran left it to be reaped under LoadGen (a segfault, 2026-12-07)
         while not stop.is_set():
             ready, _, _ = select.select([read_fd], [], [], 0.1)
             if ready:
                 for signum in os.read(read_fd, 64):
                     if signum in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
                         sut.abort(f"stopped by {signal.Signals(signum).name}")
-                        return
 
     watcher = threading.Thread(target=watch, name="mlperf-signals", daemon=True)
     watcher.start()
+    if procs.termination.pending is not None:  # it came before the wakeup fd was ours: no byte for the watcher
+        sut.abort(f"stopped by {signal.Signals(procs.termination.pending).name}")
     try:
         yield
     finally:
         stop.set()
         signal.set_wakeup_fd(earlier)
-        watcher.join(timeout=5)
+        watcher.join()  # gone before LoadGen is torn down (it is back from `select` within 0.1 s)
         os.close(read_fd)
         os.close(write_fd)
 

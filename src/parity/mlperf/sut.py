@@ -43,13 +43,14 @@ class OfflineSUT(abc.ABC):
     def _issue(self, samples) -> None:
         with self._lock:
             self.issued += len(samples)
-            self._outstanding.update(sample.id for sample in samples)
             aborted = self._aborted
+            if aborted is None:
+                self._outstanding.update(sample.id for sample in samples)
+        if aborted is not None:  # issued after a stop: completed at once, failed
+            self._fail([sample.id for sample in samples], aborted)
+            return
         for sample in samples:
-            if aborted is not None:  # issued after a stop: completed at once, failed
-                self._complete(sample.id, None, aborted)
-            else:
-                self.start(sample.index, lambda tokens, error=None, sid=sample.id: self._complete(sid, tokens, error))
+            self.start(sample.index, lambda tokens, error=None, sid=sample.id: self._complete(sid, tokens, error))
 
     def abort(self, reason: str) -> None:
         """Complete every outstanding sample now, failed with `reason` (a stop signal), so LoadGen's test returns
@@ -60,8 +61,18 @@ class OfflineSUT(abc.ABC):
                 return
             self._aborted = reason
             pending = sorted(self._outstanding)
-        for sample_id in pending:
-            self._complete(sample_id, None, reason)
+            self._outstanding.clear()
+        self._fail(pending, reason)
+
+    def _fail(self, sample_ids: list[int], reason: str) -> None:
+        """Complete these (no longer outstanding) samples failed, in one LoadGen call."""
+        if not sample_ids:
+            return
+        with self._lock:
+            self.failed += len(sample_ids)
+            self.first_error = self.first_error or reason
+        lg, empty = loadgen(), np.zeros(0, dtype=np.int32)
+        lg.QuerySamplesComplete([lg.QuerySampleResponse(sid, empty.ctypes.data, 0, 0) for sid in sample_ids])
 
     def _flush(self) -> None:
         pass
