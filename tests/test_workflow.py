@@ -599,5 +599,5 @@ def test_a_key_given_twice_in_a_config_file_is_refused_before_any_job(checkout):
     path.write_text(text.replace("\n  engine: sim\n", "\n  engine: sim\n  engine: vllm\n", 1))
     run = snakemake(checkout, "-n", "--workflow-profile", "smoke", "all")
     log = run.stdout + run.stderr
-    assert run.returncode != 0 and "config/smoke.yaml: not a config file parity reads (duplicate key 'engine' at " \
+    assert run.returncode != 0 and "config/smoke.yaml: not a readable workflow config (duplicate key 'engine' at " \
         "line" in log and len(log.splitlines()) < 12, log[-2000:]

@@ -67,15 +67,15 @@ def _validated(config):
 
 def _refuse_duplicate_keys():
     """Snakemake reads a config file keeping the last of a key given twice (`engine: sim`, then `engine: vllm`, ran
-    vLLM: an outsider's); each is read again as parity reads YAML (parity.workflow_config.parse_yaml), which refuses
-    it, naming the file, the key and where."""
-    from parity.workflow_config import parse_yaml
+    vLLM: an outsider's); each is read again as parity reads a workflow config (parity.workflow_config.load), which
+    refuses it, naming the file, the key and where."""
+    from parity.errors import ParityError
+    from parity.workflow_config import load
 
-    for path in workflow.configfiles:
-        try:
-            parse_yaml(Path(path).read_text(encoding="utf-8"))
-        except (OSError, ValueError) as exc:  # ValueError: parse_yaml's, and UnicodeDecodeError
-            raise WorkflowError(f"{path}: not a config file parity reads ({exc})") from None
+    try:
+        load(workflow.configfiles)
+    except ParityError as exc:
+        raise WorkflowError(str(exc)) from None
 
 
 _refuse_duplicate_keys()
