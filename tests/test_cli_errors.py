@@ -598,3 +598,48 @@ def test_a_backend_or_simulator_file_that_is_a_loop_of_links_is_named_as_one_not
         Backend.parse(str(loop))
     with pytest.raises(ParityError, match="a link to nothing"):
         SimParams.load(loop)
+
+
+def test_bench_order_refuses_an_out_holding_its_trace_and_two_traces_of_one_name(small_reuse_trace, tmp_path):
+    """`bench order --out` the trace's own folder wrote its order.json over a trace named `order`, and two traces of
+    one name wrote the second's shard files and trials over the first's (an outsider's, 2026-12-07): both are refused
+    before anything is written."""
+    import shutil
+
+    folder = small_reuse_trace.parent
+    before = sorted(folder.iterdir())
+    line = one_error_line(invoke("bench", "order", "--trace", small_reuse_trace, "--repeats", 1, "--out", folder))
+    assert line.startswith(f"Error: --out {folder} ") and "--trace" in line, line
+    assert sorted(folder.iterdir()) == before
+    twin = tmp_path / "twin"
+    shutil.copytree(folder, twin)
+    out = tmp_path / "out"
+    line = one_error_line(invoke("bench", "order", "--trace", small_reuse_trace, "--trace", twin / small_reuse_trace.name,
+                                 "--repeats", 1, "--out", out))
+    assert f"named 'reuse', as --trace {small_reuse_trace} is" in line, line
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_sigterm_leaves_no_part_of_a_trace(tmp_path):
+    """A SIGTERM while `trace-mooncake` wrote its files left the new tokens beside the old manifest, or tokens with no
+    manifest (an outsider's, 2026-12-07): every command now leaves through its context managers on SIGTERM, so
+    `all_or_nothing` removes what it wrote, and exits 143. The signal is sent by the command itself, at its manifest."""
+    import signal
+    import subprocess
+    import sys
+
+    source = tmp_path / "t.jsonl"
+    source.write_text(mooncake_line())
+    out = tmp_path / "out"
+    script = ("import os, signal, sys, time\n"
+              "import parity.trace_mooncake as m\n"
+              "def stop(*a, **k):\n"
+              "    os.kill(os.getpid(), signal.SIGTERM)\n"
+              "    time.sleep(30)\n"
+              "m.write_manifest = stop\n"
+              "from parity.cli import main\n"
+              f"sys.argv = ['parity', 'trace-mooncake', {str(source)!r}, '--out', {str(out)!r}]\n"
+              "main()\n")
+    run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 128 + signal.SIGTERM, run.stderr[-2000:]
+    assert "Traceback" not in run.stderr and (not out.exists() or not any(out.iterdir())), sorted(out.iterdir())

@@ -17,6 +17,7 @@ from pathlib import Path
 from parity import trial
 from parity.routing import shard_positions
 from parity.engine import Engine
+from parity.errors import ParityError
 from parity.flame.admission import admission_order
 from parity.paths.engine import EnginePath
 from parity.stats import cached_share
@@ -34,6 +35,21 @@ def shard_traces(trace_path: Path, trace: Trace, shards: int, out_dir: Path,
         out[shard] = {name: write_subset(trace_path, ordered, f"{trace.name}-shard{shard}-{name}", out_dir)
                       for name, ordered in (("arrival", positions), ("prefix", [positions[i] for i in order]))}
     return out
+
+
+def check(trace_paths, warmup_rounds: int) -> None:
+    """What `run` would refuse only after writing, refused before anything is: two traces of one name (the second's
+    shard files would be written over the first's, its trials too), and a trace without as many warm-up variants as
+    rounds."""
+    seen: dict[str, Path] = {}
+    for path in trace_paths:
+        name = load_trace(path).name
+        if name in seen:
+            raise ParityError(f"--trace {path}: named {name!r}, as --trace {seen[name]} is; their shards' files would "
+                              f"be one another's (give traces of different names)")
+        seen[name] = path
+        if warmup_rounds:
+            load_trace(path, f"warmup{warmup_rounds}")  # refuses a missing variant, naming the ones it has
 
 
 def run(engine: Engine, trace_path: Path, out_dir: Path, *, shards: int = 2, only: set[int] | None = None,

@@ -6,7 +6,7 @@ import functools
 
 import click
 
-from parity import __version__
+from parity import __version__, procs
 
 echo = functools.partial(click.echo, err=True)  # progress goes to stderr; results to stdout
 
@@ -15,3 +15,8 @@ echo = functools.partial(click.echo, err=True)  # progress goes to stderr; resul
 @click.version_option(__version__, prog_name="parity")
 def main():
     """Reproduce "Bringing Flame Serving Close to Standalone vLLM": traces, runs, checks, report."""
+    # every command: SIGTERM and SIGHUP leave through its context managers, as Ctrl-C does, so what a command had
+    # half written is removed (`manifest.all_or_nothing`; a SIGTERM left a new trace's tokens beside the old
+    # manifest: an outsider's, 2026-12-07), and it exits 128 + the signal
+    procs.termination.enter()
+    click.get_current_context().call_on_close(procs.termination.exit)
