@@ -150,6 +150,25 @@ def test_token_shift_is_a_bijection_fixing_specials():
         assert all(out[i] != i for i in range(50) if i not in (0, 7, 49))
 
 
+def test_a_shift_past_64_bits_is_the_same_shift_reduced_not_a_traceback():
+    """`--warmup-shift 9223372036854775808` overflowed int64 (a traceback), and 2**63 - 1 wrapped, applying another
+    shift than the manifest records (an outsider's, 2026-12-07)."""
+    shift = TokenShift(50, {0, 7, 49})
+    ids = np.arange(50, dtype="<u4")
+    for s in (2**63 - 1, 2**63, 2**80 + 5):
+        assert shift.apply(ids, s).tolist() == shift.apply(ids, s % shift.period).tolist()
+
+
+def test_blocks_that_meet_again_in_the_period_are_refused_before_anything_is_built(small_inputs, tmp_path):
+    """`--blocks 1000000000` built every block in memory (GBs) before `check_unseen` could refuse it: blocks past the
+    vocabulary's period are refused first, in one line (an outsider's, 2026-12-07)."""
+    corpus, tok = small_inputs
+    spec = TraceSpec("t", documents=2, questions_per_document=2, prefix_tokens=200, blocks=10**9)
+    with pytest.raises(TraceError, match="meet again within the vocabulary's period"):
+        build_trace(spec, corpus, tok, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
+
+
 def test_token_file_round_trip():
     prompts = [np.array([1, 2, 3], dtype="<u4"), np.array([], dtype="<u4"), np.array([2**32 - 1], dtype="<u4")]
     back = decode_token_file(encode_token_file(prompts))

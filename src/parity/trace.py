@@ -200,7 +200,8 @@ class TokenShift:
         position = self._position[tokens.astype(np.int64)]
         out = tokens.astype("<u4").copy()
         ordinary = position >= 0
-        out[ordinary] = self._ordinary[(position[ordinary] + shift) % self.period]
+        # the shift reduced first: the same shift, and no int64 overflow for one past 2**63 (an outsider's, 2026-12-07)
+        out[ordinary] = self._ordinary[(position[ordinary] + shift % self.period) % self.period]
         return out
 
 
@@ -393,6 +394,8 @@ def build_trace(spec: TraceSpec, corpus: Path, tokenizer_dir: Path, out_dir: Pat
     if context_tokens is not None and context_tokens < 1:
         raise TraceError(f"context tokens must be >= 1, got {context_tokens}")
     tokenizer = TraceTokenizer(tokenizer_dir)
+    shift = TokenShift(tokenizer.vocab_size, tokenizer.special_ids)
+    _check_block_shifts(spec.blocks, shift.period)
     texts = load_articles(corpus, text_field)
     separator = tokenizer.encode([ARTICLE_SEPARATOR], "the article separator")[0]
     articles = tokenizer.encode(texts, "article")
@@ -411,7 +414,6 @@ def build_trace(spec: TraceSpec, corpus: Path, tokenizer_dir: Path, out_dir: Pat
                         {rid: q for rid, (_, q, _) in prompts_by_id.items()} if spec.answer_tokens else None)
     prompts = [prompts_by_id[rid][2] for rid in order]
 
-    shift = TokenShift(tokenizer.vocab_size, tokenizer.special_ids)
     asked_as = [(rid, *prompts_by_id[rid][:2]) for rid in order]
     if spec.blocks > 1:  # BLOCK_SHIFT: the first block again, shifted, as many times as asked
         first = list(zip(asked_as, prompts))
@@ -464,6 +466,15 @@ def build_trace(spec: TraceSpec, corpus: Path, tokenizer_dir: Path, out_dir: Pat
         }
         write_manifest(manifest_path, doc)
     return manifest_path
+
+
+def _check_block_shifts(blocks: int, period: int) -> None:
+    """Before anything is built: blocks whose shifts (BLOCK_SHIFT each) meet again in the vocabulary's period would
+    reproduce one another's cache blocks, which `check_unseen` finds only once every block is built (a billion blocks
+    filled the memory first: an outsider's, 2026-12-07)."""
+    if blocks > 1 and len({block * BLOCK_SHIFT % period for block in range(min(blocks, period + 1))}) < blocks:
+        raise TraceError(f"blocks: {blocks} blocks shifted by {BLOCK_SHIFT} meet again within the vocabulary's period "
+                         f"({period} ordinary token IDs), reproducing one another's cache blocks: fewer blocks")
 
 
 def check_unseen(prompts, variants, shifts, period, block_size: int | None = None) -> None:
