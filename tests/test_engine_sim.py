@@ -69,6 +69,15 @@ def test_parameter_file_takes_integers_for_numbers(tmp_path):
     assert params.fixed_s == 0.0 and isinstance(params.decode_seq_s, float) and params.source == str(path)
 
 
+def test_parameters_that_make_every_step_take_no_time_are_refused(tmp_path):
+    """All step costs 0: every duration was 0, and `bench routing` and `bench order` divided by it after their trials
+    ran (a ZeroDivisionError traceback: an outsider's, 2026-12-07)."""
+    path = tmp_path / "zero.yaml"
+    path.write_text("params:\n  fixed_s: 0\n  prefill_token_s: 0\n  decode_seq_s: 0\n  attention_pair_s: 0\n")
+    with pytest.raises(ParityError, match="cannot all be 0: every engine step would take no time"):
+        SimParams.load(path)
+
+
 @pytest.mark.parametrize("values, says", [
     ({"max_num_seqs": "abc"}, "engine argument max_num_seqs must be an integer, got 'abc'"),
     ({"max_num_seqs": 2.5}, "engine argument max_num_seqs must be an integer, got 2.5"),

@@ -117,6 +117,10 @@ class SimParams:
             if value > most:
                 raise ParityError(f"simulator parameter {key} must be at most {most}{unit} (a sane bound for any "
                                   f"GPU), got {value!r}")
+        if not (self.fixed_s or self.prefill_token_s or self.decode_seq_s):  # every step would take no time: rates
+            # divided by a zero duration after the trials ran (an outsider's, 2026-12-07)
+            raise ParityError("simulator parameters fixed_s, prefill_token_s and decode_seq_s cannot all be 0: "
+                              "every engine step would take no time")
         return self
 
     def to_dict(self) -> dict:
