@@ -249,6 +249,19 @@ def test_startup_cost_is_measured_per_path_cold_then_warm(tmp_path):
     assert "(simulated)" in result.output
 
 
+def test_a_start_with_no_warm_run_says_so_not_zero_seconds():
+    """`bench startup --repeats 1` printed "0.0 s warm" for a warm median it never measured (an outsider's,
+    2026-12-07)."""
+    from parity.bench.startup import summary, summary_line
+
+    result = {"simulated": True, "standalone": {"start_to_first_answer": summary([1.2])},
+              "flame": {"cluster_s": 3.0, "session_to_first_answer": summary([1.9])}}
+    line = summary_line(result)
+    assert line.count("no warm run") == 2 and "0.0 s warm" not in line, line
+    result["flame"]["session_to_first_answer"] = summary([1.9, 0.4, 0.6])
+    assert "0.5 s warm (median)" in summary_line(result)
+
+
 def test_longer_answers_run_exactly_their_length_on_both_paths_and_are_checked_so(tiny_reuse_trace, sim_backend,
                                                                                    tmp_path):
     from parity.checks import check_trial, trace_of

@@ -87,12 +87,16 @@ def run(engine: str, cluster_kind: str, gpu: str, final, args, out: Path, repeat
 
 
 def summary_line(result: dict) -> str:
-    """The result in one line, labelled simulated or measured."""
+    """The result in one line, labelled simulated or measured; a start with no warm run says so (not 0.0 s)."""
     a, f = result["standalone"]["start_to_first_answer"], result["flame"]["session_to_first_answer"]
     label = "simulated" if result["simulated"] else "measured"
-    return (f"standalone: process start to first answer {a['cold_s']:.1f} s cold, "
-            f"{a['warm_median_s'] or 0:.1f} s warm (median); Flame: cluster {result['flame']['cluster_s']:.1f} s once, "
-            f"then session to first answer {f['cold_s']:.1f} s cold, {f['warm_median_s'] or 0:.1f} s warm ({label})")
+
+    def warm(s: dict) -> str:
+        return "no warm run" if s["warm_median_s"] is None else f"{s['warm_median_s']:.1f} s warm (median)"
+
+    return (f"standalone: process start to first answer {a['cold_s']:.1f} s cold, {warm(a)}; Flame: cluster "
+            f"{result['flame']['cluster_s']:.1f} s once, then session to first answer {f['cold_s']:.1f} s cold, "
+            f"{warm(f)} ({label})")
 
 
 def summary(values: list[float]) -> dict:
