@@ -315,6 +315,8 @@ def out_of_range_cases(trace, dataset, tokenizer, out):
         (["engine", "run", "--trace", trace, "--out", out, "--batch", -1], "--batch"),
         (["engine", "run", "--trace", trace, "--out", out, "--warmup-rounds", -1], "--warmup-rounds"),
         (["bench", "router", "--requests", 0], "--requests"),
+        (["bench", "router", "--repeats", 10**9], "--repeats"),
+        (["trace-mooncake", dataset, "--out", out, "--max-model-len", 10**23], "--max-model-len"),
         (["bench", "sim", "--trace", trace, "--repeats", 0], "--repeats"),
         (["bench", "codec", "--trace", trace, "--batch", 0], "--batch"),
         (["bench", "codec", "--trace", trace, "--repeats", 0], "--repeats"),
@@ -643,3 +645,29 @@ def test_sigterm_leaves_no_part_of_a_trace(tmp_path):
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert run.returncode == 128 + signal.SIGTERM, run.stderr[-2000:]
     assert "Traceback" not in run.stderr and (not out.exists() or not any(out.iterdir())), sorted(out.iterdir())
+
+
+@pytest.mark.parametrize("extra, says", [
+    (["--warmup-rounds", 5], "has no variant 'warmup5'"),
+    (["--engine-arg", "max_model_len=10"], "does not fit the engine's max_model_len 10"),
+])
+def test_bench_order_refuses_what_its_trials_would_before_it_writes(small_reuse_trace, tmp_path, extra, says):
+    """More warm-up rounds than the trace has variants, or a trace the engine's context cannot hold, were refused
+    only after the shards' traces (and warm-ups) were written into --out (an outsider's, 2026-12-07)."""
+    out = tmp_path / "out"
+    line = one_error_line(invoke("bench", "order", "--trace", small_reuse_trace, "--repeats", 1, "--out", out, *extra))
+    assert says in line, line
+    assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_report_into_an_experiment_under_results_names_that_experiment(tmp_path):
+    """`report --results R --out R/E/x` said --out "is the command's input --results R/E", a path not given as
+    --results (an outsider's, 2026-12-07): the folder is named as an experiment --results holds."""
+    experiment = tmp_path / "results" / "locality"
+    experiment.mkdir(parents=True)
+    (experiment / "experiment.json").write_text("{}")
+    out = experiment / "report"
+    line = one_error_line(invoke("report", "--results", tmp_path / "results", "--out", out))
+    assert line.startswith(f"Error: --out {out} lies in the command's input (an experiment --results "
+                           f"{tmp_path / 'results'} holds) {experiment}"), line
+    assert not out.exists()

@@ -37,12 +37,13 @@ def shard_traces(trace_path: Path, trace: Trace, shards: int, out_dir: Path,
     return out
 
 
-def check(trace_paths, warmup_rounds: int) -> None:
+def check(trace_paths, warmup_rounds: int, args) -> None:
     """What `run` would refuse only after writing, refused before anything is: two traces of one name (the second's
-    shard files would be written over the first's, its trials too), and a trace without as many warm-up variants as
-    rounds."""
+    shard files would be written over the first's, its trials too), a trace without as many warm-up variants as
+    rounds, and one the engine (its EngineArgs `args`) cannot serve."""
     seen: dict[str, Path] = {}
     for path in trace_paths:
+        trial.fits_engine(path, args)
         name = load_trace(path).name
         if name in seen:
             raise ParityError(f"--trace {path}: named {name!r}, as --trace {seen[name]} is; their shards' files would "

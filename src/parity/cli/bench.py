@@ -170,7 +170,7 @@ def bench_order(kind, traces, shards, only, repeats, warmup_rounds, model, load_
         raise ParityError(f"--shard {beyond[0]}: there are only shards 0 to {shards - 1} (--shards {shards})")
     args, warmup_rounds, sim_params = options.engine_settings(kind, backend_text, model, load_format, engine_args,
                                                               warmup_rounds, sim_params)[1:]
-    order.check(traces, warmup_rounds)
+    order.check(traces, warmup_rounds, args)
     results = []
     with make_engine(kind, args, **options.simulator(kind, sim_params, "virtual", "async")) as engine:
         for trace in traces:

@@ -183,7 +183,7 @@ def report_cmd(experiments, results, mlperf_dir, reference, out_dir):
                               "run wrote, or --experiment DIR or --mlperf DIR")
         raise ParityError("give --experiment DIR (repeatable), --results DIR or --mlperf DIR")
     for path in paths:  # report files written into an experiment folder would sit in the evidence
-        option = "--experiment" if path in experiments else "--results"
+        option = "--experiment" if path in experiments else f"(an experiment --results {results} holds)"
         not_an_input(out_dir, {option: path.parent if path.is_file() else path}, folder=True)
     not_an_input(out_dir, {"--mlperf": mlperf_dir, "--reference": reference}, folder=True)
     from parity.rederive import problems  # each trial, pair and experiment derived again, as validate does

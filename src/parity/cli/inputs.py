@@ -93,7 +93,7 @@ def _corpus_file(ctx, param, corpus: Path) -> Path:
               help="Recorded in the manifest: synthetic-news, cnn_dailymail, ...")
 @click.option("--tokenizer-origin", default="other", show_default=True,
               help="Recorded in the manifest: smoke-bpe, llama-3.1-8b-instruct, ...")
-@click.option("--context-tokens", type=click.IntRange(min=1), default=None,
+@click.option("--context-tokens", type=options.CONTEXT_TOKENS, default=None,
               help="Build for an engine context (max_model_len) of this many tokens, recorded in the manifest "
                    "[default: the study's max_model_len, not recorded].")
 @click.option("--out", "out_dir", type=click.Path(path_type=Path), required=True, callback=options.out_folder,
@@ -125,7 +125,7 @@ def trace_cmd(corpus, tokenizer_dir, name, documents, questions, prefix_tokens, 
               callback=options.out_folder,
               help="Directory for NAME.json, NAME.tokens, NAME.warmupK.tokens and NAME.replay.json.")
 @click.option("--name", default=None, help="Trace name [default: the file's stem].")
-@click.option("--max-model-len", type=click.IntRange(min=1), default=None,
+@click.option("--max-model-len", type=options.CONTEXT_TOKENS, default=None,
               help="The context: a request longer (with its output) is counted and excluded, never cut "
                    "[default: the study's max_model_len].")
 @click.option("--limit", type=click.IntRange(min=1), default=None, help="Keep the first this many requests that fit.")

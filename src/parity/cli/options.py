@@ -168,8 +168,13 @@ def traces(help: str | None = None):
                         required=True, help=help)
 
 
+CONTEXT_TOKENS = click.IntRange(1, 2**31 - 1)  # an engine context, in tokens (any larger one was recorded as given)
+MAX_REPEATS = 1000  # a typo's billion repeats ran until killed (an outsider's, 2026-12-07)
+
+
 def repeats(default: int, help: str | None = None):
-    return click.option("--repeats", default=default, show_default=True, type=click.IntRange(min=1), help=help)
+    return click.option("--repeats", default=default, show_default=True, type=click.IntRange(1, MAX_REPEATS),
+                        help=help)
 
 
 def experiment(default: str, help: str | None = None):
