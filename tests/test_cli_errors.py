@@ -671,3 +671,20 @@ def test_a_report_into_an_experiment_under_results_names_that_experiment(tmp_pat
     assert line.startswith(f"Error: --out {out} lies in the command's input (an experiment --results "
                            f"{tmp_path / 'results'} holds) {experiment}"), line
     assert not out.exists()
+
+
+def test_a_service_its_manager_stops_dies_at_once_on_sigterm(monkeypatch):
+    """Every command leaves through its context managers on SIGTERM, but a Flame worker and a simulator replica die
+    at once as before (their managers' teardowns clean up; a teardown inside a server's wait would hold them up)."""
+    import signal
+
+    import parity.flame.service
+    import parity.standalone.sim_server
+
+    seen = []
+    monkeypatch.setattr(parity.flame.service, "main", lambda: seen.append(signal.getsignal(signal.SIGTERM)))
+    monkeypatch.setattr(parity.standalone.sim_server, "serve",
+                        lambda *a, **k: seen.append(signal.getsignal(signal.SIGTERM)))
+    assert invoke("flame", "worker").exit_code == 0
+    assert invoke("standalone", "sim-server", "--port", 1).exit_code == 0
+    assert seen == [signal.SIG_DFL, signal.SIG_DFL]

@@ -20,3 +20,10 @@ def main():
     # manifest: an outsider's, 2026-12-07), and it exits 128 + the signal
     procs.termination.enter()
     click.get_current_context().call_on_close(procs.termination.exit)
+
+
+def served() -> None:
+    """For a process its manager stops (a Flame worker, a simulator replica): SIGTERM ends it at once, as before
+    `main` armed it; its manager's teardown, not its own, cleans up (a worker's GPU lease is a flock the kernel
+    drops), and a teardown inside a gRPC or HTTP server's wait could hold up the manager's."""
+    procs.termination.exit()

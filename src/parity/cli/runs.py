@@ -10,7 +10,7 @@ import click
 
 from parity import run_lock
 from parity.cli import options
-from parity.cli.app import echo, main
+from parity.cli.app import echo, main, served
 from parity.cli.errors import friendly_errors
 from parity.engine import ENGINES, FAMILIES
 from parity.errors import ParityError
@@ -143,6 +143,7 @@ def standalone_sim_server(port, gpu_uuid, sim_params, kv_events):
     """One simulator replica speaking vLLM's /v1/completions subset on 127.0.0.1 (a replica set starts it)."""
     from parity.standalone.sim_server import serve
 
+    served()
     if kv_events and not kv_events.startswith("tcp://127.0.0.1:"):
         raise click.BadParameter("a loopback endpoint, tcp://127.0.0.1:PORT", param_hint="--kv-events")
     serve(port, gpu_uuid, sim_params, kv_events=kv_events)
@@ -159,6 +160,7 @@ def flame_worker():
     """Serve the parity FlameService on $FLAME_INSTANCE_ENDPOINT (Flame's executor starts this)."""
     from parity.flame.service import main as serve
 
+    served()
     serve()
 
 
