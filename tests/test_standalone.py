@@ -305,3 +305,24 @@ def test_the_kv_cache_a_vllm_replica_reports_is_read_from_its_log(tmp_path, monk
     assert replica_set.kv_cache_tokens() is None  # no log yet: unknown, not a guess
     log.write_text("(EngineCore pid=1) INFO [kv_cache_utils.py:2177] GPU KV cache size: 898,784 tokens\n")
     assert replica_set.kv_cache_tokens() == 898_784
+
+
+def test_a_replica_gone_after_its_health_check_is_one_line_not_a_traceback(tmp_path):
+    """A replica that died after answering /health and before saying which GPU it runs on gave an httpx.ConnectError
+    traceback (an outsider's, 2026-12-07): one line now, naming how it ended and its log."""
+    import subprocess
+    import sys
+
+    from parity import procs
+    from parity.errors import ParityError
+    from parity.standalone.replicas import Replica, _identify
+
+    log = tmp_path / "replica-0.log"
+    log.write_text("serving\n")
+    process = subprocess.Popen([sys.executable, "-c", "raise SystemExit(3)"])
+    process.wait()
+    replica = Replica(0, "sim-0", procs.free_port(), log, process)
+    with pytest.raises(ParityError) as err:
+        _identify("sim", replica)
+    assert str(err.value).startswith(f"replica 0 (GPU sim-0, pid {process.pid}, port {replica.port}) died before it "
+                                     "said which GPU it runs on: ") and str(log) in str(err.value)

@@ -11,6 +11,7 @@ Teardown ends every replica's session, checks the ports are free again, and leav
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -91,7 +92,16 @@ def gpu_of_processes(pids: list[int]) -> set[str]:
 
 def _identify(kind: str, replica: Replica) -> str:
     if kind == "sim":
-        return httpx.get(f"{replica.url}/parity/identity", timeout=10).json()["gpu_uuid"]
+        try:
+            return httpx.get(f"{replica.url}/parity/identity", timeout=10).json()["gpu_uuid"]
+        except (httpx.HTTPError, ValueError, KeyError, TypeError) as exc:  # one that died after its /health: a
+            # traceback (an outsider's, 2026-12-07); now one line, naming how it ended
+            with contextlib.suppress(subprocess.TimeoutExpired):  # a refused connection: it may be dying
+                replica.process.wait(timeout=2)
+            if replica.process.poll() is not None:
+                raise ParityError(replica.ended("died before it said which GPU it runs on")) from None
+            raise ParityError(f"{replica.label} did not say which GPU it runs on ({type(exc).__name__}: {exc}); log: "
+                              f"{replica.log_path}") from None
     gpus = gpu_of_processes(procs.session_members(replica.process.pid))
     if len(gpus) != 1:
         raise ParityError(f"replica {replica.index} runs on GPUs {sorted(gpus) or 'none found'}, expected exactly {replica.gpu}")
