@@ -320,3 +320,17 @@ def test_routing_runs_both_routers_on_both_paths_interleaved():
     assert cases[0].trial_id == "routing-vllm-sticky-reuse-r0" and cases[0].stage == "vllm-sticky"
     assert [c.placement for c in cases[8:12]] != [c.placement for c in cases[:4]]  # rotated each repetition
     assert all(c.pair is None for c in cases)
+
+
+def test_a_trace_setting_naming_none_of_the_traces_given_is_refused():
+    """`--settings '{"trace": "nope"}'` ran the gc experiment on the last trace given, and its manifest named "nope"
+    (an outsider's, 2026-12-07)."""
+    from pathlib import Path
+
+    from parity.errors import ParityError
+    from parity.experiments.plan import pick_trace
+
+    traces = [Path("t/no-reuse.json"), Path("t/reuse.json")]
+    assert pick_trace(traces, "no-reuse", "gc.trace") == traces[0]
+    with pytest.raises(ParityError, match=r"^gc.trace 'reuze' is none of the traces given \(no-reuse, reuse\)$"):
+        pick_trace(traces, "reuze", "gc.trace")

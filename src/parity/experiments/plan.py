@@ -141,9 +141,14 @@ def pairs(experiment: str, stage: str, traces: list[Path], count: int | dict[str
     return cases
 
 
-def pick_trace(traces: list[Path], name: str) -> Path:
-    """The trace called `name`, else the last one given (the reuse burst comes last)."""
-    return next((t for t in traces if t.stem == name), traces[-1])
+def pick_trace(traces: list[Path], name: str, setting: str) -> Path:
+    """The trace called `name` (its manifest's stem), which `setting` names. None given of that name is refused: the
+    last one given stood in for it, and the manifest named one trace while the numbers were another's (an outsider's,
+    2026-12-07)."""
+    found = next((t for t in traces if t.stem == name), None)
+    if found is None:
+        raise ParityError(f"{setting} {name!r} is none of the traces given ({', '.join(t.stem for t in traces) or 'none'})")
+    return found
 
 
 def admission(traces: list[Path], settings: AdmissionSettings) -> list[Case]:
@@ -153,7 +158,7 @@ def admission(traces: list[Path], settings: AdmissionSettings) -> list[Case]:
     10 ms, then async + zlib), so no pair is chosen from its own scores.
     """
     base = settings.base
-    screen_trace = pick_trace(traces, settings.screen_trace)
+    screen_trace = pick_trace(traces, settings.screen_trace, "admission.screen_trace")
     grid = [replace(base, batch_limit=b, window_ms=w) for b, w in settings.batch_windows]
     selected = with_arm(base, "selected", settings.selected)
     try:  # the study's screens: each engine API and codec over the selection, then each order
@@ -507,7 +512,7 @@ EXPERIMENTS: dict[str, Experiment] = {
     "confirmation": Experiment(ConfirmationSettings,
                                lambda traces, s: confirmation(traces, s.pairs, s.flame, s.arms, s.flame_arms,
                                                                             s.sweep, s.stages)),
-    "gc": Experiment(GcSettings, lambda traces, s: gc_diagnostics(pick_trace(traces, s.trace), s.flame, s.repeats)),
+    "gc": Experiment(GcSettings, lambda traces, s: gc_diagnostics(pick_trace(traces, s.trace, "gc.trace"), s.flame, s.repeats)),
     "offline-limit": Experiment(OfflineLimitSettings, None),  # shards on the engine (experiments.offline_limit)
     "routing": Experiment(RoutingSettings, _routing),
     "sustained": Experiment(SustainedSettings, _sustained),
