@@ -688,3 +688,15 @@ def test_a_service_its_manager_stops_dies_at_once_on_sigterm(monkeypatch):
     assert invoke("flame", "worker").exit_code == 0
     assert invoke("standalone", "sim-server", "--port", 1).exit_code == 0
     assert seen == [signal.SIG_DFL, signal.SIG_DFL]
+
+
+def test_a_trace_the_engine_cannot_hold_is_refused_before_any_engine_starts(small_reuse_trace, tmp_path):
+    """`engine run`, `standalone run` and `flame run` started their engines and warmed them up before a prompt that,
+    with its new tokens, outgrew max_model_len failed, and said "a prompt of 251 tokens exceeds max_model_len 260"
+    (an outsider's, 2026-12-07): each refuses first, naming the request and the new tokens."""
+    for command in (["engine", "run"], ["standalone", "run"], ["flame", "run"]):
+        out = tmp_path / "-".join(command)
+        line = one_error_line(invoke(*command, "--trace", small_reuse_trace, "--engine-arg", "max_model_len=1000",
+                                     "--out", out))
+        assert " prompt tokens; with 16 new tokens it does not fit the engine's max_model_len 1000" in line, line
+        assert not out.exists()

@@ -51,6 +51,7 @@ def engine_run(kind, traces, batches, warmup_rounds, model, load_format, engine_
 
     backend, args, warmup_rounds, sim_params = options.engine_settings(kind, backend_text, model, load_format,
                                                                        engine_args, warmup_rounds, sim_params)
+    fits(traces, args)
     echo(f"starting engine {kind} ...")
     # no run lock here: the offline limit runs its shards as engine runs into one trials folder at once, each
     # writing only its own trial files (its experiment run holds the folder above)
@@ -65,6 +66,16 @@ def engine_run(kind, traces, batches, warmup_rounds, model, load_format, engine_
                 doc = trial.run(path, trace, out_dir, trial_id=trial_id, experiment=experiment,
                                 warmup_rounds=warmup_rounds, ran_with=wanted, log=echo)
                 trial.log_summary(out_dir, trial.summary(doc, out_dir / f"{trial_id}.json"))
+
+
+def fits(traces, args) -> None:
+    """Each trace loaded and checked, and served whole by the engine's context, before anything starts: an edited token
+    file, or a prompt that with its new tokens outgrows max_model_len, failed only after the engines had started and
+    warmed up (an outsider's, 2026-12-07)."""
+    from parity.trial import fits_engine
+
+    for trace in traces:
+        fits_engine(trace, args)
 
 
 @main.group("sim")
@@ -124,11 +135,12 @@ def standalone_run(kind, gpus, placements, traces, repeats, warmup_rounds, exper
     from parity.paths.standalone import StandalonePath
 
     gpus = list(gpus) or (["sim-0", "sim-1"] if kind == "sim" else [])
-    path = StandalonePath(kind, gpus, options.engine_args(model, load_format, engine_args), out_dir / "logs",
-                          startup_timeout_s=startup_timeout, sim_params=sim_params,
+    args = options.engine_args(model, load_format, engine_args)
+    fits(traces, args)
+    path = StandalonePath(kind, gpus, args, out_dir / "logs", startup_timeout_s=startup_timeout, sim_params=sim_params,
                           receipt_path=out_dir / "cleanup-replicas.json")
-    echo(f"starting {len(gpus)} {kind} replicas on {', '.join(gpus)} ...")
     with run_lock.holding(out_dir):
+        echo(f"starting {len(gpus)} {kind} replicas on {', '.join(gpus)} ...")
         run_trials(path, placements, traces, repeats, experiment, warmup_rounds, out_dir, log=echo)
 
 
@@ -199,10 +211,12 @@ def flame_run(cluster, flame_bin_dir, gpus, placements, traces, batch_limit, win
     gpus = list(gpus) or (["sim-0", "sim-1"] if simulated else [])
     if not gpus:
         raise ParityError("name the GPUs with --gpu UUID (one per worker)")
+    args = options.engine_args(model, load_format, engine_args)
+    fits(traces, args)
     with run_lock.holding(out_dir), flame_cluster(cluster, gpus, out_dir, simulated=simulated, bin_dir=flame_bin_dir,
                                                   receipt_path=out_dir / "cleanup-flame.json", log=echo) as running:
         path = FlamePath(running, gpus, settings, engine=engine,
-                         engine_args=options.engine_args(model, load_format, engine_args),
+                         engine_args=args,
                          sim_params=str(sim_params) if sim_params else None)
         run_trials(path, placements, traces, repeats, experiment, warmup_rounds, out_dir, log=echo)
 

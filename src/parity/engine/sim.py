@@ -212,7 +212,8 @@ class SimScheduler:
 
     def add(self, request: _Request) -> None:
         if request.prompt.size + request.max_tokens > self.args.max_model_len:
-            raise ParityError(f"prompt of {request.prompt.size} tokens exceeds max_model_len {self.args.max_model_len}")
+            raise ParityError(f"a prompt of {request.prompt.size} tokens with {request.max_tokens} new tokens does not fit "
+                              f"max_model_len {self.args.max_model_len}")
         self.waiting.append(request)
 
     @property
