@@ -63,8 +63,6 @@ def require_pins(pins: Pins, names: list[str], *, record_pins: bool, section: st
 def fetch_files(pins: Pins, dest: Path, download: Downloader, *, record_pins: bool,
                 log: Callable[[str], None]) -> list[FileResult]:
     """Bring every pinned file into `dest`, verified; record null pins only when `record_pins`."""
-    from parity import procs
-
     names = pins.names()
     require_pins(pins, names, record_pins=record_pins)
     created = not dest.exists()
@@ -74,16 +72,13 @@ def fetch_files(pins: Pins, dest: Path, download: Downloader, *, record_pins: bo
             shutil.rmtree(stale, ignore_errors=True)
             log(f"removed {stale}, a killed fetch's partial download")
     results = []
-    procs.termination.enter()  # SIGTERM and SIGHUP raise, so a download's staging is removed as on Ctrl-C
-    try:
+    try:  # SIGTERM and SIGHUP raise here too (`parity` arms them for every command), so a staging is removed
         for name in names:
             results.append(_fetch_one(pins, dest, name, download, record_pins=record_pins, log=log))
     except BaseException:
         if created and not any(dest.iterdir()):
             dest.rmdir()  # leave no empty folder behind either
         raise
-    finally:
-        procs.termination.exit()
     return results
 
 
