@@ -39,7 +39,7 @@ from parity.manifest import ManifestError, is_file_reference, read_manifest, sha
 from parity.record import cached_share, package_versions, refused_records, request_records, trial_manifest
 from parity.routing import RouterSettings
 from parity.schedule import Schedule
-from parity.trace import check_context, load_trace
+from parity.trace import Trace, check_context, load_trace
 
 
 def run(path, trace_path: Path, folder: Path, *, trial_id: str, experiment: str,
@@ -202,12 +202,13 @@ def log_summary(out_dir: Path, summary: dict) -> None:
             raise
 
 
-def fits_engine(trace: Path, args: EngineArgs, lengths=None) -> None:
-    """A trace the engine can serve: valid, and every prompt with its new tokens within max_model_len (with
+def fits_engine(trace: Path, args: EngineArgs, lengths=None) -> Trace:
+    """A trace the engine can serve, loaded: valid, and every prompt with its new tokens within max_model_len (with
     `lengths`, parity.lengths.OutputLengths: each prompt with its own answer's)."""
     loaded = load_trace(trace)
     new_tokens = args.max_tokens if lengths is None else lengths.draw(len(loaded.requests))
     check_context(loaded, args.max_model_len, new_tokens, "the engine's max_model_len")
+    return loaded
 
 
 # ---- what a trial ran with, and whether one on disk is kept ------------------------------------

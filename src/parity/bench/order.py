@@ -43,8 +43,7 @@ def check(trace_paths, warmup_rounds: int, args) -> None:
     rounds, and one the engine (its EngineArgs `args`) cannot serve."""
     seen: dict[str, Path] = {}
     for path in trace_paths:
-        trial.fits_engine(path, args)
-        name = load_trace(path).name
+        name = trial.fits_engine(path, args).name
         if name in seen:
             raise ParityError(f"--trace {path}: named {name!r}, as --trace {seen[name]} is; their shards' files would "
                               f"be one another's (give traces of different names)")
