@@ -645,6 +645,8 @@ def test_sigterm_leaves_no_part_of_a_trace(tmp_path):
     run = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert run.returncode == 128 + signal.SIGTERM, run.stderr[-2000:]
     assert "Traceback" not in run.stderr and (not out.exists() or not any(out.iterdir())), sorted(out.iterdir())
+    # it started no process, so it says it leaves in order, not that it stops processes it never started
+    assert "parity: SIGTERM: leaving in order" in run.stderr and "processes" not in run.stderr, run.stderr[-2000:]
 
 
 @pytest.mark.parametrize("extra, says", [

@@ -360,10 +360,15 @@ except OSError as exc:
 """
 
 
+_spawned = 0  # children `spawn` started in this process (what a stop signal's message names)
+
+
 def spawn(argv: list[str], *, stdout, stderr=subprocess.STDOUT, env: dict | None = None,
           cwd: Path | str | None = None) -> subprocess.Popen:
     """Start a child in its own session, killed with its spawning thread, marked for the watchdog."""
+    global _spawned
     _ensure_watchdog()
+    _spawned += 1
     env = dict(os.environ if env is None else env)
     env[TREE_ENV] = os.environ[TREE_ENV]
     command = [sys.executable, "-I", "-S", "-c", _ARM_DEATH_SIGNAL, str(os.getpid()), *map(str, argv)]
@@ -497,7 +502,8 @@ class Termination:
             os._exit(128 + signum)
         self.received = signal.Signals(signum).name
         with contextlib.suppress(OSError):
-            os.write(2, f"parity: {self.received}: stopping the processes this run started\n".encode())
+            what = "stopping the processes this run started" if _spawned else "leaving in order"
+            os.write(2, f"parity: {self.received}: {what}\n".encode())
         self._stop(signum)
 
     def _interrupt(self, signum, frame):
