@@ -81,7 +81,7 @@ def test_an_answer_is_learned_when_it_is_reported_even_from_other_threads():
     its cost is its own request's, issue 30); reports from the answers' threads while the client decides leave
     nothing booked and each wait learned once. The budget is so wide that no decision refuses, whatever the threads'
     order taught the rate (a loaded machine reports late)."""
-    c = _controller(shards=2, rate=1000.0, headroom=1e9)
+    c = _controller(shards=2, rate=1000.0, headroom=1000.0)  # the widest the settings allow
     first = c.decide(_prompt(1500), now=0.0)
     c.first_token(first.index, now=1.5)
     assert c.ahead == [0, 0] and sum(c.rate.samples) == 1  # no decision since
@@ -254,12 +254,12 @@ def test_a_lightly_loaded_shard_learns_its_latency_not_a_slower_rate():
 
 
 @pytest.mark.parametrize("values, message", [
-    ({"headroom": 0}, "admission setting headroom must be above 0, got 0"),
-    ({"seed_tokens_per_s": -1}, "admission setting seed_tokens_per_s must be at least 1 token a second, got -1"),
+    ({"headroom": 0}, "admission setting headroom must be in [0.001, 1000], got 0"),
+    ({"seed_tokens_per_s": -1}, "admission setting seed_tokens_per_s must be 1 to 1e9 tokens a second, got -1"),
     ({"seed_tokens_per_s": 1e-300},  # an outsider's: the fit's ridge prior underflowed to 0 after the trials ran
-     "admission setting seed_tokens_per_s must be at least 1 token a second, got 1e-300"),
+     "admission setting seed_tokens_per_s must be 1 to 1e9 tokens a second, got 1e-300"),
     ({"sample_s": 0.5}, "unknown admission setting(s) sample_s: known are"),
-    ({"alpha": 1.5}, "admission setting alpha must be in (0, 1], got 1.5"),
+    ({"alpha": 1.5}, "admission setting alpha must be in [1e-6, 1], got 1.5"),
     ({"retries": -1}, "admission setting retries must be 0 or more, got -1"),
     ({"retries": 1.5}, "admission setting retries must be an integer, got 1.5"),
     ({"headrom": 0.9}, "unknown admission setting(s) headrom: known are"),

@@ -702,3 +702,13 @@ def test_a_trace_the_engine_cannot_hold_is_refused_before_any_engine_starts(smal
                                      "--out", out))
         assert " prompt tokens; with 16 new tokens it does not fit the engine's max_model_len 1000" in line, line
         assert not out.exists()
+
+
+@pytest.mark.parametrize("command", [["engine", "run"], ["standalone", "run"], ["flame", "run"]])
+def test_more_warmup_rounds_than_variants_is_refused_before_any_engine_starts(small_reuse_trace, tmp_path, command):
+    """`engine run --warmup-rounds 3` started its engine and ran two warm-ups before refusing (an outsider's,
+    2026-12-07); each run command refuses it first now, writing nothing."""
+    out = tmp_path / "out"
+    line = one_error_line(invoke(*command, "--trace", small_reuse_trace, "--warmup-rounds", 3, "--out", out))
+    assert "has no variant 'warmup3'; it has measured, warmup1, warmup2" in line, line
+    assert not out.exists() or not any(out.iterdir())

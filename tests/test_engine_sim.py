@@ -39,7 +39,12 @@ def test_calibrated_parameters_load():
     ("params:\n  kv_cache_tokens: 1.5\n", "simulator parameter kv_cache_tokens must be an integer, got 1.5"),
     ("params:\n  decode_seq_s: true\n", "simulator parameter decode_seq_s must be a number, got True"),
     ("params:\n  speed: 3\n", "unknown simulator parameter(s) speed: known are fixed_s, "),
-    ("params:\n  kv_cache_tokens: -5\n", "simulator parameter kv_cache_tokens must be at least 1, got -5"),
+    ("params:\n  kv_cache_tokens: -5\n", "simulator parameter kv_cache_tokens must be at least 256, got -5"),
+    # outsiders', 2026-12-07: a cache under one router block gave a traceback under `bench routing --explain`; a key
+    # given twice ran its last value; 2e-2 is text to YAML 1.1
+    ("params:\n  kv_cache_tokens: 255\n", "simulator parameter kv_cache_tokens must be at least 256, got 255"),
+    ("params:\n  fixed_s: 0.02\n  fixed_s: 5.0\n", "not YAML: duplicate key 'fixed_s' at line 3"),
+    ("params:\n  fixed_s: 2e-2\n", "fixed_s must be a number, got '2e-2' (YAML reads 2e-2 as text: write 2.0e-2)"),
     ("params:\n  fixed_s: -0.1\n", "simulator parameter fixed_s must be at least 0, got -0.1"),
     # an outside tester's: 1e308 overflowed to inf (a JSON traceback; a paced sleep's OverflowError that hung
     # a standalone replica), 1e300 "passed" at 5e-301 req/s

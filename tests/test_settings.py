@@ -91,6 +91,9 @@ def test_settings_built_directly_are_checked_as_from_dict_checks_them(build, nam
     ({"gpu": ["sim-0"]}, "gpu"), ({"engine_args": []}, "engine_args"),
     ({"startup_timeout_s": float("nan")}, "startup_timeout_s: must be a finite number"),  # an outside tester's:
     ({"startup_timeout_s": float("inf")}, "startup_timeout_s: must be a finite number"),  # a NaN waited for ever
+    # JSON Schema counts 2.0 as an integer: it passed, then range() failed inside the trial (an outsider's, 2026-12-07)
+    ({"warmup_rounds": 2.0}, "backend warmup_rounds: 2.0 is not of type 'integer'"),
+    ({"engine_cpus": 2.0}, "backend engine_cpus: 2.0 is not of type 'integer'"),
 ])
 def test_a_bad_backend_is_refused_by_name(values, named):
     with pytest.raises(ParityError) as error:
@@ -107,6 +110,25 @@ def test_a_non_finite_experiment_setting_is_refused_by_its_path(settings, named)
     with pytest.raises(ParityError) as error:
         check_experiment_settings("sustained", settings)
     assert str(error.value) == named
+
+
+@pytest.mark.parametrize("bounded, named", [
+    ({"headroom": 1e308}, "bounded.headroom: 1e+308 is greater than the maximum of 1000"),
+    ({"headroom": 1e-308}, "bounded.headroom: 1e-308 is less than the minimum of 0.001"),
+    ({"seed_tokens_per_s": 1e308}, "bounded.seed_tokens_per_s: 1e+308 is greater than the maximum of 1000000000.0"),
+    ({"alpha": 1e-308}, "bounded.alpha: 1e-308 is less than the minimum of 1e-06"),
+    ({"cold_sd_s": 1e160}, "bounded.cold_sd_s: 1e+160 is greater than the maximum of 3600"),
+])
+def test_bounded_settings_past_what_the_fit_holds_are_refused(bounded, named):
+    """An outsider's, 2026-12-07: each of these passed the schema and crashed after two trials (NaN in a manifest, a
+    ZeroDivisionError or an OverflowError in the fit); the schema and the settings class both bound them now."""
+    from parity.admission import BoundedSettings
+
+    with pytest.raises(ParityError) as error:
+        check_experiment_settings("sustained", {"rates": [4], "bounded": bounded})
+    assert str(error.value) == f"sustained {named}"
+    with pytest.raises(ParityError, match=f"admission setting {next(iter(bounded))} must be"):
+        BoundedSettings(**bounded)
 
 
 @pytest.mark.parametrize("settings", ['{"flame": {"batch_limt": 64}}', '{"repeats": "x"}', '[1]', 'not json'])
@@ -216,3 +238,14 @@ def test_a_key_given_twice_is_refused_in_json_and_yaml_alike(tmp_path):
         experiment_settings("gc", '{"repeats": 1, "repeats": 2}')
     merged = parse_yaml("base: &b {a: 1, b: 2}\nover: {<<: *b, a: 3}\n")  # a merge's keys may be overridden
     assert merged["over"] == {"a": 3, "b": 2}
+
+
+def test_a_kv_cache_smaller_than_a_prompt_is_refused_before_any_trial(tmp_path, small_reuse_trace):
+    """An outsider's, 2026-12-07: `evict: {cache_blocks: 1}` ran the ladder's first pair, then the evict pair's engine
+    stalled (a waiting request cannot fit in the KV cache); it is refused with the prompt that does not fit now."""
+    out = tmp_path / "sustained"
+    result = CliRunner().invoke(main, ["experiment", "run", "sustained", "--trace", str(small_reuse_trace),
+                                       "--backend", SIM, "--settings", '{"rates": [5], "evict": {"cache_blocks": 1}}',
+                                       "--out", str(out)])
+    assert result.exit_code == 1 and "does not fit the KV cache of cache_blocks 1 x 16 tokens = 16" in result.output
+    assert len(result.output.strip().splitlines()) == 1 and not out.exists()

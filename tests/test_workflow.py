@@ -189,6 +189,35 @@ def test_a_non_finite_number_is_refused_by_name_before_any_job(checkout, key, va
     assert f"experiments.sustained.{key}.{name}: must be a finite number, got {number!r}" in run.stdout + run.stderr
 
 
+@pytest.mark.parametrize("where", ["backend", "trace", "confirmation", "head", "context"])
+def test_a_whole_float_or_a_misspelt_trace_is_refused_before_any_job(checkout, where):
+    """An outsider's, 2026-12-07: JSON Schema counts 2.0 as an integer, so `warmup_rounds: 2.0` or `documents: 64.0`
+    passed the dry run and failed in a job (a traceback once engines had started); and a confirmation `pairs` key
+    naming no trace was dropped without a word. Each is refused by name at parse time now."""
+    def edit(doc):
+        if where == "backend":
+            doc["backend"]["warmup_rounds"] = 2.0
+        elif where == "trace":
+            doc["traces"][next(iter(doc["traces"]))]["documents"] = 64.0
+        elif where == "confirmation":
+            doc["experiments"].setdefault("confirmation", {})["pairs"] = {"reuse": 1, "reuze": 5}
+        elif where == "head":  # the trace job refused it, after the inputs were fetched
+            doc["traces"]["reuse"]["head_tokens"] = 5000
+        else:
+            doc["traces"]["reuse"]["prefix_tokens"] = 40000
+
+    edit_config(checkout, "smoke", edit)
+    run = snakemake(checkout, "-n", "--workflow-profile", "smoke", "all")
+    said = run.stdout + run.stderr
+    assert run.returncode != 0
+    assert {"backend": "backend.warmup_rounds: 2.0 is not of type 'integer'",
+            "trace": ".documents: 64.0 is not of type 'integer'",
+            "confirmation": "pairs names trace 'reuze' is none of the traces given",
+            "head": "traces.reuse: head tokens must be 0..968 (leaving each document two cache blocks of its own)",
+            "context": "traces.reuse: prefix_tokens 40000 and 16 new tokens do not fit the study's max_model_len 32768",
+            }[where] in said, said[-2000:]
+
+
 def test_a_profile_changes_one_key_and_keeps_the_study_settings_beside_it(checkout):
     edit_config(checkout, "smoke", lambda doc: doc["experiments"].update(gc={"flame": {"batch_limit": 64}}))
     run = snakemake(checkout, "-n", "-p", "--workflow-profile", "smoke", "results/smoke/gc/experiment.json")

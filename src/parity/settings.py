@@ -54,6 +54,22 @@ class Settings:
 _TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null"}
 
 
+def _yaml_text_number(text: str) -> bool:
+    """Whether `text` is a number Python reads that YAML 1.1 keeps as text (an exponent without a dot: 2e-2)."""
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return "e" in text.lower() and not any(word in text.lower() for word in ("inf", "nan"))
+
+
+def _yaml_number(text: str) -> str:
+    """`text` (2e-2) as YAML reads a number (2.0e-2)."""
+    mantissa, _, exponent = text.lower().partition("e")
+    mantissa = mantissa if "." in mantissa else f"{mantissa}.0"
+    return f"{mantissa}e{exponent if exponent[:1] in '+-' else '+' + exponent}"
+
+
 def checked_fields(cls, values, what: str) -> dict:
     """`values` for the dataclass `cls`, checked key by key against its field types.
 
@@ -71,7 +87,10 @@ def checked_fields(cls, values, what: str) -> dict:
             raise ParityError(f"{what} {key} must be an integer within 64 bits, got {value!r}")
         if not fits:
             expected = " or ".join(_TYPE_NAMES[t] for t in allowed)
-            raise ParityError(f"{what} {key} must be {expected}, got {value!r}")
+            hint = ""
+            if isinstance(value, str) and float in allowed and _yaml_text_number(value):  # YAML 1.1 reads 2e-2 as text
+                hint = f" (YAML reads {value} as text: write {_yaml_number(value)})"
+            raise ParityError(f"{what} {key} must be {expected}, got {value!r}{hint}")
         checked[key] = float(value) if float in allowed and isinstance(value, int) else value
     return checked
 

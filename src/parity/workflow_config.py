@@ -27,10 +27,19 @@ def schema() -> dict:
     return yaml.load((schemas_dir() / SCHEMA_FILE).read_text(encoding="utf-8"), Loader=loader)
 
 
-def _validator(part: dict):
-    from jsonschema import Draft202012Validator
+@lru_cache(maxsize=1)
+def _strict():
+    """Draft 2020-12, where an integer is an int: JSON Schema counts 2.0 as one, and a `warmup_rounds: 2.0` or a
+    `documents: 64.0` passed every check, then failed inside a job (a traceback, after its engines started)."""
+    from jsonschema import Draft202012Validator, validators
 
-    return Draft202012Validator({**part, "$defs": schema()["$defs"]})
+    integers = Draft202012Validator.TYPE_CHECKER.redefine(
+        "integer", lambda checker, value: isinstance(value, int) and not isinstance(value, bool))
+    return validators.extend(Draft202012Validator, type_checker=integers)
+
+
+def _validator(part: dict):
+    return _strict()({**part, "$defs": schema()["$defs"]})
 
 
 def _message(error, what: str) -> str:

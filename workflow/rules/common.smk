@@ -65,6 +65,28 @@ def _validated(config):
                             "schemas/config.schema.yaml says what each key takes)") from None
 
 
+def _refuse_traces_that_cannot_be_made():
+    """Each trace's spec as `parity trace` checks it (parity.trace.TraceSpec.check: a head or answers past its prefix),
+    and its prompts, at least its prefix long, within the study's context: the trace job refused them, after the
+    inputs were fetched (an outsider's, 2026-12-07)."""
+    from parity.errors import ParityError
+    from parity.study import MAX_MODEL_LEN, OUTPUT_TOKENS
+    from parity.trace import TraceSpec
+
+    for name, spec in TRACE_SPECS.items():
+        where = f"{'bench.traces' if name in BENCH.get('traces', {}) else 'traces'}.{name}"
+        try:
+            TraceSpec(name, spec["documents"], spec["questions"], spec["prefix_tokens"], spec["seed"],
+                      tuple(config["warmup_shifts"]), head_tokens=spec.get("head_tokens", 0),
+                      zipf=spec.get("zipf", 0.0), blocks=spec.get("blocks", 1),
+                      answer_tokens=spec.get("answer_tokens", 0)).check()
+        except ParityError as exc:
+            raise WorkflowError(f"{where}: {exc}") from None
+        if spec["prefix_tokens"] + OUTPUT_TOKENS > MAX_MODEL_LEN:
+            raise WorkflowError(f"{where}: prefix_tokens {spec['prefix_tokens']} and {OUTPUT_TOKENS} new tokens do not "
+                                f"fit the study's max_model_len {MAX_MODEL_LEN}")
+
+
 def _refuse_duplicate_keys():
     """Snakemake reads a config file keeping the last of a key given twice (`engine: sim`, then `engine: vllm`, ran
     vLLM: an outsider's); each is read again as parity reads a workflow config (parity.workflow_config.load), which
@@ -82,16 +104,19 @@ _refuse_duplicate_keys()
 _validated(config)
 
 
-def _refuse_non_finite(config):
-    """What the schema cannot say (parity.workflow_config.not_finite): a WorkflowError names the key, before any job
-    starts."""
-    from parity.workflow_config import not_finite
+def _refuse_what_the_schema_lets_by(config):
+    """What Snakemake's validation lets by (parity.workflow_config.check): a float where an integer goes (64.0: the job's
+    command refused it) and a number that is not finite; a WorkflowError names the key, before any job starts."""
+    from parity.errors import ParityError
+    from parity.workflow_config import check, schema
 
-    if (found := not_finite(config)) is not None:
-        raise WorkflowError(f"{found[0]}: must be a finite number, got {found[1]!r}")
+    try:
+        check(schema(), config, "the workflow config:")
+    except ParityError as exc:
+        raise WorkflowError(str(exc)) from None
 
 
-_refuse_non_finite(config)
+_refuse_what_the_schema_lets_by(config)
 
 
 def _refuse_unknown_stages(config):
@@ -196,6 +221,7 @@ def _check_references():
     for key, name in named:
         if name not in TRACE_SPECS:
             raise WorkflowError(f"{key}: no trace {name!r} in traces or bench.traces ({', '.join(TRACE_SPECS)})")
+    _refuse_traces_that_cannot_be_made()
     if MOONCAKE_NAME in TRACE_SPECS:
         raise WorkflowError(f"mooncake.name: {MOONCAKE_NAME!r} is already in traces or bench.traces; "
                             "give it another name")

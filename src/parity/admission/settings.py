@@ -47,14 +47,15 @@ class BoundedSettings(Settings):
         return NormalDist().inv_cdf(self.quantile) if self.quantile else 0.0
 
     def check(self):
-        if self.headroom <= 0:
-            raise ParityError(f"admission setting headroom must be above 0, got {self.headroom!r}")
-        if self.seed_tokens_per_s < 1:  # a rate far under a token a second made the fit's ridge prior 0 (an outsider's
-            # 1e-300: a ZeroDivisionError once the trials had run)
-            raise ParityError(f"admission setting seed_tokens_per_s must be at least 1 token a second, "
+        # the bounds (the schema's too): past them the fit's sums overflowed or divided by 0 once trials had run
+        # (outsiders': seed_tokens_per_s 1e-300, then headroom 1e308 or 1e-308, alpha 1e-308, cold_sd_s 1e160)
+        if not 1e-3 <= self.headroom <= 1e3:
+            raise ParityError(f"admission setting headroom must be in [0.001, 1000], got {self.headroom!r}")
+        if not 1 <= self.seed_tokens_per_s <= 1e9:
+            raise ParityError(f"admission setting seed_tokens_per_s must be 1 to 1e9 tokens a second, "
                               f"got {self.seed_tokens_per_s!r}")
-        if self.cold_sd_s < 0:
-            raise ParityError(f"admission setting cold_sd_s must be 0 or more, got {self.cold_sd_s!r}")
+        if not 0 <= self.cold_sd_s <= 3600:
+            raise ParityError(f"admission setting cold_sd_s must be 0 to 3600 seconds, got {self.cold_sd_s!r}")
         if not 0 <= self.orphan_s < inf:
             raise ParityError(f"admission setting orphan_s must be 0 or more seconds, got {self.orphan_s!r}")
         if self.orphan_grace < 0:  # its type is checked with every field's (Settings)
@@ -78,5 +79,5 @@ class BoundedSettings(Settings):
             raise ParityError(f"admission setting retries must be 0 or more, got {self.retries!r}")
         if not (self.quantile == 0 or 0.5 <= self.quantile < 1):
             raise ParityError(f"admission setting quantile must be 0 or in [0.5, 1), got {self.quantile!r}")
-        if not 0 < self.alpha <= 1:
-            raise ParityError(f"admission setting alpha must be in (0, 1], got {self.alpha!r}")
+        if not 1e-6 <= self.alpha <= 1:
+            raise ParityError(f"admission setting alpha must be in [1e-6, 1], got {self.alpha!r}")

@@ -51,7 +51,7 @@ def engine_run(kind, traces, batches, warmup_rounds, model, load_format, engine_
 
     backend, args, warmup_rounds, sim_params = options.engine_settings(kind, backend_text, model, load_format,
                                                                        engine_args, warmup_rounds, sim_params)
-    fits(traces, args)
+    fits(traces, args, warmup_rounds)
     echo(f"starting engine {kind} ...")
     # no run lock here: the offline limit runs its shards as engine runs into one trials folder at once, each
     # writing only its own trial files (its experiment run holds the folder above)
@@ -68,14 +68,17 @@ def engine_run(kind, traces, batches, warmup_rounds, model, load_format, engine_
                 trial.log_summary(out_dir, trial.summary(doc, out_dir / f"{trial_id}.json"))
 
 
-def fits(traces, args) -> None:
-    """Each trace loaded and checked, and served whole by the engine's context, before anything starts: an edited token
-    file, or a prompt that with its new tokens outgrows max_model_len, failed only after the engines had started and
-    warmed up (an outsider's, 2026-12-07)."""
+def fits(traces, args, warmup_rounds: int) -> None:
+    """Each trace loaded and checked, and served whole by the engine's context, with a warm-up variant for each round,
+    before anything starts: an edited token file, a prompt that with its new tokens outgrows max_model_len, or more
+    warm-up rounds than variants, failed only after the engines had started and warmed up (outsiders', 2026-12-07)."""
+    from parity.trace import load_trace
     from parity.trial import fits_engine
 
     for trace in traces:
         fits_engine(trace, args)
+        if warmup_rounds:
+            load_trace(trace, f"warmup{warmup_rounds}")  # refuses a missing variant, naming the ones it has
 
 
 @main.group("sim")
@@ -136,7 +139,7 @@ def standalone_run(kind, gpus, placements, traces, repeats, warmup_rounds, exper
 
     gpus = list(gpus) or (["sim-0", "sim-1"] if kind == "sim" else [])
     args = options.engine_args(model, load_format, engine_args)
-    fits(traces, args)
+    fits(traces, args, warmup_rounds)
     path = StandalonePath(kind, gpus, args, out_dir / "logs", startup_timeout_s=startup_timeout, sim_params=sim_params,
                           receipt_path=out_dir / "cleanup-replicas.json")
     with run_lock.holding(out_dir):
@@ -212,7 +215,7 @@ def flame_run(cluster, flame_bin_dir, gpus, placements, traces, batch_limit, win
     if not gpus:
         raise ParityError("name the GPUs with --gpu UUID (one per worker)")
     args = options.engine_args(model, load_format, engine_args)
-    fits(traces, args)
+    fits(traces, args, warmup_rounds)
     with run_lock.holding(out_dir), flame_cluster(cluster, gpus, out_dir, simulated=simulated, bin_dir=flame_bin_dir,
                                                   receipt_path=out_dir / "cleanup-flame.json", log=echo) as running:
         path = FlamePath(running, gpus, settings, engine=engine,

@@ -29,15 +29,16 @@ from pathlib import Path
 from typing import Sequence
 
 import numpy as np
-import yaml
 
 from parity import __version__
 from parity.engine import OUTPUT_TOKENS, Completion, Engine, EngineArgs, checked_fields
 from parity.engine.sim_cache import PrefixCache, block_hashes
 from parity.errors import ParityError
+from parity.routing.hashing import BLOCK_TOKENS
 from parity.shipped import shipped
 from parity.study import VOCAB_LIMIT
 from parity.trace import out_of_vocab
+from parity.workflow_config import parse_yaml
 
 DEFAULT_PARAMS = shipped("config/sim/h200-llama31-8b.yaml")
 FILE_KEYS = frozenset({"source", "measurements", "params", "fit_report"})  # what `parity sim calibrate` writes
@@ -82,10 +83,8 @@ class SimParams:
                    "are a link to nothing (a dangling link, or a loop of links)" if path.is_symlink() else "not found")
             raise ParityError(f"simulator parameters {why}: {path}")
         try:
-            data = yaml.safe_load(path.read_text(encoding="utf-8"))
-        except yaml.MarkedYAMLError as exc:
-            raise ParityError(f"{path}: not YAML: {exc.problem} at line {exc.problem_mark.line + 1}") from None
-        except (yaml.YAMLError, UnicodeDecodeError) as exc:
+            data = parse_yaml(path.read_text(encoding="utf-8"))  # a key given twice refused (the last one ran)
+        except ValueError as exc:  # bad YAML, UnicodeDecodeError too
             raise ParityError(f"{path}: not YAML: {exc}") from None
         if not isinstance(data, dict):
             got = "an empty file" if data is None else type(data).__name__
@@ -110,7 +109,8 @@ class SimParams:
         for key, value in asdict(self).items():
             if key == "source":
                 continue
-            least = 1 if key in ("kv_cache_tokens", "vocab_size") else 0
+            # a KV cache under a prefix router's block (256 tokens) holds no prompt (an outsider's 255: a traceback)
+            least = {"kv_cache_tokens": BLOCK_TOKENS, "vocab_size": 1}.get(key, 0)
             most, unit = PARAM_BOUNDS[key]
             if value < least:
                 raise ParityError(f"simulator parameter {key} must be at least {least}, got {value!r}")

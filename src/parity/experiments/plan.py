@@ -129,6 +129,9 @@ def pairs(experiment: str, stage: str, traces: list[Path], count: int | dict[str
     `count` is pairs per trace, or a count per trace name (a trace may gather more pairs across
     sessions than another). Pair k runs the reference first when k is even, the candidate first when odd.
     """
+    if isinstance(count, dict):  # a misspelt name ran nothing for it, without a word (an outsider's, 2026-12-07)
+        for name in count:
+            pick_trace(traces, name, f"{experiment}: pairs names trace")
     counts = {t.stem: count.get(t.stem, 0) if isinstance(count, dict) else count for t in traces}
     cases = []
     for index in range(max(counts.values(), default=0)):
@@ -557,6 +560,8 @@ def check_experiment(name: str, settings: dict, requests: dict[str, int], engine
         return
     counts = {Path(f"{trace}.json"): count for trace, count in requests.items()}  # the plan knows a trace by its stem
     cases = for_experiment(name, list(counts), settings)
+    if not cases:  # the job refuses it (`run_experiment`), after the experiments before it ran
+        raise ParityError(f"{name}: its settings and traces make no cases to run")
     paced_span_s(cases, counts)
     gpus = 2 if list(engine.gpus) == ["auto"] else len(engine.gpus)  # auto: at most two (Backend.gpu_uuids)
     shards = min(getattr(typed, "shards", None) or gpus, gpus)  # a path's: one per GPU (the runner's)

@@ -25,7 +25,7 @@ from parity.experiments.plan import (Case, about, for_experiment, paced_span_s, 
                                     runs_cases, settings_of)
 from parity.manifest import file_ref, header, read_manifest, write_manifest
 from parity.stats import trial_facts, write_pair
-from parity.trace import load_trace
+from parity.trace import check_context, load_trace
 
 
 class Runner:
@@ -262,9 +262,14 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
     ids = [c.trial_id for c in cases]
     if len(set(ids)) != len(ids):
         raise ParityError(f"experiment {experiment} names a trial twice")
-    for trace, tokens in sorted({(c.trace, c.max_tokens or 0) for c in cases}):  # before anything is written
+    for trace, tokens, blocks in sorted({(c.trace, c.max_tokens or 0, c.cache_blocks or 0) for c in cases}):  # before
+        # anything is written; a KV cache smaller than a prompt stalled the engine after the trials before it ran
         args = backend.args()
-        trial.fits_engine(trace, dataclasses.replace(args, max_tokens=tokens) if tokens else args)
+        args = dataclasses.replace(args, max_tokens=tokens) if tokens else args
+        loaded = trial.fits_engine(trace, args)
+        if blocks:
+            check_context(loaded, blocks * args.block_size, args.max_tokens,
+                          f"the KV cache of cache_blocks {blocks} x {args.block_size} tokens =")
     for trace, lengths in dict.fromkeys((c.trace, c.lengths) for c in cases if c.lengths is not None):
         trial.fits_engine(trace, backend.args(), lengths)  # each prompt with its own answer
     requests = {t: len(load_trace(t).requests) for t in {c.trace for c in cases}}
