@@ -712,3 +712,34 @@ def test_more_warmup_rounds_than_variants_is_refused_before_any_engine_starts(sm
     line = one_error_line(invoke(*command, "--trace", small_reuse_trace, "--warmup-rounds", 3, "--out", out))
     assert "has no variant 'warmup3'; it has measured, warmup1, warmup2" in line, line
     assert not out.exists() or not any(out.iterdir())
+
+
+def test_a_file_size_limit_is_one_line_naming_the_file(tmp_path, monkeypatch):
+    """`ulimit -f 8` gave a traceback (OSError: [Errno 27] File too large; an outsider's, 2026-12-07): EFBIG is one
+    of the environment's errors, said in one line with its file."""
+    from parity import smoke_inputs
+
+    out = tmp_path / "out"
+
+    def too_large(corpus, tokenizer_dir, vocab_size):
+        tokenizer_dir.mkdir(parents=True)
+        raise OSError(errno.EFBIG, os.strerror(errno.EFBIG), str(tokenizer_dir / "tokenizer.json"))
+
+    monkeypatch.setattr(smoke_inputs, "train_tokenizer", too_large)
+    line = one_error_line(invoke("smoke-inputs", "--out", out, "--articles", 2))
+    assert line == (f"Error: {out / 'tokenizer' / 'tokenizer.json'}: file too large (a file-size limit: ulimit -f, "
+                    "or the file system's largest file)")
+
+
+def test_a_full_disk_at_the_run_lock_names_the_lock_file(tmp_path, monkeypatch):
+    """A completely full disk said only "no space left on the device" (os.pwrite names no file; an outsider's)."""
+    from parity import run_lock
+
+    def full(*args):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(run_lock.os, "pwrite", full)
+    with pytest.raises(OSError) as error:
+        with run_lock.holding(tmp_path / "out"):
+            pass
+    assert error.value.errno == errno.ENOSPC and error.value.filename == str(tmp_path / "out" / ".run.lock")

@@ -122,7 +122,8 @@ def test_confirmation_runs_checks_pairs_and_keeps_finished_trials(tiny_traces, t
     receipt.write_text(receipt.read_text().replace('"clean": true', '"clean": false'))
     assert any(p.rule == "sha256-mismatch" and "flame-cluster.json" in p.message for p in validate_paths([out])[1])
 
-    # A rerun keeps every finished trial; a corrupted one is run again.
+    # A rerun keeps every finished trial; a corrupted one is run again, and so are the Flame cases whose shared
+    # cluster's receipt was edited above (its new receipt replaces the edited one)
     kept = tmp_path / "trials" / "confirmation-final-no-reuse-p0-vllm.json"
     broken = tmp_path / "trials" / "confirmation-final-reuse-p0-vllm.json"
     kept_bytes = kept.read_bytes()
@@ -130,7 +131,9 @@ def test_confirmation_runs_checks_pairs_and_keeps_finished_trials(tiny_traces, t
     lines = []
     run_experiment("confirmation", cases, backend, tmp_path, settings={"pairs": 1}, log=lines.append)
     assert kept.read_bytes() == kept_bytes
-    assert sum("kept" in line for line in lines) == 3
+    assert sum("kept" in line for line in lines) == 1
+    assert sum("run again: its cleanup receipt" in line and "flame-cluster.json changed" in line for line in lines) == 2
+    assert validate_paths([tmp_path])[1] == []
     assert read_manifest(broken)["verdict"]["status"] == "passed"
 
     # A settings change never passes old trials off as new: the Flame trials are run again, vLLM's kept.

@@ -113,16 +113,21 @@ def test_a_relative_search_path_reaches_the_workers_absolute(tmp_path, monkeypat
     assert env == {"PYTHONPATH": f"{tmp_path / 'src'}{os.pathsep}/opt/lib", "PATH": "/usr/bin", "OTHER": "x"}
 
 
-def test_a_wait_with_no_answer_says_so_each_quiet_period():
-    """A frozen worker left `flame run` silent for up to RELEASE_TIMEOUT_S (an hour): the wait now says how many
-    requests are unanswered each QUIET_NOTE_S with none answered, and an answer restarts the count."""
-    from parity.paths.flame import QUIET_NOTE_S, Quiet
+def test_an_empty_failure_report_is_named_not_shown_as_nothing(tmp_path, monkeypatch):
+    """On a full disk a worker's failure report was created but left empty, and the run said only "a worker of session
+    S failed: " (an outsider's, 2026-12-07): an empty report is named, with the likely cause."""
+    from types import SimpleNamespace
 
-    quiet = Quiet(total=10, pending=10, deadline=3600.0, now=0.0)
-    assert quiet.note(10, QUIET_NOTE_S - 1) is None
-    assert quiet.note(10, QUIET_NOTE_S) == (f"parity: flame: 10 of 10 requests unanswered, none answered for "
-                                            f"{QUIET_NOTE_S} s (given up {3600 - QUIET_NOTE_S} s from now)")
-    assert quiet.note(10, QUIET_NOTE_S + 1) is None  # once per quiet period, not at every poll
-    assert quiet.note(9, 2 * QUIET_NOTE_S) is None  # an answer came: quiet from here
-    assert quiet.note(9, 3 * QUIET_NOTE_S - 1) is None and quiet.note(9, 3 * QUIET_NOTE_S) is not None
-    assert quiet.note(0, 10 * QUIET_NOTE_S) is None  # all answered
+    from parity.errors import ParityError
+    from parity.flame.client import FlameSessions
+    from parity.flame.service import FAILURE_DIR_ENV
+
+    monkeypatch.setenv(FAILURE_DIR_ENV, str(tmp_path))
+    (tmp_path / "s1.txt").write_text("")
+    sessions = FlameSessions.__new__(FlameSessions)
+    sessions.sessions = [SimpleNamespace(id="s1")]
+    sessions.cluster = SimpleNamespace(unexpected_deaths=lambda: [])
+    with pytest.raises(ParityError) as error:
+        sessions.check_failures()
+    assert str(error.value) == (f"a worker of session s1 failed: its failure report {tmp_path / 's1.txt'} is empty: "
+                                "the worker could not write it (is the disk full?)")

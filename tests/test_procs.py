@@ -314,3 +314,19 @@ def test_free_port_pair_takes_neither_port_this_process_handed_out_and_keeps_bot
     assert procs.free_port_pair() == 6010  # 6000's neighbour was handed out
     assert 6011 in procs._issued
 
+
+
+def test_a_stopped_child_is_continued_to_take_its_sigterm_not_waited_for_to_the_kill():
+    """A SIGSTOPped replica (frozen) ignored SIGTERM until continued, so its teardown waited the whole STOP_TIMEOUT_S
+    (60 s), then killed it (an outsider's, 2026-12-07): SIGCONT follows the SIGTERM, and it ends by the SIGTERM."""
+    import time
+
+    child = procs.spawn([sys.executable, "-c", "import time; time.sleep(600)"], stdout=subprocess.DEVNULL)
+    try:
+        os.kill(child.pid, signal.SIGSTOP)
+        began = time.monotonic()
+        ended = procs.stop(child, "frozen", timeout_s=30)
+        assert ended["signal"] == "SIGTERM" and time.monotonic() - began < 20, ended
+    finally:
+        child.kill()
+        child.wait(timeout=30)

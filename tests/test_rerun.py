@@ -112,6 +112,29 @@ def _said(lines: list[str], case: plan.Case) -> str:
     return next(line for line in lines if line.startswith(f"{case.trial_id}: "))
 
 
+@pytest.mark.parametrize("how", ["forged", "deleted"])
+def test_a_changed_or_deleted_cleanup_receipt_runs_its_case_again(run, how):
+    """An outsider's, 2026-12-07: a rerun re-hashed the cleanup receipts on disk, so a forged receipt (a replica said
+    killed) or a deleted one passed `parity validate` once experiment.json was written again. The receipts the last
+    experiment manifest recorded are held to it: the case whose teardown a changed one speaks for runs again, and its
+    new receipt replaces it."""
+    cases = _cases(run)
+    receipt = run / "run" / "cleanup" / f"{cases[0].trial_id}.json"
+    if how == "forged":
+        doc = json.loads(receipt.read_text())
+        doc["processes"][0] |= {"exit_code": None, "signal": "SIGKILL"}
+        doc["what"] += " (forged)"
+        receipt.write_text(json.dumps(doc))
+    else:
+        receipt.unlink()
+    doc, lines = _rerun(run)
+    assert f"run again: its cleanup receipt {receipt} " in _said(lines, cases[0])
+    assert all(_said(lines, c).endswith("kept (already run and checked)") for c in cases[1:])
+    assert "(forged)" not in receipt.read_text()
+    assert [r["path"] for r in doc["cleanup"]].count(f"cleanup/{cases[0].trial_id}.json") == 1
+    assert validate_paths([run / "run"])[1] == []
+
+
 def test_edited_trials_are_run_again_and_never_shown(run):
     cases = _cases(run)
     edits = {cases[0].trial_id: ten_x, cases[1].trial_id: cut, cases[2].trial_id: faster, cases[3].trial_id: flipped}
@@ -246,3 +269,13 @@ def test_offline_limit_runs_an_edited_shard_again(run, tmp_path):
                       log=lines.append)
     assert sum("stale: it ran with other warmup_rounds" in line for line in lines) == 2
     assert validate_paths([out])[1] == []
+
+
+def test_a_missing_warmup_token_file_is_refused_before_anything_runs(run):
+    """A deleted warm-up token file was found only once an engine had started and its first warm-up had run (an
+    outsider's, 2026-12-07): each warm-up variant the backend replays is loaded, by hash, before any case runs."""
+    (run / "traces" / "reuse.warmup1.tokens").unlink()
+    before = {p: p.stat().st_mtime_ns for p in (run / "run").rglob("*") if p.is_file()}
+    with pytest.raises(ParityError, match=r"trace file missing: .*reuse\.warmup1\.tokens"):
+        _rerun(run, warmup_rounds=1)
+    assert {p: p.stat().st_mtime_ns for p in (run / "run").rglob("*") if p.is_file()} == before

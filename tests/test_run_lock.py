@@ -52,3 +52,29 @@ def test_a_run_into_a_folder_another_run_holds_is_refused_in_one_line_writing_no
             f"Error: {out}: another parity run (pid {os.getpid()}) is writing into this folder: wait for it to end, "
             "or give another --out")
         assert sorted(p.name for p in out.iterdir()) == before
+
+
+@pytest.mark.parametrize("inner", [True, False], ids=["inside-a-held-folder", "around-a-held-folder"])
+def test_a_folder_inside_or_around_one_another_run_holds_is_refused(tmp_path, inner):
+    """The lock guarded its own folder alone: `standalone run --out R/loc/trials` wrote its trial over the running
+    experiment's in R/loc, whose manifest then linked it (an outsider's, 2026-12-07). A folder within or around one a
+    live run of another process holds is refused; this process's own (and its parents') are not another run."""
+    held = tmp_path / "R" / "loc" if inner else tmp_path / "R" / "loc" / "trials"
+    asked = tmp_path / "R" / "loc" / "trials" if inner else tmp_path / "R" / "loc"
+    code = (f"from parity import run_lock; import sys\nwith run_lock.holding({str(held)!r}):\n"
+            "    print('held', flush=True); sys.stdin.read()")
+    holder = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        with pytest.raises(ParityError) as error:
+            with run_lock.holding(asked):
+                pass
+        where = f"lies inside {held}" if inner else f"holds {held}"
+        assert str(error.value) == (f"{asked}: {where}, which another parity run (pid {holder.pid}) is writing into: "
+                                    "wait for it to end, or give another --out")
+    finally:
+        holder.communicate("", timeout=60)
+    with run_lock.holding(asked):  # the holder has ended: free
+        pass
+    with run_lock.holding(held), run_lock.holding(asked):  # one process may hold both (its own run's folders)
+        pass

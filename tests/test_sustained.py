@@ -355,3 +355,20 @@ def test_an_arm_the_flame_settings_refuse_is_named(small_reuse_trace):
         plan.sustained([small_reuse_trace], [40.0], plan.FlameSettings(), arms={"quick": {"express": True}})
     with pytest.raises(ParityError, match="^Flame arm 'typo': unknown Flame setting\\(s\\) batch_limt: known are "):
         plan.with_arm(plan.FlameSettings(), "typo", {"batch_limt": 8})  # called directly, not through a config
+
+
+def test_a_wait_with_no_answer_says_so_each_quiet_period(capsys):
+    """A frozen Flame worker left `flame run` silent for up to an hour, a frozen replica `standalone run` for half
+    of one (outsiders', 2026-12-07): each path's wait says how many requests are unanswered each QUIET_NOTE_S with
+    none answered, and an answer restarts the count."""
+    from parity.schedule import QUIET_NOTE_S, Quiet
+
+    quiet = Quiet("flame", total=10, pending=10, deadline=3600.0, now=0.0)
+    assert quiet.note(10, QUIET_NOTE_S - 1) is None
+    line = (f"parity: flame: 10 of 10 requests unanswered, none answered for {QUIET_NOTE_S} s "
+            f"(given up {3600 - QUIET_NOTE_S} s from now)")
+    assert quiet.note(10, QUIET_NOTE_S) == line and capsys.readouterr().err == line + "\n"
+    assert quiet.note(10, QUIET_NOTE_S + 1) is None  # once per quiet period, not at every poll
+    assert quiet.note(9, 2 * QUIET_NOTE_S) is None  # an answer came: quiet from here
+    assert quiet.note(9, 3 * QUIET_NOTE_S - 1) is None and quiet.note(9, 3 * QUIET_NOTE_S) is not None
+    assert quiet.note(0, 10 * QUIET_NOTE_S) is None  # all answered

@@ -418,6 +418,8 @@ def stop(proc: subprocess.Popen, name: str, timeout_s: float = STOP_TIMEOUT_S) -
         if proc.poll() is None:
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.killpg(proc.pid, signum)
+                if signum == signal.SIGTERM:  # a stopped (SIGSTOP) child handles it only once continued: it
+                    os.killpg(proc.pid, signal.SIGCONT)  # cost the whole wait, then SIGKILL (an outsider's)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=wait_s)
     return entry(proc.pid, name, proc.poll())

@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import json
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,3 +126,27 @@ async def wait_until_async(t: float) -> None:
         await asyncio.sleep(left - SPIN_S)
     while time.monotonic() < t:
         await asyncio.sleep(0)
+
+
+QUIET_NOTE_S = 60  # a line on stderr each time this long passes with no answer (a frozen worker or replica)
+
+
+class Quiet:
+    """What a client says while it waits for answers: a line on stderr each time `QUIET_NOTE_S` pass with none
+    answered (a frozen Flame worker or replica was otherwise silent until the path gave up: an hour on Flame,
+    30 minutes on standalone). `note` returns the line it wrote, for tests."""
+
+    def __init__(self, path: str, total: int, pending: int, deadline: float, now: float):
+        self.path, self.total, self.left, self.deadline, self.since = path, total, pending, deadline, now
+
+    def note(self, pending: int, now: float) -> str | None:
+        if pending < self.left:
+            self.left, self.since = pending, now
+        elif pending and now - self.since >= QUIET_NOTE_S:
+            self.since = now
+            line = (f"parity: {self.path}: {pending} of {self.total} requests unanswered, none answered for "
+                    f"{QUIET_NOTE_S} s (given up {max(0.0, self.deadline - now):.0f} s from now)")
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+            return line
+        return None

@@ -315,6 +315,29 @@ def recorded_hashes(out_dir: Path) -> dict[str, list[tuple[Path, str]]]:
     return out
 
 
+def changed_receipts(out_dir: Path) -> dict[str, str]:
+    """Cleanup receipt name (its file's stem: a trial id, a shared start, `flame-cluster`) -> why it no longer is what
+    an earlier run's OUT/experiment.json recorded (changed, or gone). A rerun linked whatever was on disk, so a forged
+    or deleted receipt passed `parity validate` once the run had written its manifest again (an outsider's,
+    2026-12-07): the cases whose teardown it speaks for run again, and their new receipts replace it."""
+    manifest = out_dir / "experiment.json"
+    try:
+        doc = read_manifest(manifest) if manifest.is_file() else {}
+    except ManifestError:
+        return {}
+    changed = {}
+    for ref in doc.get("cleanup", []) if doc.get("kind") == "experiment" else []:
+        if not (is_file_reference(ref) and isinstance(ref["path"], str)):
+            continue
+        path = manifest.parent / ref["path"]
+        if not path.is_file():
+            changed[path.stem] = f"its cleanup receipt {path} is gone since {manifest} recorded it"
+        elif (actual := sha256_file(path)) != ref["sha256"]:
+            changed[path.stem] = (f"its cleanup receipt {path} changed after {manifest} recorded it (SHA-256 "
+                                  f"{actual}, recorded {ref['sha256']})")
+    return changed
+
+
 SWEEP_PROMPT_TOKENS = 32  # short enough that a whole group prefills in one engine step
 
 

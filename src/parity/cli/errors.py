@@ -28,6 +28,7 @@ ENVIRONMENT_ERRORS = {
     errno.ENAMETOOLONG: "file name too long",
     errno.ELOOP: "too many levels of symbolic links (a loop of links)",
     errno.EIO: "input/output error (a failing disk or network file system)",
+    errno.EFBIG: "file too large (a file-size limit: ulimit -f, or the file system's largest file)",
 }
 
 

@@ -50,6 +50,7 @@ class Runner:
                                   f"names {len(self.gpus)} ({', '.join(self.gpus)})")
             self.gpus = self.gpus[:shards]
         self.recorded = trial.recorded_hashes(out_dir)  # read before any trial is run again
+        self.receipts = trial.changed_receipts(out_dir)  # the same for the cleanup receipts it recorded
         if self.deadline.at is not None:  # a device call's next run on these GPUs predicts from what this one measured
             self.deadline.remember(out_dir / "logs" / "deadline.json", self.gpus)
         self._stack = contextlib.ExitStack()
@@ -110,6 +111,12 @@ class Runner:
             args = dataclasses.replace(args, num_gpu_blocks_override=case.cache_blocks)
         return args
 
+    def _changed_receipt(self, case: Case) -> str | None:
+        """Why a cleanup receipt that speaks for `case`'s teardown is not what the last experiment manifest recorded
+        (its own, its shared start's, or for a Flame case the cluster's), or None."""
+        names = [case.trial_id, case.start] + (["flame-cluster"] if case.system == "flame" else [])
+        return next((self.receipts[n] for n in names if n in self.receipts), None)
+
     def trial_path(self, case: Case) -> Path:
         return self.trials_dir / f"{case.trial_id}.json"
 
@@ -120,7 +127,10 @@ class Runner:
         wanted = self.wanted(case)
         if others and (gpus := self.moved(case, others)) is not None:
             wanted = wanted | {"gpus": gpus}
-        if trial.keep(path, case.trial_id, wanted, self.recorded, self.log):
+        receipt = self._changed_receipt(case)
+        if receipt is not None and path.exists():
+            self.log(f"{case.trial_id}: run again: {receipt}")
+        elif trial.keep(path, case.trial_id, wanted, self.recorded, self.log):
             return path
         options = dict(trial_id=case.trial_id, experiment=case.experiment, router=case.router, schedule=case.schedule,
                        warmup_rounds=self.backend.warmup_rounds, ran_with=wanted, restart=case.restart,
@@ -267,6 +277,8 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
         args = backend.args()
         args = dataclasses.replace(args, max_tokens=tokens) if tokens else args
         loaded = trial.fits_engine(trace, args)
+        for round_index in range(1, backend.warmup_rounds + 1):  # each warm-up's token file, by hash: a missing one
+            load_trace(trace, f"warmup{round_index}")  # failed after the engines started (an outsider's, 2026-12-07)
         if blocks:
             check_context(loaded, blocks * args.block_size, args.max_tokens,
                           f"the KV cache of cache_blocks {blocks} x {args.block_size} tokens =")

@@ -223,7 +223,12 @@ class FlameSessions:
         for session in self.sessions if folder else ():
             report = Path(folder) / f"{session.id}.txt"
             if report.exists():
-                raise ParityError(f"a worker of session {session.id} failed: {report.read_text().strip()}")
+                said = report.read_text(errors="replace").strip()
+                if not said:  # being written now, or its writing failed too (a full disk: an outsider's)
+                    time.sleep(0.5)
+                    said = report.read_text(errors="replace").strip() or (
+                        f"its failure report {report} is empty: the worker could not write it (is the disk full?)")
+                raise ParityError(f"a worker of session {session.id} failed: {said}")
         deaths = self.cluster.unexpected_deaths()
         if deaths:
             raise ParityError("; ".join(deaths))

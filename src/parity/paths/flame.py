@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import time
 from concurrent.futures import wait
 from pathlib import Path
@@ -24,7 +23,7 @@ from parity.flame.settings import FlameSettings, session_data
 from parity.paths import Burst, Described, ServingPath, register
 from parity.record import Placement
 from parity.routing import FLAME
-from parity.schedule import wait_until
+from parity.schedule import Quiet, wait_until
 from parity.trace import token_sha256
 
 # What a Flame worker must inherit to find the same Python packages and engine settings as this process.
@@ -32,24 +31,6 @@ PASSED_ENV = ("PYTHONPATH", "LD_LIBRARY_PATH", "PATH", "VLLM_USE_FLASHINFER_SAMP
               "HF_HUB_OFFLINE", "TRITON_CACHE_DIR", "VLLM_CACHE_ROOT", "PARITY_GPU_LOCK_DIR", "PARITY_FAILURE_DIR",
               "PARITY_JIT_DIR")
 RELEASE_TIMEOUT_S = 3600
-QUIET_NOTE_S = 60  # a line on stderr each time this long passes with no answer (a frozen worker is not silent)
-
-
-class Quiet:
-    """What the client says while it waits for answers: a line each time `QUIET_NOTE_S` pass with none (a frozen
-    worker is otherwise silent until `RELEASE_TIMEOUT_S`)."""
-
-    def __init__(self, total: int, pending: int, deadline: float, now: float):
-        self.total, self.left, self.deadline, self.since = total, pending, deadline, now
-
-    def note(self, pending: int, now: float) -> str | None:
-        if pending < self.left:
-            self.left, self.since = pending, now
-        elif pending and now - self.since >= QUIET_NOTE_S:
-            self.since = now
-            return (f"parity: flame: {pending} of {self.total} requests unanswered, none answered for "
-                    f"{QUIET_NOTE_S} s (given up {max(0.0, self.deadline - now):.0f} s from now)")
-        return None
 
 
 @contextlib.contextmanager
@@ -282,12 +263,10 @@ class FlamePath(ServingPath):
                 if outage:
                     self._recover(outage, submit, request_ids, futures, sent_to)
             deadline, pending = release + RELEASE_TIMEOUT_S, {f for f in futures if f is not None}
-            quiet = Quiet(len(futures), len(pending), deadline, time.monotonic())
+            quiet = Quiet("flame", len(futures), len(pending), deadline, time.monotonic())
             while pending:
                 _, pending = wait(pending, timeout=1.0 if not outage else 0.05)
-                if line := quiet.note(len(pending), time.monotonic()):
-                    sys.stderr.write(line + "\n")
-                    sys.stderr.flush()
+                quiet.note(len(pending), time.monotonic())
                 if outage:
                     pending |= {futures[i] for i in self._recover(outage, submit, request_ids, futures, sent_to)}
                     self._check_recovery(outage, futures, sent_to)

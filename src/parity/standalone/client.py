@@ -26,7 +26,7 @@ import numpy as np
 
 from parity.engine import SAMPLING, Completion, length_mismatch
 from parity.errors import ParityError
-from parity.schedule import wait_until_async
+from parity.schedule import Quiet, wait_until_async
 
 KEEPALIVE_S = 4.0  # below uvicorn's 5 s idle timeout in `vllm serve`
 
@@ -251,6 +251,7 @@ class NativeClient:
                                                             release + offsets[index], samplings[index]))
             if done is not None:  # its load released as its answer comes back
                 tasks[index].add_done_callback(done)
+        watcher = asyncio.ensure_future(self._watch(list(tasks.values())))
         try:
             replies = dict(zip(tasks, await asyncio.gather(*tasks.values())))
         except BaseException:
@@ -258,4 +259,14 @@ class NativeClient:
                 task.cancel()
             await asyncio.gather(*tasks.values(), return_exceptions=True)
             raise
+        finally:
+            watcher.cancel()
         return release, shards, [replies.get(i) for i in range(len(prompts))]
+
+    async def _watch(self, tasks: list[asyncio.Future]) -> None:
+        """A line each minute with no answer (`parity.schedule.Quiet`): a frozen replica was silent for up to the
+        client's timeout, half an hour (an outsider's, 2026-12-07)."""
+        quiet = Quiet("standalone", len(tasks), len(tasks), time.monotonic() + self.timeout_s, time.monotonic())
+        while True:
+            await asyncio.sleep(1.0)
+            quiet.note(sum(not t.done() for t in tasks), time.monotonic())
