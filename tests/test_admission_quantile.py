@@ -99,7 +99,7 @@ def test_a_cold_start_prior_gives_the_margin_a_spread_until_the_shard_has_seen_i
         for work, error in zip(works, noise):
             learner.observe(0, work, 0.0, 0.02 + work / 40_000.0 + error, learner.central(0, work))
     assert cold.predict(0, 2_000) == plain.predict(0, 2_000) < cold.central(0, 2_000) + Z99 * 0.05
-    with pytest.raises(ParityError, match="admission setting cold_sd_s must be 0 or more") as error:
+    with pytest.raises(ParityError, match="admission setting cold_sd_s must be 0 to 3600 seconds") as error:
         BoundedSettings(cold_sd_s=-0.1)
     assert "\n" not in str(error.value)
     assert BoundedSettings().cold_sd_s == 0.0  # off by default
