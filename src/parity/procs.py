@@ -404,22 +404,21 @@ def last_line(path: Path) -> str:
 # ---- teardown ----------------------------------------------------------------------------------
 
 def _signal_group_or_pid(pid: int, signum: int) -> None:
-    """Signal the process group `pid` leads, else the process alone."""
+    """Signal the process group `pid` leads, else the process alone. A SIGTERM is followed by SIGCONT: a stopped
+    (SIGSTOP) process handles it only once continued, so a frozen replica cost the whole wait, then SIGKILL (an
+    outsider's, 2026-12-07)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
-        if os.getpgid(pid) == pid:
-            os.killpg(pid, signum)
-        else:
-            os.kill(pid, signum)
+        send = os.killpg if os.getpgid(pid) == pid else os.kill
+        send(pid, signum)
+        if signum == signal.SIGTERM:
+            send(pid, signal.SIGCONT)
 
 
 def stop(proc: subprocess.Popen, name: str, timeout_s: float = STOP_TIMEOUT_S) -> dict:
     """SIGTERM our child's process group, wait, then SIGKILL; the receipt entry says how it ended."""
     for signum, wait_s in ((signal.SIGTERM, timeout_s), (signal.SIGKILL, KILL_WAIT_S)):
         if proc.poll() is None:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.killpg(proc.pid, signum)
-                if signum == signal.SIGTERM:  # a stopped (SIGSTOP) child handles it only once continued: it
-                    os.killpg(proc.pid, signal.SIGCONT)  # cost the whole wait, then SIGKILL (an outsider's)
+            _signal_group_or_pid(proc.pid, signum)  # our children lead their groups (`spawn`)
             with contextlib.suppress(subprocess.TimeoutExpired):
                 proc.wait(timeout=wait_s)
     return entry(proc.pid, name, proc.poll())
