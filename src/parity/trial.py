@@ -290,10 +290,10 @@ def stale(doc: dict, wanted: dict) -> str | None:
 
 
 def recorded_hashes(out_dir: Path) -> dict[str, list[tuple[Path, str]]]:
-    """Trial manifest (absolute path) -> (recording manifest, SHA-256) for every earlier record of it.
+    """Trial manifest or cleanup receipt (absolute path) -> (recording manifest, SHA-256) for every earlier record of it.
 
-    An earlier run's OUT/experiment.json names each case's trial by hash, and each OUT/pairs/*.json its
-    two sides; a file that cannot be read records nothing.
+    An earlier run's OUT/experiment.json names each case's trial and each cleanup receipt by hash, and each
+    OUT/pairs/*.json its two sides; a file that cannot be read records nothing.
     """
     out: dict[str, list[tuple[Path, str]]] = {}
     manifests = [out_dir / "experiment.json", *sorted((out_dir / "pairs").glob("*.json"))]
@@ -304,6 +304,7 @@ def recorded_hashes(out_dir: Path) -> dict[str, list[tuple[Path, str]]]:
             continue
         if doc.get("kind") == "experiment":
             refs = [c.get("manifest") for c in doc.get("cases", []) if isinstance(c, dict)]
+            refs += doc.get("cleanup", []) if isinstance(doc.get("cleanup"), list) else []
         elif doc.get("kind") == "pair":
             refs = [doc.get(side, {}).get("manifest") for side in ("reference", "candidate")]
         else:
@@ -315,26 +316,22 @@ def recorded_hashes(out_dir: Path) -> dict[str, list[tuple[Path, str]]]:
     return out
 
 
-def changed_receipts(out_dir: Path) -> dict[str, str]:
+def changed_receipts(recorded: dict[str, list[tuple[Path, str]]], cleanup_dir: Path) -> dict[str, str]:
     """Cleanup receipt name (its file's stem: a trial id, a shared start, `flame-cluster`) -> why it no longer is what
-    an earlier run's OUT/experiment.json recorded (changed, or gone). A rerun linked whatever was on disk, so a forged
+    an earlier run recorded (`recorded_hashes`: changed, or gone). A rerun linked whatever was on disk, so a forged
     or deleted receipt passed `parity validate` once the run had written its manifest again (an outsider's,
     2026-12-07): the cases whose teardown it speaks for run again, and their new receipts replace it."""
-    manifest = out_dir / "experiment.json"
-    try:
-        doc = read_manifest(manifest) if manifest.is_file() else {}
-    except ManifestError:
-        return {}
     changed = {}
-    for ref in doc.get("cleanup", []) if doc.get("kind") == "experiment" else []:
-        if not (is_file_reference(ref) and isinstance(ref["path"], str)):
+    for receipt, records in recorded.items():
+        path = Path(receipt)
+        if path.parent != Path(os.path.abspath(cleanup_dir)):
             continue
-        path = manifest.parent / ref["path"]
-        if not path.is_file():
-            changed[path.stem] = f"its cleanup receipt {path} is gone since {manifest} recorded it"
-        elif (actual := sha256_file(path)) != ref["sha256"]:
-            changed[path.stem] = (f"its cleanup receipt {path} changed after {manifest} recorded it (SHA-256 "
-                                  f"{actual}, recorded {ref['sha256']})")
+        for manifest, sha256 in records:
+            if not path.is_file():
+                changed[path.stem] = f"its cleanup receipt {path} is gone since {manifest} recorded it"
+            elif (actual := sha256_file(path)) != sha256:
+                changed[path.stem] = (f"its cleanup receipt {path} changed after {manifest} recorded it (SHA-256 "
+                                      f"{actual}, recorded {sha256})")
     return changed
 
 

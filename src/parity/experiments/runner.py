@@ -50,7 +50,7 @@ class Runner:
                                   f"names {len(self.gpus)} ({', '.join(self.gpus)})")
             self.gpus = self.gpus[:shards]
         self.recorded = trial.recorded_hashes(out_dir)  # read before any trial is run again
-        self.receipts = trial.changed_receipts(out_dir)  # the same for the cleanup receipts it recorded
+        self.receipts = trial.changed_receipts(self.recorded, out_dir / "cleanup")  # the receipts it recorded
         if self.deadline.at is not None:  # a device call's next run on these GPUs predicts from what this one measured
             self.deadline.remember(out_dir / "logs" / "deadline.json", self.gpus)
         self._stack = contextlib.ExitStack()
