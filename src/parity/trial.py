@@ -211,6 +211,14 @@ def fits_engine(trace: Path, args: EngineArgs, lengths=None) -> Trace:
     return loaded
 
 
+def check_warmups(trace: Path, rounds: int) -> None:
+    """Each warm-up variant the first `rounds` warm-ups replay, its token file loaded by hash: a missing or edited one
+    failed only after the engines had started (outsiders', 2026-12-07); a missing variant is named with those there,
+    the last round's first (too many rounds: the one asked for that the trace lacks)."""
+    for round_index in range(rounds, 0, -1):
+        load_trace(trace, f"warmup{round_index}")
+
+
 # ---- what a trial ran with, and whether one on disk is kept ------------------------------------
 
 # Everything that can change a trial's result; a kept trial ran with the same value of each. A trial

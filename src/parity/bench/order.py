@@ -48,8 +48,7 @@ def check(trace_paths, warmup_rounds: int, args) -> None:
             raise ParityError(f"--trace {path}: named {name!r}, as --trace {seen[name]} is; their shards' files would "
                               f"be one another's (give traces of different names)")
         seen[name] = path
-        if warmup_rounds:
-            load_trace(path, f"warmup{warmup_rounds}")  # refuses a missing variant, naming the ones it has
+        trial.check_warmups(path, warmup_rounds)
 
 
 def run(engine: Engine, trace_path: Path, out_dir: Path, *, shards: int = 2, only: set[int] | None = None,

@@ -72,13 +72,11 @@ def fits(traces, args, warmup_rounds: int) -> None:
     """Each trace loaded and checked, and served whole by the engine's context, with a warm-up variant for each round,
     before anything starts: an edited token file, a prompt that with its new tokens outgrows max_model_len, or more
     warm-up rounds than variants, failed only after the engines had started and warmed up (outsiders', 2026-12-07)."""
-    from parity.trace import load_trace
-    from parity.trial import fits_engine
+    from parity.trial import check_warmups, fits_engine
 
     for trace in traces:
         fits_engine(trace, args)
-        if warmup_rounds:
-            load_trace(trace, f"warmup{warmup_rounds}")  # refuses a missing variant, naming the ones it has
+        check_warmups(trace, warmup_rounds)
 
 
 @main.group("sim")

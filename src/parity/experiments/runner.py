@@ -277,11 +277,11 @@ def run_experiment(experiment: str, cases: list[Case], backend: Backend, out_dir
         args = backend.args()
         args = dataclasses.replace(args, max_tokens=tokens) if tokens else args
         loaded = trial.fits_engine(trace, args)
-        for round_index in range(1, backend.warmup_rounds + 1):  # each warm-up's token file, by hash: a missing one
-            load_trace(trace, f"warmup{round_index}")  # failed after the engines started (an outsider's, 2026-12-07)
         if blocks:
             check_context(loaded, blocks * args.block_size, args.max_tokens,
                           f"the KV cache of cache_blocks {blocks} x {args.block_size} tokens =")
+    for trace in dict.fromkeys(c.trace for c in cases):
+        trial.check_warmups(trace, backend.warmup_rounds)
     for trace, lengths in dict.fromkeys((c.trace, c.lengths) for c in cases if c.lengths is not None):
         trial.fits_engine(trace, backend.args(), lengths)  # each prompt with its own answer
     requests = {t: len(load_trace(t).requests) for t in {c.trace for c in cases}}
