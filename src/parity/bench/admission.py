@@ -157,7 +157,7 @@ def run(num_requests: int = 2048, prefix_tokens: int = 8000, shards: int = 2, lo
         rows.append(min(runs, key=lambda r: r["controller_us"]["p99"]))
     return {"requests": len(prompts), "prompt_tokens": prefix_tokens + 40, "shards": shards, "load": load,
             "engine_tokens_per_s": engine_tokens_per_s, "clock": "simulated", "rows": rows,
-            "target_us_per_request": TARGET_US, "python": platform.python_version()}
+            "target_us_per_request": TARGET_US, "repeats": repeats, "python": platform.python_version()}
 
 
 def summary_lines(result: dict) -> list[str]:
@@ -172,6 +172,7 @@ def summary_lines(result: dict) -> list[str]:
                      f"alone p50 {d['p50']:.2f} p99 {d['p99']:.2f} us, with the answers reported since the last "
                      f"arrival p99 {a['p99']:.2f} us")
     lines.append(f"({result['requests']} requests of {result['prompt_tokens']} tokens on {result['shards']} shards at "
-                 f"{result['load']:g}x a simulated engine's rate; CPU time of the controller itself, one core; a "
+                 f"{result['load']:g}x a simulated engine's rate; the controller's own time in its calls, by the "
+                 f"wall clock (perf_counter), one thread, each row the best of {result.get('repeats', 3)} runs by p99; a "
                  f"request's cost is its decision and its answer's first token and completion)")
     return lines
