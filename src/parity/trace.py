@@ -477,9 +477,11 @@ def _check_block_shifts(blocks: int, period: int) -> None:
                          f"({period} ordinary token IDs), reproducing one another's cache blocks: fewer blocks")
 
 
-def check_unseen(prompts, variants, shifts, period, block_size: int | None = None) -> None:
+def check_unseen(prompts, variants, shifts, period, block_size: int | None = None,
+                 advice: str = "choose another shift") -> None:
     """Every warmup prompt's first cache block differs from every measured and other-round one; with blocks of
-    `block_size` measured prompts (BLOCK_SHIFT), every block's from every other block's."""
+    `block_size` measured prompts (BLOCK_SHIFT), every block's from every other block's. `advice` ends the refusal
+    of a shift that repeats a block (what the caller can change)."""
     seen = {}
     for index, p in enumerate(prompts):
         label = "the measured burst" if not block_size else f"block {index // block_size} of the measured burst"
@@ -495,7 +497,7 @@ def check_unseen(prompts, variants, shifts, period, block_size: int | None = Non
         for p in variant:
             key = bytes(p[:VLLM_BLOCK_TOKENS].tobytes())
             if key in seen and seen[key] != label:
-                raise TraceError(f"{label} reproduces a first cache block of {seen[key]}; choose another shift")
+                raise TraceError(f"{label} reproduces a first cache block of {seen[key]}; {advice}")
         seen.update({bytes(p[:VLLM_BLOCK_TOKENS].tobytes()): label for p in variant})
 
 

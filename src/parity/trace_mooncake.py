@@ -159,7 +159,7 @@ def _read_lines(path: Path, handle, limit: int | None, context_tokens: int, kept
         if request.timestamp_ms - first > MAX_SPAN_MS:
             raise TraceError(f"{path}:{number}: timestamp {request.timestamp_ms} is "
                              f"{(request.timestamp_ms - first) / 86_400_000:.3g} days after the first request's "
-                             f"{first}, past the {MAX_SPAN_MS // 86_400_000} a replay may span (timestamps are ms)")
+                             f"{first}, past the {MAX_SPAN_MS // 86_400_000} days a replay may span (timestamps are ms)")
         last = request.timestamp_ms
         if request.input_length + max(request.output_length, OUTPUT_TOKENS) > context_tokens:
             over.append(number)
@@ -205,7 +205,7 @@ def documents(trace: MooncakeTrace) -> list[int]:
 def output_files(source: Path, out_dir: Path, name: str | None = None,
                  warmup_shifts: tuple[int, ...] = TraceSpec.warmup_shifts) -> list[Path]:
     """The files `convert` writes into `out_dir` for `source`: a parity trace with its replay file."""
-    return trace_files(out_dir, name or default_name(source), len(warmup_shifts), replay=True)
+    return trace_files(out_dir, default_name(source) if name is None else name, len(warmup_shifts), replay=True)
 
 
 def default_name(path: Path) -> str:
@@ -217,7 +217,7 @@ def convert(source: Path, out_dir: Path, *, name: str | None = None, context_tok
             warmup_shifts: tuple[int, ...] = TraceSpec.warmup_shifts) -> Path:
     """Write NAME.tokens, its warmup variants (token-shifted, as the study's), NAME.replay.json (arrivals) and,
     last, the manifest NAME.json; returns the manifest's path. The whole file is read and checked first."""
-    name = name or default_name(source)
+    name = default_name(source) if name is None else name  # an empty --name is refused, not the default
     if not re.fullmatch(r"[A-Za-z0-9_-]+", name):
         raise TraceError(f"trace name {name!r} must be letters, digits, '-' or '_'")
     if seed < 0:
@@ -243,7 +243,9 @@ def convert(source: Path, out_dir: Path, *, name: str | None = None, context_tok
     # checks its own (two shifts a multiple of a small vocabulary apart wrote the same round twice: an outsider's);
     # the shift is tokenwise, so the first blocks alone say it
     heads = [p[:VLLM_BLOCK_TOKENS] for p in measured]
-    check_unseen(heads, [[shift.apply(h, s) for h in heads] for s in warmup_shifts], warmup_shifts, shift.period)
+    check_unseen(heads, [[shift.apply(h, s) for h in heads] for s in warmup_shifts], warmup_shifts, shift.period,
+                 advice=f"{shift.period} ordinary token IDs are too few to keep the warm-up rounds apart: a tokenizer "
+                        f"with more")
     docs, asked = documents(trace), {}
     requests = []
     for position, (r, doc, prompt) in enumerate(zip(trace.requests, docs, measured)):

@@ -1,8 +1,9 @@
 """Routing on a real trace: a Mooncake request trace (parity.trace_mooncake), placed by every router and by the
-hindsight bound, then each shard's requests run at once on a fresh simulated engine, as bench routing runs
-its families (routing.evaluate). The trace's arrivals are not replayed here: the offline limit's measure is a
-burst. The hindsight placement's documents are each request's first two blocks (trace_mooncake.documents).
-Everything here is simulated.
+hindsight placement, then each shard's requests run at once on a fresh simulated engine, as bench routing runs
+its families (routing.evaluate). Each request asks for the trace's own `output_length` (at least one token); the
+trace's arrivals are not replayed here: the offline limit's measure is a burst. The hindsight placement's documents
+are each request's first two blocks (trace_mooncake.documents), a guess at the trace's documents, so here it is a
+reference, not a bound: a router may beat it. Everything here is simulated.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ def workload(path: Path, *, shards: int = 2, limit: int | None = None,
     """The trace's requests that fit the context (token IDs as `parity trace-mooncake` writes them), and what
     was read and left out."""
     trace = read_mooncake(path, context_tokens=context_tokens, limit=limit)
-    w = Workload("mooncake", path.name, prompts(trace), documents(trace), shards)
+    w = Workload("mooncake", path.name, prompts(trace), documents(trace), shards,
+                 lengths=[max(1, r.output_length) for r in trace.requests])  # an engine makes at least one token
     return w, {"file": str(path), "sha256": sha256_file(path), "bytes": path.stat().st_size,
                "lines_read": trace.lines_read, "requests_read": trace.requests_read, "requests": len(trace.requests),
                "over_context": len(trace.over_context_lines), "over_context_lines": list(trace.over_context_lines),
@@ -35,7 +37,7 @@ def run(params: SimParams, path: Path, *, shards: int = 2, limit: int | None = N
     w, source = workload(path, shards=shards, limit=limit)
     if progress is not None:
         progress(f"{path.name}: {source['requests']} requests read ({source['over_context']} over the context, "
-                 f"excluded) in {time.perf_counter() - began:.1f} s; each router places them, then the hindsight bound")
+                 f"excluded) in {time.perf_counter() - began:.1f} s; each router places them, then the hindsight placement")
     return {"simulated": True, "params": params.source, "source": source, "rows": [evaluate(w, params, progress)]}
 
 

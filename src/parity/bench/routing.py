@@ -27,6 +27,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from parity.bench.router import per_call_us
+from parity.engine import EngineArgs
 from parity.engine.sim import SimEngine, SimParams
 from parity.errors import ParityError
 from parity.routing import MODEL_REVISION, SHARDED, PrefixRouter, RouterSettings
@@ -54,6 +55,8 @@ class Workload:
     shards: int
     head_tokens: int = 0
     cache_tokens: int | None = None  # per shard, when the family shrinks the simulated cache
+    lengths: list[int] | None = None  # each request's answer in tokens, where a real trace gives them (None: the
+    # study's OUTPUT_TOKENS each)
 
 
 def documents(family: str, case: str, *, docs: int, questions: int | list[int], prefix_tokens: int, shards: int = 2,
@@ -287,13 +290,15 @@ def simulate(w: Workload, shard_of: list[int], params: SimParams) -> dict:
     params = dataclasses.replace(params, kv_cache_tokens=w.cache_tokens) if w.cache_tokens else params
     durations, cached, prompt = [], 0, 0
     for shard in range(w.shards):
-        mine = [p for p, s in zip(w.prompts, shard_of) if s == shard]
+        mine = [k for k, s in enumerate(shard_of) if s == shard]
         if not mine:
             durations.append(0.0)
             continue
-        engine = SimEngine(params=params, gpu_uuid=f"sim-{shard}")
+        lengths = None if w.lengths is None else [w.lengths[k] for k in mine]
+        args = EngineArgs() if lengths is None else EngineArgs(max_tokens=max(max(lengths), EngineArgs().max_tokens))
+        engine = SimEngine(args, params=params, gpu_uuid=f"sim-{shard}")
         start = engine.now()
-        done = engine.generate(mine)
+        done = engine.generate([w.prompts[k] for k in mine], lengths)
         durations.append(max(c.complete_s for c in done) - start)
         cached += sum(c.cached_tokens for c in done)
         prompt += sum(c.prompt_tokens for c in done)

@@ -76,7 +76,7 @@ def bench_admission(num_requests, load, repeats, out):
 @click.option("--quick", is_flag=True, help="Shorter prompts and fewer cases (seconds, for a first look).")
 @click.option("--case", "cases", multiple=True, metavar="TEXT",
               help="Run only the cases whose name contains this (repeat; with --family, within it), "
-                   "e.g. --case '8 sh'; with --explain, the first such case.")
+                   "e.g. --case '8 sh'; with --explain, each selected family's first such case.")
 @click.option("--sim-params", type=click.Path(path_type=Path, exists=True, dir_okay=False), default=None,
               help="Simulator parameter file (default: the calibrated H200 one).")
 @click.option("--trace-file", type=click.Path(path_type=Path, dir_okay=False), default=None,
