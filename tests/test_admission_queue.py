@@ -50,8 +50,8 @@ def test_a_request_held_past_its_bound_is_refused_with_its_reason():
     c.expire(now=0.4)
     (refusal,) = fates
     assert not refusal.admitted and not refusal.held and refusal.shard is None
-    assert refusal.reason.startswith("held 0.300 s, then predicted first token in 3.00 s > 1.70 s")
-    assert "objective less the hold" in refusal.reason and "\n" not in refusal.reason
+    assert refusal.reason.startswith("waited 0.300 s since its arrival, then predicted first token in 3.00 s > 1.70 s")
+    assert "objective less that wait" in refusal.reason and "\n" not in refusal.reason
     assert (c.admitted, c.refused, c.held, c.held_admitted) == (1, 1, 1, 0)
     c.first_token(first.index, now=1.0)  # refused for good: never woken again
     assert len(fates) == 1
@@ -64,7 +64,7 @@ def test_a_held_request_whose_shard_has_nothing_ahead_and_still_cannot_fit_is_re
     c.decide(_prompt(1900), now=0.0, wake=fates.append)
     c.first_token(first.index, now=1.0)  # nothing ahead now, but 1.9 s > 2 s less 1 s held
     (refusal,) = fates
-    assert not refusal.admitted and refusal.reason.startswith("held 1.000 s, then predicted")
+    assert not refusal.admitted and refusal.reason.startswith("waited 1.000 s since its arrival, then predicted")
 
 
 def test_a_burst_of_holds_leaks_no_slot_or_booking():
@@ -165,5 +165,5 @@ def test_the_standalone_client_sends_a_held_request_once_admitted(small_reuse_tr
     assert stats["held"] == len(ids) - 2  # each shard's first admitted at once, every later one held
     assert len(burst.completions) + len(burst.refused) == len(ids) == stats["admitted"] + stats["refused"]
     assert len(burst.completions) == 2 + stats["held_admitted"]
-    assert all(r.startswith("held ") and "\n" not in r for r in burst.refused.values())
+    assert all(r.startswith("waited ") and "\n" not in r for r in burst.refused.values())
     assert router.loads == [0, 0] and controller.ahead == [0, 0] and controller._held == []

@@ -63,14 +63,21 @@ class Decision(NamedTuple):
             return (f"an orphan on shard {shard}: its document's uncached question was refused {orphan_s:.3f} s ago, "
                     f"and alone it would prefill {uncached} tokens for one question (predicted first token in "
                     f"{self.predicted_s:.2f} s, {ahead} prefill tokens ahead)")
-        held, less = (f"held {held_s:.3f} s, then ", " less the hold") if held_s else ("", "")
+        # held_s: held by the controller (queue_s) or, for a retry, the time since its first arrival
+        held, less = (f"waited {held_s:.3f} s since its arrival, then ", " less that wait") if held_s else ("", "")
         where = "no shard meets it" if reroute else f"on shard {shard}"
         margin_s = self.predicted_s - self._central_s
         margin = (f", plus a margin of {margin_s:.3f} s for the {quantile * 100:g}th percentile of its errors"
                   if quantile else "")
-        return (f"{held}predicted first token in {self.predicted_s:.2f} s > {budget_s:.2f} s ({headroom:g} x the "
+        return (f"{held}predicted first token in {_s(self.predicted_s)} s > {_s(budget_s)} s ({headroom:g} x the "
                 f"{ttft_s:g} s objective{less}) {where}: {ahead} prefill tokens ahead + {uncached} uncached at "
                 f"{rate:.0f} prefill tokens/s after {latency_s:.3f} s, x {bias:.2f} (its recent bias){margin}")
+
+
+def _s(seconds: float) -> str:
+    """Seconds in a reason: two decimals, or three significant digits under 0.1 s (a 1 ms objective's budget read
+    0.00, an outsider's)."""
+    return f"{seconds:.2f}" if not 0 < abs(seconds) < 0.1 else f"{seconds:.3g}"
 
 
 _DONE = object()  # a request no longer open (completed, or never admitted)
@@ -117,15 +124,19 @@ class Controller:
         # its uncached question was last refused, how many of them were, and how often it was asked since the first
         self.orphans = 0  # refused as orphans
 
-    def decide(self, tokens, now: float, attempt: int = 0, wake=None) -> Decision:
+    def decide(self, tokens, now: float, attempt: int = 0, wake=None, arrived: float | None = None) -> Decision:
         """Admit (booked on its shard) or refuse (nothing booked) this prompt, arriving `now`; `attempt` counts
-        the client's earlier tries of it (parity.admission.retry). With `queue_s`, one that would be refused is
+        the client's earlier tries of it (parity.admission.retry), and a retry is judged against what is left of
+        the budget since its first arrival `arrived` (its wait so far counts, and an idle shard is no exception: a
+        retry judged afresh was admitted at about the wait it was refused for, past the objective, an outsider's,
+        2026-12-07). With `queue_s`, one that would be refused is
         held instead (a Decision with `until`): `wake(decision)` gets its fate later, from whichever call re-judged
         it (`first_token`, `complete`, or the caller's `expire` at `until`), under the controller's lock. Written
         for its cost (a few microseconds, issue 30): the wait model read inline, the other shards weighed only
         when the router's cannot meet the budget."""
+        waited_s = now - arrived if attempt and arrived is not None and now > arrived else 0.0
         with self._lock:  # the answers' threads report first tokens and completions meanwhile
-            decision = self._judge(tokens, now, 0.0, attempt)
+            decision = self._judge(tokens, now, waited_s, attempt)
             if decision[0] is None:
                 if self.queue_s:
                     if wake is None:
@@ -231,7 +242,7 @@ class Controller:
 
     def attempts(self, offsets: list[float]) -> Attempts:
         """A burst's tries under the client's retry policy (`settings.retries`), each request's first at its offset."""
-        return Attempts(offsets, self.settings.retries)
+        return Attempts(offsets, self.settings.retries, self.budget_s)
 
     def first_token(self, index: int, now: float) -> None:
         """The `index`-th admitted request's first token came at `now`: its prefill is done (teaches the rate)."""

@@ -250,7 +250,7 @@ class FlamePath(ServingPath):
                     wait_until(release + offset)
                 sent[index] = time.monotonic()
                 if admission is not None:
-                    decision = admission.decide(prompts[index], sent[index], attempt)
+                    decision = admission.decide(prompts[index], sent[index], attempt, arrived=release + offsets[index])
                     if not decision.admitted:  # never sent: no future, no session
                         if not attempts.again(index, attempt, sent[index] - release + decision.retry_after_s):
                             refused[index] = attempts.final(decision.reason, attempt)

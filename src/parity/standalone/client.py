@@ -234,7 +234,7 @@ class NativeClient:
                 fate = loop.create_future() if queue else None
                 wake = (lambda decision, fate=fate: loop.call_soon_threadsafe(fate.set_result, decision)) \
                     if queue else None  # under the controller's lock, perhaps another thread's
-                decision = admission.decide(prompt, time.monotonic(), attempt, wake)
+                decision = admission.decide(prompt, time.monotonic(), attempt, wake, arrived=release + offsets[index])
                 if decision.held:  # its fate comes later: sent from its own task if admitted
                     tasks[index] = asyncio.ensure_future(held(index, decision.until, fate))
                     continue
