@@ -40,8 +40,9 @@ ADMISSION = re.compile(r"^sustained-rate-(?P<rate>[0-9.]+)(?P<length>-out[0-9]+)
                        r"-p(?P<seed>[0-9]+)-(?P<side>vllm|flame)$")
 
 
-def _ms(p: dict) -> dict:
-    return {q: round(p[q] * 1000, 2) for q in ("p50", "p90", "p99")}
+def _ms(p: dict | None) -> dict | None:
+    """Percentiles in ms; None where there were none (a bounded arm whose window was all refused)."""
+    return None if p is None else {q: round(p[q] * 1000, 2) for q in ("p50", "p90", "p99")}
 
 
 def _uuids(doc: dict) -> list[str]:

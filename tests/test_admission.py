@@ -365,6 +365,24 @@ def test_a_trial_records_refusals_apart_and_goodput_counts_them_as_misses(small_
     assert "refused" not in without and without["good_share_client"] >= summary["good_share_client"]
 
 
+def test_a_window_whose_requests_were_all_refused_counts_no_completion_from_outside_it():
+    """An outsider's (2026-12-07): where every request in the steady-state window was refused, the window fell back
+    to every completion, so completions from before and after it were counted as its goodput."""
+    from parity.latency import summarize
+
+    def record(k):
+        return {"request_id": f"r{k}", "arrival_s": float(k), "token_s": [k + 0.1, k + 0.2], "complete_s": k + 0.2}
+
+    doc = {"records": [record(0), record(9)],
+           "refused": [{"request_id": f"r{k}", "arrival_s": float(k), "reason": "full"} for k in range(1, 9)]}
+    summary = summarize(doc, Objective(ttft_s=2.0))
+    assert (summary["admitted"], summary["refused"]) == (0, summary["window_requests"]) and summary["refused"] > 0
+    assert summary["achieved_per_s"] == 0.0 and summary["saturated"] is True
+    for view in ("engine", "client"):
+        assert summary[f"goodput_{view}_per_s"] == summary[f"goodput_ttft_{view}_per_s"] == 0.0
+        assert summary[f"good_share_{view}"] == 0.0 and summary[f"ttft_{view}"] is None
+
+
 def test_the_sustained_plan_adds_a_bounded_case_per_rung_only_when_asked(small_reuse_trace):
     from parity.experiments import plan
     from parity.experiments.settings import SustainedSettings

@@ -56,13 +56,16 @@ def _first(record: dict, view: str) -> float | None:
 
 
 def _window(records: list[dict], refused: list[dict]) -> tuple[list[dict], list[dict], float | None]:
-    """The completions and refusals that arrived in the steady-state window (every completion where none did),
-    and the window's length (None for a schedule of one instant)."""
+    """The completions and refusals that arrived in the steady-state window (every completion where no request did;
+    none where only refusals did: completions from outside it were counted as its goodput, an outsider's), and the
+    window's length (None for a schedule of one instant)."""
     arrivals = np.asarray([r["arrival_s"] for r in records + refused])
     start, span = arrivals.min(), arrivals.max() - arrivals.min()
     low, high = start + WINDOW[0] * span, start + WINDOW[1] * span
-    window = [r for r in records if low <= r["arrival_s"] <= high] or records
+    window = [r for r in records if low <= r["arrival_s"] <= high]
     turned = [r for r in refused if low <= r["arrival_s"] <= high]
+    if not window and not turned:
+        window = records
     return window, turned, (max(high - low, 1e-9) if span > 0 else None)
 
 
@@ -104,10 +107,13 @@ def summarize(doc: dict, objective: Objective = Objective()) -> dict | None:
     offered = (len(window) + len(turned) - 1) / in_window_s if in_window_s else None
     # the window's requests over the time from the first's arrival to the last's answer: its offered rate
     # when the path keeps up (less one request's latency over the span), less when requests queue
-    served_s = max(r["complete_s"] for r in window) - min(r["arrival_s"] for r in window + turned)
-    achieved = len(window) / served_s if served_s > 0 else None
+    if window:
+        served_s = max(r["complete_s"] for r in window) - min(r["arrival_s"] for r in window + turned)
+        achieved = len(window) / served_s if served_s > 0 else None
+    else:  # every request of the window refused: none completed there
+        served_s, achieved = None, 0.0
     out |= {"offered_per_s": offered, "achieved_per_s": achieved,
-            "saturated": bool(offered and achieved and achieved < SATURATED * offered)}
+            "saturated": bool(offered and achieved is not None and achieved < SATURATED * offered)}
     sent = [r for r in records if "sent_s" in r]
     out["lag"] = lag([r["arrival_s"] for r in sent], [r["sent_s"] for r in sent]) if sent else None
     for view in ("engine", "client"):
@@ -119,9 +125,10 @@ def summarize(doc: dict, objective: Objective = Objective()) -> dict | None:
         share = met / (len(window) + len(turned))  # a refusal is a miss
         # completions that met it, per second: met / served_s, written as share x achieved where nothing was
         # refused (the two are equal then, and earlier trials' numbers stay what they were to the last bit)
-        out[f"goodput_{view}_per_s"] = (met / served_s if turned else share * achieved) if achieved else None
+        out[f"goodput_{view}_per_s"] = (met / served_s if turned else share * achieved) if achieved else (
+            0.0 if not window else None)
         out[f"good_share_{view}"] = share
-        out[f"goodput_ttft_{view}_per_s"] = len(in_time) / served_s if achieved else None
+        out[f"goodput_ttft_{view}_per_s"] = len(in_time) / served_s if achieved else (0.0 if not window else None)
         out[f"good_ttft_share_{view}"] = len(in_time) / (len(window) + len(turned))
     out["objective"] = objective.to_dict()
     return out

@@ -701,8 +701,9 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
         if own:
             trace = case["trace_name"] + f", output lengths per request (median {own['median']})" + cache
         curves.setdefault(trace, {}).setdefault(case["system"] + (f"-{arm}" if arm else ""), []).append(
-            {"offered": float(offered), "achieved": s["achieved_per_s"], "ttft_p50": s["ttft_client"]["p50"],
-             "ttft_p99": s["ttft_client"]["p99"], "e2e_p50": s["e2e"]["p50"], "e2e_p99": s["e2e"]["p99"],
+            {"offered": float(offered), "achieved": s["achieved_per_s"],  # latencies None: a window all refused
+             **{f"{key}_{q}": (s[name] or {}).get(q) for key, name in (("ttft", "ttft_client"), ("e2e", "e2e"))
+                for q in ("p50", "p99")},
              "goodput": s["goodput_client_per_s"], "goodput_ttft": s["goodput_ttft_client_per_s"]})
     table.rows = [row for _, row in sorted(zip(keys, table.rows), key=lambda kr: kr[0])]
     if saturation := _first_saturated(table.rows):
