@@ -5,6 +5,7 @@ import heapq
 import json
 import queue
 import threading
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -634,3 +635,79 @@ def test_a_bounded_rung_finished_whole_on_an_earlier_gpu_is_kept_and_a_split_one
     assert f"sustained-rate-40-unbounded-{tiny_reuse_trace.stem}-p0-vllm: its group runs again whole here: " \
            f"sustained-rate-40-bounded-{tiny_reuse_trace.stem}-p0-flame is not on disk (or not readable)" in lines
     assert sum(": kept (already run and checked)" in line for line in lines) == 3
+
+
+@pytest.fixture(scope="module")
+def bounded_trial(small_reuse_trace, tmp_path_factory) -> Path:
+    """A paced trial under bounded admission on simulated replicas, some of it refused."""
+    from parity import trial
+    from parity.engine import EngineArgs
+    from parity.paths.standalone import StandalonePath
+    from parity.routing import RouterSettings
+    from parity.schedule import Schedule
+
+    out = tmp_path_factory.mktemp("bounded")
+    with StandalonePath("sim", ["sim-0", "sim-1"], EngineArgs(), out / "logs", stream=True) as path:
+        doc = trial.run(path, small_reuse_trace, out, trial_id="bounded", experiment="sustained",
+                        router=RouterSettings("prefix"), schedule=Schedule(kind="poisson", rate=200.0, seed=0),
+                        warmup_rounds=1, admission=BoundedSettings(), objective=Objective(ttft_s=0.05),
+                        log=lambda _: None)
+    assert doc["refused"] and doc["verdict"]["status"] == "passed"
+    return out / "bounded.json"
+
+
+def _shift_refusals(doc):
+    for r in doc["refused"]:
+        r["arrival_s"] += 100.0
+
+
+def _drop_refusal_arrivals(doc):
+    for r in doc["refused"]:
+        del r["arrival_s"]
+
+
+def _shift_records(doc):
+    for r in doc["records"]:
+        r["arrival_s"] += 0.05
+
+
+def _other_seed(doc):
+    doc["schedule"]["seed"] += 1
+
+
+FORGED_ADMISSION = {  # an outsider's (2026-12-07): each passed `validate` with its hashes rewritten
+    "refusals' arrivals deleted": (_drop_refusal_arrivals, "/refused/0", "has no arrival_s, yet the trial ran on a "
+                                                                         "poisson schedule"),
+    "refusals moved out of the window": (_shift_refusals, "/refused/0/arrival_s", "is not the schedule's arrival"),
+    "records moved": (_shift_records, "/records/0/arrival_s", "is not the schedule's arrival"),
+    "another schedule seed": (_other_seed, "/schedule/offsets_sha256", "is not the SHA-256 of the offsets"),
+    "admitted inflated": (lambda d: d["admission"].update(admitted=999), "/admission/admitted", "states 999"),
+    "refusals not counted": (lambda d: d["admission"].update(refused=0), "/admission/refused", "states 0"),
+    "retries under settings of none": (lambda d: d["admission"].update(retried=5), "/admission/retried", "states 5"),
+    "settings edited": (lambda d: d["admission"]["settings"].update(headroom=5.0), "/admission/settings",
+                        "are not the settings and objective the trial ran with"),
+    "admission block deleted": (lambda d: d.pop("admission"), "/admission", "absent, yet"),
+    "what it ran with deleted": (lambda d: d["ran_with"]["load"].pop("admission"), "/ran_with/load/admission",
+                                 "absent, yet the trial states its admission"),
+}
+
+
+@pytest.mark.parametrize("name", FORGED_ADMISSION)
+def test_what_a_bounded_trial_states_of_its_arrivals_and_admission_is_derived_again(bounded_trial, name):
+    """A paced trial's arrivals are its schedule's (the release plus each offset), and what it states of its
+    admission is what it recorded and ran with; each forgery is named by the trial's own derivation."""
+    import copy
+    import json
+
+    from parity.checks import derived_problems
+
+    pristine = json.loads(bounded_trial.read_text())
+    stats = pristine["admission"]  # what the experiment runner records it ran with (trial.run alone records none)
+    pristine.setdefault("ran_with", {"load": {"admission": stats["settings"] | {"objective": stats["objective"]}}})
+    assert not [p for p in derived_problems(bounded_trial, pristine) if p[0].startswith(("/admission", "/refused",
+                                                                                         "/records", "/schedule"))]
+    forge_it, pointer, says = FORGED_ADMISSION[name]
+    doc = copy.deepcopy(pristine)
+    forge_it(doc)
+    found = [why for where, why in derived_problems(bounded_trial, doc) if where == pointer]
+    assert found and says in found[0], derived_problems(bounded_trial, doc)

@@ -256,6 +256,13 @@ def test_an_experiment_manifest_stating_another_objective_than_its_trials_were_a
     doc["settings"]["objective"] = {"ttft_s": 30.0, "itl_s": 1.0}
     (problem,) = derived_problems(path, doc)
     assert problem[0] == "/settings/objective" and "(and 7 more)" in problem[1]
+    # an outsider's (2026-12-07): bounded settings no trial ran with passed validate, though the runner calls such
+    # trials stale
+    doc = json.loads(path.read_text())
+    doc["settings"]["bounded"] = dict(doc["settings"].get("bounded") or {}, headroom=5.0)
+    (problem,) = derived_problems(path, doc)
+    assert problem[0] == "/settings/bounded" and "states headroom 5.0" in problem[1], problem
+    assert "ran with headroom 1.0" in problem[1] and "more)" in problem[1]
 
 
 @pytest.mark.parametrize("forge, named", [

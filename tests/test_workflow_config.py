@@ -89,3 +89,25 @@ def test_what_an_experiments_job_would_refuse_is_refused_from_the_config_alone(c
     with pytest.raises(ParityError) as refused:
         check_experiment("sustained", settings, {"reuse-32": 32}, Backend.from_dict(backend))
     assert said in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("value, said", [
+    (1.0, "experiments.sustained.bounded.quantile: 1.0 is none of: 0, or a number >= 0.5 and < 1"),
+    ("2e-1", "experiments.sustained.bounded.quantile: '2e-1' is none of: 0, or a number >= 0.5 and < 1"),
+])
+def test_a_setting_of_alternatives_says_them_and_yaml_text_for_a_number_says_how_to_write_it(value, said):
+    """An outsider's (2026-12-07): `quantile: 1.0` read "1.0 is not valid under any of the given schemas", and a
+    `headroom: 2e-1` (text to YAML 1.1) was "not of type 'number'" with no word of why; both now say what to write."""
+    from parity.errors import ParityError
+    from parity.workflow_config import check, load, schema
+
+    config = load(SMOKE)
+    config["experiments"]["sustained"]["bounded"]["quantile"] = value
+    with pytest.raises(ParityError) as refused:
+        check(schema(), config, "config")
+    assert said in str(refused.value)
+    config = load(SMOKE)
+    config["experiments"]["sustained"]["bounded"]["headroom"] = "2e-1"
+    with pytest.raises(ParityError) as refused:
+        check(schema(), config, "config")
+    assert "headroom: '2e-1' is not of type 'number' (YAML reads 2e-1 as text: write 2.0e-1)" in str(refused.value)

@@ -31,6 +31,7 @@ from parity.errors import ParityError, first_problem
 from parity.manifest import read_manifest, validate_document, write_manifest
 from parity.record import config_sha256, timing
 from parity.routing import PLACEMENTS
+from parity.schedule import PACED, Schedule
 from parity.trace import Trace, load_trace
 
 CHECKS = ("input", "coverage", "output_length", "placement")
@@ -199,6 +200,67 @@ def records_contradict(doc: dict) -> tuple[str, str] | None:
     return None
 
 
+def arrivals_mismatch(doc: dict) -> tuple[str, str] | None:
+    """(pointer, why) where a paced trial's arrivals are not its schedule's, else None: every request's latency and
+    its place in the steady-state window are measured from its `arrival_s`, which is the release plus its offset, and
+    the offsets are the recorded schedule's own (their SHA-256 recorded). A refusal without one, or one moved, left
+    the window's goodput and `validate` (an outsider's, 2026-12-07)."""
+    recorded = doc.get("schedule") or {}
+    if recorded.get("kind") not in PACED or "offsets_sha256" not in recorded:
+        return None  # a burst has no arrivals; a replay's are its file's (linked by hash, read where it is used)
+    try:
+        schedule = Schedule(kind=recorded["kind"], rate=recorded["rate"], burstiness=recorded.get("burstiness", 1.0),
+                            seed=recorded.get("seed", 0))
+        count = recorded["requests"]
+        if schedule.describe(count)["offsets_sha256"] != recorded["offsets_sha256"]:
+            return "/schedule/offsets_sha256", "is not the SHA-256 of the offsets its schedule's settings give"
+        offsets = schedule.offsets(count)
+    except (ParityError, KeyError, TypeError, ValueError) as exc:
+        return "/schedule", f"its offsets cannot be made again: {exc}"
+    release = doc["timing"]["release_s"]
+    for field in ("records", "refused"):
+        for index, record in enumerate(doc.get(field, [])):
+            position = record["position"]
+            if "arrival_s" not in record:
+                return (f"/{field}/{index}", f"{record['request_id']} has no arrival_s, yet the trial ran on a "
+                                             f"{recorded['kind']} schedule")
+            if position >= count or abs(record["arrival_s"] - (release + offsets[position])) > 1e-6:
+                due = "past the schedule's requests" if position >= count else f"{release + offsets[position]!r}"
+                return (f"/{field}/{index}/arrival_s", f"{record['arrival_s']!r} is not the schedule's arrival for "
+                                                       f"position {position} (the release plus its offset: {due})")
+    return None
+
+
+def admission_mismatch(doc: dict) -> tuple[str, str] | None:
+    """(pointer, why) where what a trial states of its admission is not what it ran or recorded, else None: its
+    admitted and refused counts against its records and refusals, a retry count under settings that allow none, and
+    its settings against those it ran with (`ran_with.load.admission`). Each passed `validate` edited (an outsider's,
+    2026-12-07)."""
+    stats, refused = doc.get("admission"), doc.get("refused") or []
+    recorded = doc.get("ran_with")  # what a run asked for (an experiment's case, a run command's options)
+    ran = ((recorded or {}).get("load") or {}).get("admission")
+    if stats is None:
+        if refused:
+            return "/admission", f"absent, yet {len(refused)} request(s) were refused: only bounded admission refuses"
+        if ran is not None:
+            return "/admission", "absent, yet the trial ran with bounded admission (ran_with.load.admission)"
+        return None
+    if recorded is not None and ran is None:
+        return "/ran_with/load/admission", "absent, yet the trial states its admission"
+    if ran is not None and ran != stats["settings"] | {"objective": stats["objective"]}:
+        return "/admission/settings", "are not the settings and objective the trial ran with (ran_with.load.admission)"
+    if stats["admitted"] != len(doc["records"]):
+        return "/admission/admitted", f"states {stats['admitted']}, the trial has {len(doc['records'])} records"
+    retries = stats["settings"].get("retries", 0)
+    if stats["refused"] != len(refused) if not retries else stats["refused"] < len(refused):
+        return "/admission/refused", (f"states {stats['refused']}, its refusals number {len(refused)}"
+                                      + (" (with retries, each refused try counts: at least that)" if retries else ""))
+    if stats.get("retried", 0) and not retries or stats.get("retried", 0) > stats["admitted"]:
+        return "/admission/retried", (f"states {stats['retried']}, under settings that allow {retries} retries and "
+                                      f"{stats['admitted']} admitted")
+    return None
+
+
 def read_trial(path: Path) -> dict:
     """A trial manifest: of kind trial, schema-valid, its records consistent, its timing what they give; else
     one-line ParityError."""
@@ -263,6 +325,9 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
         found.append((contradiction[0], f"its records contradict one another: {contradiction[1]}"))
     if why := timing_mismatch(doc):
         found.append(("/timing", f"its timing is not what its records give: {why}"))
+    for mismatch in (arrivals_mismatch(doc), admission_mismatch(doc)):
+        if mismatch:
+            found.append(mismatch)
     if why := gpus_unnamed(doc):
         found.append(("/ran_with/gpus", why))
     if "config" in doc and doc.get("config_sha256") != config_sha256(doc["config"]):

@@ -54,7 +54,7 @@ class Settings:
 _TYPE_NAMES = {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null"}
 
 
-def _yaml_text_number(text: str) -> bool:
+def yaml_text_number(text: str) -> bool:
     """Whether `text` is a number Python reads that YAML 1.1 keeps as text (an exponent without a dot: 2e-2)."""
     try:
         float(text)
@@ -63,7 +63,7 @@ def _yaml_text_number(text: str) -> bool:
     return "e" in text.lower() and not any(word in text.lower() for word in ("inf", "nan"))
 
 
-def _yaml_number(text: str) -> str:
+def yaml_number(text: str) -> str:
     """`text` (2e-2) as YAML reads a number (2.0e-2)."""
     mantissa, _, exponent = text.lower().partition("e")
     mantissa = mantissa if "." in mantissa else f"{mantissa}.0"
@@ -88,8 +88,8 @@ def checked_fields(cls, values, what: str) -> dict:
         if not fits:
             expected = " or ".join(_TYPE_NAMES[t] for t in allowed)
             hint = ""
-            if isinstance(value, str) and float in allowed and _yaml_text_number(value):  # YAML 1.1 reads 2e-2 as text
-                hint = f" (YAML reads {value} as text: write {_yaml_number(value)})"
+            if isinstance(value, str) and float in allowed and yaml_text_number(value):  # YAML 1.1 reads 2e-2 as text
+                hint = f" (YAML reads {value} as text: write {yaml_number(value)})"
             raise ParityError(f"{what} {key} must be {expected}, got {value!r}{hint}")
         checked[key] = float(value) if float in allowed and isinstance(value, int) else value
     return checked

@@ -12,6 +12,7 @@ from functools import lru_cache
 from pathlib import Path
 
 from parity.errors import ParityError, first_problem
+from parity.settings import yaml_number, yaml_text_number
 
 SCHEMA_FILE = "config.schema.yaml"
 
@@ -50,7 +51,31 @@ def _message(error, what: str) -> str:
         unknown = sorted(k for k in error.instance if k not in known)
         return (f"unknown {what} setting(s){f' in {where}' if where else ''}: {', '.join(unknown)} "
                 f"(known: {', '.join(sorted(known))})")
-    return f"{what}{f' {where}' if where else ''}: {error.message}"
+    message = error.message
+    if error.validator in ("oneOf", "anyOf") and (choices := _choices(error.schema[error.validator])):
+        message = f"{error.instance!r} is none of: {choices}"  # "not valid under any of the given schemas" said nothing
+    elif error.validator == "type" and isinstance(error.instance, str) and yaml_text_number(error.instance):
+        message += f" (YAML reads {error.instance} as text: write {yaml_number(error.instance)})"
+    return f"{what}{f' {where}' if where else ''}: {message}"
+
+
+def _choices(alternatives: list[dict]) -> str | None:
+    """A setting's alternatives in words (`0, or a number >= 0.5 and < 1`); None where one is not a plain value or a
+    bounded number (the validator's own message then)."""
+    words = []
+    for alternative in alternatives:
+        if set(alternative) == {"const"}:
+            words.append(repr(alternative["const"]))
+        elif set(alternative) <= {"type", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} \
+                and isinstance(alternative.get("type"), str):
+            bounds = [f"{sign} {alternative[key]:g}" for key, sign in (("minimum", ">="), ("exclusiveMinimum", ">"),
+                                                                      ("maximum", "<="), ("exclusiveMaximum", "<"))
+                      if key in alternative]
+            words.append(f"a{'n' if alternative['type'][0] in 'aeiou' else ''} {alternative['type']}"
+                         + (f" {' and '.join(bounds)}" if bounds else ""))
+        else:
+            return None
+    return ", or ".join(words) or None
 
 
 def check(part: dict, values, what: str) -> None:

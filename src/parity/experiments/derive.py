@@ -23,11 +23,25 @@ def admitted_against(trial_doc: dict) -> dict | None:
     return ((trial_doc.get("ran_with") or {}).get("load") or {}).get("admission", {}).get("objective")
 
 
+def _bounded(doc: dict) -> dict | None:
+    """The bounded arm's settings an experiment manifest states, whole (defaults filled in), or None: none stated, or
+    not settings at all (the schema names those)."""
+    from parity.admission import BoundedSettings
+
+    stated = (doc.get("settings") or {}).get("bounded")
+    if not isinstance(stated, dict):
+        return None
+    try:
+        return BoundedSettings.from_dict(stated).to_dict()
+    except (ParityError, TypeError, ValueError):
+        return None
+
+
 def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
     """(pointer, why) for each thing an experiment manifest states that its trials and pairs do not give
     (`parity.rederive`): each case's facts, and one pair manifest for each pair of cases, linking those two."""
     path, found = Path(path), []
-    groups, shards, traces, configs, admitted, ran = {}, {}, {}, {}, [], []
+    groups, shards, traces, configs, admitted, ran, bounded = {}, {}, {}, {}, [], [], []
     for number, case in enumerate(doc["cases"]):
         trial = os.path.normpath(path.parent / case["manifest"]["path"])
         try:
@@ -44,6 +58,10 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
         judged = admitted_against(trial_doc)
         if judged is not None and (doc.get("settings") or {}).get("objective") != judged:
             admitted.append((case.get("trial_id"), judged))
+        if judged is not None and (stated := _bounded(doc)) is not None:
+            ran_by = {k: v for k, v in trial_doc["ran_with"]["load"]["admission"].items() if k != "objective"}
+            if ran_by != stated:
+                bounded.append((case.get("trial_id"), ran_by, stated))
         configs[case.get("trial_id")] = trial_doc.get("config") or {}
         if isinstance(trial_doc.get("ran_with"), dict):
             ran.append(trial_doc["ran_with"])
@@ -55,6 +73,12 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
         (trial_id, judged), more = admitted[0], len(admitted) - 1
         found.append(("/settings/objective", f"states {(doc.get('settings') or {}).get('objective')!r}, its trial "
                       f"{trial_id} was admitted against {judged!r}" + (f" (and {more} more)" if more else "")))
+    if bounded:  # an outsider's (2026-12-07): settings that no trial ran with passed validate
+        (trial_id, ran_by, stated), more = bounded[0], len(bounded) - 1
+        changed = sorted(k for k in set(ran_by) | set(stated) if ran_by.get(k) != stated.get(k))
+        found.append(("/settings/bounded", f"states {', '.join(f'{k} {stated.get(k)!r}' for k in changed)}, its trial "
+                      f"{trial_id} ran with {', '.join(f'{k} {ran_by.get(k)!r}' for k in changed)}"
+                      + (f" (and {more} more)" if more else "")))
     found += _unplanned(doc, [Path(t) for t in traces], configs)
     found += _backend(doc["backend"], ran)
     if doc["simulated"] != any(case.get("simulated") for case in doc["cases"]):
