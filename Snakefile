@@ -4,8 +4,9 @@
 #   snakemake --workflow-profile slurm_<site> all  a SLURM cluster (copy profiles/slurm first)
 #   snakemake --workflow-profile host TARGET       real GPUs with vLLM and Flame on the host, no container (benchmarks/host.sh)
 # Add -n to any of them for a dry run: it works on any machine, without GPUs, Apptainer or sbatch.
-# Each rule calls one `parity` command; the logic lives in src/parity/. Targets per claim:
-#   locality, admission, confirmation, gc, mlperf, report, all; and traces, offline_limit.
+# Each rule that runs a step calls one `parity` command (the experiments' all through the rule `experiment`:
+# `parity experiment run NAME`; `all` seals, bundles and validates); the logic lives in src/parity/. Targets per claim:
+#   locality, admission, confirmation, gc, routing, sustained, mlperf, report, all; and traces, offline_limit.
 # After a run, `snakemake --workflow-profile PROFILE --report report.html` gives one self-contained page.
 # Engine-only targets where the profile's config has `bench` (host): calibration, order.
 # Every profile names its own config file; config/experiments.yaml (the study's settings) lies under all.
