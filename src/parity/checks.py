@@ -21,6 +21,7 @@ broken records is caught wherever a trial is read again.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from pathlib import Path
@@ -31,7 +32,7 @@ from parity.errors import ParityError, first_problem
 from parity.manifest import read_manifest, validate_document, write_manifest
 from parity.record import config_sha256, timing
 from parity.routing import PLACEMENTS
-from parity.schedule import PACED, Schedule
+from parity.schedule import PACED, Schedule, offsets_sha256
 from parity.trace import Trace, load_trace
 
 CHECKS = ("input", "coverage", "output_length", "placement")
@@ -96,8 +97,6 @@ def _output_length(doc: dict) -> list[str]:
 
 def _own_lengths(doc: dict) -> list[str]:
     """Each record's length is the one its trial's recorded settings draw, and its output exactly that long."""
-    import dataclasses
-
     from parity.lengths import OutputLengths, lengths_sha256
 
     records, block = doc["records"], doc["output_lengths"]
@@ -209,14 +208,14 @@ def arrivals_mismatch(doc: dict) -> tuple[str, str] | None:
     if recorded.get("kind") not in PACED or "offsets_sha256" not in recorded:
         return None  # a burst has no arrivals; a replay's are its file's (linked by hash, read where it is used)
     try:
-        schedule = Schedule(kind=recorded["kind"], rate=recorded["rate"], burstiness=recorded.get("burstiness", 1.0),
-                            seed=recorded.get("seed", 0))
+        schedule = Schedule.from_dict({f.name: recorded[f.name] for f in dataclasses.fields(Schedule)
+                                       if f.name in recorded})  # as `_own_lengths` reads its settings
         count = recorded["requests"]
-        if schedule.describe(count)["offsets_sha256"] != recorded["offsets_sha256"]:
-            return "/schedule/offsets_sha256", "is not the SHA-256 of the offsets its schedule's settings give"
         offsets = schedule.offsets(count)
     except (ParityError, KeyError, TypeError, ValueError) as exc:
         return "/schedule", f"its offsets cannot be made again: {exc}"
+    if offsets_sha256(offsets) != recorded["offsets_sha256"]:
+        return "/schedule/offsets_sha256", "is not the SHA-256 of the offsets its schedule's settings give"
     release = doc["timing"]["release_s"]
     for field in ("records", "refused"):
         for index, record in enumerate(doc.get(field, [])):

@@ -91,12 +91,16 @@ class Schedule(Settings):
         offsets = self.offsets(count)
         doc = {k: v for k, v in self.to_dict().items() if self.kind != "burst" or k == "kind"}
         if self.kind != "burst":
-            micros = json.dumps([round(t * 1e6) for t in offsets]).encode()
-            doc |= {"requests": count, "offsets_sha256": hashlib.sha256(micros).hexdigest(),
+            doc |= {"requests": count, "offsets_sha256": offsets_sha256(offsets),
                     "span_s": offsets[-1] if offsets else 0.0}
         if self.kind == "replay":
             doc["replay_sha256"] = hashlib.sha256(Path(self.replay).read_bytes()).hexdigest()
         return doc
+
+
+def offsets_sha256(offsets: list[float]) -> str:
+    """The SHA-256 a trial records of its offsets: of their JSON list in whole microseconds."""
+    return hashlib.sha256(json.dumps([round(t * 1e6) for t in offsets]).encode()).hexdigest()
 
 
 def lag(scheduled: list[float], sent: list[float]) -> dict:

@@ -42,6 +42,7 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
     (`parity.rederive`): each case's facts, and one pair manifest for each pair of cases, linking those two."""
     path, found = Path(path), []
     groups, shards, traces, configs, admitted, ran, bounded = {}, {}, {}, {}, [], [], []
+    stated = _bounded(doc)  # the bounded settings it states, whole: each bounded trial must have run with them
     for number, case in enumerate(doc["cases"]):
         trial = os.path.normpath(path.parent / case["manifest"]["path"])
         try:
@@ -58,7 +59,7 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
         judged = admitted_against(trial_doc)
         if judged is not None and (doc.get("settings") or {}).get("objective") != judged:
             admitted.append((case.get("trial_id"), judged))
-        if judged is not None and (stated := _bounded(doc)) is not None:
+        if judged is not None and stated is not None:
             ran_by = {k: v for k, v in trial_doc["ran_with"]["load"]["admission"].items() if k != "objective"}
             if ran_by != stated:
                 bounded.append((case.get("trial_id"), ran_by, stated))
