@@ -10,7 +10,9 @@
 # CUTOFF_S (a backstop, rarely needed now): start no trial after that many seconds: the run is stopped as soon as a
 # trial finishes past it (default: no cutoff).
 # A fresh machine takes three calls, each carry under 64 MiB with the tracked tree (and shared/; where .gpu/a no longer
-# fits beside them, split c.so.xz in two and carry the halves in two calls, as session 19 did): .gpu/a (unpacked to /tmp/v),
+# fits beside them, split c.so.xz in two and carry the halves in two calls, as session 19 did; where .gpu/b no longer
+# fits beside the tracked archives, 25 MiB of benchmarks/measured/*.tar.xz by session 41, move those out of the working
+# tree for the device calls, which do not read them, and back after, as session 41 did): .gpu/a (unpacked to /tmp/v),
 # then .flame and .gl (`source benchmarks/flame-bins.sh`; .gl/t.tar.xz, the earlier trials, untarred at the repo
 # root by that call's command), then .gpu/b, .whl and .gl running this script (.gl/triton-cache.tgz, if an earlier
 # session brought one back, this script untars into ~/.triton when that has no cache yet; carry .gl in this call too:
