@@ -445,6 +445,9 @@ def test_the_bounded_arm_runs_on_the_cpu_on_both_paths_and_each_trial_says_what_
                                          "budget")) == bool(retries) for r in refused)
         # the policy ran: a retry admitted, or tried and refused again (most retries at 200/s come past their budget)
         assert not retries or stats["retried"] or 2 in tries or case.system == "flame", (stats, tries)
+        # a request admitted on a retry says when that try was due (its Retry-After), the others say nothing
+        due = [r for r in doc["records"] if "due_s" in r]
+        assert len(due) == stats["retried"] and all(r["due_s"] > r["arrival_s"] for r in due)
         assert doc["ran_with"]["load"]["admission"]["objective"]["ttft_s"] == 0.05
     assert read_manifest(tmp_path / "trials" / f"{cases[1].trial_id}.json")["harvest"]["completions"] > 0
     entries = json.loads((tmp_path / "experiment.json").read_text())["cases"]

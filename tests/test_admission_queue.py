@@ -165,5 +165,8 @@ def test_the_standalone_client_sends_a_held_request_once_admitted(small_reuse_tr
     assert stats["held"] == len(ids) - 2  # each shard's first admitted at once, every later one held
     assert len(burst.completions) + len(burst.refused) == len(ids) == stats["admitted"] + stats["refused"]
     assert len(burst.completions) == 2 + stats["held_admitted"]
+    # a held request says when its hold let it leave (its send lag is measured from then), the two sent at once do not
+    assert sum(c.due_s is not None for c in burst.completions) == stats["held_admitted"]
+    assert all(c.due_s is None or c.sent_s >= c.due_s for c in burst.completions)
     assert all(r.startswith("waited ") and "\n" not in r for r in burst.refused.values())
     assert router.loads == [0, 0] and controller.ahead == [0, 0] and controller._held == []

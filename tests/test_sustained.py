@@ -71,6 +71,18 @@ def test_lag_is_actual_minus_scheduled_and_a_late_sender_is_flagged():
     assert late["behind"] is True and late["max_s"] == pytest.approx(0.05)
 
 
+def test_a_retried_requests_send_lag_is_measured_from_its_last_try_not_its_arrival():
+    """Bounded admission's retry (or hold) sends a request late on purpose: its record's `due_s` says when its last try
+    was due, and the trial's send lag is measured from that, so an honoured Retry-After is not a sender behind."""
+    records = [record(t, [t + 0.5], t + 0.6) for t in range(10)]
+    records[4] |= {"sent_s": 4.3001, "due_s": 4.3, "token_s": [4.8], "complete_s": 4.9}  # retried 0.3 s later
+    s = latency.summarize({"records": records})
+    assert s["lag"]["behind"] is False and s["lag"]["max_s"] == pytest.approx(0.0001)
+    assert s["ttft_client"]["p99"] > 0.75  # its latency still from its arrival (0.8 s; the others 0.5 s)
+    del records[4]["due_s"]
+    assert latency.summarize({"records": records})["lag"]["max_s"] == pytest.approx(0.3001)
+
+
 def record(arrival, tokens, complete, batch=None):
     return {"arrival_s": arrival, "sent_s": arrival, "token_s": tokens, "complete_s": complete,
             **({"batch_id": batch} if batch else {})}

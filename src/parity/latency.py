@@ -115,7 +115,9 @@ def summarize(doc: dict, objective: Objective = Objective()) -> dict | None:
     out |= {"offered_per_s": offered, "achieved_per_s": achieved,
             "saturated": bool(offered and achieved is not None and achieved < SATURATED * offered)}
     sent = [r for r in records if "sent_s" in r]
-    out["lag"] = lag([r["arrival_s"] for r in sent], [r["sent_s"] for r in sent]) if sent else None
+    # from when each request was due to leave: a retried or held request's last try (`due_s`), not its arrival, so a
+    # Retry-After the client honoured is not counted as the sender falling behind
+    out["lag"] = lag([r.get("due_s", r["arrival_s"]) for r in sent], [r["sent_s"] for r in sent]) if sent else None
     for view in ("engine", "client"):
         # the first-token part alone (ttft_s) as well: past saturation every engine step carries a prefill chunk of
         # the study's max_num_batched_tokens (~400 ms on an H200), so no answer on any arm keeps tokens itl_s apart

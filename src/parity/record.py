@@ -101,6 +101,8 @@ def request_records(trace: Trace, completions: list[Completion], placements: lis
             record["arrival_s"] = arrivals[at]
             if completion.sent_s is not None:
                 record["sent_s"] = completion.sent_s
+            if completion.due_s is not None:
+                record["due_s"] = completion.due_s
             if completion.token_s:
                 record["token_s"] = [float(t) for t in completion.token_s]
         records.append(record)

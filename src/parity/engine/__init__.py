@@ -95,6 +95,8 @@ class Completion:
     extra: dict = field(default_factory=dict)
     token_s: list[float] | None = None  # when each output token was produced or, streamed, received (None: unknown)
     sent_s: float | None = None  # when the request actually left its client (its schedule said `submit_s`)
+    due_s: float | None = None  # when its last try was due to leave, where a retry or a hold made that later than its
+    # arrival (bounded admission): the send lag is measured from it, its latencies still from the arrival
 
     @property
     def first_token_s(self) -> float | None:

@@ -219,7 +219,7 @@ class FlamePath(ServingPath):
         offsets = schedule.offsets(len(prompts))
         outage, bound_before = (self._arm(restart, offsets), sessions.executors()) if restart else (None, [])
         release = outage.release_s if outage else time.monotonic()
-        shards, futures, sent, sent_to = ([None] * len(prompts) for _ in range(4))  # by burst index
+        shards, futures, sent, sent_to, due = ([None] * len(prompts) for _ in range(5))  # by burst index
         refused: dict[int, str] = {}  # burst index -> why bounded admission refused it
         booking: dict[str, int] = {}  # request id -> the controller's routing index (admitted under admission)
         if admission is not None:
@@ -249,6 +249,8 @@ class FlamePath(ServingPath):
                 if offset > 0:
                     wait_until(release + offset)
                 sent[index] = time.monotonic()
+                if attempt:  # a retry, due at its Retry-After (the send lag is measured from it)
+                    due[index] = release + offset
                 if admission is not None:
                     decision = admission.decide(prompts[index], sent[index], attempt, arrived=release + offsets[index])
                     if not decision.admitted:  # never sent: no future, no session
@@ -282,7 +284,7 @@ class FlamePath(ServingPath):
             kept = [i for i in range(len(futures)) if i not in refused]
             refused_ids = {request_ids[i]: refused[i] for i in sorted(refused)}
             prompts, request_ids = [prompts[i] for i in kept], [request_ids[i] for i in kept]
-            shards, futures, sent, sent_to = ([xs[i] for i in kept] for xs in (shards, futures, sent, sent_to))
+            shards, futures, sent, sent_to, due = ([xs[i] for i in kept] for xs in (shards, futures, sent, sent_to, due))
         results = [f.result() for f in futures]
         executors = sessions.executors()
         extra = {}
@@ -302,7 +304,7 @@ class FlamePath(ServingPath):
         return Burst(
             release,
             [Completion(r.output_token_ids, r.prompt_tokens, r.cached_tokens, r.submit_s, r.complete_s,
-                        token_s=r.token_s, sent_s=s) for r, s in zip(results, sent)],
+                        token_s=r.token_s, sent_s=s, due_s=d) for r, s, d in zip(results, sent, due)],
             [Placement(s, r.worker.get("executor_id", "?"), r.worker.get("gpu_uuid", "?"), r.batch_id)
              for s, r in zip(shards, results)],
             [r.input_sha256 or token_sha256(p) for r, p in zip(results, prompts)],

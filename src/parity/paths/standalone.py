@@ -147,7 +147,7 @@ class StandalonePath(ServingPath):
         answered = [by_url[r.url] for r in replies]
         placements = [Placement(s, a.worker_id, a.reported_gpu or a.gpu) for s, a in zip(shards, answered)]
         completions = [Completion(r.output_token_ids, r.prompt_tokens, r.cached_tokens, r.submit_s, r.complete_s,
-                                  token_s=r.token_s, sent_s=r.sent_s) for r in replies]
+                                  token_s=r.token_s, sent_s=r.sent_s, due_s=r.due_s) for r in replies]
         extra = {}
         if outage:
             new_url = self.replicas.replicas[restart.shard].url

@@ -138,11 +138,14 @@ class NativeClient:
                     raise ParityError(f"replica {url} is not healthy (HTTP {response.status})")
 
     async def _post(self, shard: int, body: dict, request_id: str, release: float, sampling: dict,
-                    on_first=None) -> Reply:
+                    on_first=None, due: float | None = None) -> Reply:
+        """`due`: when a retried or held request's last try was due to leave (its reply's `due_s`)."""
         task = asyncio.current_task()
         self._inflight.add(task)
         try:
-            return await self._attempts(shard, body, request_id, release, sampling, on_first)
+            reply = await self._attempts(shard, body, request_id, release, sampling, on_first)
+            reply.due_s = due
+            return reply
         finally:
             self._inflight.discard(task)
 
@@ -212,15 +215,17 @@ class NativeClient:
             if not decision.admitted:
                 self.refusals[index] = decision.reason
                 return None
-            return await admitted(index, decision)
+            return await admitted(index, decision, time.monotonic())
 
-        def admitted(index: int, decision) -> asyncio.Future:
-            """An admitted request sent: its first token and its completion reported to the controller."""
+        def admitted(index: int, decision, due: float | None = None) -> asyncio.Future:
+            """An admitted request sent: its first token and its completion reported to the controller. `due`: when
+            a retry or a hold let it leave (None: at its arrival)."""
             shards[index] = decision.shard
             body = request_body(self.model, prompts[index], samplings[index], self.stream)
             task = asyncio.ensure_future(self._post(decision.shard, body, request_ids[index], release + offsets[index],
                                                     samplings[index],
-                                                    lambda: admission.first_token(decision.index, time.monotonic())))
+                                                    lambda: admission.first_token(decision.index, time.monotonic()),
+                                                    due))
             task.add_done_callback(lambda _: admission.complete(decision.index, time.monotonic()))
             return task
 
@@ -242,7 +247,7 @@ class NativeClient:
                     if not attempts.again(index, attempt, time.monotonic() - release + decision.retry_after_s):
                         self.refusals[index] = attempts.final(decision.reason, attempt)
                     continue
-                tasks[index] = admitted(index, decision)
+                tasks[index] = admitted(index, decision, release + offset if attempt else None)
                 continue
             shards[index] = router.route(prompt)
             done = (lambda _, index=len(tasks): router.complete(index)) if router.released_on_completion else None
