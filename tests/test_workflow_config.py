@@ -6,6 +6,7 @@ these tests load and merge the file exactly as the Snakefile does."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 from snakemake.common.configfile import load_configfile
@@ -111,3 +112,21 @@ def test_a_setting_of_alternatives_says_them_and_yaml_text_for_a_number_says_how
     with pytest.raises(ParityError) as refused:
         check(schema(), config, "config")
     assert "headroom: '2e-1' is not of type 'number' (YAML reads 2e-1 as text: write 2.0e-1)" in str(refused.value)
+
+
+@pytest.mark.parametrize("extra, stage", [("bounded", "bounded"), ("restart", "restart"), ("evict", "evict"),
+                                          ("lengths", "lengths")])
+def test_a_profiles_extra_arm_or_pair_is_switched_off_with_null(extra, stage):
+    """Nothing switched the smoke profile's bounded arm (or its restart, eviction or lengths pair) off from the
+    command line (`--config`): null was "not of type 'object'". Null is now none, as leaving it out is."""
+    from parity.experiments.plan import for_experiment
+    from parity.workflow_config import check_experiment_settings
+
+    def stages(settings):
+        return {case.stage for case in for_experiment("sustained", [Path("reuse-32.json")], settings)}
+
+    settings, _ = smoke_sustained(lambda s, b: None)
+    assert any(stage in s for s in stages(settings))
+    settings, _ = smoke_sustained(lambda s, b: s.update({extra: None}))
+    check_experiment_settings("sustained", settings)  # as the workflow validates its config
+    assert not any(stage in s for s in stages(settings))
