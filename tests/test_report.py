@@ -225,6 +225,20 @@ def test_the_report_is_also_one_self_contained_html_page(results, tmp_path):
     assert re.findall(r'<img[^>]*src="([^"]*)"', (out / "report.html").read_text()) == images  # alone, still whole
 
 
+def test_text_from_a_trial_reaches_the_page_as_text_never_as_markup_a_link_or_a_script(tmp_path):
+    """An outsider's (2026-12-07): a failed trial's reason `<script>...` was written into report.html as a script."""
+    from parity.report.html import render
+
+    (tmp_path / "plot.png").write_bytes(b"\x89PNG\r\n\x1a\n")
+    reasons = "<script>alert(1)</script><img src=x onerror=alert(2)> [go](javascript:alert(3)) <https://x.example>"
+    page = render(f"| trial | reason |\n|---|---|\n| t | {reasons} |\n| a | study |\n\n![plot](plot.png)\n\n"
+                  f"<div onclick=alert(4)>x</div>\n", tmp_path)
+    assert "<script" not in page and "<img src=x" not in page and "<div" not in page and "href" not in page
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page and "javascript:alert(3)" in page  # said, as text
+    assert re.findall(r'<img[^>]*src="([^"]*)"', page) == ["data:image/png;base64,iVBORw0KGgo="]  # the plot alone
+    assert '<tr class="study">\n<td>a</td>\n<td>study</td>' in page  # a plain "study" source is shaded too
+
+
 def test_plots_are_reproducible(results, tmp_path):
     hashes = []
     for name in ("a", "b"):

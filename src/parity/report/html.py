@@ -22,6 +22,11 @@ tr.study td { background: #fff6e0; font-style: italic; }
 """
 
 
+# Markdown's raw HTML and links: report.md writes neither (its images are `![name](NAME.png)`), so on the page they
+# could only have come from a trial's text
+UNTRUSTED = ("html", "link", "reference", "short_reference", "autolink", "automail")
+
+
 def _inline_images(html: str, folder: Path) -> str:
     """Each <img src="NAME.png"> of a file beside the report becomes a data URI."""
 
@@ -36,14 +41,19 @@ def _inline_images(html: str, folder: Path) -> str:
 
 
 def _mark_study_rows(html: str) -> str:
-    """Rows that carry the study's published numbers (a cell "study (...)") stand out from ours."""
-    return re.sub(r"<tr>(?=(?:(?!</tr>).)*<td>study \()", '<tr class="study">', html, flags=re.S)
+    """Rows that carry the study's published numbers (a cell "study" or "study (...)") stand out from ours."""
+    return re.sub(r"<tr>(?=(?:(?!</tr>).)*<td>study(?: \(|</td>))", '<tr class="study">', html, flags=re.S)
 
 
 def render(markdown_text: str, folder: Path, title: str = "parity report") -> str:
     """The page for `markdown_text`, whose images are files in `folder`."""
     import markdown
 
-    body = markdown.markdown(markdown_text, extensions=["tables"], output_format="html")
+    md = markdown.Markdown(extensions=["tables"], output_format="html")
+    for pattern in UNTRUSTED:  # text from trial files (a failed trial's reasons) reaches the page as text, never as
+        md.inlinePatterns.deregister(pattern)  # markup, a link or a script (an outsider's, 2026-12-07)
+    md.preprocessors.deregister("html_block")
+    body = _inline_images(_mark_study_rows(md.convert(markdown_text)), folder)
+    body = re.sub(r'<img[^>]*src="(?!data:)[^"]*"[^>]*>', "", body)  # only the plots beside it, inlined
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{title}</title>"
-            f"<style>{STYLE}</style></head><body>\n{_inline_images(_mark_study_rows(body), folder)}\n</body></html>\n")
+            f"<style>{STYLE}</style></head><body>\n{body}\n</body></html>\n")
