@@ -506,6 +506,8 @@ def test_the_report_names_each_paths_first_saturated_rung_and_draws_the_bounded_
     assert tables._first_saturated(rows) == ("First over-saturated rung (measured: achieved below 90% of offered): "
                                              "standalone vLLM on reuse: 8 req/s; bounded on reuse: 12 req/s.")
     assert tables._first_saturated(rows[:2]) is None
+    seeds = [{"offered": o, "achieved": a, "goodput": g} for o, a, g in ((4.0, 3.8, 3.0), (4.0, 4.0, 3.4), (8.0, 7.0, 5.0))]
+    assert plots._medians(seeds) == [{"offered": 4.0, "achieved": 3.9, "goodput": 3.2}, seeds[2]]  # a rung's seeds
     point = {"offered": 4.0, "achieved": 3.9, "ttft_p50": 0.1, "ttft_p99": 0.5, "e2e_p50": 0.2, "e2e_p99": 0.6,
              "goodput": 3.8}
     drawn = []
@@ -678,12 +680,30 @@ def _other_seed(doc):
     doc["schedule"]["seed"] += 1
 
 
+def _delete_a_refusal(doc):
+    doc["refused"].pop(len(doc["refused"]) // 2)
+    doc["admission"]["refused"] -= 1
+
+
+def _token_times(change):
+    def forge(doc):
+        change(doc["records"][len(doc["records"]) // 2])
+    return forge
+
+
 FORGED_ADMISSION = {  # an outsider's (2026-12-07): each passed `validate` with its hashes rewritten
     "refusals' arrivals deleted": (_drop_refusal_arrivals, "/refused/0", "has no arrival_s, yet the trial ran on a "
                                                                          "poisson schedule"),
     "refusals moved out of the window": (_shift_refusals, "/refused/0/arrival_s", "is not the schedule's arrival"),
     "records moved": (_shift_records, "/records/0/arrival_s", "is not the schedule's arrival"),
     "another schedule seed": (_other_seed, "/schedule/offsets_sha256", "is not the SHA-256 of the offsets"),
+    "a refusal deleted, its count lowered": (_delete_a_refusal, "/records", "of the schedule's 64 requests are neither"),
+    "a first token before its arrival": (_token_times(lambda r: r["token_s"].__setitem__(0, r["arrival_s"] - 100)),
+                                         None, "first token came 100 s before its arrival"),
+    "token times reversed": (_token_times(lambda r: r.update(token_s=[r["token_s"][-1]] + r["token_s"][:-1])),
+                             None, "token times go back in time"),
+    "a token after its completion": (_token_times(lambda r: r["token_s"].__setitem__(-1, r["complete_s"] + 50)),
+                                     None, "last token came 50 s after its completion"),
     "admitted inflated": (lambda d: d["admission"].update(admitted=999), "/admission/admitted", "states 999"),
     "refusals not counted": (lambda d: d["admission"].update(refused=0), "/admission/refused", "states 0"),
     "retries under settings of none": (lambda d: d["admission"].update(retried=5), "/admission/retried", "states 5"),
@@ -712,5 +732,6 @@ def test_what_a_bounded_trial_states_of_its_arrivals_and_admission_is_derived_ag
     forge_it, pointer, says = FORGED_ADMISSION[name]
     doc = copy.deepcopy(pristine)
     forge_it(doc)
-    found = [why for where, why in derived_problems(bounded_trial, doc) if where == pointer]
+    found = [why for where, why in derived_problems(bounded_trial, doc)
+             if where == pointer or pointer is None and where.startswith("/records/") and where.endswith("/token_s")]
     assert found and says in found[0], derived_problems(bounded_trial, doc)

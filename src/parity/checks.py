@@ -180,6 +180,25 @@ def timing_mismatch(doc: dict) -> str | None:
     return None
 
 
+CLOCK_SLACK_S = 1e-6  # a sum of two float seconds is off by far less; no forgery that small moves a millisecond
+
+
+def _token_times_wrong(record: dict) -> str | None:
+    """Why a record's token times cannot be (a first token before its arrival, tokens out of order, a token after
+    its completion), else None: every latency the report gives is read from them, and a re-hashed edit of them moved
+    a p99 and passed (an outsider's, 2026-12-07)."""
+    times = record.get("token_s")
+    if not times:
+        return None
+    if "arrival_s" in record and times[0] < record["arrival_s"] - CLOCK_SLACK_S:
+        return f"first token came {record['arrival_s'] - times[0]:.6g} s before its arrival"
+    if any(later < earlier - CLOCK_SLACK_S for earlier, later in zip(times, times[1:])):
+        return "token times go back in time"
+    if times[-1] > record["complete_s"] + CLOCK_SLACK_S:
+        return f"last token came {times[-1] - record['complete_s']:.6g} s after its completion"
+    return None
+
+
 def records_contradict(doc: dict) -> tuple[str, str] | None:
     """(pointer, why) where a trial's records contradict one another, else None: a record that found more of its
     prompt cached than the prompt holds, or two requests (ran or refused) at one position of the burst. The schema
@@ -189,6 +208,8 @@ def records_contradict(doc: dict) -> tuple[str, str] | None:
         if record["cached_tokens"] > record["prompt_tokens"]:
             return (f"/records/{index}/cached_tokens", f"{record['cached_tokens']} cached tokens of a "
                                                        f"{record['prompt_tokens']}-token prompt ({record['request_id']})")
+        if why := _token_times_wrong(record):
+            return f"/records/{index}/token_s", f"{record['request_id']}'s {why}"
     at: dict[int, str] = {}
     for field in ("records", "refused"):
         for index, record in enumerate(doc.get(field, [])):
@@ -227,6 +248,13 @@ def arrivals_mismatch(doc: dict) -> tuple[str, str] | None:
                 due = "past the schedule's requests" if position >= count else f"{release + offsets[position]!r}"
                 return (f"/{field}/{index}/arrival_s", f"{record['arrival_s']!r} is not the schedule's arrival for "
                                                        f"position {position} (the release plus its offset: {due})")
+    # each of the schedule's requests once, a completion or a refusal: one deleted (its count lowered to match) moved
+    # every rate and goodput of the window it was in, and passed (an outsider's, 2026-12-07)
+    seen = {record["position"] for field in ("records", "refused") for record in doc.get(field, [])}  # each once:
+    if missing := count - len(seen):  # `records_contradict`
+        first = next(p for p in range(count) if p not in seen)
+        return "/records", (f"{missing} of the schedule's {count} requests are neither a record nor a refusal "
+                            f"(position {first} the first)")
     return None
 
 
