@@ -198,6 +198,14 @@ def test_the_bounded_seeds_archive_draws_report_section_7_alone(tmp_path):
     # a bounded arm refusing a tenth of the load is said to be that, apart from the ladder's saturated rungs
     unbounded, bounded = text.split("A bounded arm's achieved rate counts only what it admitted")[:2]
     assert "comparator) on reuse-640: 14 req/s" in unbounded and "bounded admission on reuse-640: 6 req/s" in bounded
+    # its 18/s rung ran whole on another GPU: each row says which, and whose arrivals (an outsider's, 2026-12-07),
+    # a rung's unbounded comparator first; the note counts its cases as what they are, unpaired
+    rows = [line.split(" | ") for line in text.splitlines() if line.startswith("| reuse-640 | 18 | 16 |")]
+    assert [(row[3].split(", ")[-1], row[4]) for row in rows] == [
+        ("unbounded (the bounded arm's comparator)", "ours, measured; arrivals seed 0; GPU-6fe39279"),
+        ("bounded admission", "ours, measured; arrivals seed 0; GPU-6fe39279"),
+        ("bounded admission", "ours, measured; arrivals seed 0; GPU-6fe39279")]
+    assert "Ours only, beyond the study: 12 unpaired case(s)" in text and "pair(s)" not in text.split("Ours only")[1][:40]
 
 
 @pytest.mark.parametrize("forge, named", [

@@ -293,6 +293,28 @@ def test_cli_finds_experiments_under_results_and_prints_the_final_table(results,
     missing = CliRunner().invoke(main, ["report", "--experiment", str(tmp_path / "nowhere"), "--out", str(out)])
     assert missing.exit_code == 1 and "no experiment manifest" in missing.output
     assert "Traceback" not in missing.output
+    # one experiment named by its folder and by its file is read once; without the confirmation experiment the
+    # final table (all dashes) is not printed; what was written is said whole (an outsider's, 2026-12-07)
+    twice = CliRunner().invoke(main, ["report", "--experiment", str(results / "locality"), "--experiment",
+                                      str(results / "locality" / "experiment.json"), "--out", str(tmp_path / "t")])
+    assert twice.exit_code == 0, twice.output
+    assert "| Prefix reuse |" not in twice.output and "report.html, report.json and 1 plot(s) there" in twice.output
+
+
+def test_a_missing_dependency_of_the_report_is_said_in_one_line(results, tmp_path, monkeypatch):
+    import builtins
+
+    real = builtins.__import__
+
+    def without_markdown(name, *args, **kwargs):
+        if name == "markdown":
+            raise ModuleNotFoundError("No module named 'markdown'", name="markdown")
+        return real(name, *args, **kwargs)
+
+    monkeypatch.setattr(builtins, "__import__", without_markdown)
+    run = CliRunner().invoke(main, ["report", "--experiment", str(results / "locality"), "--out", str(tmp_path / "r")])
+    assert run.exit_code == 1 and "needs the Python package markdown" in run.output and "Traceback" not in run.output
+    assert not (tmp_path / "r").exists()
 
 
 def test_cli_finds_the_study_reference_from_any_working_folder(results, tmp_path, monkeypatch):

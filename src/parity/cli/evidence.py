@@ -188,7 +188,14 @@ def report_cmd(experiments, results, mlperf_dir, reference, out_dir):
     not_an_input(out_dir, {"--mlperf": mlperf_dir, "--reference": reference}, folder=True)
     from parity.rederive import problems  # each trial, pair and experiment derived again, as validate does
 
-    made = write_report(paths, mlperf_dir, reference or DEFAULT_REFERENCE, out_dir, derive=problems)
+    try:
+        made = write_report(paths, mlperf_dir, reference or DEFAULT_REFERENCE, out_dir, derive=problems)
+    except ModuleNotFoundError as exc:  # matplotlib or markdown, imported as the page is drawn: nothing is left
+        raise ParityError(f"parity report needs the Python package {exc.name}, which is not installed here (it is "
+                          "one of parity's own dependencies: pip install -e .)") from None
     click.echo(f"evidence: {made['evidence'] or 'none'}")
-    click.echo(made["final_table"], nl=False)
-    click.echo(f"wrote {out_dir / 'report.md'} and {out_dir / 'report.json'}", err=True)
+    if "confirmation" not in made["manifest"]["missing_experiments"]:  # else a table of dashes
+        click.echo(made["final_table"], nl=False)
+    outputs = made["manifest"]["outputs"]
+    click.echo(f"wrote {out_dir / outputs['markdown']['path']}, {outputs['html']['path']}, report.json and "
+               f"{len(outputs['plots'])} plot(s) there", err=True)

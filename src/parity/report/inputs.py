@@ -154,6 +154,8 @@ def load_experiments(paths: list[Path], derive: Derive | None = None) -> dict[st
     out: dict[str, Experiment] = {}
     for path in paths:
         experiment = load_experiment(path, derive)
+        if experiment.name in out and out[experiment.name].path.resolve() == experiment.path.resolve():
+            continue  # one manifest named twice (its folder and its file): once
         if experiment.name in out:
             raise ParityError(f"two {experiment.name} experiments: {out[experiment.name].path} and {experiment.path}")
         out[experiment.name] = experiment

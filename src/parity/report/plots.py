@@ -10,6 +10,7 @@ import textwrap
 from pathlib import Path
 
 import matplotlib.style
+import numpy as np
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
@@ -125,6 +126,21 @@ def routing(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
                         _title("Routing beyond the study", evidence), path)
 
 
+def _medians(points: list[dict]) -> list[dict]:
+    """One point per offered rate, each number the median of that rung's points (its seeds; None where any is)."""
+    rungs: dict = {}
+    for p in points:
+        rungs.setdefault(p["offered"], []).append(p)
+    out = []
+    for offered, alike in sorted(rungs.items()):
+        if len(alike) == 1:
+            out.append(alike[0])
+            continue
+        out.append({key: None if any(p.get(key) is None for p in alike) else float(np.median([p[key] for p in alike]))
+                    for key in alike[0]} | {"offered": offered})
+    return out
+
+
 def sustained(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
     """Latency against achieved rate (TTFT and end to end at the client, p50 and p99) and goodput against the
     offered rate (the whole objective, and dashed its first-token part alone), both paths, one row of panels per
@@ -153,18 +169,24 @@ def sustained(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
         for row, (trace, by_path) in enumerate(per_trace.items()):
             axes = [fig.add_subplot(len(per_trace), 3, 3 * row + k + 1) for k in range(3)]
             for system, points in by_path.items():
-                achieved = [p["achieved"] for p in points]
-                for ax, key in ((axes[0], "ttft"), (axes[1], "e2e")):
-                    ax.plot(achieved, [p[f"{key}_p50"] for p in points], "o-", color=colors.get(system),
-                            label=f"{names.get(system, system)} p50")
-                    ax.plot(achieved, [p[f"{key}_p99"] for p in points], "s--", color=colors.get(system),
-                            label=f"{names.get(system, system)} p99")
-                offered = [p["offered"] for p in points]
-                axes[2].plot(offered, [p["goodput"] or 0 for p in points], "o-", color=colors.get(system),
-                             label=names.get(system, system))
-                if all("goodput_ttft" in p for p in points):  # the first-token part alone, dashed
-                    axes[2].plot(offered, [p["goodput_ttft"] or 0 for p in points], "s--", color=colors.get(system),
-                                 label=f"{names.get(system, system)}, first token only")
+                color, name = colors.get(system), names.get(system, system)
+                line = _medians(points)  # one point a rung: several seeds of a rung drawn as dots about it
+                for x, ys, mark, style, label in (
+                        ("achieved", ("ttft_p50",), "o", "-", f"{name} p50"),
+                        ("achieved", ("ttft_p99",), "s", "--", f"{name} p99"),
+                        ("achieved", ("e2e_p50",), "o", "-", f"{name} p50"),
+                        ("achieved", ("e2e_p99",), "s", "--", f"{name} p99"),
+                        ("offered", ("goodput",), "o", "-", name),
+                        ("offered", ("goodput_ttft",), "s", "--", f"{name}, first token only")):
+                    key = ys[0]
+                    if key == "goodput_ttft" and not all(key in p for p in points):
+                        continue  # the first-token part alone, dashed, where every point has it
+                    ax = axes[0 if key.startswith("ttft") else 1 if key.startswith("e2e") else 2]
+                    value = (lambda p: p[key] or 0) if key.startswith("goodput") else (lambda p: p[key])
+                    ax.plot([p[x] for p in line], [value(p) for p in line], mark + style, color=color, label=label)
+                    if len(line) < len(points):
+                        ax.plot([p[x] for p in points], [value(p) for p in points], mark, color=color, alpha=0.35,
+                                markersize=4, linestyle="none")
             for ax, title, xlabel, ylabel in (
                     (axes[0], f"{trace}: time to first token (client)", "achieved requests/s", "seconds (log)"),
                     (axes[1], f"{trace}: end to end", "achieved requests/s", "seconds (log)"),

@@ -670,8 +670,15 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
     order = {arm: i for i, arm in enumerate(_arms(experiment))}
     keys = []
     sustained_stages = ("rate-", "evict-", "lengths-", "replay")  # restarts: their own table
-    for case in (c for c in experiment.cases if c["stage"].startswith(sustained_stages)):
+    shown = [c for c in experiment.cases if c["stage"].startswith(sustained_stages)]
+    gpus = {c["trial_id"]: _gpus(experiment.trials[c["trial_id"]]) for c in shown}
+    for case in shown:
         doc = experiment.trials[case["trial_id"]]
+        # which seed's arrivals, and where the trials ran on more than one set of GPUs, which (a ladder spread over
+        # device sessions: rows otherwise alike but for their numbers; an outsider's, 2026-12-07)
+        seed = (doc.get("schedule") or {}).get("seed")
+        source = ours([doc]) + ("" if seed is None else f"; arrivals seed {seed}") + (
+            f"; {gpus[case['trial_id']]}" if len(set(gpus.values())) > 1 else "")
         s = latency.summarize(doc, objective) if stats.passed(doc) else None
         offered, arm = _offered_arm(case)
         engine = engine_of(doc)
@@ -684,12 +691,13 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
                 tokens = f"per request, the trace's: mean {own['mean']:.0f}, {own['min']}-{own['max']}"
         label = _path_label(case, arm)
         rung = float("inf") if offered == REPLAY else float(offered)
+        # a rung's arms together, the unbounded comparator before the bounded arm, and each seed's two paths side by side
         keys.append((case["trace_name"] + cache, str(tokens).zfill(8), rung, order.get(arm, len(order)),
-                     case["system"] == "flame"))
+                     arm != "unbounded", arm, -1 if seed is None else seed, case["system"] == "flame"))
         if s is None:
-            table.rows.append([case["trace_name"] + cache, offered, tokens, label, ours([doc]), *[f.MISSING] * 10])
+            table.rows.append([case["trace_name"] + cache, offered, tokens, label, source, *[f.MISSING] * 10])
             continue
-        table.rows.append([case["trace_name"] + cache, offered, tokens, label, ours([doc]), f.rate(s["achieved_per_s"], 2),
+        table.rows.append([case["trace_name"] + cache, offered, tokens, label, source, f.rate(s["achieved_per_s"], 2),
                            _ms(s["ttft_engine"], "p50", "p99"), _ms(s["ttft_client"], "p50", "p99"),
                            _ms(s["e2e"], "p50", "p99"), _ms(s["itl"], "p99"), f.rate(s["goodput_client_per_s"], 2),
                            f.pct(s["good_share_client"], 0), f.rate(s["goodput_ttft_client_per_s"], 2),
@@ -710,9 +718,20 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
         table.notes.append(saturation)
     if placed := _engine_cpus(experiment):
         table.notes.append(placed)
+    pairs = {c["pair"] for c in shown if c.get("pair")}
+    alone = sum(1 for c in shown if not c.get("pair"))
+    shared = any(((experiment.trials[c["trial_id"]].get("ran_with") or {}).get("load") or {}).get("start")
+                 for c in shown)
+    if len(set(gpus.values())) == 1 and (only := next(iter(gpus.values()))):
+        table.notes.append(f"Every trial ran on {only}.")
+    cases = [f"{len(pairs)} pair(s) (the two paths under the same seeded arrivals, interleaved)"] if pairs else []
+    cases += [f"{alone} unpaired case(s) (the bounded arm on each path and its unbounded comparator, each under its "
+              "seed's arrivals)"] if alone else []
     table.notes.append(
-        f"Ours only, beyond the study: {len({c['pair'] for c in experiment.cases})} pair(s) per offered rate, the "
-        "two paths under the same seeded arrivals, interleaved, fresh engines per case; every latency from the "
+        f"Ours only, beyond the study: {' and '.join(cases)}"
+        + ("; cases that shared an engine start name it (each trial's ran_with.load.start), each after an untimed "
+           "warm-up of its own" if shared else "; fresh engines per case")
+        + "; every latency from the "
         "request's scheduled arrival on the host's monotonic clock, in the middle 80% of the schedule (by arrival). "
         f"Objective: first token within {objective.ttft_s:g} s, then tokens at most {objective.itl_s * 1e3:g} ms apart; "
         "goodput counts the requests that met it, per second; first-token goodput those whose first token met its "
@@ -737,6 +756,12 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
         for points in curves[trace].values():
             points.sort(key=lambda p: p["offered"])
     return table, {"plot": curves}
+
+
+def _gpus(doc: dict) -> str:
+    """The GPUs a trial's requests ran on, each by its UUID's first block (GPU-0e1af380), as its records say."""
+    used = sorted({r.get("gpu_uuid") for r in doc.get("records", []) if r.get("gpu_uuid")})
+    return "+".join(u if not u.startswith("GPU-") else u[:12] for u in used)
 
 
 def _engine_cpus(experiment: Experiment) -> str | None:
