@@ -125,6 +125,27 @@ def test_a_dead_holders_lock_is_taken_over_and_cleared_before_a_run(locks):
     assert gpu_lock.lease(["sim-0"], locks).gpu == "sim-0"
 
 
+def test_a_holder_that_released_and_left_between_the_two_reads_is_not_reported_dead(locks, monkeypatch):
+    """A worker whose session closed empties its record and exits; one that did so between `dead_holders` reading its
+    record and seeing its process gone was reported dead (an outsider's, on a loaded machine)."""
+    left = holder_process(locks, "sim-0")
+    record = json.loads((locks / "sim-0.lock").read_text())
+    seen = gpu_lock.holder_alive
+
+    def released_meanwhile(r):  # the holder released and exited just as it was looked at
+        (locks / "sim-0.lock").write_text("")
+        return False
+
+    monkeypatch.setattr(gpu_lock, "holder_alive", released_meanwhile)
+    try:
+        assert gpu_lock.dead_holders(locks, "http://e:1") == []
+    finally:
+        monkeypatch.setattr(gpu_lock, "holder_alive", seen)
+        left.kill()
+        left.wait()
+    assert record["pid"] == left.pid
+
+
 def test_a_gpu_held_by_a_live_run_is_refused_before_starting(locks):
     live = holder_process(locks, "sim-1")
     try:

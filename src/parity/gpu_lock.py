@@ -225,7 +225,14 @@ def dead_holders(directory: Path, endpoint: str, since: float = 0.0) -> list[dic
     """Records of workers of the cluster at `endpoint` (started at `since`) that died holding a GPU."""
     return [record | {"lock": str(path)} for path, record in _records(directory)
             if record.get("flame_endpoint") == endpoint and record.get("since", 0) >= since
-            and not holder_alive(record)]
+            and _died_holding(path, record)]
+
+
+def _died_holding(path: Path, record: dict) -> bool:
+    """Whether the holder `record` names is gone and its record still there: read again after the death is seen, so
+    a worker that released its GPU and left between the two reads (a session closed) is not reported dead (an
+    outsider saw it, twice, on a loaded machine)."""
+    return not holder_alive(record) and read_record(path) == record
 
 
 def live_holder(directory: Path, session_id: str) -> dict | None:
