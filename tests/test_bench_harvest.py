@@ -11,6 +11,7 @@ from click.testing import CliRunner
 
 from parity.bench.harvest import cpu_per_task, spread
 from parity.cli import main
+from parity.errors import ParityError
 
 
 def test_bench_harvest_on_the_stand_in_runs_every_phase_and_says_where(tmp_path):
@@ -97,3 +98,34 @@ def test_a_run_stopped_midway_leaves_a_result_that_says_it_is_partial(tmp_path, 
     assert result.exit_code != 0
     doc = json.loads(out.read_text())
     assert doc["complete"] is False and doc["round_trip"]["round_trip_s"]["n"] == 3 and "cycles" not in doc
+
+
+def test_a_result_that_never_comes_is_given_up_on_as_soon_as_the_watch_sees_a_death():
+    """With Flame's executor manager killed, a task stays pending: the bench waited minutes in silence (an outsider's,
+    2026-12-07); it now looks at the cluster every second while it waits."""
+    import time
+    from concurrent.futures import Future
+
+    from parity.bench.harvest import _result
+
+    looked = []
+
+    def watch():
+        looked.append(time.monotonic())
+        if len(looked) == 2:
+            raise ParityError("flame-executor-manager (pid 1) died during the run: killed by SIGTERM")
+
+    start = time.monotonic()
+    with pytest.raises(ParityError, match="died during the run"):
+        _result(Future(), 120, watch)
+    assert time.monotonic() - start < 10 and len(looked) == 2
+    done = Future()
+    done.set_result("answer")
+    assert _result(done, 1, watch) == "answer"
+
+
+def test_a_work_dir_that_cannot_be_made_is_one_line_before_anything_starts(tmp_path):
+    result = CliRunner().invoke(main, ["bench", "harvest", "--cluster", "standin", "--work-dir", "/proc/x",
+                                       "--tasks", "5", "--requests", "2", "--repeats", "1"])
+    assert result.exit_code == 1 and result.output.strip().splitlines()[-1].startswith("Error: /proc"), result.output
+    assert "Traceback" not in result.output

@@ -75,17 +75,31 @@ def _session(running, name: str, sim_params: str | None, **flame):
     return FlameSessions(running, 1, settings, data, placement="sticky", name=name, output_tokens=MAX_TOKENS)
 
 
-def _round_trip(session) -> float:
+def _result(future, timeout_s: float, watch=None):
+    """`future`'s result, looking every second at what `watch` checks (the cluster's processes: with its executor
+    manager dead a task stays pending, and the bench waited minutes in silence; an outsider's, 2026-12-07)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return future.result(timeout=1.0)
+        except TimeoutError:
+            if watch is not None:
+                watch()
+            if time.monotonic() > deadline:
+                raise
+
+
+def _round_trip(session, watch=None) -> float:
     start = time.monotonic()
-    codec.decode_output(session.run(EMPTY).result())
+    codec.decode_output(_result(session.run(EMPTY), 120, watch))
     return time.monotonic() - start
 
 
-def round_trips(session, count: int, warmup: int) -> dict:
+def round_trips(session, count: int, warmup: int, watch=None) -> dict:
     """Sequential empty tasks: `warmup` untimed, then `count` timed (seconds, client send to result held)."""
     for _ in range(warmup):
-        _round_trip(session)
-    return {"warmup": warmup, "round_trip_s": spread(_round_trip(session) for _ in range(count))}
+        _round_trip(session, watch)
+    return {"warmup": warmup, "round_trip_s": spread(_round_trip(session, watch) for _ in range(count))}
 
 
 def _prompts(count: int, seed: int, tokens: int = 256) -> list[np.ndarray]:
@@ -93,7 +107,7 @@ def _prompts(count: int, seed: int, tokens: int = 256) -> list[np.ndarray]:
     return [rng.integers(1, VOCAB, tokens, dtype=np.uint32) for _ in range(count)]
 
 
-def _stream(harvester, tag: str, rate: float, requests: int, seed: int, output_tokens: int) -> tuple:
+def _stream(harvester, tag: str, rate: float, requests: int, seed: int, output_tokens: int, watch=None) -> tuple:
     """Send `requests` prompts on a seeded Poisson schedule; (results, release, last answer)."""
     offsets = Schedule(kind="poisson", rate=rate, seed=seed).offsets(requests)
     prompts = _prompts(requests, seed)
@@ -101,7 +115,7 @@ def _stream(harvester, tag: str, rate: float, requests: int, seed: int, output_t
     for index, offset in enumerate(offsets):
         wait_until(release + offset)
         futures.append(harvester.submit(f"{tag}-r{index}", prompts[index], max_tokens=output_tokens))
-    results = [f.result(timeout=120) for f in futures]
+    results = [_result(f, 120, watch) for f in futures]
     return results, release, max(r.complete_s for r in results)
 
 
@@ -121,11 +135,11 @@ def cpu_per_task(runs: list[dict]) -> dict[str, dict]:
 
 
 def cycle(harvester, hold_ms: float, *, rate: float, requests: int, repeats: int, output_tokens: int,
-          warmup_requests: int, pids: dict[str, int] | None = None) -> dict:
+          warmup_requests: int, pids: dict[str, int] | None = None, watch=None) -> dict:
     """The harvest cycle under a light stream, `repeats` seeded runs after an untimed paced pass; with `pids`
     (name -> process), each one's CPU over each run, and the worker's too (named by the pass's answers): what the
     path's own processes spend per task, beside an engine that needs its CPU (issue 28's 512-token gap)."""
-    warm, _, _ = _stream(harvester, f"h{hold_ms:g}-warm", rate, warmup_requests, 1000, output_tokens)
+    warm, _, _ = _stream(harvester, f"h{hold_ms:g}-warm", rate, warmup_requests, 1000, output_tokens, watch)
     pids = dict(pids or {})
     worker = warm[0].worker if warm else {}
     if pids and worker.get("pid") and worker.get("host") == socket.gethostname():
@@ -133,7 +147,8 @@ def cycle(harvester, hold_ms: float, *, rate: float, requests: int, repeats: int
     runs, tasks, results = [], [], []
     for seed in range(repeats):
         before, cpu = len(harvester.tasks), _cpu(pids)
-        answered, release, last = _stream(harvester, f"h{hold_ms:g}-s{seed}", rate, requests, seed, output_tokens)
+        answered, release, last = _stream(harvester, f"h{hold_ms:g}-s{seed}", rate, requests, seed, output_tokens,
+                                          watch)
         used = {name: (after - cpu[name] if after is not None and cpu[name] is not None else None)
                 for name, after in _cpu(pids).items()}
         done = harvester.tasks[before:]
@@ -180,7 +195,8 @@ def _path_pids(running) -> dict[str, int]:
         _manager_pids(running)
 
 
-def memory(harvester, pids: dict[str, int], tasks: int, samples: int, output_tokens: int = 64, log=print) -> dict:
+def memory(harvester, pids: dict[str, int], tasks: int, samples: int, output_tokens: int = 64, log=print,
+           watch=None) -> dict:
     """Harvest tasks through `harvester` (hold 0: a task per round trip, nearly all carrying no prompt and no
     event) while one `output_tokens`-token request at a time runs, closed loop, until `tasks` tasks; the RSS of
     `pids` about every `tasks / samples` tasks (checked between requests). One untimed request first."""
@@ -189,7 +205,7 @@ def memory(harvester, pids: dict[str, int], tasks: int, samples: int, output_tok
     def prompt() -> np.ndarray:
         return rng.integers(1, VOCAB, 64, dtype=np.uint32)
 
-    harvester.submit("mem-warm", prompt(), max_tokens=output_tokens).result(timeout=120)
+    _result(harvester.submit("mem-warm", prompt(), max_tokens=output_tokens), 120, watch)
     base, every = len(harvester.tasks), max(1, tasks // samples)
     points, start, requests = [], time.monotonic(), 0
 
@@ -202,7 +218,7 @@ def memory(harvester, pids: dict[str, int], tasks: int, samples: int, output_tok
 
     sample(0)
     while (done := len(harvester.tasks) - base) < tasks:
-        harvester.submit(f"mem-r{requests}", prompt(), max_tokens=output_tokens).result(timeout=300)
+        _result(harvester.submit(f"mem-r{requests}", prompt(), max_tokens=output_tokens), 300, watch)
         requests += 1
         done = len(harvester.tasks) - base
         if done >= (points[-1]["tasks"] // every + 1) * every or done >= tasks:
@@ -253,13 +269,15 @@ def run(kind: str, out_dir: Path, *, bin_dir=None, tasks: int = 100_000, holds_m
                 with _session(running, name, sim_params, hold_ms=hold_ms, express=sent_behind) as sessions:
                     if "round_trip" not in result:
                         log(f"empty-task round trip: {warmup} untimed, {round_trip_count} timed")
-                        result["round_trip"] = round_trips(sessions.sessions[0], round_trip_count, warmup)
+                        result["round_trip"] = round_trips(sessions.sessions[0], round_trip_count, warmup,
+                                                           sessions.check_failures)
                         save(result)
                     log(f"harvest cycle, hold {hold_ms:g} ms{', express' if sent_behind else ''}: {repeats} x "
                         f"{requests} requests at {rate:g}/s")
                     result.setdefault("cycles", []).append(cycle(
                         sessions.batchers[0], hold_ms, rate=rate, requests=requests, repeats=repeats,
-                        output_tokens=output_tokens, warmup_requests=warmup_requests, pids=_path_pids(running))
+                        output_tokens=output_tokens, warmup_requests=warmup_requests, pids=_path_pids(running),
+                        watch=sessions.check_failures)
                         | {"express": sent_behind})
                     save(result)
         for key, rotate in (("memory", 0), ("memory_rotating", rotate_tasks)):
@@ -270,7 +288,8 @@ def run(kind: str, out_dir: Path, *, bin_dir=None, tasks: int = 100_000, holds_m
             pids = _manager_pids(running)
             with _session(running, f"hv-{key.replace('_', '-')}", sim_params, hold_ms=0.0,
                           rotate_tasks=rotate) as sessions:
-                result[key] = memory(sessions.batchers[0], pids, tasks, samples, log=log)
+                result[key] = memory(sessions.batchers[0], pids, tasks, samples, log=log,
+                                     watch=sessions.check_failures)
                 result[key]["rotation_s"] = spread(sessions.batchers[0].rotation_s)
             _delete(running, sessions.sessions[0].id)  # so the next phase starts from no tasks
             time.sleep(1.0)

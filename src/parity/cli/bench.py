@@ -10,7 +10,7 @@ import click
 
 from parity.cli import options
 from parity.cli.app import echo, main
-from parity.cli.errors import friendly_errors
+from parity.cli.errors import friendly_errors, writable_folder
 from parity.engine import ENGINES, FAMILIES
 from parity.errors import ParityError
 
@@ -107,19 +107,24 @@ def bench_startup(engine, cluster, flame_bin_dir, gpu, repeats, sim_params, mode
 @options.sim_params
 @click.option("--work-dir", type=click.Path(path_type=Path), default=None,
               help="The cluster's logs and receipt (default: a folder beside --out, else ./bench-harvest).")
+@options.network("netns: contain the run in a network namespace with only loopback (real Flame listens on 0.0.0.0).")
 @options.json_out
 @friendly_errors
 @options.out_apart_from("sim_params")
 def bench_harvest(cluster, flame_bin_dir, tasks, rotate_tasks, holds_ms, round_trips, express, warmup, rate, requests,
-                  repeats, samples, sim_params, work_dir, out):
+                  repeats, samples, sim_params, work_dir, network, out):
     """The harvest mode's costs on Flame's task path, on the CPU (simulated engine): the empty-task round trip,
     the harvest cycle at several hold times under a light stream (admission wait, event to client), and the
     session manager's memory over many tasks on one session."""
     from parity.bench import harvest
     from parity.experiments.plan import check_pace
 
+    from parity import netns
+
     check_pace("--rate", rate, requests)
     work_dir = work_dir or (out.with_name(out.stem + "-work") if out else Path("bench-harvest"))
+    writable_folder(work_dir)  # before the cluster starts: /proc/x was a traceback from the GPU lock's folder
+    netns.contain(network, needed=cluster == "flame", log=echo)
     result = harvest.run(cluster, work_dir, bin_dir=flame_bin_dir, tasks=tasks, holds_ms=holds_ms or harvest.HOLDS_MS,
                          round_trip_count=round_trips, warmup=warmup, rate=rate, requests=requests, repeats=repeats,
                          samples=samples, rotate_tasks=rotate_tasks, sim_params=str(sim_params) if sim_params else None,
