@@ -63,7 +63,7 @@ def test_real_flame_without_binaries_is_one_line(tmp_path, monkeypatch):
     monkeypatch.delenv("FLAME_BIN_DIR", raising=False)
     result = CliRunner().invoke(main, ["bench", "harvest", "--cluster", "flame", "--work-dir", str(tmp_path)])
     assert result.exit_code == 1 and result.output.strip().splitlines()[-1].startswith(
-        "Error: no Flame binaries: pass bin_dir or set FLAME_BIN_DIR"), result.output
+        "Error: no Flame binaries: give --flame-bin-dir (backend.flame_bin_dir) or set FLAME_BIN_DIR"), result.output
 
 
 def test_cpu_per_task_leaves_out_a_process_gone_in_any_run():

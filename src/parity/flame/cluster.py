@@ -111,8 +111,9 @@ def find_binaries(bin_dir: Path | str | None = None) -> dict[str, Path]:
     if bin_dir is None:
         bin_dir = os.environ.get("FLAME_BIN_DIR")
         if not bin_dir:
-            raise ParityError(f"no Flame binaries: pass bin_dir or set FLAME_BIN_DIR to a directory holding "
-                              f"{' and '.join(BINARIES)}")
+            raise ParityError(f"no Flame binaries: give --flame-bin-dir (backend.flame_bin_dir) or set FLAME_BIN_DIR "
+                              f"to a directory holding {' and '.join(BINARIES)} (or run on the CPU stand-in: "
+                              f"--cluster standin)")
     bin_dir = Path(bin_dir)
     if not bin_dir.is_dir():
         raise ParityError(f"Flame bin dir {bin_dir} does not exist or is not a directory")
@@ -373,7 +374,8 @@ class FlameCluster(procs.Supervisor):
                     shutil.copyfile(with_logs, self.log_dir / f"worker-{executor}.{suffix}")
             lines.append(f"Flame worker pid {record.get('pid')} (session {record.get('session_id')}, executor "
                          f"{executor}, GPU {record.get('gpu')}) died during the run (its exit status went to "
-                         f"{EXECUTOR_MANAGER}, its parent); log: {kept}")
+                         f"{EXECUTOR_MANAGER}, its parent); "
+                         + (f"log: {kept}" if kept.exists() else f"no log kept ({EXECUTOR_MANAGER} had deleted it)"))
         return lines
 
     # -- stop --
