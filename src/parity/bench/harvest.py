@@ -361,14 +361,14 @@ def summary_lines(result: dict) -> list[str]:
         m, rate = result[key], result[key]["tasks_per_s"] or {"p50": 0, "min": 0, "max": 0}
         how = f"rotating every {m['rotate_tasks']} tasks ({m['rotations']} rotations)" if m["rotate_tasks"] else \
             "on one session"
-        lines.append(f"memory over {m['tasks']} harvest tasks (hold 0 ms, {m['requests']} requests of "
-                     f"{m['output_tokens']} tokens one at a time, 1 warmup request) {how}, sampled every "
-                     f"~{m['every']}; "
+        lines.append(f"memory over {m['tasks']} harvest tasks (hold 0 ms, {m['requests']} request(s) of "
+                     f"{m['output_tokens']} tokens one at a time, 1 warmup request) {how}, {len(m['points'])} "
+                     f"samples, aimed every ~{m['every']} tasks (taken between requests); "
                      f"task rate p50 {rate['p50']:.0f}/s (min {rate['min']:.0f}, max {rate['max']:.0f}) per interval:")
         for name, g in m["growth"].items():
-            slope = "-" if g["bytes_per_task"] is None else f"{g['bytes_per_task']:.0f}"
+            slope = "-" if g["bytes_per_task"] is None else f"{round(g['bytes_per_task'])}"  # 0, not -0
             deleted = (m.get("rss_kib_after_delete") or {}).get(name)
-            lines.append(f"  {name:<34} RSS {g['start_mib']:.1f} -> {g['end_mib']:.1f} MiB (max {g['max_mib']:.1f}); "
+            lines.append(f"  {name:<{max(34, *map(len, m['growth']))}} RSS {g['start_mib']:.1f} -> {g['end_mib']:.1f} MiB (max {g['max_mib']:.1f}); "
                          f"growth {slope} bytes/task (least squares)"
                          + (f"; {deleted / 1024:.1f} MiB once its last session was deleted" if deleted else ""))
         if m.get("rotation_s"):
