@@ -645,6 +645,8 @@ def test_section_7_shows_each_flame_configuration_beside_standalone_and_what_eac
         "standalone vLLM (streamed), the harvest arm's reference",
         f"Flame (tokens timed at the client), arm harvest ({LABELS['harvest']})"]
     assert "`gathered`: inflight 1; `harvest`: api async, mode harvest" in section and "Mode harvest (parity.flame.harvest)" in section
+    assert "Ours only, beyond the study: 1 pair(s) per offered rate and arm (the two paths" in section
+    assert "unpaired" not in section and "; fresh engines per case;" in section
     # report.json carries the step numbers; the curves are drawn
     steps_json = made["manifest"]["sustained_steps"]["reuse-32"]
     assert set(steps_json) == {"rate-30", "rate-90"} and list(steps_json["rate-90"]) == ["bursts", "gathered", "harvest"]

@@ -718,13 +718,14 @@ def sustained(experiment: Experiment | None) -> tuple[Table, dict]:
         table.notes.append(saturation)
     if placed := _engine_cpus(experiment):
         table.notes.append(placed)
-    pairs = {c["pair"] for c in shown if c.get("pair")}
-    alone = sum(1 for c in shown if not c.get("pair"))
+    pairs = {c["pair"] for c in shown if c.get("pair") is not None}  # a pair's repeat at its rung
+    alone = sum(1 for c in shown if c.get("pair") is None)
     shared = any(((experiment.trials[c["trial_id"]].get("ran_with") or {}).get("load") or {}).get("start")
                  for c in shown)
     if len(set(gpus.values())) == 1 and (only := next(iter(gpus.values()))):
         table.notes.append(f"Every trial ran on {only}.")
-    cases = [f"{len(pairs)} pair(s) (the two paths under the same seeded arrivals, interleaved)"] if pairs else []
+    cases = [f"{len(pairs)} pair(s) per offered rate and arm (the two paths under the same seeded arrivals, "
+             "interleaved)"] if pairs else []
     cases += [f"{alone} unpaired case(s) (the bounded arm on each path and its unbounded comparator, each under its "
               "seed's arrivals)"] if alone else []
     table.notes.append(
