@@ -196,6 +196,19 @@ def test_a_run_manifest_states_only_what_its_loadgen_logs_give(smoke, tmp_path):
     found = problems(path, doc)
     assert len(found) == 1 and found[0].pointer == "/result/samples_per_second" and found[0].rule == "disagrees"
     assert "its LoadGen logs give" in found[0].message
+    # and what it states of its settings, its dataset and its compliance, against what it links (an outsider's
+    # forgery, re-hashed: a 'compliant', measured-looking run of 13,368 real samples passed, and the report showed it)
+    for pointer, forge in [
+            ("/compliance", lambda d: d.update(compliance={"compliant": True, "reasons": []})),
+            ("/compliance", lambda d: d["compliance"]["reasons"].pop()),
+            ("/settings/effective", lambda d: d["settings"]["effective"].update(min_duration_ms=600000)),
+            ("/settings/user_conf_values", lambda d: d["settings"]["user_conf_values"].update(target_qps=999.0)),
+            ("/dataset/samples", lambda d: d["dataset"].update(samples=13368)),
+            ("/dataset/synthetic", lambda d: d["dataset"].update(synthetic=False)),
+            ("/dataset/origin", lambda d: d["dataset"].update(origin="cnn_dailymail-3.0.0-validation"))]:
+        forged = read_manifest(path)
+        forge(forged)
+        assert pointer in [p.pointer for p in problems(path, forged)], pointer
 
 
 def test_a_run_with_failed_samples_is_invalid_and_compare_refuses_it(smoke, tmp_path):
@@ -210,6 +223,7 @@ def test_a_run_with_failed_samples_is_invalid_and_compare_refuses_it(smoke, tmp_
     done = mlperf("run", "--arm", "standalone", "--dataset", bad, "--out", tmp_path / "standalone", "--sim-params",
                   sim_params, "--max-tokens", 4, "--warmup-samples", 0, *TINY, check=False)
     assert done.returncode == 1 and "sample(s) failed" in done.stderr
+    assert "standalone: INVALID" in done.stderr  # the console line says what the manifest says (LoadGen said VALID)
     path = tmp_path / "standalone" / "mlperf-run.json"
     doc = read_manifest(path)
     assert doc["sut"]["failed"] >= 1 and doc["result"]["validity"] == "INVALID"
@@ -264,9 +278,11 @@ def test_a_detail_logs_rate_that_is_no_number_is_a_problem_not_a_traceback(smoke
     assert [p.pointer for p in found] == ["/logs"] and "cannot be read again" in found[0].message, found
 
 
-def test_a_sigterm_while_loadgen_runs_ends_in_order_with_the_receipt(tmp_path):
+@pytest.mark.parametrize("stop", ["SIGTERM", "SIGINT"])
+def test_a_stop_signal_while_loadgen_runs_ends_in_order_with_the_receipt(tmp_path, stop):
     """A SIGTERM while LoadGen's test ran was raised into it: a segfault, exit 139, no cleanup receipt (an
-    outsider's, 2026-12-07). Now it fails the outstanding samples, LoadGen returns, and the run tears down: 143."""
+    outsider's, 2026-12-07); a Ctrl-C (SIGINT) was too, later. Now either fails the outstanding samples, LoadGen
+    returns, and the run tears down: 143 for SIGTERM, Click's abort (1) for Ctrl-C."""
     import signal
     import time
 
@@ -282,11 +298,25 @@ def test_a_sigterm_while_loadgen_runs_ends_in_order_with_the_receipt(tmp_path):
         lines.append(line)
         if "LoadGen" in line and "Offline" in line:
             time.sleep(1.0)
-            proc.send_signal(signal.SIGTERM)
+            proc.send_signal(getattr(signal, stop))
             break
     lines += proc.stdout.readlines()
-    assert proc.wait(timeout=120) == 128 + signal.SIGTERM, "".join(lines)
+    assert proc.wait(timeout=120) == (128 + signal.SIGTERM if stop == "SIGTERM" else 1), "".join(lines)
     assert "Segmentation" not in "".join(lines) and "Traceback" not in "".join(lines), "".join(lines)
     receipt = read_manifest(out / "cleanup-replicas.json")
-    assert receipt["ended_by"] == "SIGTERM" and receipt["clean"], receipt
+    assert receipt["ended_by"] == stop and receipt["clean"], receipt
     assert not (out / "mlperf-run.json").exists()  # no result of a stopped run
+
+
+def test_a_loadgen_log_folder_that_cannot_be_written_is_one_line_before_any_engine_starts(tmp_path):
+    """An outsider's: LoadGen that could not open its summary said so, then the process segfaulted (139)."""
+    dataset = tmp_path / "random.json"
+    write_random_dataset(dataset, samples=4, seed=0)
+    out = tmp_path / "run"
+    out.mkdir()
+    (out / "loadgen").write_text("a file where LoadGen's folder goes")
+    done = mlperf("run", "--arm", "standalone", "--dataset", dataset, "--out", out, "--max-tokens", 4, *TINY,
+                  check=False)
+    assert done.returncode == 1 and "Segmentation" not in done.stderr, done.stderr
+    assert done.stderr.strip().splitlines()[-1].startswith(f"Error: {out / 'loadgen'}: LoadGen could not write"), \
+        done.stderr

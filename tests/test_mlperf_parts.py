@@ -232,3 +232,23 @@ def test_a_run_spec_holds_a_backend_and_flame_settings_and_the_cli_reads_its_def
         flame = flame_settings(dataclasses.replace(spec, backend=Backend(engine=engine, gpus=("g",))))
         assert flame == dataclasses.replace(spec.flame, api=api)
     assert arm_backend(Backend(gpus=("sim-1", "sim-0"))).gpus == ("sim-1",)  # the first GPU serves
+
+
+def test_compare_flags_arms_that_ran_on_different_cuts_of_one_dataset(tmp_path, monkeypatch):
+    """An outsider's: one arm on 8 samples of the file, the other on all 64, compared with no flag but the labels."""
+    from parity.mlperf import compare
+
+    def doc(samples, tokens):
+        return {"simulated": True, "mode": "performance", "engine": {"args": {"max_tokens": 16}},
+                "dataset": {"file": {"sha256": "a" * 64}, "samples": samples, "prompt_tokens": tokens},
+                "settings": {"mlperf_conf_sha256": "b" * 64, "user_conf_values": {"target_qps": 40.0}}}
+
+    def summary():
+        return {"manifest": {}, "vllm_version": None, "validity": "VALID", "compliant": True,
+                "samples_per_second": 10.0, "tokens_per_second": 160.0, "duration_s": 1.0, "sample_count": 8}
+
+    runs = {"standalone": (doc(8, 5534), summary()), "flame": (doc(64, 44896), summary())}
+    monkeypatch.setattr(compare, "_run", lambda path, arm, out_dir: runs[arm])
+    assert "sample sets differ: 8 samples of the dataset vs 64" in compare.compose(tmp_path, tmp_path, tmp_path)["flags"]
+    runs["flame"] = (doc(8, 5534), summary())
+    assert compare.compose(tmp_path, tmp_path, tmp_path)["flags"] == []

@@ -49,6 +49,11 @@ def compose(standalone: Path, flame: Path, out_dir: Path) -> dict:
         flags.append(f"modes differ: {a['mode']} vs {b['mode']}")
     if a["dataset"]["file"]["sha256"] != b["dataset"]["file"]["sha256"]:
         flags.append("datasets differ")
+    elif (a["dataset"]["samples"], a["dataset"]["prompt_tokens"]) != (b["dataset"]["samples"],
+                                                                       b["dataset"]["prompt_tokens"]):
+        # one file, another cut of it (--samples): an outsider's arms on 8 and 64 samples compared unflagged
+        flags.append(f"sample sets differ: {a['dataset']['samples']} samples of the dataset vs "
+                     f"{b['dataset']['samples']}")
     if a["settings"]["mlperf_conf_sha256"] != b["settings"]["mlperf_conf_sha256"]:
         flags.append("mlperf.conf differs (another LoadGen build)")
     conf_a, conf_b = (dict(d["settings"]["user_conf_values"], target_qps=None) for d in (a, b))

@@ -146,4 +146,55 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
         return [(f"/logs/{SUMMARY}", split)]
     derived = json.loads(json.dumps(derived))  # as a manifest holds it
     return [(f"/result/{key}", f"states {doc['result'].get(key)!r}, its LoadGen logs give {value!r}")
-            for key, value in derived.items() if doc["result"].get(key) != value]
+            for key, value in derived.items() if doc["result"].get(key) != value] + _settings_and_label(folder, doc, logs)
+
+
+def _settings_and_label(folder: Path, doc: dict, logs: dict) -> list[tuple[str, str]]:
+    """What a run manifest states of its settings, its dataset and its compliance, against what it links: LoadGen's
+    effective settings (its detail log), its user.conf, its dataset file (the same first `samples` entries), and the
+    label `compliance` gives them (an outsider's forgery of a 'compliant', measured run of 13,368 samples passed)."""
+    from types import SimpleNamespace
+
+    from parity.mlperf.compliance import compliance
+    from parity.mlperf.dataset import load_dataset
+
+    found = []
+    settings = doc.get("settings") or {}
+    effective = json.loads(json.dumps(logs["effective"]))
+    if settings.get("effective") != effective:
+        found.append(("/settings/effective", f"states {settings.get('effective')!r}, its LoadGen detail log gives "
+                                             f"{effective!r}"))
+    if "user_conf" in settings:
+        try:
+            written = _user_conf((folder / settings["user_conf"]["path"]).read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            return found + [("/settings/user_conf", f"cannot be read again: {exc}")]
+        stated = settings.get("user_conf_values") or {}
+        if set(written) != set(stated) or any(float(written[k]) != float(stated[k]) for k in written):
+            found.append(("/settings/user_conf_values", f"state {stated!r}, its user.conf gives {written!r}"))
+    stated = doc.get("dataset") or {}
+    try:
+        dataset = load_dataset(folder / stated["file"]["path"], stated.get("samples"))
+    except (ParityError, KeyError, TypeError) as exc:
+        return found + [("/dataset", f"its dataset cannot be read again: {exc}")]
+    again = dataset.describe(folder)
+    for key in ("samples", "origin", "synthetic", "prompt_tokens"):
+        if stated.get(key) != again[key]:
+            found.append((f"/dataset/{key}", f"states {stated.get(key)!r}, its dataset file gives {again[key]!r}"))
+    args = (doc.get("engine") or {}).get("args") or {}
+    label = compliance(doc["mode"], SimpleNamespace(max_tokens=args.get("max_tokens"),
+                                                    ignore_eos=args.get("ignore_eos", False)),
+                       logs, dataset, doc.get("simulated", True), (doc.get("sut") or {}).get("failed") or 0)
+    if doc.get("compliance") != label:
+        found.append(("/compliance", f"states {doc.get('compliance')!r}, what the run links gives {label!r}"))
+    return found
+
+
+def _user_conf(text: str) -> dict:
+    """A user.conf's KEY = VALUE lines (`settings.UserConf.text`) as key: number."""
+    values = {}
+    for line in text.splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            name, _, value = line.partition("=")
+            values[name.strip().rsplit(".", 1)[-1]] = float(value)
+    return values
