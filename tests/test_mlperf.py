@@ -320,3 +320,18 @@ def test_a_loadgen_log_folder_that_cannot_be_written_is_one_line_before_any_engi
     assert done.returncode == 1 and "Segmentation" not in done.stderr, done.stderr
     assert done.stderr.strip().splitlines()[-1].startswith(f"Error: {out / 'loadgen'}: LoadGen could not write"), \
         done.stderr
+
+
+@pytest.mark.parametrize("option, says", [
+    (("--samples", 100), "100 samples asked for, the dataset holds 4"),
+    (("--performance-sample-count", 1000), "--performance-sample-count 1000 is more than the 4 samples the dataset"),
+])
+def test_more_samples_than_the_dataset_holds_is_refused_before_anything_starts(tmp_path, option, says):
+    """An outsider's: --samples 100 on 8 ran 8 and recorded nowhere that 100 were asked; a pool of 1,000 on 8 was
+    stated by LoadGen (and in the compliance reasons) though 8 were loaded."""
+    dataset = tmp_path / "random.json"
+    write_random_dataset(dataset, samples=4, seed=0)
+    done = mlperf("run", "--arm", "standalone", "--dataset", dataset, "--out", tmp_path / "run", *option, *TINY,
+                  check=False)
+    assert done.returncode == 1 and says in done.stderr.strip().splitlines()[-1], done.stderr
+    assert not (tmp_path / "run").exists()

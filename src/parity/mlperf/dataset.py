@@ -56,6 +56,8 @@ def load_dataset(path: Path | str, limit: int | None = None) -> Dataset:
         raise ParityError(f"{path}: not JSON ({exc})") from None
     if not isinstance(entries, list) or not entries:
         raise ParityError(f"{path}: expected a non-empty JSON list of cnn_eval entries")
+    if limit and limit > len(entries):  # was cut silently to what there is, the count asked recorded nowhere
+        raise ParityError(f"{path}: {limit} samples asked for, the dataset holds {len(entries)}")
     entries = entries[:limit] if limit else entries
     prompts = [_token_ids(path, index, entry) for index, entry in enumerate(entries)]
     references = [str(e.get("output", "")) for e in entries]

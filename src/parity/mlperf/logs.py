@@ -174,9 +174,13 @@ def _settings_and_label(folder: Path, doc: dict, logs: dict) -> list[tuple[str, 
             found.append(("/settings/user_conf_values", f"state {stated!r}, its user.conf gives {written!r}"))
     stated = doc.get("dataset") or {}
     try:
-        dataset = load_dataset(folder / stated["file"]["path"], stated.get("samples"))
+        whole = load_dataset(folder / stated["file"]["path"])
     except (ParityError, KeyError, TypeError) as exc:
         return found + [("/dataset", f"its dataset cannot be read again: {exc}")]
+    samples = stated.get("samples")
+    if not isinstance(samples, int) or not 0 < samples <= len(whole.prompts):
+        return found + [("/dataset/samples", f"states {samples!r}, its dataset file holds {len(whole.prompts)}")]
+    dataset = load_dataset(whole.path, samples)
     again = dataset.describe(folder)
     for key in ("samples", "origin", "synthetic", "prompt_tokens"):
         if stated.get(key) != again[key]:

@@ -237,6 +237,9 @@ def run_arm(spec: RunSpec, log: Callable[[str], None] = print) -> dict:
     spec.check()
     loadgen()  # fail before starting anything
     dataset = load_dataset(spec.dataset, spec.samples)  # a bad dataset refused before OUT is made
+    if (spec.performance_sample_count or 0) > len(dataset.prompts):  # LoadGen would state a pool it never loaded
+        raise ParityError(f"--performance-sample-count {spec.performance_sample_count} is more than the "
+                          f"{len(dataset.prompts)} samples the dataset gives")
     out = spec.out
     out.mkdir(parents=True, exist_ok=True)
     for name in (*RECEIPTS, MANIFEST):  # an earlier run's receipt must not be linked as this run's, nor its manifest
