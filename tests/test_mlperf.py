@@ -306,6 +306,7 @@ def test_a_stop_signal_while_loadgen_runs_ends_in_order_with_the_receipt(tmp_pat
     receipt = read_manifest(out / "cleanup-replicas.json")
     assert receipt["ended_by"] == stop and receipt["clean"], receipt
     assert not (out / "mlperf-run.json").exists()  # no result of a stopped run
+    assert not (out / "loadgen" / "mlperf_log_trace.json").exists()  # nor LoadGen's empty trace log, not JSON
 
 
 def test_a_loadgen_log_folder_that_cannot_be_written_is_one_line_before_any_engine_starts(tmp_path):

@@ -221,6 +221,14 @@ def _progress(sut, log: Callable[[str], None], every_s: float, stop: threading.E
         log(f"  {sut.progress()}")
 
 
+def _drop_empty_trace(log_dir: Path) -> None:
+    """LoadGen writes its trace log empty with the trace off: not JSON, so `validate` named it in a stopped run's
+    folder (an outsider's)."""
+    trace = log_dir / "mlperf_log_trace.json"
+    if trace.is_file() and trace.stat().st_size == 0:
+        trace.unlink()
+
+
 def _writable(folder: Path) -> None:
     """`folder` made, and a file can be made in it, or ParityError in one line."""
     probe = folder / ".parity-writable"
@@ -254,6 +262,7 @@ def run_arm(spec: RunSpec, log: Callable[[str], None] = print) -> dict:
     log_dir = out / "loadgen"
     _writable(log_dir)  # before any engine starts: LoadGen that cannot open its summary said so, then segfaulted
     with contextlib.ExitStack() as stack:
+        stack.callback(_drop_empty_trace, log_dir)  # last, whether the run ended or was stopped
         opener = standalone_path if spec.arm == "standalone" else flame_path
         sut, path_info = stack.enter_context(opener(spec, args, dataset.prompts, stack))
         # Flame binds its workers (and starts their engines) on the first task; vLLM compiles some kernels
@@ -287,9 +296,6 @@ def run_arm(spec: RunSpec, log: Callable[[str], None] = print) -> dict:
             stop.set()
         failed, first_error, completed, tokens = sut.failed, sut.first_error, sut.completed, sut.tokens
 
-    trace = log_dir / "mlperf_log_trace.json"
-    if trace.is_file() and trace.stat().st_size == 0:  # written empty with the trace off; not JSON
-        trace.unlink()
     result = lglogs.read_logs(log_dir)
     label = compliance(spec.mode, args, result, dataset, simulated, failed)
     doc = header("mlperf", simulated=simulated) | {
