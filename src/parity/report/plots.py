@@ -171,22 +171,21 @@ def sustained(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
             for system, points in by_path.items():
                 color, name = colors.get(system), names.get(system, system)
                 line = _medians(points)  # one point a rung: several seeds of a rung drawn as dots about it
-                for x, ys, mark, style, label in (
-                        ("achieved", ("ttft_p50",), "o", "-", f"{name} p50"),
-                        ("achieved", ("ttft_p99",), "s", "--", f"{name} p99"),
-                        ("achieved", ("e2e_p50",), "o", "-", f"{name} p50"),
-                        ("achieved", ("e2e_p99",), "s", "--", f"{name} p99"),
-                        ("offered", ("goodput",), "o", "-", name),
-                        ("offered", ("goodput_ttft",), "s", "--", f"{name}, first token only")):
-                    key = ys[0]
+                for ax, x, key, mark, style, label in (
+                        (axes[0], "achieved", "ttft_p50", "o", "-", f"{name} p50"),
+                        (axes[0], "achieved", "ttft_p99", "s", "--", f"{name} p99"),
+                        (axes[1], "achieved", "e2e_p50", "o", "-", f"{name} p50"),
+                        (axes[1], "achieved", "e2e_p99", "s", "--", f"{name} p99"),
+                        (axes[2], "offered", "goodput", "o", "-", name),
+                        (axes[2], "offered", "goodput_ttft", "s", "--", f"{name}, first token only")):
                     if key == "goodput_ttft" and not all(key in p for p in points):
                         continue  # the first-token part alone, dashed, where every point has it
-                    ax = axes[0 if key.startswith("ttft") else 1 if key.startswith("e2e") else 2]
-                    value = (lambda p: p[key] or 0) if key.startswith("goodput") else (lambda p: p[key])
-                    ax.plot([p[x] for p in line], [value(p) for p in line], mark + style, color=color, label=label)
+                    zero = key.startswith("goodput")  # a window all refused: no goodput, drawn at 0
+                    ax.plot([p[x] for p in line], [p[key] or 0 if zero else p[key] for p in line], mark + style,
+                            color=color, label=label)
                     if len(line) < len(points):
-                        ax.plot([p[x] for p in points], [value(p) for p in points], mark, color=color, alpha=0.35,
-                                markersize=4, linestyle="none")
+                        ax.plot([p[x] for p in points], [p[key] or 0 if zero else p[key] for p in points], mark,
+                                color=color, alpha=0.35, markersize=4, linestyle="none")
             for ax, title, xlabel, ylabel in (
                     (axes[0], f"{trace}: time to first token (client)", "achieved requests/s", "seconds (log)"),
                     (axes[1], f"{trace}: end to end", "achieved requests/s", "seconds (log)"),
