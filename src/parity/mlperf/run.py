@@ -23,7 +23,7 @@ from parity.engine import EngineArgs
 from parity.errors import ParityError
 from parity.flame.settings import FlameSettings
 from parity.manifest import file_ref, header, write_manifest
-from parity.mlperf import ARMS, DATASET_SAMPLES, LOADGEN_VERSION, MAX_NEW_TOKENS, MIN_DURATION_MS, MODEL, MODES, SCENARIO
+from parity.mlperf import ARMS, DATASET_SAMPLES, LOADGEN_VERSION, MAX_NEW_TOKENS, MODEL, MODES, SCENARIO
 from parity.mlperf import logs as lglogs
 from parity.mlperf.compliance import compliance
 from parity.mlperf.dataset import load_dataset
@@ -209,11 +209,11 @@ def _signals_abort(sut):
         signal.set_wakeup_fd(earlier)
         if earlier_int is signal.default_int_handler:
             signal.signal(signal.SIGINT, earlier_int)
-        if interrupted:
-            raise KeyboardInterrupt
         watcher.join()  # gone before LoadGen is torn down (it is back from `select` within 0.1 s)
         os.close(read_fd)
         os.close(write_fd)
+        if interrupted:  # Ctrl-C's own exception, now that LoadGen's test has returned
+            raise KeyboardInterrupt
 
 
 def _progress(sut, log: Callable[[str], None], every_s: float, stop: threading.Event) -> None:
