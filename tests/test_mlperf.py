@@ -292,7 +292,10 @@ def test_a_stop_signal_while_loadgen_runs_ends_in_order_with_the_receipt(tmp_pat
     proc = subprocess.Popen([sys.executable, "-m", "parity", "mlperf", "run", "--arm", "standalone", "--dataset",
                              str(dataset), "--out", str(out), "--target-qps", "20", "--warmup-samples", "0",
                              "--min-duration-ms", "0", "--min-query-count", "2000", "--max-tokens", "8"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            # Ctrl-C as a terminal delivers it: a job started in the background by a shell (a CI
+                            # runner's) inherits SIGINT ignored, and the run then finished, rightly, untouched
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     lines = []
     for line in proc.stdout:  # the test has begun (2,000 samples: tens of seconds), then the signal
         lines.append(line)
