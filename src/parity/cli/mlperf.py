@@ -11,7 +11,7 @@ import click
 
 from parity.cli import options
 from parity.cli.app import echo, main
-from parity.cli.errors import friendly_errors
+from parity.cli.errors import friendly_errors, writable_folder
 from parity.mlperf import ARMS, MODES
 from parity.backend import Backend
 from parity.mlperf.run import ENGINES, PLACEMENTS, RunSpec, arm_backend
@@ -95,6 +95,7 @@ def mlperf_run(arm, dataset, out_dir, mode, engine, gpus, model, load_format, en
                    max_in_flight=max_in_flight, placement=placement)
     from parity import run_lock
 
+    writable_folder(out_dir / "loadgen")  # before any engine starts: LoadGen that could not write there segfaulted
     with run_lock.holding(out_dir):  # one run per folder
         summary = run_arm(spec, log=echo)
     click.echo(json.dumps(summary, sort_keys=True))
