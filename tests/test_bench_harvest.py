@@ -66,6 +66,14 @@ def test_real_flame_without_binaries_is_one_line(tmp_path, monkeypatch):
         "Error: no Flame binaries: give --flame-bin-dir (backend.flame_bin_dir) or set FLAME_BIN_DIR"), result.output
 
 
+def test_an_empty_flame_bin_dir_is_refused_not_read_as_the_current_folder(tmp_path):
+    for empty in ("", "  "):
+        result = CliRunner().invoke(main, ["bench", "harvest", "--cluster", "flame", "--flame-bin-dir", empty,
+                                           "--work-dir", str(tmp_path)])
+        assert result.exit_code == 2 and "Invalid value for '--flame-bin-dir': is empty: name a folder" in \
+            result.output, result.output
+
+
 def test_cpu_per_task_leaves_out_a_process_gone_in_any_run():
     runs = [{"tasks": 10, "window_s": 2.0, "cpu_s": {"client": 0.02, "worker": None}},
             {"tasks": 30, "window_s": 2.0, "cpu_s": {"client": 0.06, "worker": 0.1}}]
@@ -129,3 +137,12 @@ def test_a_work_dir_that_cannot_be_made_is_one_line_before_anything_starts(tmp_p
                                        "--tasks", "5", "--requests", "2", "--repeats", "1"])
     assert result.exit_code == 1 and result.output.strip().splitlines()[-1].startswith("Error: /proc"), result.output
     assert "Traceback" not in result.output
+
+
+def test_task_counts_past_the_bound_are_refused_before_anything_starts(tmp_path):
+    """Each task's record is kept, so an unbounded count ran until memory ran out (outside pass I's nit)."""
+    for option in ("--tasks", "--round-trips", "--warmup"):
+        result = CliRunner().invoke(main, ["bench", "harvest", "--cluster", "standin", option, "1000001",
+                                           "--work-dir", str(tmp_path / "w")])
+        assert result.exit_code == 2 and "1000001 is not in the range" in result.output, result.output
+        assert not (tmp_path / "w").exists()

@@ -97,6 +97,15 @@ def test_find_binaries_names_what_is_missing(tmp_path, monkeypatch):
         fc.find_binaries(only_sm)
 
 
+def test_an_empty_bin_dir_names_no_folder(monkeypatch):
+    for empty in ("", " "):  # Path("") is ".": it read as the current folder, which the user did not name
+        with pytest.raises(ParityError, match="^the Flame bin dir is empty"):
+            fc.find_binaries(empty)
+        monkeypatch.setenv("FLAME_BIN_DIR", empty)
+        with pytest.raises(ParityError, match="Flame bin dir is empty|no Flame binaries"):
+            fc.find_binaries()
+
+
 def test_find_binaries_from_argument_or_env(tmp_path, monkeypatch):
     both = fake_bin_dir(tmp_path / "bin", {name: "#!/bin/sh\n" for name in fc.BINARIES})
     assert set(fc.find_binaries(both)) == set(fc.BINARIES)

@@ -130,3 +130,13 @@ def test_a_profiles_extra_arm_or_pair_is_switched_off_with_null(extra, stage):
     settings, _ = smoke_sustained(lambda s, b: s.update({extra: None}))
     check_experiment_settings("sustained", settings)  # as the workflow validates its config
     assert not any(stage in s for s in stages(settings))
+
+
+def test_an_empty_flame_bin_dir_in_the_backend_is_refused_in_one_line():
+    """`flame_bin_dir: ""` read as the current folder (`Path("")` is `.`), which the config did not name."""
+    from parity.backend import Backend
+    from parity.errors import ParityError
+
+    with pytest.raises(ParityError, match="flame_bin_dir") as refused:
+        Backend.from_dict({"cluster": "flame", "flame_bin_dir": ""})
+    assert "\n" not in str(refused.value)

@@ -83,20 +83,26 @@ def bench_startup(engine, cluster, flame_bin_dir, gpu, repeats, sim_params, mode
     result = startup.run(engine, cluster, gpu, final, args, out_dir, repeats, bin_dir=flame_bin_dir,
                          sim_params=sim_params, log=echo)
     click.echo(startup.summary_line(result))
+
+
+MAX_TASKS = 1_000_000  # `bench harvest` keeps a record of each task and round trip, so an unbounded count (outside
+# pass I's nit) ran until memory ran out; ten times the default's memory phase
+
+
 @bench.command("harvest")
 @options.cluster("flame", help="Real Flame v0.6.0 (the point), or the CPU stand-in (said so in the output).")
 @options.flame_bin_dir
-@click.option("--tasks", default=100_000, show_default=True, type=click.IntRange(min=1),
+@click.option("--tasks", default=100_000, show_default=True, type=click.IntRange(min=1, max=MAX_TASKS),
               help="Harvest tasks on one session while the session manager's memory is sampled.")
 @click.option("--rotate-tasks", default=0, show_default=True, type=click.IntRange(min=0),
               help="Also sample it with the harvester moving to a fresh session every this many tasks (0: not).")
 @click.option("--hold-ms", "holds_ms", multiple=True, type=options.Finite(min=0),
               help="A hold time to measure the harvest cycle at (repeat); default 0, 1, 5 and 20 ms.")
-@click.option("--round-trips", default=500, show_default=True, type=click.IntRange(min=1),
+@click.option("--round-trips", default=500, show_default=True, type=click.IntRange(min=1, max=MAX_TASKS),
               help="Timed empty-task round trips.")
 @click.option("--express", is_flag=True,
               help="Run each hold twice, side by side: as the harvest arm ran, then with Flame setting express.")
-@click.option("--warmup", default=50, show_default=True, type=click.IntRange(min=0),
+@click.option("--warmup", default=50, show_default=True, type=click.IntRange(min=0, max=MAX_TASKS),
               help="Untimed empty tasks before each timed phase.")
 @click.option("--rate", default=4.0, show_default=True, type=options.Finite(min=0, min_open=True),
               help="The light stream's Poisson rate, requests/s.")

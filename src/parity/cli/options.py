@@ -131,7 +131,17 @@ def cluster(default: str, help: str | None = None):
     return click.option("--cluster", type=click.Choice(CLUSTERS), default=default, show_default=True, help=help)
 
 
-flame_bin_dir = click.option("--flame-bin-dir", type=click.Path(path_type=Path), default=None,
+def _named_folder(ctx, param, text: str | None) -> Path | None:
+    """A folder option's text as a Path; empty text is refused, not read as the current folder (`Path('')` is `.`: an
+    outsider's `--flame-bin-dir ''` was said to lack the binaries in `.`)."""
+    if text is None:
+        return None
+    if not text.strip():
+        raise click.BadParameter("is empty: name a folder")
+    return Path(text)
+
+
+flame_bin_dir = click.option("--flame-bin-dir", type=click.Path(), default=None, callback=_named_folder,
                              help="Flame v0.6.0 binaries (default: $FLAME_BIN_DIR).")
 
 

@@ -114,6 +114,8 @@ def find_binaries(bin_dir: Path | str | None = None) -> dict[str, Path]:
             raise ParityError(f"no Flame binaries: give --flame-bin-dir (backend.flame_bin_dir) or set FLAME_BIN_DIR "
                               f"to a directory holding {' and '.join(BINARIES)} (or run on the CPU stand-in: "
                               f"--cluster standin)")
+    if not str(bin_dir).strip():  # Path("") is the current folder, which the user did not name
+        raise ParityError("the Flame bin dir is empty: name the folder of the Flame v0.6.0 binaries")
     bin_dir = Path(bin_dir)
     if not bin_dir.is_dir():
         raise ParityError(f"Flame bin dir {bin_dir} does not exist or is not a directory")
