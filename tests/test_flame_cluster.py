@@ -127,6 +127,15 @@ def test_binaries_that_are_not_v060_are_refused_in_one_line(tmp_path):
     assert not list((tmp_path / "w1").glob("flame-cluster.yaml"))  # refused before anything started
 
 
+def test_nothing_says_flame_starts_before_its_binaries_said_they_are_v060(tmp_path):
+    """"starting Flame v0.6.0 ..." came above the refusal of binaries that were not (outside pass I's nit)."""
+    said = []
+    old = fake_bin_dir(tmp_path / "old", {name: "#!/bin/sh\nsleep 60\n" for name in fc.BINARIES}, version="0.5.0")
+    with pytest.raises(ParityError, match="is not Flame v0.6.0"):
+        fc.FlameCluster(old, tmp_path / "w", log=said.append).start()
+    assert not [line for line in said if "starting" in line], said
+
+
 def test_version_and_sha256_are_recorded(tmp_path):
     bins = fake_bin_dir(tmp_path / "bin", {name: "#!/bin/sh\nsleep 60\n" for name in fc.BINARIES})
     from parity.manifest import sha256_file

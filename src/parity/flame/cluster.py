@@ -286,6 +286,7 @@ class FlameCluster(procs.Supervisor):
         self.log_dir.mkdir(parents=True, exist_ok=True)
         (self.work_dir / "executors").mkdir(exist_ok=True)
         self.versions = {name: check_version(name, path, self.work_dir) for name, path in self.binaries.items()}
+        self.log(f"starting Flame v{VERSION} ...")
         if self.port == 0:
             self.port = procs.free_port_pair("0.0.0.0")
         else:

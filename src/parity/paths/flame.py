@@ -71,8 +71,9 @@ def cluster(kind: str, gpus: list[str], out_dir: Path, *, simulated: bool, bin_d
             from parity.flame.cluster import FlameCluster
 
             running = FlameCluster(bin_dir, out_dir / "flame", **({"log": log} if log else {}))
-        if log:
-            log(f"starting {'the Flame stand-in' if kind == 'standin' else 'Flame v0.6.0'} ...")
+        if log and kind == "standin":  # real Flame says it starts once its binaries said they are v0.6.0 (said
+            # before, "starting Flame v0.6.0" came above the refusal of binaries that were not)
+            log("starting the Flame stand-in ...")
         try:
             with running:
                 register_applications(running.endpoint, gpus, simulated=simulated,
