@@ -392,12 +392,17 @@ def ended(returncode: int | None) -> str:
     return f"exit code {returncode}" if returncode >= 0 else f"killed by {signal.Signals(-returncode).name}"
 
 
-def last_line(path: Path) -> str:
-    """The last non-blank line of a log (usually the error), for a one-line message."""
+def last_line(path: Path, about: tuple[str, ...] = ()) -> str:
+    """The last non-blank line of a log (usually the error), for a one-line message; with `about`, the last line that
+    holds one of those words (any case), or "" where none does (a known cause is then not given a line about
+    something else: a bind race quoted the session manager's last startup line, outside pass I's nit)."""
     try:
         lines = [line.strip() for line in Path(path).read_text(errors="replace").splitlines() if line.strip()]
     except OSError:
-        return "no log"
+        return "" if about else "no log"
+    if about:
+        lines = [line for line in lines if any(word in line.lower() for word in about)]
+        return lines[-1][:300] if lines else ""
     return lines[-1][:300] if lines else "empty log"
 
 

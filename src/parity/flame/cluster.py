@@ -239,10 +239,12 @@ class FlameCluster(procs.Supervisor):
         proc = self._procs[binary]
         exited = binary == SESSION_MANAGER and proc.poll() is not None
         taken = [port for port in (self.port, self.port + 1) if not procs.port_free(port, "0.0.0.0")] if exited else []
+        said = procs.last_line(log)
         if taken:
             what = f"could not bind port {taken[0]}: {procs.port_user(taken[0])} took it after it was picked"
-        return ParityError(f"Flame cluster at {self.endpoint}: {binary} (pid {proc.pid}) {what} "
-                           f"({procs.last_line(log)}); log: {log}")
+            said = procs.last_line(log, about=("address", "in use", "bind"))  # its log's line on it, if any
+        quoted = f" ({said})" if said else ""
+        return ParityError(f"Flame cluster at {self.endpoint}: {binary} (pid {proc.pid}) {what}{quoted}; log: {log}")
 
     def _wait_frontend(self, deadline: float) -> None:
         import grpc
