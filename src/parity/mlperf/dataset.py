@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import random
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +32,16 @@ class Dataset:
     references: list[str]  # output
     sha256: str
     path: Path
-    origin: str  # REAL_ORIGIN unless the entries say otherwise
+    origins: tuple[str, ...]  # each entry's parity_origin: REAL_ORIGIN unless the entry says otherwise
+
+    @property
+    def origin(self) -> str:
+        return "+".join(sorted(set(self.origins)))
+
+    def first(self, count: int) -> "Dataset":
+        """Its first `count` entries (a run's samples), of the same file (whose SHA-256 stays the whole file's)."""
+        return replace(self, prompts=self.prompts[:count], references=self.references[:count],
+                       origins=self.origins[:count])
 
     @property
     def synthetic(self) -> bool:
@@ -61,8 +70,8 @@ def load_dataset(path: Path | str, limit: int | None = None) -> Dataset:
     entries = entries[:limit] if limit else entries
     prompts = [_token_ids(path, index, entry) for index, entry in enumerate(entries)]
     references = [str(e.get("output", "")) for e in entries]
-    origins = sorted({str(e.get("parity_origin", REAL_ORIGIN)) for e in entries})
-    return Dataset(prompts, references, sha256_file(path), path, "+".join(origins))
+    origins = tuple(str(e.get("parity_origin", REAL_ORIGIN)) for e in entries)
+    return Dataset(prompts, references, sha256_file(path), path, origins)
 
 
 def _token_ids(path: Path, index: int, entry) -> np.ndarray:

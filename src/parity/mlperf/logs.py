@@ -180,7 +180,7 @@ def _settings_and_label(folder: Path, doc: dict, logs: dict) -> list[tuple[str, 
     samples = stated.get("samples")
     if not isinstance(samples, int) or not 0 < samples <= len(whole.prompts):
         return found + [("/dataset/samples", f"states {samples!r}, its dataset file holds {len(whole.prompts)}")]
-    dataset = load_dataset(whole.path, samples)
+    dataset = whole.first(samples)  # the file read once (it was read again for its first samples)
     again = dataset.describe(folder)
     for key in ("samples", "origin", "synthetic", "prompt_tokens"):
         if stated.get(key) != again[key]:
