@@ -168,6 +168,10 @@ def test_offline_limit_splits_the_trace_as_the_sticky_router_does(tiny_traces, t
     parent = load_trace(tiny_traces[1])
     assert [r.sha256 for r in shard.requests] == [parent.requests[i].sha256 for i in positions[0]]
     assert not validate_paths([tmp_path])[1]
+    # each shard's records name the simulated GPU it ran on (both said sim-0, outside pass J's nit)
+    for k, gpu in enumerate(["sim-0", "sim-1"]):
+        trial_doc = read_manifest(tmp_path / "trials" / f"sim-reuse-shard{k}.json")
+        assert {r["gpu_uuid"] for r in trial_doc["records"]} == {gpu} and trial_doc["gpus"][0]["uuid"] == gpu
 
 
 def test_offline_limit_runs_more_shards_than_gpus_in_waves_and_says_so(tiny_traces, tmp_path):

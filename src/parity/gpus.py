@@ -41,3 +41,10 @@ def check(gpus: list[str], *, simulated: bool) -> None:
     if missing := [gpu for gpu in gpus if gpu not in present]:
         raise ParityError(f"GPU {missing[0]} is not on this machine (nvidia-smi lists "
                           f"{', '.join(present) or 'none'})")
+
+
+def visible_simulated(environ) -> str:
+    """The simulated GPU a process was given, as a real one is (CUDA_VISIBLE_DEVICES naming one GPU: the offline
+    limit's shards), else sim-0; each shard's records named sim-0 when they ran on sim-0 and sim-1."""
+    given = environ.get("CUDA_VISIBLE_DEVICES", "")
+    return given if SIMULATED.fullmatch(given) else "sim-0"

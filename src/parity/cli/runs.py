@@ -3,6 +3,7 @@ and the simulator's calibration from real runs."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -47,6 +48,7 @@ def engine_run(kind, traces, batches, warmup_rounds, model, load_format, engine_
     from parity import trial
     from parity.routing import RouterSettings
     from parity.engine import make_engine
+    from parity.gpus import visible_simulated
     from parity.paths.engine import EnginePath
 
     backend, args, warmup_rounds, sim_params = options.engine_settings(kind, backend_text, model, load_format,
@@ -55,7 +57,10 @@ def engine_run(kind, traces, batches, warmup_rounds, model, load_format, engine_
     echo(f"starting engine {kind} ...")
     # no run lock here: the offline limit runs its shards as engine runs into one trials folder at once, each
     # writing only its own trial files (its experiment run holds the folder above)
-    with make_engine(kind, args, **options.simulator(kind, sim_params, clock, sim_mode)) as engine:
+    simulator = options.simulator(kind, sim_params, clock, sim_mode)
+    if simulator:  # the simulated GPU this process was given, as vLLM's is (`parity.gpus.visible_simulated`)
+        simulator["gpu_uuid"] = visible_simulated(os.environ)
+    with make_engine(kind, args, **simulator) as engine:
         for trace in traces:
             for batch in batches:
                 trial_id = f"{kind}-{trace.stem}" + (f"-b{batch}" if batch else "")

@@ -82,9 +82,7 @@ def _run_shards(backend: Backend, shard_traces: list[Path], gpus: list[str], tri
             log(f"  wave {start // len(gpus) + 1}: {', '.join(t.stem for t in wave)}")
         procs = []
         for shard_trace, gpu in zip(wave, gpus):
-            env = dict(os.environ)
-            if not backend.simulated:
-                env["CUDA_VISIBLE_DEVICES"] = gpu
+            env = dict(os.environ, CUDA_VISIBLE_DEVICES=gpu)  # a simulated one too: its records name it
             with open(logs / f"{shard_trace.stem}.log", "wb") as out:  # dies with this run (parity.procs)
                 procs.append(spawn(_command(backend, shard_trace, trials_dir), stdout=out, env=env))
         codes = [p.wait() for p in procs]
