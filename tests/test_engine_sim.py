@@ -245,6 +245,23 @@ def test_a_dead_stepping_thread_fails_requests_rather_than_hanging():
         engine.close()
 
 
+def test_closing_fails_the_requests_it_has_not_finished_at_once():
+    """A standalone replica stopped by SIGTERM served its whole queue first, then was killed 10 s later (outside pass
+    J's nit): closing now fails what is running or waiting, and nothing sets a result on it after."""
+    slow = dataclasses.replace(PARAMS, fixed_s=0.5)
+    engine = SimEngine(params=slow, clock="paced", mode="async")
+    futures = [engine.submit(doc(i, 100)) for i in range(8)]
+    deadline = time.monotonic() + 5
+    while not engine.scheduler.steps and time.monotonic() < deadline:  # a step under way
+        time.sleep(0.001)
+    started = time.monotonic()
+    engine.close()
+    for future in futures:
+        with pytest.raises(ParityError, match="closed before this request finished"):
+            future.result(timeout=2)
+    assert time.monotonic() - started < 2
+
+
 def test_reset_prefix_cache_starts_cold():
     engine = SimEngine()
     prompt = doc(9, 600)

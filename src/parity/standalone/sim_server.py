@@ -136,7 +136,9 @@ def make_app(engine: SimEngine, model: str) -> web.Application:
     app.add_routes([web.post("/v1/completions", completions), web.get("/health", health),
                     web.get("/parity/identity", identity), web.get("/v1/models", models),
                     web.post("/reset_prefix_cache", reset_prefix_cache)])
-    app.on_cleanup.append(lambda app: asyncio.to_thread(engine.close))
+    # closed as the server shuts down, before it waits for its handlers: each one waiting on the engine then answers
+    # at once (on cleanup, after that wait, a SIGTERM's replica served its whole queue, then was killed)
+    app.on_shutdown.append(lambda app: asyncio.to_thread(engine.close))
     return app
 
 
