@@ -676,8 +676,9 @@ def _shift_records(doc):
         r["arrival_s"] += 0.05
 
 
-def _other_seed(doc):
+def _other_seed(doc):  # in what it ran with too, so the offsets' hash is what names it
     doc["schedule"]["seed"] += 1
+    doc["ran_with"]["load"]["schedule"]["seed"] += 1
 
 
 def _delete_a_refusal(doc):
@@ -697,6 +698,8 @@ FORGED_ADMISSION = {  # an outsider's (2026-12-07): each passed `validate` with 
     "refusals moved out of the window": (_shift_refusals, "/refused/0/arrival_s", "is not the schedule's arrival"),
     "records moved": (_shift_records, "/records/0/arrival_s", "is not the schedule's arrival"),
     "another schedule seed": (_other_seed, "/schedule/offsets_sha256", "is not the SHA-256 of the offsets"),
+    "another seed in the trial alone": (lambda d: d["schedule"].update(seed=7), "/schedule/seed",
+                                        "states 7, the trial ran with 0 (ran_with.load.schedule)"),
     "a refusal deleted, its count lowered": (_delete_a_refusal, "/records", "of the schedule's 64 requests are neither"),
     "a first token before its arrival": (_token_times(lambda r: r["token_s"].__setitem__(0, r["arrival_s"] - 100)),
                                          None, "first token came 100 s before its arrival"),
@@ -704,6 +707,25 @@ FORGED_ADMISSION = {  # an outsider's (2026-12-07): each passed `validate` with 
                              None, "token times go back in time"),
     "a token after its completion": (_token_times(lambda r: r["token_s"].__setitem__(-1, r["complete_s"] + 50)),
                                      None, "last token came 50 s after its completion"),
+    # outside pass K's (2026-12-07): each passed `validate` with its hashes rewritten
+    "a paced trial relabelled a replay, its arrivals moved": (
+        lambda d: d["schedule"].update(kind="replay") or _shift_records(d), "/schedule/kind",
+        "states 'replay', the trial ran with a 'poisson' schedule"),
+    "its offsets' hash deleted, its arrivals moved": (
+        lambda d: d["schedule"].pop("offsets_sha256") and _shift_records(d), "/schedule/offsets_sha256",
+        "absent, yet the trial ran on a paced schedule"),
+    "sent before its arrival": (_token_times(lambda r: r.update(sent_s=r["arrival_s"] - 0.5)), "sent_s",
+                                "was sent 0.5 s before its arrival"),
+    "sent after its completion": (_token_times(lambda r: r.update(sent_s=r["complete_s"] + 1)), "sent_s",
+                                  "was sent 1 s after its completion"),
+    "a first token before its send": (_token_times(lambda r: r.update(sent_s=r["token_s"][0] + 0.001)), None,
+                                      "first token came 0.001 s before it was sent"),
+    "due before its arrival": (_token_times(lambda r: r.update(due_s=r["arrival_s"] - 100)), "due_s",
+                               "a retry's or a hold's last try is due after its arrival"),
+    "due after its send": (_token_times(lambda r: r.update(due_s=r["sent_s"] + 5)), "due_s",
+                           "a retry's or a hold's last try is due after its arrival"),
+    "due on a request neither retried nor held": (_token_times(lambda r: r.update(due_s=r["sent_s"])),
+                                                  "/admission/retried", "yet 1 record(s) say when a retry or a hold"),
     "admitted inflated": (lambda d: d["admission"].update(admitted=999), "/admission/admitted", "states 999"),
     "refusals not counted": (lambda d: d["admission"].update(refused=0), "/admission/refused", "states 0"),
     "retries under settings of none": (lambda d: d["admission"].update(retried=5), "/admission/retried", "states 5"),
@@ -713,6 +735,19 @@ FORGED_ADMISSION = {  # an outsider's (2026-12-07): each passed `validate` with 
     "what it ran with deleted": (lambda d: d["ran_with"]["load"].pop("admission"), "/ran_with/load/admission",
                                  "absent, yet the trial states its admission"),
 }
+
+
+def test_a_send_held_back_on_a_trial_without_bounded_admission_is_named():
+    """Only bounded admission retries or holds a request, so only its trials say when one was let go (`due_s`): an
+    unbounded trial's send lag read 0 with every record's due_s set to its send (outside pass K)."""
+    from parity.checks import admission_mismatch
+
+    doc = {"records": [{"arrival_s": 1.0, "sent_s": 1.001, "due_s": 1.001, "complete_s": 2.0}], "refused": [],
+           "ran_with": {"load": {}}}
+    assert admission_mismatch(doc) == ("/records/0/due_s", "states when a retry or a hold let it leave, yet the "
+                                       "trial ran without bounded admission, which alone retries or holds")
+    del doc["records"][0]["due_s"]
+    assert admission_mismatch(doc) is None
 
 
 @pytest.mark.parametrize("name", FORGED_ADMISSION)
@@ -727,11 +762,14 @@ def test_what_a_bounded_trial_states_of_its_arrivals_and_admission_is_derived_ag
     pristine = json.loads(bounded_trial.read_text())
     stats = pristine["admission"]  # what the experiment runner records it ran with (trial.run alone records none)
     pristine.setdefault("ran_with", {"load": {"admission": stats["settings"] | {"objective": stats["objective"]}}})
+    pristine["ran_with"]["load"].setdefault("schedule", {key: pristine["schedule"][key] for key in
+                                                         ("burstiness", "kind", "rate", "replay", "seed")})
     assert not [p for p in derived_problems(bounded_trial, pristine) if p[0].startswith(("/admission", "/refused",
                                                                                          "/records", "/schedule"))]
     forge_it, pointer, says = FORGED_ADMISSION[name]
     doc = copy.deepcopy(pristine)
     forge_it(doc)
-    found = [why for where, why in derived_problems(bounded_trial, doc)
-             if where == pointer or pointer is None and where.startswith("/records/") and where.endswith("/token_s")]
+    found = [why for where, why in derived_problems(bounded_trial, doc)  # a field's name alone: of a record's
+             if where == pointer or (pointer or "token_s") in ("token_s", "sent_s", "due_s")
+             and where.startswith("/records/") and where.endswith("/" + (pointer or "token_s"))]
     assert found and says in found[0], derived_problems(bounded_trial, doc)

@@ -317,6 +317,9 @@ def test_a_stop_signal_while_loadgen_runs_ends_in_order_with_the_receipt(tmp_pat
     assert receipt["ended_by"] == stop and receipt["clean"], receipt
     assert not (out / "mlperf-run.json").exists()  # no result of a stopped run
     assert not (out / "loadgen" / "mlperf_log_trace.json").exists()  # nor LoadGen's empty trace log, not JSON
+    # nor LoadGen's "Result is : VALID" at a rate that counted the failed samples (outside pass K): set aside
+    for name in ("mlperf_log_summary.txt", "mlperf_log_detail.txt"):
+        assert not (out / "loadgen" / name).exists() and (out / "loadgen" / f"{name}.stopped").is_file()
 
 
 def test_a_loadgen_log_folder_that_cannot_be_written_is_one_line_before_any_engine_starts(tmp_path):

@@ -196,6 +196,26 @@ def _token_times_wrong(record: dict) -> str | None:
         return "token times go back in time"
     if times[-1] > record["complete_s"] + CLOCK_SLACK_S:
         return f"last token came {times[-1] - record['complete_s']:.6g} s after its completion"
+    if "sent_s" in record and times[0] < record["sent_s"] - CLOCK_SLACK_S:  # a retried request leaves late on purpose:
+        # its first token moved before its send moved the TTFT p99 and passed (outside pass K)
+        return f"first token came {record['sent_s'] - times[0]:.6g} s before it was sent"
+    return None
+
+
+def _send_times_wrong(record: dict) -> tuple[str, str] | None:
+    """(field, why) where a record's send times cannot be (sent before its arrival or after its completion; a
+    `due_s`, when a retried or held request's last try was due, not after its arrival and by its send), else None:
+    the report's send lag is read from them, and re-hashed edits of them passed `validate` (outside pass K)."""
+    sent, arrival, due = record.get("sent_s"), record.get("arrival_s"), record.get("due_s")
+    if sent is None:
+        return None if due is None else ("due_s", "states when it was due to leave, but not when it left (sent_s)")
+    if arrival is not None and sent < arrival - CLOCK_SLACK_S:
+        return "sent_s", f"was sent {arrival - sent:.6g} s before its arrival"
+    if sent > record["complete_s"] + CLOCK_SLACK_S:
+        return "sent_s", f"was sent {sent - record['complete_s']:.6g} s after its completion"
+    if due is not None and (arrival is not None and due < arrival + CLOCK_SLACK_S or due > sent + CLOCK_SLACK_S):
+        return "due_s", (f"was due to leave at {due!r}: a retry's or a hold's last try is due after its arrival "
+                         f"({arrival!r}) and by its send ({sent!r})")
     return None
 
 
@@ -208,6 +228,8 @@ def records_contradict(doc: dict) -> tuple[str, str] | None:
         if record["cached_tokens"] > record["prompt_tokens"]:
             return (f"/records/{index}/cached_tokens", f"{record['cached_tokens']} cached tokens of a "
                                                        f"{record['prompt_tokens']}-token prompt ({record['request_id']})")
+        if found := _send_times_wrong(record):
+            return f"/records/{index}/{found[0]}", f"{record['request_id']} {found[1]}"
         if why := _token_times_wrong(record):
             return f"/records/{index}/token_s", f"{record['request_id']}'s {why}"
     at: dict[int, str] = {}
@@ -226,6 +248,18 @@ def arrivals_mismatch(doc: dict) -> tuple[str, str] | None:
     the offsets are the recorded schedule's own (their SHA-256 recorded). A refusal without one, or one moved, left
     the window's goodput and `validate` (an outsider's, 2026-12-07)."""
     recorded = doc.get("schedule") or {}
+    ran = ((doc.get("ran_with") or {}).get("load") or {}).get("schedule")  # what the run asked for
+    if ran is not None:  # the trial's schedule is the one it ran with: a paced trial relabelled a replay, or its
+        # offsets' hash deleted, skipped this check, and arrivals moved with it passed (outside pass K)
+        if recorded.get("kind") != ran.get("kind"):
+            return "/schedule/kind", (f"states {recorded.get('kind')!r}, the trial ran with a {ran.get('kind')!r} "
+                                      "schedule (ran_with.load.schedule)")
+        if ran.get("kind") in PACED:
+            if wrong := [key for key, value in ran.items() if recorded.get(key) != value]:
+                return f"/schedule/{wrong[0]}", (f"states {recorded.get(wrong[0])!r}, the trial ran with "
+                                                 f"{ran[wrong[0]]!r} (ran_with.load.schedule)")
+            if "offsets_sha256" not in recorded:
+                return "/schedule/offsets_sha256", "absent, yet the trial ran on a paced schedule: its arrivals are checked by it"
     if recorded.get("kind") not in PACED or "offsets_sha256" not in recorded:
         return None  # a burst has no arrivals; a replay's are its file's (linked by hash, read where it is used)
     try:
@@ -266,9 +300,13 @@ def admission_mismatch(doc: dict) -> tuple[str, str] | None:
     stats, refused = doc.get("admission"), doc.get("refused") or []
     recorded = doc.get("ran_with")  # what a run asked for (an experiment's case, a run command's options)
     ran = ((recorded or {}).get("load") or {}).get("admission")
+    late = [index for index, record in enumerate(doc["records"]) if "due_s" in record]  # a retry's or a hold's
     if stats is None:
         if refused:
             return "/admission", f"absent, yet {len(refused)} request(s) were refused: only bounded admission refuses"
+        if late:
+            return (f"/records/{late[0]}/due_s", "states when a retry or a hold let it leave, yet the trial ran without "
+                                                 "bounded admission, which alone retries or holds")
         if ran is not None:
             return "/admission", "absent, yet the trial ran with bounded admission (ran_with.load.admission)"
         return None
@@ -285,6 +323,10 @@ def admission_mismatch(doc: dict) -> tuple[str, str] | None:
     if stats.get("retried", 0) and not retries or stats.get("retried", 0) > stats["admitted"]:
         return "/admission/retried", (f"states {stats['retried']}, under settings that allow {retries} retries and "
                                       f"{stats['admitted']} admitted")
+    if len(late) != stats.get("retried", 0) + stats.get("held_admitted", 0):  # each of those left late, and says when
+        return "/admission/retried", (f"states {stats.get('retried', 0)} admitted on a retry and "
+                                      f"{stats.get('held_admitted', 0)} after a hold, yet {len(late)} record(s) say "
+                                      "when a retry or a hold let them leave (due_s)")
     return None
 
 

@@ -553,6 +553,10 @@ class SimEngine(Engine):
                 "clock": "paced" if self.clock.paced else "virtual", "args": self.args.to_dict(),
                 "params": self.params.to_dict(), "device": "cpu (simulated GPU)", "gpu_uuid": self.gpu_uuid}
 
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
     def close(self) -> None:
         """Stop stepping; a submitted request not yet finished fails ("closed") instead of waiting for ever (a replica
         stopped by SIGTERM served its whole queue first, and was killed 10 s later: outside pass J's nit)."""

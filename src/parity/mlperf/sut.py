@@ -64,6 +64,11 @@ class OfflineSUT(abc.ABC):
             self._outstanding.clear()
         self._fail(pending, reason)
 
+    @property
+    def stopped(self) -> str | None:
+        """Why the run was stopped (`abort`), else None."""
+        return self._aborted
+
     def _fail(self, sample_ids: list[int], reason: str) -> None:
         """Complete these (no longer outstanding) samples failed, in one LoadGen call."""
         if not sample_ids:

@@ -36,6 +36,15 @@ def _bad(message: str) -> web.Response:
                              status=400)
 
 
+def _refused(engine: SimEngine, message: str) -> web.Response:
+    """A request the engine refused: the client's fault (400), unless the engine was closed under it (the replica
+    shutting down, 503: a 400 blamed the request, outside pass K)."""
+    if not engine.closed:
+        return _bad(message)
+    return web.json_response({"error": {"message": message, "type": "ServiceUnavailableError", "param": None,
+                                        "code": 503}}, status=503)
+
+
 def make_app(engine: SimEngine, model: str) -> web.Application:
     ids = itertools.count()
 
@@ -61,7 +70,7 @@ def make_app(engine: SimEngine, model: str) -> web.Application:
         try:
             completion = await asyncio.wrap_future(engine.submit(prompt, max_tokens=length))
         except ParityError as exc:
-            return _bad(str(exc))
+            return _refused(engine, str(exc))
         choice = {"index": 0, "text": "", "token_ids": completion.output_token_ids, "finish_reason": "length",
                   "logprobs": None}
         if body.get("return_token_ids"):
@@ -80,7 +89,7 @@ def make_app(engine: SimEngine, model: str) -> web.Application:
                                                                                                  position),
                                    max_tokens=length)
         except ParityError as exc:
-            return _bad(str(exc))
+            return _refused(engine, str(exc))
         tokens = output_tokens(np.asarray(prompt, dtype="<u4"), engine.params.vocab_size, length)
         response = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
         await response.prepare(request)
