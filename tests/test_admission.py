@@ -448,6 +448,9 @@ def test_the_bounded_arm_runs_on_the_cpu_on_both_paths_and_each_trial_says_what_
         # a request admitted on a retry says when that try was due (its Retry-After), the others say nothing
         due = [r for r in doc["records"] if "due_s" in r]
         assert len(due) == stats["retried"] and all(r["due_s"] > r["arrival_s"] for r in due)
+        from parity.checks import admission_mismatch, records_contradict
+
+        assert admission_mismatch(doc) is None and records_contradict(doc) is None  # what validate derives again
         assert doc["ran_with"]["load"]["admission"]["objective"]["ttft_s"] == 0.05
     assert read_manifest(tmp_path / "trials" / f"{cases[1].trial_id}.json")["harvest"]["completions"] > 0
     entries = json.loads((tmp_path / "experiment.json").read_text())["cases"]
@@ -748,6 +751,25 @@ def test_a_send_held_back_on_a_trial_without_bounded_admission_is_named():
                                        "trial ran without bounded admission, which alone retries or holds")
     del doc["records"][0]["due_s"]
     assert admission_mismatch(doc) is None
+
+
+@pytest.mark.parametrize("refused, says", [(4, None), (5, None), (3, "states 3 refused tries"),
+                                           (6, "states 6 refused tries")])
+def test_refused_tries_are_those_of_its_refusals_and_its_admitted_retries(refused, says):
+    """With retries, each refused try is counted once: a request refused for good says how many it had, and a
+    request admitted on a retry had one to `retries` before; a completed request moved into the refusals, the counts
+    edited to match, passed `validate` (outside pass K)."""
+    from parity.checks import admission_mismatch
+
+    settings, objective = {"retries": 2}, {"ttft_s": 2.0, "itl_s": 0.1}
+    doc = {"records": [{"arrival_s": 1.0, "due_s": 1.2, "sent_s": 1.2, "complete_s": 2.0},
+                       {"arrival_s": 1.5, "sent_s": 1.5, "complete_s": 2.5}],
+           "refused": [{"reason": "predicted first token in 3 s > 2 s; refused on all 3 tries"}],
+           "admission": {"admitted": 2, "refused": refused, "retried": 1, "held_admitted": 0, "settings": settings,
+                         "objective": objective},
+           "ran_with": {"load": {"admission": settings | {"objective": objective}}}}
+    found = admission_mismatch(doc)  # its refusal's 3 tries, and its one admitted retry's 1 or 2
+    assert found is None if says is None else found[0] == "/admission/refused" and says in found[1], found
 
 
 @pytest.mark.parametrize("name", FORGED_ADMISSION)

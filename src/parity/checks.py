@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections import Counter
 from pathlib import Path
 
@@ -323,11 +324,33 @@ def admission_mismatch(doc: dict) -> tuple[str, str] | None:
     if stats.get("retried", 0) and not retries or stats.get("retried", 0) > stats["admitted"]:
         return "/admission/retried", (f"states {stats['retried']}, under settings that allow {retries} retries and "
                                       f"{stats['admitted']} admitted")
+    if retries and (tries := _final_tries(refused)) is not None:  # each refused try counted once: a refusal's own
+        # (its reason says how many it had), and an admitted retry's, one to `retries` each; a completed request moved
+        # into the refusals, the counts edited to match, passed (outside pass K)
+        low, high = tries + stats.get("retried", 0), tries + stats.get("retried", 0) * retries
+        if not low <= stats["refused"] <= high:
+            return "/admission/refused", (f"states {stats['refused']} refused tries, yet its refusals had {tries} and "
+                                          f"its {stats.get('retried', 0)} admitted retries between "
+                                          f"{stats.get('retried', 0)} and {stats.get('retried', 0) * retries}")
     if len(late) != stats.get("retried", 0) + stats.get("held_admitted", 0):  # each of those left late, and says when
         return "/admission/retried", (f"states {stats.get('retried', 0)} admitted on a retry and "
                                       f"{stats.get('held_admitted', 0)} after a hold, yet {len(late)} record(s) say "
                                       "when a retry or a hold let them leave (due_s)")
     return None
+
+
+_TRIES = re.compile(r"; refused on (?:all )?(\d+) tr(?:y|ies)")  # parity.admission.retry.Attempts.final's words
+
+
+def _final_tries(refused: list[dict]) -> int | None:
+    """The tries a trial's requests refused for good had, summed from their reasons (None where one does not say)."""
+    total = 0
+    for refusal in refused:
+        said = _TRIES.search(refusal.get("reason", ""))
+        if said is None:
+            return None
+        total += int(said.group(1))
+    return total
 
 
 def read_trial(path: Path) -> dict:
