@@ -344,7 +344,8 @@ def test_mlperf_runs_fill_the_control_table(tmp_path):
     assert "| Standalone vLLM | ours, simulated | 12.50 | 1250.0 | VALID | non-compliant: simulated engine |" in md
     assert "| Flame, batch 64 | ours, simulated | 12.40 | 1240.0 | INVALID |" in md
     assert "| Flame, batch 32 | ours | — | — | not run | — |" in md
-    assert "| Standalone vLLM | study (B200, measured) | 53.38 | — | VALID |" in md  # the study published samples/s only
+    assert "| Standalone vLLM | study (measured) | 53.38 | — | VALID |" in md  # its GPUs not named; requests/s only
+    assert "individual trials on GPUs it does not name, its Flame service on vLLM 0.31.0" in md
     assert len(made["manifest"]["mlperf"]) == 2
     assert not validate_paths([tmp_path / "r" / "report.json"])[1]
 
@@ -987,3 +988,19 @@ def test_a_locality_run_on_other_traces_says_why_its_rows_are_empty(tmp_path):
     table, _gains = tables.locality(experiment, load_reference(REFERENCE))[0]
     assert "This run's trials on tiny are not rows here: the table compares the study's two workloads, the traces " \
            "named no-reuse and reuse." in table.notes
+
+
+def test_the_studys_screening_rows_and_routing_bars_say_what_they_are(tmp_path, monkeypatch):
+    """Outside pass L's: the study's batch screen was labelled plain "study" under a trace it does not name, and the
+    routing plot drew our own measurements of the study's sticky router in the study's grey, a missing median as 0."""
+    from parity.report import plots
+
+    batch = tables.admission(None, None, load_reference(REFERENCE))[0][0]
+    (row,) = [r for r in batch.rows if "combinations screened" in r[0]]
+    assert row[1:3] == ["—", tables.STUDY_GPU]
+    drawn = []
+    monkeypatch.setattr(plots, "_paired_bars", lambda labels, left, right, *rest: drawn.extend([left, right]))
+    plots.routing({"reuse": {"standalone": {"sticky": 10.0, "prefix": None}}}, None, tmp_path / "routing.png")
+    (sticky, sticky_color, at), (_, _, prefix) = drawn
+    assert "measured here" in sticky and sticky_color != plots.COLORS["study"] and at == [10.0]
+    assert math.isnan(prefix[0])  # no bar, not a bar at 0

@@ -6,6 +6,7 @@ table. PNG metadata carries no software version or date, so the same numbers giv
 
 from __future__ import annotations
 
+import math
 import textwrap
 from pathlib import Path
 
@@ -121,8 +122,11 @@ def routing(per_trace: dict, evidence: str | None, path: Path) -> Path | None:
             for name, m in by_path.items() if m.get("sticky") or m.get("prefix")]
     if not rows:
         return None
-    return _paired_bars([r[0] for r in rows], ("the study's sticky router", COLORS["study"], [r[1] or 0 for r in rows]),
-                        ("ours (prefix)", COLORS["flame"], [r[2] or 0 for r in rows]), "requests/s (median)",
+    # both ours: the study's router measured here, so not in the study's grey; a missing median is no bar, not 0
+    return _paired_bars([r[0] for r in rows], ("sticky (the study's router, measured here)", COLORS["vllm"],
+                                               [math.nan if r[1] is None else r[1] for r in rows]),
+                        ("ours (prefix)", COLORS["flame"], [math.nan if r[2] is None else r[2] for r in rows]),
+                        "requests/s (median)",
                         _title("Routing beyond the study", evidence), path)
 
 

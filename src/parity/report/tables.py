@@ -20,6 +20,7 @@ from parity.report.inputs import Experiment, MlperfRun
 from parity.routing import STUDY
 
 STUDY_GPU = "study (B200, measured)"
+STUDY_MLPERF = "study (measured)"  # its MLPerf control's GPUs are not named
 
 
 def flame_of(recorded: dict | None) -> FlameSettings:
@@ -362,10 +363,12 @@ def admission(experiment: Experiment | None, confirmation: Experiment | None, re
                        "prompts sharing a document reach the engine side by side (parity.flame.admission).")
     sel = screen["selected"]
     batch.rows.append([f"{screen['batch_windows']} combinations screened; selected batch {sel['batch_limit']}, "
-                       f"{sel['window_ms']} ms", "reuse", "study", f.MISSING, f.MISSING, f.MISSING, f.MISSING])
+                       f"{sel['window_ms']} ms", f.MISSING, STUDY_GPU, f.MISSING, f.MISSING, f.MISSING, f.MISSING])
+    # (the study names no trace for its batch screen)
     raw, zlib = screen["encoded_reuse_input_bytes"]["raw"], screen["encoded_reuse_input_bytes"]["zlib"]
-    api.rows.append(["raw inputs (reuse burst)", "reuse", "study", f.MISSING, f.MISSING, f"{raw:,}", f.MISSING])
-    api.rows.append(["zlib level 1 inputs (reuse burst)", "reuse", "study", f.MISSING, f.MISSING, f"{zlib:,}", f.MISSING])
+    api.rows.append(["raw inputs (reuse burst)", "reuse", STUDY_GPU, f.MISSING, f.MISSING, f"{raw:,}", f.MISSING])
+    api.rows.append(["zlib level 1 inputs (reuse burst)", "reuse", STUDY_GPU, f.MISSING, f.MISSING, f"{zlib:,}",
+                     f.MISSING])
     for t in (batch, api, order):
         t.notes.append("Pilots choose a configuration; they are never paired and never count as confirmation. "
                        "The study publishes no pilot scores (—).")
@@ -452,8 +455,8 @@ def mlperf(runs: list[MlperfRun], compares: list[tuple], ref: dict) -> Table:
     for key in list(study["runs"]) + sorted(set(by_key) - set(study["runs"])):
         s = study["runs"].get(key)
         label = s["label"] if s else key
-        if s:
-            table.rows.append([label, STUDY_GPU, f.rate(s["requests_per_s"], 2), f.MISSING, s["result"],
+        if s:  # the study's MLPerf runs name no GPU (individual trials, its Flame on vLLM 0.31.0)
+            table.rows.append([label, STUDY_MLPERF, f.rate(s["requests_per_s"], 2), f.MISSING, s["result"],
                                "development run, not a submission"])
         run = by_key.get(key)
         if run is None:
@@ -468,7 +471,10 @@ def mlperf(runs: list[MlperfRun], compares: list[tuple], ref: dict) -> Table:
     for path, doc in compares:  # each note names its comparison (compare-b32, compare-b64: one per Flame arm)
         table.notes += [f"{Path(path).stem}: {flag}" for flag in doc["flags"]]
     table.notes.append("Tokens/s is the metric MLCommons' submission checker reports for Llama 3.1 8B Offline; "
-                       "the study published samples/s only (— in its rows).")
+                       "the study published completed requests/s only (— in its rows).")
+    if study["runs"]:
+        table.notes.append("The study's rows are individual trials on GPUs it does not name, its Flame service on "
+                           "vLLM 0.31.0 and the native path on 0.28.0 (section “Separate this experiment from MLPerf”).")
     table.notes.append("These are development controls, not MLPerf results; a row is compliant only if "
                        "LoadGen says VALID and every rule the control checks holds.")
     return table
