@@ -92,10 +92,13 @@ def test_host_profile_runs_harvest_confirmation_pairs_on_one_shard_and_smoke_doe
     import yaml
 
     host = yaml.safe_load((ROOT / "config/host.yaml").read_text())["experiments"]["confirmation"]
-    assert host == {"shards": 1, "pairs": 2, "flame_arms": {"harvest": {"mode": "harvest"}, "express3": {
-        "mode": "harvest", "express": True, "hold_ms": 3}}, "sweep": 64}
+    tuned = {"batch_limit": 256, "order": "prefix"}  # each host arm as it ran in sessions 6-36 (the tuned final)
+    assert host == {"shards": 1, "pairs": 2, "flame_arms": {"tuned": None, "harvest": {"mode": "harvest"} | tuned,
+                                                            "express3": {"mode": "harvest", "express": True,
+                                                                         "hold_ms": 3} | tuned}, "sweep": 64}
     smoke = yaml.safe_load((ROOT / "config/smoke.yaml").read_text())["experiments"]["confirmation"]
-    assert "flame_arms" not in smoke and "shards" not in smoke  # the smoke run is at its 10-minute limit
+    # the smoke run is at its 10-minute limit: no Flame arm (the shared config's `tuned` switched off), two shards
+    assert smoke["flame_arms"] == {"tuned": None} and "shards" not in smoke
 
 
 def test_a_one_shard_confirmation_with_a_harvest_arm_runs_reports_apart_and_is_never_kept_for_two(
@@ -165,3 +168,23 @@ def test_a_confirmation_of_one_flame_arm_alone_runs_and_reports_without_the_stud
     assert sum("stale" in line and "other gpus" in line for line in lines) == len(cases)
     assert all(read_manifest(out / "trials" / f"{c.trial_id}.json")["ran_with"]["gpus"] == ["sim-0", "sim-1"]
                for c in cases)
+
+
+def test_a_profile_switches_off_a_flame_arm_the_shared_config_names_with_null(tmp_path):
+    """The shared config names ours, `tuned`, beside the study's final configuration; the smoke and host profiles
+    switch it off with null (the smoke's 10 minutes; the host's arms carry its settings already)."""
+    from parity.experiments import plan
+    from parity.experiments.settings import ConfirmationSettings
+    from parity.workflow_config import load
+
+    traces = [tmp_path / "reuse.json"]
+    for profile, stages in ((("config/experiments.yaml",), ["final", "final-tuned"]),
+                            (("config/experiments.yaml", "config/smoke.yaml"), ["final"]),
+                            (("config/experiments.yaml", "config/host.yaml"), ["final", "final-harvest",
+                                                                                "final-express3"])):
+        settings = ConfirmationSettings.from_dict(load([ROOT / p for p in profile])["experiments"]["confirmation"])
+        cases = plan.EXPERIMENTS["confirmation"].plan(traces, settings)
+        assert list(dict.fromkeys(c.stage for c in cases)) == stages, profile
+        final = next(c for c in cases if c.stage == "final").flame
+        assert (final.batch_limit, final.order) == (128, "arrival")  # the study's, in every profile
+        assert all((c.flame.batch_limit, c.flame.order) == (256, "prefix") for c in cases if c.stage != "final")

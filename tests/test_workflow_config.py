@@ -13,8 +13,9 @@ from snakemake.common.configfile import load_configfile
 from snakemake.utils import update_config
 
 STUDY = "config/experiments.yaml"
-FINAL = {"batch_limit": 256, "window_ms": 10, "budget_mib": 4, "api": "async", "compress": True, "order": "prefix",
-         "gc_freeze": True}
+FINAL = {"batch_limit": 128, "window_ms": 10, "budget_mib": 4, "api": "async", "compress": True, "order": "arrival",
+         "gc_freeze": True}  # the study's
+TUNED = {"batch_limit": 256, "order": "prefix"}  # ours, beside it: the confirmation's Flame arm `tuned`
 USERS = ("confirmation", "gc", "routing", "sustained")  # the experiments that run the final configuration
 
 
@@ -27,7 +28,12 @@ def test_the_final_configuration_is_written_once_and_each_user_gets_it():
     assert text.count("budget_mib: 4, api: async") == 1
     got = flames(load_configfile(STUDY))
     unfrozen = {k: v for k, v in FINAL.items() if k != "gc_freeze"}  # gc's plan sets the freeze per case
-    assert got == {"confirmation": FINAL, "gc": unfrozen, "routing": FINAL, "sustained": FINAL}
+    # the study's tables run the study's settings; ours (routing, sustained: beyond the study) run it tuned, as the
+    # confirmation's arm `tuned` runs beside the study's pairs (outside pass L: batch 256 and prefix order had
+    # replaced the study's 128 and arrival order as the default of the study's tables)
+    assert got == {"confirmation": FINAL, "gc": unfrozen, "routing": FINAL | TUNED, "sustained": FINAL | TUNED}
+    assert load_configfile(STUDY)["experiments"]["confirmation"]["flame_arms"] == {"tuned": TUNED}
+    assert load_configfile(STUDY)["experiments"]["admission"]["selected"] == {"batch_limit": 128, "window_ms": 10}
 
 
 def test_each_user_holds_a_mapping_of_its_own():

@@ -207,6 +207,8 @@ def confirmation(traces: list[Path], count: int | dict[str, int], flame: FlameSe
     for arm in arms:
         cases += [replace(case, arm=arm) for case in
                   pairs("confirmation", f"final-{arm}", traces, count, flame, pinned=True, placement=arm)]
+    flame_arms = {name: changes for name, changes in (flame_arms or {}).items() if changes is not None}  # null: none
+    # (a profile switches off an arm the shared config names: the smoke's 10 minutes, a host's archived stages)
     if not flame_arms:
         return cases  # the study's order, untouched
     if clash := sorted(set(flame_arms) & set(arms)):

@@ -221,7 +221,8 @@ class ConfirmationSettings(Section):
     pairs: int | dict[str, int] = 5  # per trace, or per trace name
     flame: FlameSettings = FlameSettings()
     arms: tuple[str, ...] = ()  # extra router arms (plan.confirmation)
-    flame_arms: dict[str, FlameChanges] = field(default_factory=dict)  # extra Flame arms: NAME: changes
+    flame_arms: dict[str, FlameChanges | None] = field(default_factory=dict)  # extra Flame arms: NAME: changes (null:
+    # none, a profile switching off an arm the shared config names)
     shards: int | None = None  # the runner's: sticky shards per side (unset: one per GPU, at most two)
     sweep: int | None = None  # ours: each fresh engine's decode sweep, groups of 1..N (plan.confirmation)
     stages: tuple[str, ...] = ()  # ours: only these stages' pairs (a device session's share; empty: every stage)
