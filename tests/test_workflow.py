@@ -225,7 +225,7 @@ def test_a_profile_changes_one_key_and_keeps_the_study_settings_beside_it(checko
     (command,) = [c for c in shell_commands(run.stdout + run.stderr) if c[:4] == ["parity", "experiment", "run", "gc"]]
     settings = yaml.safe_load(command[command.index("--settings") + 1])
     assert settings["flame"] == {"batch_limit": 64, "window_ms": 10, "budget_mib": 4, "api": "async",
-                                 "compress": True, "order": "prefix"}
+                                 "compress": True, "order": "arrival"}  # the study's order beside it
 
 
 def test_mlperf_jobs_get_the_same_backend_as_the_experiments(checkout):
