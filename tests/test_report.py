@@ -770,6 +770,18 @@ def test_a_confirmation_of_another_stage_alone_is_not_said_to_have_run_no_pair(t
                      "was run; this run's pairs there are of stage final-express3 (the arm table)."]
 
 
+def test_a_flame_arm_the_profile_switched_off_has_no_row_in_the_arm_table(tmp_path):
+    """The shared config names ours, `tuned`; the smoke profile switches it off with null, and the arm table listed it
+    with 0 pairs, as if it had run and lost every pair (session 42's smoke report)."""
+    path = _express3(tmp_path)
+    doc = json.loads(path.read_text())
+    doc["settings"]["flame_arms"]["tuned"] = None
+    del doc["settings"]["stages"]  # every stage the settings name
+    write_manifest(path, doc)
+    (table,) = tables.confirmation_flame_arms(load_experiment(path))
+    assert {row[1] for row in table.rows} == {"final (the study's)", "express3"}
+
+
 def test_a_report_written_again_over_one_with_more_plots_leaves_none_of_its_plots_behind(results, tmp_path):
     """`report --out` into a folder that held an earlier report kept that report's plots which this one does not
     draw, unlinked, as if they were this run's (an outside tester's, 2026-12-06); a file no report linked is kept."""
