@@ -123,10 +123,11 @@ def _refuse_unknown_stages(config):
     """An arm named twice, and the confirmation's `stages` against the stages its arms make (final, final-<arm>, final-<Flame arm>: as
     parity.experiments.plan.confirmation names them), before any job starts: the plan refuses such a name too, but
     only when the confirmation's job runs, after every experiment before it (hours on a GPU host; an outsider)."""
+    from parity.experiments.settings import running_arms
+
     confirmation = config.get("experiments", {}).get("confirmation", {})
     arms = confirmation.get("arms", [])
-    flame_arms = {name: changes for name, changes in confirmation.get("flame_arms", {}).items() if changes is not None}
-    # (null: an arm the profile switched off, as the plan drops it)
+    flame_arms = running_arms(confirmation.get("flame_arms"))  # null: an arm the profile switched off
     if both := [arm for arm in arms if arm in flame_arms]:  # two stages of one name (the plan refuses it too)
         raise WorkflowError(f"experiments.confirmation: flame_arms and arms both name {both[0]!r}")
     planned = ["final", *(f"final-{arm}" for arm in [*arms, *flame_arms])]

@@ -18,7 +18,7 @@ from parity.routing import RouterSettings
 from parity.errors import ParityError
 from parity.experiments.settings import (AdmissionSettings, Answers, Arrivals, ConfirmationSettings, Evict, ExtraPair,
                                          GcSettings, LengthsPair, LocalitySettings, OfflineLimitSettings, ReplayPair,
-                                         RestartPair, RoutingSettings, Section, SustainedSettings)
+                                         RestartPair, RoutingSettings, Section, SustainedSettings, running_arms)
 from parity.flame.admission import ORDERS
 from parity.flame.settings import FlameSettings
 from parity.latency import Objective
@@ -207,8 +207,7 @@ def confirmation(traces: list[Path], count: int | dict[str, int], flame: FlameSe
     for arm in arms:
         cases += [replace(case, arm=arm) for case in
                   pairs("confirmation", f"final-{arm}", traces, count, flame, pinned=True, placement=arm)]
-    flame_arms = {name: changes for name, changes in (flame_arms or {}).items() if changes is not None}  # null: none
-    # (a profile switches off an arm the shared config names: the smoke's 10 minutes, a host's archived stages)
+    flame_arms = running_arms(flame_arms)  # null: an arm the profile switched off
     if not flame_arms:
         return cases  # the study's order, untouched
     if clash := sorted(set(flame_arms) & set(arms)):

@@ -167,7 +167,8 @@ def confirmation_flame_arms(confirmation: Experiment | None) -> list[Table]:
     changed (stage `final-NAME`), each pair's Flame / standalone ratio, the worst and the median, beside the
     study's final configuration's pairs of the same run; the study's final-throughput table never counts them."""
     arms = [name for name, changes in (confirmation.doc["settings"].get("flame_arms") or {}).items()
-            if changes is not None] if confirmation else []  # null: an arm the profile switched off, never run
+            if changes is not None] if confirmation else []  # null: an arm the profile switched off, never run (read
+    # as parity.experiments.settings.running_arms reads it: the report, a floor below, cannot import it)
     if not arms:
         return []
     table = Table("Confirmation pairs, Flame arms (ours)", None,

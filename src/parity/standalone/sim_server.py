@@ -30,19 +30,17 @@ from parity.errors import ParityError
 ENGINE_ARGS_VARIABLE = "PARITY_ENGINE_ARGS"  # how ReplicaSet hands its EngineArgs to a simulator replica
 
 
-def _bad(message: str) -> web.Response:
-    """HTTP 400 with the body vLLM's OpenAI server gives a request it refuses (its ErrorResponse)."""
-    return web.json_response({"error": {"message": message, "type": "BadRequestError", "param": None, "code": 400}},
-                             status=400)
+def _bad(message: str, status: int = 400, kind: str = "BadRequestError") -> web.Response:
+    """HTTP 400 with the body vLLM's OpenAI server gives a request it refuses (its ErrorResponse); another status
+    and type in the same body where the fault is not the request's."""
+    return web.json_response({"error": {"message": message, "type": kind, "param": None, "code": status}},
+                             status=status)
 
 
 def _refused(engine: SimEngine, message: str) -> web.Response:
     """A request the engine refused: the client's fault (400), unless the engine was closed under it (the replica
     shutting down, 503: a 400 blamed the request, outside pass K)."""
-    if not engine.closed:
-        return _bad(message)
-    return web.json_response({"error": {"message": message, "type": "ServiceUnavailableError", "param": None,
-                                        "code": 503}}, status=503)
+    return _bad(message, 503, "ServiceUnavailableError") if engine.closed else _bad(message)
 
 
 def make_app(engine: SimEngine, model: str) -> web.Application:
