@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import signal
 
 import click
 
@@ -11,7 +12,19 @@ from parity import __version__, procs
 echo = functools.partial(click.echo, err=True)  # progress goes to stderr; results to stdout
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class Group(click.Group):
+    """Click's group, but Ctrl-C exits 130 (128 + SIGINT, as a shell and a workflow manager read it, and as SIGTERM
+    exits 143 here), not Click's "Aborted!" and 1, which says nothing of the signal and reads as a failed run."""
+
+    def invoke(self, ctx):
+        try:
+            return super().invoke(ctx)
+        except KeyboardInterrupt:  # the command's context managers have cleaned up on the way here
+            echo("parity: SIGINT: stopped")
+            raise SystemExit(128 + signal.SIGINT) from None
+
+
+@click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="parity")
 def main():
     """Reproduce "Bringing Flame Serving Close to Standalone vLLM": traces, runs, checks, report."""
