@@ -138,6 +138,26 @@ def test_a_profiles_extra_arm_or_pair_is_switched_off_with_null(extra, stage):
     assert not any(stage in s for s in stages(settings))
 
 
+def test_a_profiles_paced_warmups_are_switched_off_with_null():
+    """`warmup_requests: null` (from the command line, over the smoke profile's 8) was "not of type 'integer'";
+    null is now the default's whole-burst warm-ups, as leaving it out is, and zero is still refused."""
+    from parity.errors import ParityError
+    from parity.experiments.plan import for_experiment
+    from parity.workflow_config import check_experiment_settings
+
+    def warmups(settings):
+        return {case.warmup_requests for case in for_experiment("sustained", [Path("reuse-32.json")], settings)}
+
+    settings, _ = smoke_sustained(lambda s, b: None)
+    assert warmups(settings) == {8}
+    settings, _ = smoke_sustained(lambda s, b: s.update(warmup_requests=None))
+    check_experiment_settings("sustained", settings)
+    assert warmups(settings) == {None}
+    settings, _ = smoke_sustained(lambda s, b: s.update(warmup_requests=0))
+    with pytest.raises(ParityError, match="warmup_requests"):
+        check_experiment_settings("sustained", settings)
+
+
 def test_an_empty_flame_bin_dir_in_the_backend_is_refused_in_one_line():
     """`flame_bin_dir: ""` read as the current folder (`Path("")` is `.`), which the config did not name."""
     from parity.backend import Backend
