@@ -91,7 +91,7 @@ def final_throughput(confirmation: Experiment | None, offline: Experiment | None
     table = Table("Final throughput (confirmation pairs)", study["section"],
                   ["Workload", "Source", "Standalone vLLM requests/s", "Flame requests/s", "Flame vs vLLM median",
                    "Paired throughput ratios", "Pairs counted / excluded", "Every pair ≥ 99%",
-                   "Both medians within 1%", "Share of offline limit (vLLM / Flame)"])
+                   "Medians within 1%", "Share of offline limit (vLLM / Flame)"])
     limits = {x["trace_name"]: x for x in (offline.doc.get("limits", []) if offline else [])}
     headline, plot = {}, {}
     for trace in _trace_names(study["traces"], confirmation):
