@@ -13,8 +13,8 @@ from parity.flame.settings import FlameSettings
 
 ROOT = Path(__file__).resolve().parents[1]
 TRACES = [Path("t/no-reuse.json"), Path("t/reuse.json")]
-STUDY = {"pairs": 5, "flame": {"batch_limit": 256, "window_ms": 10, "budget_mib": 4, "api": "async", "compress": True,
-                               "order": "prefix", "gc_freeze": True}}  # config/experiments.yaml's confirmation
+STUDY = {"pairs": 5, "flame": {"batch_limit": 128, "window_ms": 10, "budget_mib": 4, "api": "async", "compress": True,
+                               "order": "arrival", "gc_freeze": True}}  # config/experiments.yaml's confirmation
 
 
 def test_the_study_plan_is_unchanged_and_the_shard_count_changes_no_trial_id_or_stage():
@@ -46,6 +46,21 @@ def test_flame_arms_rerun_the_pairs_with_only_the_flame_side_changed_pair_by_pai
     assert {c.stage: c.arm for c in placed} == {"final": None, "final-prefix": "prefix"}
     with pytest.raises(ParityError, match="flame_arms and arms both name 'prefix'"):
         plan.for_experiment("confirmation", TRACES, STUDY | {"arms": ["prefix"], "flame_arms": {"prefix": {}}})
+
+
+@pytest.mark.parametrize("arms, flame_arms", [((), None), (("prefix",), None), ((), {"tuned": None}),
+                                               (("prefix",), {"harvest": {"mode": "harvest"}, "tuned": None,
+                                                              "express3": {"mode": "harvest", "hold_ms": 3}})])
+def test_the_stages_the_workflow_checks_are_the_stages_the_plan_runs(arms, flame_arms):
+    """The workflow checks a profile's `stages` before any job against plan.confirmation_stages (it had its own copy
+    of the naming, a twin of the plan's): those are the plan's stages, in its order, a switched-off arm none."""
+    settings = STUDY | {"pairs": 1, "arms": list(arms)} | ({"flame_arms": flame_arms} if flame_arms else {})
+    cases = plan.for_experiment("confirmation", TRACES, settings)
+    stages = plan.confirmation_stages(arms, flame_arms)
+    assert stages == list(dict.fromkeys(c.stage for c in cases)) and "final-tuned" not in stages
+    for stage in stages:
+        picked = plan.for_experiment("confirmation", TRACES, settings | {"stages": [stage]})
+        assert picked and {c.stage for c in picked} == {stage}
 
 
 def test_a_sweep_is_recorded_on_every_case_and_unset_it_changes_nothing():

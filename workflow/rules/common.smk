@@ -120,17 +120,17 @@ _refuse_what_the_schema_lets_by(config)
 
 
 def _refuse_unknown_stages(config):
-    """An arm named twice, and the confirmation's `stages` against the stages its arms make (final, final-<arm>, final-<Flame arm>: as
-    parity.experiments.plan.confirmation names them), before any job starts: the plan refuses such a name too, but
-    only when the confirmation's job runs, after every experiment before it (hours on a GPU host; an outsider)."""
-    from parity.experiments.settings import running_arms
+    """The confirmation's `stages` against the stages its arms make (parity.experiments.plan.confirmation_stages, their
+    one home; an arm named twice is refused there), before any job starts: the plan refuses such a name too, but only
+    when the confirmation's job runs, after every experiment before it (hours on a GPU host; an outsider)."""
+    from parity.errors import ParityError
+    from parity.experiments.plan import confirmation_stages
 
     confirmation = config.get("experiments", {}).get("confirmation", {})
-    arms = confirmation.get("arms", [])
-    flame_arms = running_arms(confirmation.get("flame_arms"))  # null: an arm the profile switched off
-    if both := [arm for arm in arms if arm in flame_arms]:  # two stages of one name (the plan refuses it too)
-        raise WorkflowError(f"experiments.confirmation: flame_arms and arms both name {both[0]!r}")
-    planned = ["final", *(f"final-{arm}" for arm in [*arms, *flame_arms])]
+    try:
+        planned = confirmation_stages(tuple(confirmation.get("arms", [])), confirmation.get("flame_arms"))
+    except ParityError as exc:
+        raise WorkflowError(f"experiments.{exc}") from None
     for stage in confirmation.get("stages", []):
         if stage not in planned:
             raise WorkflowError(f"experiments.confirmation.stages names {stage!r}, not a stage of this plan "

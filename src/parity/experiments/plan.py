@@ -195,27 +195,35 @@ def confirmation(traces: list[Path], count: int | dict[str, int], flame: FlameSe
     `stages` (ours, empty: every stage): only those stages' pairs, so a device session runs one arm's share alone
     (an earlier session's pairs of the other stages, on other Flame binaries, would otherwise all run again)."""
     if stages:
-        cases = confirmation(traces, count, flame, arms, flame_arms, sweep)
-        planned = list(dict.fromkeys(case.stage for case in cases))
+        planned = confirmation_stages(arms, flame_arms)
         if unknown := [stage for stage in stages if stage not in planned]:
             raise ParityError(f"confirmation: stages names {unknown[0]!r}, not a stage of this plan "
                               f"({', '.join(planned)})")
-        return [case for case in cases if case.stage in stages]
+        return [case for case in confirmation(traces, count, flame, arms, flame_arms, sweep) if case.stage in stages]
     if sweep:
         return [replace(case, sweep=sweep) for case in confirmation(traces, count, flame, arms, flame_arms)]
     cases = pairs("confirmation", "final", traces, count, flame, pinned=True)
     for arm in arms:
         cases += [replace(case, arm=arm) for case in
                   pairs("confirmation", f"final-{arm}", traces, count, flame, pinned=True, placement=arm)]
+    confirmation_stages(arms, flame_arms)  # no stage named twice
     flame_arms = running_arms(flame_arms)  # null: an arm the profile switched off
     if not flame_arms:
         return cases  # the study's order, untouched
-    if clash := sorted(set(flame_arms) & set(arms)):
-        raise ParityError(f"confirmation: flame_arms and arms both name {clash[0]!r} (stage final-{clash[0]} twice)")
     for name, changes in flame_arms.items():
         cases += [replace(case, arm=name) for case in
                   pairs("confirmation", f"final-{name}", traces, count, with_arm(flame, name, changes), pinned=True)]
     return sorted(cases, key=lambda case: case.pair)  # stable: each stage's pair keeps its order and first side
+
+
+def confirmation_stages(arms: tuple[str, ...] = (), flame_arms: dict[str, dict] | None = None) -> list[str]:
+    """The confirmation's stages in the plan's order: the study's `final`, then `final-<arm>` for each router arm and
+    each Flame arm that runs (null: switched off). Their one home: the plan names its cases so, and the workflow checks
+    a profile's `stages` against them before any job starts. An arm named in both would be one stage twice."""
+    flame_arms = running_arms(flame_arms)
+    if clash := sorted(set(flame_arms) & set(arms)):
+        raise ParityError(f"confirmation: flame_arms and arms both name {clash[0]!r} (stage final-{clash[0]} twice)")
+    return ["final", *(f"final-{name}" for name in [*arms, *flame_arms])]
 
 
 def with_arm(flame: FlameSettings, name: str, changes: dict) -> FlameSettings:
