@@ -238,10 +238,10 @@ def test_a_trial_that_ran_another_schedule_is_stale_and_a_study_trial_keeps_its_
 
     study = {"ran_with": {}, "trace": {"sha256": "t"}, "engine": {"args": {}}, "versions": {}}
     wanted = {name: None for name in trial.RESULT_SETTINGS} | {"trace": "t", "engine_args": {}, "versions": {},
-                                                                 "load": trial._load(None)}
+                                                                 "load": trial.recorded_load(None)}
     assert "load" not in (trial.stale(study, wanted) or "")  # recorded before `load` existed: the study's burst
     poisson = {"schedule": Schedule(kind="poisson", rate=4.0).to_dict(), "stream": True}
-    assert "load.schedule" in trial.stale(study, wanted | {"load": trial._load(poisson)})
+    assert "load.schedule" in trial.stale(study, wanted | {"load": trial.recorded_load(poisson)})
 
 
 def test_startup_cost_is_measured_per_path_cold_then_warm(tmp_path):

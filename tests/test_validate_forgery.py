@@ -131,3 +131,42 @@ def test_the_testers_halved_trial_is_named_though_its_trace_is_not_archived(tmp_
     assert [line for line in added if not line.startswith("Error:")] == [
         f"{trial}: /timing: disagrees: its timing is not what its records give: a record completed before it "
         "was submitted"], after.output
+
+
+# ---- a paced trial relabelled in both of its places (outside pass M) --------------------------------
+
+LADDER = ARCHIVE.parent / "h100-ladder-2026-12-05-trials-session26.tar.xz"
+
+
+def _replayed(doc: dict) -> None:
+    """A paced trial made a replay in its schedule and in what it ran with, every arrival 74 ms later: each
+    request's first-token latency 74 ms better, and no offsets to check the arrivals by."""
+    doc["schedule"]["kind"] = doc["ran_with"]["load"]["schedule"]["kind"] = "replay"
+    for record in doc["records"] + doc.get("refused", []):
+        record["arrival_s"] += 0.074
+        if "sent_s" in record:
+            record["sent_s"] = max(record["sent_s"], record["arrival_s"])
+    doc["timing"] = timing(doc["records"], doc["timing"]["release_s"])
+
+
+@pytest.mark.skipif(not LADDER.is_file(), reason="the measured archive is not in this checkout")
+@pytest.mark.parametrize("forgery, says", [
+    (_replayed, "/load/schedule/kind: disagrees: its trial ran with 'replay', its settings plan 'poisson'"),
+    (lambda doc: doc.pop("ran_with"), "its trial records no ran_with"),
+])
+def test_a_trials_load_is_held_to_the_plan_so_a_paced_trial_relabelled_everywhere_is_named(tmp_path, forgery,
+                                                                                           says):
+    """The trial's schedule is held to its ran_with.load (checks.py), which a forger edits too, or deletes: the
+    experiment holds each trial's recorded load to the one its settings plan (experiments.derive)."""
+    with tarfile.open(LADDER) as archive:
+        archive.extractall(tmp_path, filter="data")
+    results = tmp_path / "results"
+    before = validate(results)
+    trial = results / "host" / "sustained" / "trials" / "sustained-rate-16-unbounded-hot-640-p0-vllm.json"
+    edit(trial, forgery)
+    assert rehash(results) > 0
+    after = validate(results)
+    assert after.exit_code == 1 and "Traceback" not in after.output
+    added = set(after.output.splitlines()) - set(before.output.splitlines())
+    experiment = results / "host" / "sustained" / "experiment.json"
+    assert any(line.startswith(f"{experiment}: ") and says in line for line in added), after.output

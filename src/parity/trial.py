@@ -263,14 +263,15 @@ def ran_with(backend, gpus: list[str], trace: Path, *, placement: str | None, fl
               "sim_params": sim_params_sha256(backend), "warmup_rounds": backend.warmup_rounds, "gpus": list(gpus),
               "cluster": backend.cluster if flame else None, "flame_binaries": flame_binaries if flame else None,
               "placement": placement, "flame": flame.to_dict() if flame else None,
-              "load": _load(load), "versions": package_versions(),
+              "load": recorded_load(load), "versions": package_versions(),
               "engine_cpus": backend.reserved_engine_cpus}
     return {name: values[name] for name in RESULT_SETTINGS} | \
         {name: values[name] for name, unset in SET_ONLY.items() if values[name] != unset}
 
 
-def _load(load: dict | None) -> dict:
-    """The arrival schedule and streaming as recorded, the burst's settings left out (as a study trial's)."""
+def recorded_load(load: dict | None) -> dict:
+    """A case's load (plan.Case.load) as its trial records it in ran_with: the burst's settings left out (as a study
+    trial's); what `experiments.derive` holds a trial's recorded load to."""
     if load is None or load == {"schedule": Schedule().to_dict(), "stream": False}:
         return STUDY_LOAD
     return load

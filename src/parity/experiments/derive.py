@@ -16,6 +16,7 @@ from parity.experiments.plan import for_experiment, runs_cases
 from parity.experiments.runner import case_entry
 from parity.manifest import first_difference, read_manifest
 from parity.stats import trial_facts
+from parity.trial import STUDY_LOAD, recorded_load
 
 
 def admitted_against(trial_doc: dict) -> dict | None:
@@ -63,7 +64,9 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
             ran_by = {k: v for k, v in trial_doc["ran_with"]["load"]["admission"].items() if k != "objective"}
             if ran_by != stated:
                 bounded.append((case.get("trial_id"), ran_by, stated))
-        configs[case.get("trial_id")] = trial_doc.get("config") or {}
+        ran_with = trial_doc.get("ran_with")  # a trial made before its load was recorded ran the study's (trial.stale)
+        configs[case.get("trial_id")] = (trial_doc.get("config") or {}) | {
+            "load": ran_with.get("load", STUDY_LOAD) if isinstance(ran_with, dict) else None}
         if isinstance(trial_doc.get("ran_with"), dict):
             ran.append(trial_doc["ran_with"])
         if isinstance(trial_doc.get("trace"), dict):
@@ -168,6 +171,15 @@ def _unplanned(doc: dict, traces: list[Path], configs: dict[str, dict]) -> list[
                 pointer, was, given = first_difference(f"/cases/{number}/{key}", entry.get(key), value)
                 found.append((pointer, f"states {was!r}, its settings plan {given!r}"))
         config = configs.get(case.trial_id, {})
+        planned_load = json.loads(json.dumps(recorded_load(case.load)))  # as a manifest holds it
+        if config.get("load") is None:  # every experiment's trial records it (runner.Runner: trial.ran_with)
+            found.append((f"/cases/{number}/manifest", "its trial records no ran_with (what it ran with: how its "
+                                                       "requests arrived and were timed), which every experiment's "
+                                                       "trial records"))
+        elif config["load"] != planned_load:  # the trial's schedule is held to its ran_with.load (checks.py), and
+            # that here to the plan's, so a paced trial relabelled a replay in both places is found (outside pass M)
+            pointer, was, given = first_difference(f"/cases/{number}/load", config["load"], planned_load)
+            found.append((pointer, f"its trial ran with {was!r}, its settings plan {given!r}"))
         if config.get("placement") not in (None, case.placement):
             found.append((f"/cases/{number}/placement", f"its trial's config says placement {config['placement']!r}, "
                                                         f"its settings plan {case.placement!r}"))
