@@ -203,3 +203,10 @@ def test_a_profile_switches_off_a_flame_arm_the_shared_config_names_with_null(tm
         final = next(c for c in cases if c.stage == "final").flame
         assert (final.batch_limit, final.order) == (128, "arrival")  # the study's, in every profile
         assert all((c.flame.batch_limit, c.flame.order) == (256, "prefix") for c in cases if c.stage != "final")
+
+
+def test_an_arm_whose_stage_reads_as_another_on_a_trace_is_refused_by_the_plan():
+    """A Flame arm "no": stage final-no on trace reuse made trial confirmation-final-no-reuse-p0-vllm, stage final's on
+    no-reuse; the dry run let it by and the job refused it hours in, without the id (outside pass M)."""
+    with pytest.raises(ParityError, match="names trial confirmation-final-no-reuse-p0-vllm twice"):
+        plan.for_experiment("confirmation", TRACES, STUDY | {"flame_arms": {"no": {"batch_limit": 64}}})

@@ -166,3 +166,19 @@ def test_an_empty_flame_bin_dir_in_the_backend_is_refused_in_one_line():
     with pytest.raises(ParityError, match="flame_bin_dir") as refused:
         Backend.from_dict({"cluster": "flame", "flame_bin_dir": ""})
     assert "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize("where", ["flame_arms", "arms"])
+def test_a_key_yaml_reads_as_a_boolean_is_refused_in_one_line(where):
+    """`flame_arms: {no: {...}}` unquoted is the boolean False to YAML, which the schema's name pattern let by: the
+    dry run ended in a TypeError (outside pass M). Now one line that names the key and says to quote it."""
+    from parity.errors import ParityError
+    from parity.workflow_config import check, load, schema
+
+    config = load(SMOKE)
+    part = config["experiments"]["confirmation" if where == "flame_arms" else "sustained"]
+    part.setdefault(where, {})[False] = {"batch_limit": 64}
+    with pytest.raises(ParityError) as refused:
+        check(schema(), config, "the workflow config:")
+    said = str(refused.value)
+    assert "\n" not in said and "key False is not text" in said and "quote it" in said and where in said, said

@@ -81,6 +81,10 @@ def _choices(alternatives: list[dict]) -> str | None:
 def check(part: dict, values, what: str) -> None:
     """ParityError naming the first problem (by key path) if `values` does not fit `part` of the schema, or holds
     a number that is not finite (a schema's minimum passes NaN: a NaN startup_timeout_s waited for ever)."""
+    where = not_text_key(values)  # first: the schema's checks and their sorting assume text keys (a bool key crashed)
+    if where is not None:
+        raise ParityError(f"{what}{f' {where[0]}' if where[0] else ''}: key {where[1]!r} is not text (YAML reads yes, "
+                          f"no, on, off, true and false unquoted as booleans, and bare numbers as numbers): quote it")
     errors = sorted(_validator(part).iter_errors(values), key=lambda e: (list(map(str, e.absolute_path)), e.message))
     if errors:
         raise ParityError(first_problem([_message(error, what) for error in errors]))
@@ -103,6 +107,23 @@ def not_finite(value, path: str = "") -> tuple[str, float] | None:
     for where, child in children:
         if (found := not_finite(child, where)) is not None:
             return found
+    return None
+
+
+def not_text_key(value, path: str = "") -> tuple[str, object] | None:
+    """The key path of the first mapping in `value` with a key that is not text, and that key (None: every key is):
+    a Flame arm named `no:` unquoted is the boolean False to YAML, which the schema's name pattern lets by (an
+    outsider's: the dry run ended in a TypeError)."""
+    if isinstance(value, dict):
+        for key, child in value.items():
+            if not isinstance(key, str):
+                return path, key
+            if (found := not_text_key(child, f"{path}.{key}" if path else key)) is not None:
+                return found
+    elif isinstance(value, list):
+        for at, child in enumerate(value):
+            if (found := not_text_key(child, f"{path}[{at}]")) is not None:
+                return found
     return None
 
 

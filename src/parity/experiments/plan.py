@@ -555,7 +555,14 @@ def for_experiment(name: str, traces: list[Path], settings: dict) -> list[Case]:
     if EXPERIMENTS[name].plan is None:
         raise ParityError(f"{name} has no cases: it runs each shard on the engine "
                           "(parity.experiments.offline_limit.run)")
-    return EXPERIMENTS[name].plan(traces, typed)
+    cases = EXPERIMENTS[name].plan(traces, typed)
+    seen: set[str] = set()
+    for case in cases:  # e.g. a Flame arm "no": stage final-no on trace reuse is stage final on no-reuse (outside pass M)
+        if case.trial_id in seen:
+            raise ParityError(f"{name}: its plan names trial {case.trial_id} twice: an arm's name joined to a trace's "
+                              "reads as another stage's (rename the arm)")
+        seen.add(case.trial_id)
+    return cases
 
 
 def check_experiment(name: str, settings: dict, requests: dict[str, int], engine: Backend) -> None:
