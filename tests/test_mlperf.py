@@ -323,6 +323,36 @@ def test_a_stop_signal_while_loadgen_runs_ends_in_order_with_the_receipt(tmp_pat
         assert not (out / "loadgen" / name).exists() and (out / "loadgen" / f"{name}.stopped").is_file()
 
 
+def test_a_rerun_stopped_before_loadgen_leaves_no_earlier_runs_result(tmp_path):
+    """A rerun stopped in its warm-up left the earlier run's "Result is : VALID" summary, detail log and user.conf
+    beside no manifest (outside pass M): a run's start clears what an earlier run left there."""
+    import signal
+    import time
+
+    dataset = tmp_path / "random.json"
+    write_random_dataset(dataset, samples=64, seed=0)
+    out = tmp_path / "run"
+    common = ["--arm", "standalone", "--dataset", dataset, "--out", out, "--min-duration-ms", 0,
+              "--min-query-count", 64, "--max-tokens", 8]
+    mlperf("run", *common, "--target-qps", 20, "--warmup-samples", 0)
+    assert "VALID" in (out / "loadgen" / "mlperf_log_summary.txt").read_text()
+    proc = subprocess.Popen([sys.executable, "-m", "parity", "mlperf", "run", *map(str, common),
+                             "--warmup-samples", "64"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines = []
+    for line in proc.stdout:  # its replicas are up: the warm-up is next, then the probe, then LoadGen
+        lines.append(line)
+        if "samples of" in line:
+            time.sleep(0.5)
+            proc.send_signal(signal.SIGTERM)
+            break
+    lines += proc.stdout.readlines()
+    assert proc.wait(timeout=120) == 128 + signal.SIGTERM, "".join(lines)
+    left = sorted(p.name for p in (out / "loadgen").iterdir()) if (out / "loadgen").is_dir() else []
+    assert "mlperf_log_summary.txt" not in left and "mlperf_log_detail.txt" not in left, left  # (a stop inside
+    # LoadGen, on a faster machine, sets this run's own aside as *.stopped)
+    assert not (out / "user.conf").exists() and not (out / "mlperf-run.json").exists()
+
+
 def test_a_loadgen_log_folder_that_cannot_be_written_is_one_line_before_any_engine_starts(tmp_path):
     """An outsider's: LoadGen that could not open its summary said so, then the process segfaulted (139)."""
     dataset = tmp_path / "random.json"

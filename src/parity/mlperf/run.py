@@ -252,8 +252,8 @@ def run_arm(spec: RunSpec, log: Callable[[str], None] = print) -> dict:
                           f"{len(dataset.prompts)} samples the dataset gives")
     out = spec.out
     out.mkdir(parents=True, exist_ok=True)
-    for name in (*RECEIPTS, MANIFEST):  # an earlier run's receipt must not be linked as this run's, nor its manifest
-        (out / name).unlink(missing_ok=True)  # stand beside this run's logs if this one is stopped
+    for name in (*RECEIPTS, MANIFEST, "user.conf"):  # an earlier run's receipt must not be linked as this run's, nor
+        (out / name).unlink(missing_ok=True)  # its manifest or settings stand beside this run's logs if this one stops
     args = spec.mlperf_args()
     simulated = spec.backend.simulated
     total = len(dataset.prompts)
@@ -263,7 +263,9 @@ def run_arm(spec: RunSpec, log: Callable[[str], None] = print) -> dict:
 
     log_dir = out / "loadgen"  # checked by the command (`cli.mlperf`): LoadGen unable to write there segfaulted
     log_dir.mkdir(parents=True, exist_ok=True)
-    for name in STOPPED_LOGS:  # an earlier stopped run's, not to stand beside this run's
+    for name in (*STOPPED_LOGS, lglogs.ACCURACY, "mlperf_log_trace.json"):  # an earlier run's LoadGen logs, stopped or
+        # not: a rerun stopped before its LoadGen test left the last run's "Result is : VALID" (outside pass M)
+        (log_dir / name).unlink(missing_ok=True)
         (log_dir / f"{name}.stopped").unlink(missing_ok=True)
     with contextlib.ExitStack() as stack:
         stack.callback(_drop_empty_trace, log_dir)  # last, whether the run ended or was stopped
