@@ -54,6 +54,8 @@ def _message(error, what: str) -> str:
     message = error.message
     if error.validator in ("oneOf", "anyOf") and (choices := _choices(error.schema[error.validator])):
         message = f"{error.instance!r} is none of: {choices}"  # "not valid under any of the given schemas" said nothing
+    elif error.validator == "pattern" and error.validator_value == "\\S":  # a path, say, of no letter but spaces
+        message = f"{error.instance!r} is blank: name it (or null)"
     elif error.validator == "type" and isinstance(error.instance, str) and yaml_text_number(error.instance):
         message += f" (YAML reads {error.instance} as text: write {yaml_number(error.instance)})"
     return f"{what}{f' {where}' if where else ''}: {message}"

@@ -108,14 +108,15 @@ def write_cluster_config(path: Path | str, **kw) -> Path:
 
 def find_binaries(bin_dir: Path | str | None = None) -> dict[str, Path]:
     """Both service binaries from `bin_dir`, else env FLAME_BIN_DIR; ParityError says what is missing."""
+    named = "the Flame bin dir"
     if bin_dir is None:
-        bin_dir = os.environ.get("FLAME_BIN_DIR")
-        if not bin_dir:
+        bin_dir, named = os.environ.get("FLAME_BIN_DIR"), "FLAME_BIN_DIR"
+        if bin_dir is None:
             raise ParityError(f"no Flame binaries: give --flame-bin-dir (backend.flame_bin_dir) or set FLAME_BIN_DIR "
                               f"to a directory holding {' and '.join(BINARIES)} (or run on the CPU stand-in: "
                               f"--cluster standin)")
     if not str(bin_dir).strip():  # Path("") is the current folder, which the user did not name
-        raise ParityError("the Flame bin dir is empty: name the folder of the Flame v0.6.0 binaries")
+        raise ParityError(f"{named} is empty: name the folder of the Flame v0.6.0 binaries")
     bin_dir = Path(bin_dir)
     if not bin_dir.is_dir():
         raise ParityError(f"Flame bin dir {bin_dir} does not exist or is not a directory")
