@@ -729,6 +729,12 @@ FORGED_ADMISSION = {  # an outsider's (2026-12-07): each passed `validate` with 
                            "a retry's or a hold's last try is due after its arrival"),
     "due on a request neither retried nor held": (_token_times(lambda r: r.update(due_s=r["sent_s"])),
                                                   "/admission/retried", "yet 1 record(s) say when a retry or a hold"),
+    # outside pass M's (2026-12-07): the most lagged sends deleted, or every one, moved the report's send lag
+    "the latest sends deleted": (lambda d: [r.pop("sent_s") for r in sorted(d["records"], key=lambda r: r["arrival_s"]
+                                                                             - r["sent_s"])[:3]],
+                                 "sent_s", "a path records every request's send or none"),
+    "every send deleted": (lambda d: [r.pop("sent_s") for r in d["records"]], "/records/0/sent_s",
+                           "absent on every record of a paced trial"),
     "admitted inflated": (lambda d: d["admission"].update(admitted=999), "/admission/admitted", "states 999"),
     "refusals not counted": (lambda d: d["admission"].update(refused=0), "/admission/refused", "states 0"),
     "retries under settings of none": (lambda d: d["admission"].update(retried=5), "/admission/retried", "states 5"),
@@ -770,6 +776,25 @@ def test_refused_tries_are_those_of_its_refusals_and_its_admitted_retries(refuse
            "ran_with": {"load": {"admission": settings | {"objective": objective}}}}
     found = admission_mismatch(doc)  # its refusal's 3 tries, and its one admitted retry's 1 or 2
     assert found is None if says is None else found[0] == "/admission/refused" and says in found[1], found
+
+
+@pytest.mark.parametrize("reason, says", [("refused on all 3 tries", None), ("refused on 2 tries: a retry would "
+                                            "come past its budget", None), ("refused on all 9 tries", "all 9 tries"),
+                                           ("refused on all 2 tries", "all 2 tries"), ("refused on 4 tries", "4 tries")])
+def test_a_refusal_had_no_more_tries_than_its_retries_allow(reason, says):
+    """"refused on all 9 tries" under 2 retries, its counts raised to match, passed (outside pass M): a refusal had 1
+    to retries + 1 tries, and all of them when it says "all"."""
+    from parity.checks import admission_mismatch
+
+    settings, objective = {"retries": 2}, {"ttft_s": 2.0, "itl_s": 0.1}
+    tries = int(reason.split(" tr")[0].split()[-1])
+    doc = {"records": [{"arrival_s": 1.5, "sent_s": 1.5, "complete_s": 2.5}],
+           "refused": [{"reason": f"predicted first token in 3 s > 2 s; {reason}"}],
+           "admission": {"admitted": 1, "refused": tries, "retried": 0, "held_admitted": 0, "settings": settings,
+                         "objective": objective},
+           "ran_with": {"load": {"admission": settings | {"objective": objective}}}}
+    found = admission_mismatch(doc)
+    assert found is None if says is None else found[0] == "/refused/0/reason" and says in found[1], found
 
 
 @pytest.mark.parametrize("name", FORGED_ADMISSION)

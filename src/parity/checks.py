@@ -233,6 +233,8 @@ def records_contradict(doc: dict) -> tuple[str, str] | None:
             return f"/records/{index}/{found[0]}", f"{record['request_id']} {found[1]}"
         if why := _token_times_wrong(record):
             return f"/records/{index}/token_s", f"{record['request_id']}'s {why}"
+    if found := _sends_missing(doc):
+        return found
     at: dict[int, str] = {}
     for field in ("records", "refused"):
         for index, record in enumerate(doc.get(field, [])):
@@ -240,6 +242,23 @@ def records_contradict(doc: dict) -> tuple[str, str] | None:
                 return (f"/{field}/{index}/position", f"{record['request_id']} is at position {record['position']}, "
                                                       f"as {at[record['position']]} is: one request per position")
             at[record["position"]] = record["request_id"]
+    return None
+
+
+def _sends_missing(doc: dict) -> tuple[str, str] | None:
+    """(pointer, why) where some records state when they were sent and others not, or a paced trial's none do: both
+    paths record every request's send on a paced schedule and none in a burst, and the report's send lag is read from
+    them, so the most lagged sends deleted (or all) passed `validate` and moved the lag (outside pass M)."""
+    records = doc["records"]
+    missing = [index for index, record in enumerate(records) if "sent_s" not in record]
+    if not missing or not records:
+        return None
+    if len(missing) < len(records):
+        return (f"/records/{missing[0]}/sent_s", f"absent on {len(missing)} record(s) where the other "
+                                                 f"{len(records) - len(missing)} state theirs: a path records every "
+                                                 "request's send or none")
+    if (doc.get("schedule") or {}).get("kind") in PACED:
+        return "/records/0/sent_s", "absent on every record of a paced trial, which records each request's send"
     return None
 
 
@@ -324,6 +343,12 @@ def admission_mismatch(doc: dict) -> tuple[str, str] | None:
     if stats.get("retried", 0) and not retries or stats.get("retried", 0) > stats["admitted"]:
         return "/admission/retried", (f"states {stats['retried']}, under settings that allow {retries} retries and "
                                       f"{stats['admitted']} admitted")
+    for index, refusal in enumerate(refused if retries else []):  # a refusal had 1 to retries + 1 tries, all of them
+        # when its reason says "all": "refused on all 9 tries" under 2 retries passed (outside pass M)
+        said = _TRIES.search(refusal.get("reason", ""))
+        if said and not (1 <= int(said.group(2)) <= retries + 1 and (not said.group(1) or int(said.group(2)) == retries + 1)):
+            return f"/refused/{index}/reason", (f"says {said.group(0)[2:]!r}, under settings that allow {retries} "
+                                                f"retries ({retries + 1} tries)")
     if retries and (tries := _final_tries(refused)) is not None:  # each refused try counted once: a refusal's own
         # (its reason says how many it had), and an admitted retry's, one to `retries` each; a completed request moved
         # into the refusals, the counts edited to match, passed (outside pass K)
@@ -339,7 +364,7 @@ def admission_mismatch(doc: dict) -> tuple[str, str] | None:
     return None
 
 
-_TRIES = re.compile(r"; refused on (?:all )?(\d+) tr(?:y|ies)")  # parity.admission.retry.Attempts.final's words
+_TRIES = re.compile(r"; refused on (all )?(\d+) tr(?:y|ies)")  # parity.admission.retry.Attempts.final's words
 
 
 def _final_tries(refused: list[dict]) -> int | None:
@@ -349,7 +374,7 @@ def _final_tries(refused: list[dict]) -> int | None:
         said = _TRIES.search(refusal.get("reason", ""))
         if said is None:
             return None
-        total += int(said.group(1))
+        total += int(said.group(2))
     return total
 
 
