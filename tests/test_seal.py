@@ -216,3 +216,38 @@ def test_an_input_that_is_no_fetch_receipt_or_lies_in_the_tree_is_refused_in_one
         result = CliRunner().invoke(main, ["seal", str(results), "--input", str(given)])
         assert result.exit_code == 1 and says in result.output and len(result.output.splitlines()) == 1, result.output
     assert not (results / seal.RUN_MANIFEST).exists()
+
+
+def test_a_switched_off_arms_earlier_pairs_are_sealed_as_superseded_not_as_evidence(tmp_path, tiny_reuse_trace,
+                                                                                     sim_backend):
+    """A confirmation run with a Flame arm, then again with the arm switched off (null): the arm's trials, pair and
+    cleanup receipts stay on disk (nothing lost), and the seal linked its pair among the tree's tops, as evidence of a
+    run whose settings say it never ran (outside pass M). They are sealed as `superseded` now, and said so."""
+    from parity.experiments import plan
+    from parity.experiments.runner import run_experiment
+
+    results = tmp_path / "results"
+    for source in tiny_reuse_trace.parent.parent.iterdir():  # the trace and the inputs it links, in the tree as they
+        if source.name.startswith(("small-inputs", "tiny-traces")):  # lie beside each other
+            shutil.copytree(source, results / source.name)
+    trace = results / tiny_reuse_trace.parent.name / tiny_reuse_trace.name
+    out = results / "confirmation"
+    flame = {"batch_limit": 128, "window_ms": 10, "budget_mib": 4, "api": "async", "compress": True,
+             "order": "arrival", "gc_freeze": True}
+    for arm in ({"batch_limit": 256, "order": "prefix"}, None):
+        settings = {"pairs": 1, "shards": 1, "flame": flame, "flame_arms": {"tuned": arm}}
+        run_experiment("confirmation", plan.for_experiment("confirmation", [trace], settings), sim_backend, out,
+                       settings=settings, log=lambda _: None)
+    said: list[str] = []
+    summary, problems = seal.seal(results, log=said.append)
+    assert problems == [], problems
+    doc = json.loads((results / seal.RUN_MANIFEST).read_text())
+    tops = {r["path"] for r in doc["manifests"]}
+    assert "confirmation/experiment.json" in tops and not any("tuned" in path for path in tops), tops
+    superseded = {r["path"] for r in doc["superseded"]}
+    assert "confirmation/pairs/final-tuned-reuse-p0.json" in superseded, superseded
+    assert all("tuned" in path for path in superseded), superseded
+    assert any("none of their experiments' cases" in line for line in said), said
+    assert seal.unlinked(results) == []  # every kept file still linked: an edit of a superseded one is named
+    ok = CliRunner().invoke(main, ["validate", str(results)])
+    assert ok.exit_code == 0, ok.output

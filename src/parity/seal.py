@@ -91,6 +91,15 @@ def _found(results: Path, unreadable: list[Problem] | None = None) -> tuple[list
     return manifests, seal
 
 
+def _superseded(path: Path, doc: dict) -> bool:
+    """A trial, pair or cleanup receipt no manifest links, in the folders of an experiment that has its manifest: of
+    none of its cases (a Flame arm a profile switched off, fewer pairs, a device run's narrowed stage), an earlier
+    run's. Sealed as `superseded`, not among the tree's tops: the bundle carried a switched-off arm's pairs as
+    evidence of a run whose settings say they never ran (outside pass M)."""
+    return (doc.get("kind") in ("trial", "pair", "cleanup-receipt") and path.parent.name in ("trials", "pairs", "cleanup")
+            and (path.parent.parent / "experiment.json").is_file())
+
+
 def _linked(manifests: Iterable[tuple[Path, dict]]) -> set[Path]:
     return {target for path, doc in manifests for target in linked_files(doc, path)}
 
@@ -132,7 +141,9 @@ def seal(results: Path, inputs: Iterable[Path] = (), *, log=print) -> tuple[dict
     before = _linked([(old, read_manifest(old))]) if old is not None else set()
     here = Path(os.path.abspath(results))
     linked = _linked(manifests)
-    tops = [p for p, _ in manifests if Path(os.path.abspath(p)) not in linked]
+    tops = [(p, d) for p, d in manifests if Path(os.path.abspath(p)) not in linked]
+    superseded = [p for p, d in tops if _superseded(p, d)]
+    tops = [p for p, _ in tops if p not in superseded]
     paths = {Path(os.path.abspath(p)) for p, _ in manifests}
     rest = [results / rel for rel in files if (here / rel) not in linked and (here / rel) not in paths]
     doc = header(KIND, simulated=any(doc.get("simulated") for _, doc in manifests)) | {
@@ -140,8 +151,12 @@ def seal(results: Path, inputs: Iterable[Path] = (), *, log=print) -> tuple[dict
         "manifests": [file_ref(p, results) for p in tops],
         "files": [file_ref(p, results) for p in rest],
         "inputs": [file_ref(p, results) for p in inputs],
-    }
+    } | ({"superseded": [file_ref(p, results) for p in superseded]} if superseded else {})
     write_manifest(results / RUN_MANIFEST, doc)
+    if superseded:
+        log(f"seal: {len(superseded)} manifest(s) in experiments' folders are none of their experiments' cases (an "
+            "arm switched off, a plan narrowed: an earlier run's), linked as superseded, not as evidence: "
+            + ", ".join(str(p.relative_to(results)) for p in superseded[:3]) + (" ..." if len(superseded) > 3 else ""))
     adopted = sorted((p for p in rest if Path(os.path.abspath(p)) not in before), key=str)
     if old is not None and adopted:  # a re-seal vouches for these now: say which, so a stray file is seen
         log(f"seal: {len(adopted)} file(s) linked by no manifest, and not by the earlier seal, are linked now: "
