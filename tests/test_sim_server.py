@@ -70,8 +70,12 @@ def test_a_replica_shutting_down_answers_what_it_has_not_finished_at_once():
         await client.start_server()
         body = {"model": "m", **EngineArgs().sampling(), "prompt": [1, 2, 3]}
         pending = asyncio.ensure_future(client.post("/v1/completions", json=body))
-        while not engine.scheduler.steps:  # under way: 16 steps of 2 s
+        for _ in range(3000):  # under way: 16 steps of 2 s (bounded: a server that never steps fails, not hangs)
+            if engine.scheduler.steps:
+                break
             await asyncio.sleep(0.01)
+        else:
+            pytest.fail("the engine took no step in 30 s")
         started = time.monotonic()
         await server.close()
         took = time.monotonic() - started
