@@ -162,7 +162,7 @@ def _unplanned(doc: dict, traces: list[Path], configs: dict[str, dict]) -> list[
         if extra := [t for t in listed if t not in first]:
             found.append(("/cases", f"lists {len(extra)} case(s) its settings do not plan, e.g. {extra[0]}"))
         return found or [("/cases", "lists a case twice")]
-    found = []
+    found, loads = [], []
     for case in planned:
         number, entry = listed[case.trial_id]
         stated = json.loads(json.dumps(case_entry(case)))  # as a manifest holds it
@@ -171,15 +171,17 @@ def _unplanned(doc: dict, traces: list[Path], configs: dict[str, dict]) -> list[
                 pointer, was, given = first_difference(f"/cases/{number}/{key}", entry.get(key), value)
                 found.append((pointer, f"states {was!r}, its settings plan {given!r}"))
         config = configs.get(case.trial_id, {})
-        planned_load = json.loads(json.dumps(recorded_load(case.load)))  # as a manifest holds it
+        # the trial's schedule is held to its ran_with.load (checks.py), and that here to the plan's, so a paced trial
+        # relabelled a replay in both places is found (outside pass M); its admission is held to the stated objective
+        # and bounded settings above, each in a line of its own
+        planned_load = {k: v for k, v in json.loads(json.dumps(recorded_load(case.load))).items() if k != "admission"}
         if config.get("load") is None:  # every experiment's trial records it (runner.Runner: trial.ran_with)
-            found.append((f"/cases/{number}/manifest", "its trial records no ran_with (what it ran with: how its "
+            loads.append((f"/cases/{number}/manifest", "its trial records no ran_with (what it ran with: how its "
                                                        "requests arrived and were timed), which every experiment's "
                                                        "trial records"))
-        elif config["load"] != planned_load:  # the trial's schedule is held to its ran_with.load (checks.py), and
-            # that here to the plan's, so a paced trial relabelled a replay in both places is found (outside pass M)
-            pointer, was, given = first_difference(f"/cases/{number}/load", config["load"], planned_load)
-            found.append((pointer, f"its trial ran with {was!r}, its settings plan {given!r}"))
+        elif (ran := {k: v for k, v in config["load"].items() if k != "admission"}) != planned_load:
+            pointer, was, given = first_difference(f"/cases/{number}/load", ran, planned_load)
+            loads.append((pointer, f"its trial ran with {was!r}, its settings plan {given!r}"))
         if config.get("placement") not in (None, case.placement):
             found.append((f"/cases/{number}/placement", f"its trial's config says placement {config['placement']!r}, "
                                                         f"its settings plan {case.placement!r}"))
@@ -187,4 +189,7 @@ def _unplanned(doc: dict, traces: list[Path], configs: dict[str, dict]) -> list[
         if case.system == "flame" and "flame" in config and config["flame"] != planned_flame:
             pointer, was, given = first_difference(f"/cases/{number}/flame", config["flame"], planned_flame)
             found.append((pointer, f"its trial's config says {was!r}, its settings plan {given!r}"))
+    if loads:  # one line for all of them (settings edited for every trial say so once)
+        (pointer, why), more = loads[0], len(loads) - 1
+        found.append((pointer, why + (f" (and {more} more)" if more else "")))
     return found
