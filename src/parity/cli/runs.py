@@ -229,7 +229,8 @@ def flame_run(cluster, flame_bin_dir, gpus, placements, traces, batch_limit, win
 
 @main.group("experiment")
 def experiment_group():
-    """The study's experiments (locality, admission, confirmation, gc, the offline limit) and ours (routing)."""
+    """The study's experiments (locality, admission, confirmation, gc, the offline limit) and ours (routing,
+    sustained)."""
 
 
 @experiment_group.command("run")
