@@ -15,6 +15,7 @@ import yaml
 from click.testing import CliRunner
 
 from parity import stats
+from parity.backend import Backend
 from parity.cli import main
 from parity.errors import ParityError
 from parity.manifest import file_ref, header, read_manifest, sha256_file, validate_paths, write_manifest
@@ -24,6 +25,7 @@ from parity.report.reference import SECTIONS, load_reference
 from parity.record import config_sha256, timing as record_timing
 from parity.rederive import problems
 from parity.stats import gc_pause_by_worker, max_worker_gc_pause, write_pair
+from parity.trial import ran_with
 from test_manifest import trial_doc  # tests/ is on sys.path (pytest's rootdir-relative import)
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -59,6 +61,14 @@ def _experiment(root: Path, name: str, trials: list[tuple[Path, dict, dict]], pa
     """trials: (path, doc, case fields); pairs: (stage, index, reference trial index, candidate trial index). Each
     case states its trial's facts and, where its settings plan it, what they plan (as `parity validate` derives)."""
     planned = _planned(name, [path.parent / doc["trace"]["path"] for path, doc, _ in trials], extra.get("settings", {}))
+    for path, doc, _ in trials:  # what each planned trial ran with, as the runner records it (`validate` holds its
+        # load to the plan's)
+        if (case := planned.get(doc["trial_id"], {}).pop("_case", None)) is not None:
+            doc["ran_with"] = ran_with(Backend.from_dict({"engine": "sim", "warmup_rounds": 0}), ["sim-0", "sim-1"],
+                                       path.parent / doc["trace"]["path"], placement=case.placement,
+                                       flame=case.flame if case.system == "flame" else None, load=case.load)
+            doc.setdefault("schedule", {"kind": "burst"})  # as a run records its schedule
+            write_manifest(path, doc)
     cases = [{"placement": "sticky", "stage": None, "pair": None, "flame": None} | stats.trial_facts(doc) | fields
              | planned.get(doc["trial_id"], {}) | {"manifest": file_ref(path, root)} for path, doc, fields in trials]
     refs = []
@@ -82,7 +92,8 @@ def _planned(name: str, traces: list[Path], settings: dict) -> dict[str, dict]:
     if not runs_cases(name):
         return {}
     traces = [Path(t) for t in dict.fromkeys(os.path.normpath(t) for t in traces)]
-    return {c.trial_id: json.loads(json.dumps(case_entry(c))) for c in for_experiment(name, traces, settings)}
+    return {c.trial_id: json.loads(json.dumps(case_entry(c))) | {"_case": c} for c in for_experiment(name, traces,
+                                                                                                       settings)}
 
 
 def _confirmation(root: Path, *, simulated=True, fail_one=False) -> Path:
