@@ -249,5 +249,8 @@ def test_a_switched_off_arms_earlier_pairs_are_sealed_as_superseded_not_as_evide
     assert all("tuned" in path for path in superseded), superseded
     assert any("none of their experiments' cases" in line for line in said), said
     assert seal.unlinked(results) == []  # every kept file still linked: an edit of a superseded one is named
+    earlier = {p.as_posix() for p in seal.superseded(results)}  # what the bundle names no GPU or version from
+    assert "confirmation/trials/confirmation-final-tuned-reuse-p0-flame.json" in earlier, earlier
+    assert all("tuned" in path for path in earlier) and superseded <= earlier, earlier
     ok = CliRunner().invoke(main, ["validate", str(results)])
     assert ok.exit_code == 0, ok.output

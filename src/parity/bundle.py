@@ -26,7 +26,7 @@ from pathlib import Path
 from parity import __version__, signature
 from parity.errors import ParityError
 from parity.manifest import RUN_MANIFEST, sha256_file
-from parity.seal import kept, sealed_trees
+from parity.seal import kept, sealed_trees, superseded
 from parity.signature import SIGNATURE
 
 CRATE = "ro-crate-metadata.json"
@@ -87,11 +87,13 @@ def _iso(seconds: float | None) -> str | None:
 
 
 def _provenance(results: Path, files: list[Path]) -> tuple[dict, list[dict]]:
-    """Software versions and GPUs as the run's trial manifests record them."""
+    """Software versions and GPUs as the run's trial manifests record them (not an earlier run's its seal calls
+    superseded: `parity.seal.superseded`)."""
     versions: dict[str, set] = {}
     gpus: dict[str, dict] = {}
+    earlier = superseded(results)
     for rel in files:
-        if rel.suffix != ".json" or "trials" not in rel.parts:
+        if rel.suffix != ".json" or "trials" not in rel.parts or rel in earlier:
             continue
         try:
             doc = json.loads((results / rel).read_text(encoding="utf-8"))

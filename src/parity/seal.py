@@ -143,12 +143,13 @@ def seal(results: Path, inputs: Iterable[Path] = (), *, log=print) -> tuple[dict
     linked = _linked(manifests)
     tops = [(p, d) for p, d in manifests if Path(os.path.abspath(p)) not in linked]
     superseded = [p for p, d in tops if _superseded(p, d)]
-    tops = [p for p, _ in tops if p not in superseded]
+    tops = [(p, d) for p, d in tops if p not in superseded]
     paths = {Path(os.path.abspath(p)) for p, _ in manifests}
     rest = [results / rel for rel in files if (here / rel) not in linked and (here / rel) not in paths]
-    doc = header(KIND, simulated=any(doc.get("simulated") for _, doc in manifests)) | {
+    # simulated as its tops are (each derived from what it links: rederive), not as a superseded earlier run was
+    doc = header(KIND, simulated=any(d.get("simulated") for _, d in tops)) | {
         "results": results.name,
-        "manifests": [file_ref(p, results) for p in tops],
+        "manifests": [file_ref(p, results) for p, _ in tops],
         "files": [file_ref(p, results) for p in rest],
         "inputs": [file_ref(p, results) for p in inputs],
     } | ({"superseded": [file_ref(p, results) for p in superseded]} if superseded else {})
@@ -182,6 +183,21 @@ def _own_output() -> set[tuple[int, int]]:
         if S_ISREG(stat.st_mode):
             found.add((stat.st_dev, stat.st_ino))
     return found
+
+
+def superseded(results: Path) -> set[Path]:
+    """The files of a sealed tree that only its run manifest's `superseded` entries reach (those manifests and what
+    they link, less what any other manifest links), relative to it: an earlier run's, never evidence of this one (the
+    bundle names no GPU or version from them); empty for a tree not sealed or with none."""
+    results = Path(results)
+    manifests, run = _found(results)
+    if run is None or not (refs := read_manifest(run).get("superseded")):
+        return set()
+    here = Path(os.path.abspath(results))
+    old = {here / ref["path"] for ref in refs}
+    reached = old | _linked([(p, d) for p, d in manifests if Path(os.path.abspath(p)) in old])
+    current = _linked([(p, d) for p, d in manifests if Path(os.path.abspath(p)) not in reached])
+    return {path.relative_to(here) for path in reached - current if path.is_relative_to(here)}
 
 
 def unlinked(results: Path) -> list[Problem]:
