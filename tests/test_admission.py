@@ -734,7 +734,7 @@ FORGED_ADMISSION = {  # an outsider's (2026-12-07): each passed `validate` with 
                                                                              - r["sent_s"])[:3]],
                                  "sent_s", "a path records every request's send or none"),
     "every send deleted": (lambda d: [r.pop("sent_s") for r in d["records"]], "/records/0/sent_s",
-                           "absent on every record of a paced trial"),
+                           "absent on every record of a trial on a schedule"),
     "admitted inflated": (lambda d: d["admission"].update(admitted=999), "/admission/admitted", "states 999"),
     "refusals not counted": (lambda d: d["admission"].update(refused=0), "/admission/refused", "states 0"),
     "retries under settings of none": (lambda d: d["admission"].update(retried=5), "/admission/retried", "states 5"),
@@ -778,15 +778,17 @@ def test_refused_tries_are_those_of_its_refusals_and_its_admitted_retries(refuse
     assert found is None if says is None else found[0] == "/admission/refused" and says in found[1], found
 
 
-@pytest.mark.parametrize("reason, says", [("refused on all 3 tries", None), ("refused on 2 tries: a retry would "
-                                            "come past its budget", None), ("refused on all 9 tries", "all 9 tries"),
-                                           ("refused on all 2 tries", "all 2 tries"), ("refused on 4 tries", "4 tries")])
-def test_a_refusal_had_no_more_tries_than_its_retries_allow(reason, says):
-    """"refused on all 9 tries" under 2 retries, its counts raised to match, passed (outside pass M): a refusal had 1
-    to retries + 1 tries, and all of them when it says "all"."""
+@pytest.mark.parametrize("retries, reason, says", [
+    (2, "refused on all 3 tries", None), (2, "refused on 2 tries: a retry would come past its budget", None),
+    (2, "refused on all 9 tries", "all 9 tries"), (2, "refused on all 2 tries", "all 2 tries"),
+    (2, "refused on 4 tries", "4 tries"), (2, "refused on 3 tries", "3 tries"), (0, "refused on 1 try", "1 try")])
+def test_a_refusal_had_no_more_tries_than_its_retries_allow(retries, reason, says):
+    """"refused on all 9 tries" under 2 retries, its counts raised to match, passed (outside pass M): a refusal's tries
+    are as retry.Attempts.final words them, all retries + 1, or 1 to retries where a retry would have come past its
+    budget, and none said without retries (outside pass N)."""
     from parity.checks import admission_mismatch
 
-    settings, objective = {"retries": 2}, {"ttft_s": 2.0, "itl_s": 0.1}
+    settings, objective = {"retries": retries}, {"ttft_s": 2.0, "itl_s": 0.1}
     tries = int(reason.split(" tr")[0].split()[-1])
     doc = {"records": [{"arrival_s": 1.5, "sent_s": 1.5, "complete_s": 2.5}],
            "refused": [{"reason": f"predicted first token in 3 s > 2 s; {reason}"}],
@@ -820,3 +822,15 @@ def test_what_a_bounded_trial_states_of_its_arrivals_and_admission_is_derived_ag
              if where == pointer or (pointer or "token_s") in ("token_s", "sent_s", "due_s")
              and where.startswith("/records/") and where.endswith("/" + (pointer or "token_s"))]
     assert found and says in found[0], derived_problems(bounded_trial, doc)
+
+
+@pytest.mark.parametrize("kind, says", [("replay", "absent on every record of a trial on a schedule"), ("burst", None)])
+def test_a_replayed_trial_records_its_sends_as_a_paced_one_does(kind, says):
+    """Both paths record each request's send on any schedule but a burst: a replayed trial's sends all deleted passed,
+    where a paced one's were named (outside pass N)."""
+    from parity.checks import records_contradict
+
+    records = [{"request_id": f"r{i}", "position": i, "prompt_tokens": 10, "cached_tokens": 0, "arrival_s": 1.0 + i,
+                "complete_s": 3.0 + i} for i in range(3)]
+    found = records_contradict({"records": records, "schedule": {"kind": kind}})
+    assert found is None if says is None else found[0] == "/records/0/sent_s" and says in found[1], found

@@ -743,3 +743,38 @@ def test_a_full_disk_at_the_run_lock_names_the_lock_file(tmp_path, monkeypatch):
         with run_lock.holding(tmp_path / "out"):
             pass
     assert error.value.errno == errno.ENOSPC and error.value.filename == str(tmp_path / "out" / ".run.lock")
+
+
+def test_ctrl_c_exits_130_also_at_a_prompt_and_an_end_of_input_stays_clicks():
+    """Ctrl-C exits 128 + SIGINT with one line, not Click's "Aborted!" and 1; at a prompt (`parity sign`'s password)
+    it reaches the group as Click's Abort, which still said "Aborted!" (outside pass N). Ctrl-D there stays Click's."""
+    from parity.cli.app import Group
+
+    @click.group(cls=Group)
+    def group():
+        pass
+
+    @group.command()
+    def interrupted():
+        raise KeyboardInterrupt
+
+    @group.command()
+    def prompted():  # what click.prompt does with Ctrl-C, and with the end of input
+        try:
+            raise KeyboardInterrupt
+        except KeyboardInterrupt:
+            raise click.Abort() from None
+
+    @group.command()
+    def ended():
+        try:
+            raise EOFError
+        except EOFError:
+            raise click.Abort() from None
+
+    for name in ("interrupted", "prompted"):
+        result = CliRunner().invoke(group, [name])
+        assert result.exit_code == 130 and "Aborted!" not in result.output, (name, result.output)
+        assert "parity: SIGINT: stopped" in result.output
+    result = CliRunner().invoke(group, ["ended"])
+    assert result.exit_code == 1 and "Aborted!" in result.output

@@ -246,9 +246,9 @@ def records_contradict(doc: dict) -> tuple[str, str] | None:
 
 
 def _sends_missing(doc: dict) -> tuple[str, str] | None:
-    """(pointer, why) where some records state when they were sent and others not, or a paced trial's none do: both
-    paths record every request's send on a paced schedule and none in a burst, and the report's send lag is read from
-    them, so the most lagged sends deleted (or all) passed `validate` and moved the lag (outside pass M)."""
+    """(pointer, why) where some records state when they were sent and others not, or none do on a schedule: both paths
+    record every request's send on a paced or replayed schedule and none in a burst, and the report's send lag is read
+    from them, so the most lagged sends deleted (or all) passed `validate` and moved the lag (outside passes M, N)."""
     records = doc["records"]
     missing = [index for index, record in enumerate(records) if "sent_s" not in record]
     if not missing or not records:
@@ -257,8 +257,8 @@ def _sends_missing(doc: dict) -> tuple[str, str] | None:
         return (f"/records/{missing[0]}/sent_s", f"absent on {len(missing)} record(s) where the other "
                                                  f"{len(records) - len(missing)} state theirs: a path records every "
                                                  "request's send or none")
-    if (doc.get("schedule") or {}).get("kind") in PACED:
-        return "/records/0/sent_s", "absent on every record of a paced trial, which records each request's send"
+    if (doc.get("schedule") or {}).get("kind") not in (None, "burst"):  # paced or replayed: arrivals, and sends
+        return "/records/0/sent_s", "absent on every record of a trial on a schedule, which records each request's send"
     return None
 
 
@@ -343,10 +343,12 @@ def admission_mismatch(doc: dict) -> tuple[str, str] | None:
     if stats.get("retried", 0) and not retries or stats.get("retried", 0) > stats["admitted"]:
         return "/admission/retried", (f"states {stats['retried']}, under settings that allow {retries} retries and "
                                       f"{stats['admitted']} admitted")
-    for index, refusal in enumerate(refused if retries else []):  # a refusal had 1 to retries + 1 tries, all of them
-        # when its reason says "all": "refused on all 9 tries" under 2 retries passed (outside pass M)
+    for index, refusal in enumerate(refused):  # its tries as retry.Attempts.final words them: none said without
+        # retries, all retries + 1 of them, or 1 to retries when a retry would have come past its budget ("refused on
+        # all 9 tries" under 2 retries passed: outside pass M; a count under 0 retries: pass N)
         said = _TRIES.search(refusal.get("reason", ""))
-        if said and not (1 <= int(said.group(2)) <= retries + 1 and (not said.group(1) or int(said.group(2)) == retries + 1)):
+        if said and (not retries or (int(said.group(2)) != retries + 1 if said.group(1)
+                                     else not 1 <= int(said.group(2)) <= retries)):
             return f"/refused/{index}/reason", (f"says {said.group(0)[2:]!r}, under settings that allow {retries} "
                                                 f"retries ({retries + 1} tries)")
     if retries and (tries := _final_tries(refused)) is not None:  # each refused try counted once: a refusal's own

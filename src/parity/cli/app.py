@@ -19,8 +19,10 @@ class Group(click.Group):
     def invoke(self, ctx):
         try:
             return super().invoke(ctx)
-        except KeyboardInterrupt:  # the command's context managers have cleaned up on the way here
-            echo("parity: SIGINT: stopped")
+        except (KeyboardInterrupt, click.Abort) as exc:  # the command's context managers have cleaned up by now
+            if isinstance(exc, click.Abort) and not isinstance(exc.__context__, KeyboardInterrupt):
+                raise  # an end of input at a prompt: Click's own "Aborted!"
+            echo("parity: SIGINT: stopped")  # (Ctrl-C at a prompt reaches here as Click's Abort: outside pass N)
             raise SystemExit(128 + signal.SIGINT) from None
 
 

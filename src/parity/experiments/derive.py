@@ -21,7 +21,10 @@ from parity.trial import STUDY_LOAD, recorded_load
 
 def admitted_against(trial_doc: dict) -> dict | None:
     """The objective a bounded trial's controller admitted against (None: a trial with no admission)."""
-    return ((trial_doc.get("ran_with") or {}).get("load") or {}).get("admission", {}).get("objective")
+    ran_with = trial_doc.get("ran_with")
+    load = ran_with.get("load") if isinstance(ran_with, dict) else None
+    admission = load.get("admission") if isinstance(load, dict) else None  # (a forged shape: the schema names it)
+    return admission.get("objective") if isinstance(admission, dict) else None
 
 
 def _bounded(doc: dict) -> dict | None:
@@ -65,8 +68,8 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
             if ran_by != stated:
                 bounded.append((case.get("trial_id"), ran_by, stated))
         ran_with = trial_doc.get("ran_with")  # a trial made before its load was recorded ran the study's (trial.stale)
-        configs[case.get("trial_id")] = (trial_doc.get("config") or {}) | {
-            "load": ran_with.get("load", STUDY_LOAD) if isinstance(ran_with, dict) else None}
+        configs[case.get("trial_id")] = (trial_doc.get("config") or {}) | (
+            {"load": ran_with.get("load", STUDY_LOAD)} if isinstance(ran_with, dict) else {})
         if isinstance(trial_doc.get("ran_with"), dict):
             ran.append(trial_doc["ran_with"])
         if isinstance(trial_doc.get("trace"), dict):
@@ -175,10 +178,12 @@ def _unplanned(doc: dict, traces: list[Path], configs: dict[str, dict]) -> list[
         # relabelled a replay in both places is found (outside pass M); its admission is held to the stated objective
         # and bounded settings above, each in a line of its own
         planned_load = {k: v for k, v in json.loads(json.dumps(recorded_load(case.load))).items() if k != "admission"}
-        if config.get("load") is None:  # every experiment's trial records it (runner.Runner: trial.ran_with)
+        if "load" not in config:  # every experiment's trial records it (runner.Runner: trial.ran_with)
             loads.append((f"/cases/{number}/manifest", "its trial records no ran_with (what it ran with: how its "
                                                        "requests arrived and were timed), which every experiment's "
                                                        "trial records"))
+        elif not isinstance(config["load"], dict):  # (the trial schema names it too; here no traceback)
+            loads.append((f"/cases/{number}/load", f"its trial ran with {config['load']!r}, not a load"))
         elif (ran := {k: v for k, v in config["load"].items() if k != "admission"}) != planned_load:
             pointer, was, given = first_difference(f"/cases/{number}/load", ran, planned_load)
             loads.append((pointer, f"its trial ran with {was!r}, its settings plan {given!r}"))
