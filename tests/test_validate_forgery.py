@@ -116,18 +116,25 @@ def test_a_derivation_the_missing_file_stops_is_one_line_not_a_traceback(tmp_pat
     assert result.exit_code == 1 and "Traceback" not in result.output
 
 
-@pytest.mark.skipif(not ARCHIVE.is_file(), reason="the measured archive is not in this checkout")
-def test_the_testers_halved_trial_is_named_though_its_trace_is_not_archived(tmp_path):
-    with tarfile.open(ARCHIVE) as archive:
-        archive.extractall(tmp_path, filter="data")
+def forged(archive: Path, tmp_path: Path, trial: str, forgery) -> tuple[Path, object, set[str]]:
+    """The archive's results tree with `forgery` made to one trial (host/EXPERIMENT/trials/ID.json) and every hash
+    written again: the trial's path, `validate`'s result, and the lines it added to the pristine tree's."""
+    with tarfile.open(archive) as opened:
+        opened.extractall(tmp_path, filter="data")
     results = tmp_path / "results"
     before = validate(results)
-    trial = results / "host" / "confirmation" / "trials" / "confirmation-final-express3-reuse-p0-flame.json"
-    edit(trial, halve)
+    path = results / "host" / trial
+    edit(path, forgery)
     assert rehash(results) > 0
     after = validate(results)
+    return path, after, set(after.output.splitlines()) - set(before.output.splitlines())
+
+
+@pytest.mark.skipif(not ARCHIVE.is_file(), reason="the measured archive is not in this checkout")
+def test_the_testers_halved_trial_is_named_though_its_trace_is_not_archived(tmp_path):
+    trial, after, added = forged(ARCHIVE, tmp_path,
+                                 "confirmation/trials/confirmation-final-express3-reuse-p0-flame.json", halve)
     assert after.exit_code == 1
-    added = set(after.output.splitlines()) - set(before.output.splitlines())
     assert [line for line in added if not line.startswith("Error:")] == [
         f"{trial}: /timing: disagrees: its timing is not what its records give: a record completed before it "
         "was submitted"], after.output
@@ -158,15 +165,8 @@ def test_a_trials_load_is_held_to_the_plan_so_a_paced_trial_relabelled_everywher
                                                                                            says):
     """The trial's schedule is held to its ran_with.load (checks.py), which a forger edits too, or deletes: the
     experiment holds each trial's recorded load to the one its settings plan (experiments.derive)."""
-    with tarfile.open(LADDER) as archive:
-        archive.extractall(tmp_path, filter="data")
-    results = tmp_path / "results"
-    before = validate(results)
-    trial = results / "host" / "sustained" / "trials" / "sustained-rate-16-unbounded-hot-640-p0-vllm.json"
-    edit(trial, forgery)
-    assert rehash(results) > 0
-    after = validate(results)
+    trial, after, added = forged(LADDER, tmp_path, "sustained/trials/sustained-rate-16-unbounded-hot-640-p0-vllm.json",
+                                 forgery)
     assert after.exit_code == 1 and "Traceback" not in after.output
-    added = set(after.output.splitlines()) - set(before.output.splitlines())
-    experiment = results / "host" / "sustained" / "experiment.json"
+    experiment = trial.parent.parent / "experiment.json"
     assert any(line.startswith(f"{experiment}: ") and says in line for line in added), after.output
