@@ -254,3 +254,18 @@ def test_a_switched_off_arms_earlier_pairs_are_sealed_as_superseded_not_as_evide
     assert all("tuned" in path for path in earlier) and superseded <= earlier, earlier
     ok = CliRunner().invoke(main, ["validate", str(results)])
     assert ok.exit_code == 0, ok.output
+
+
+def test_a_top_moved_under_superseded_is_named(results):
+    """`superseded` holds an earlier run's trials, pairs and cleanup receipts (seal); a top moved there by hand (a
+    trace here: an experiment or a report would be hidden so) is named by validate."""
+    from forge import rehash
+
+    doc = sealed(results)
+    doc["superseded"] = [ref for ref in doc["manifests"] if ref["path"] == "traces/reuse.json"]
+    doc["manifests"] = [ref for ref in doc["manifests"] if ref["path"] != "traces/reuse.json"]
+    (results / seal.RUN_MANIFEST).write_text(json.dumps(doc))
+    rehash(results)
+    result = CliRunner().invoke(main, ["validate", str(results)])
+    assert result.exit_code == 1 and "/superseded/0" in result.output and "Traceback" not in result.output, \
+        result.output

@@ -59,6 +59,15 @@ def validate(paths: Iterable[Path | str], root: Path | None = None) -> tuple[int
     return validate_paths(paths, derive=problems, contained=True, root=root)
 
 
+def is_superseded(path: Path, doc: dict) -> bool:
+    """A trial, pair or cleanup receipt no manifest links, in the folders of an experiment that has its manifest: of
+    none of its cases (a Flame arm a profile switched off, fewer pairs, a device run's narrowed stage), an earlier
+    run's. `parity.seal` links it as `superseded`, not among the tree's tops: the bundle carried a switched-off arm's
+    pairs as evidence of a run whose settings say they never ran (outside pass M)."""
+    return (doc.get("kind") in ("trial", "pair", "cleanup-receipt") and path.parent.name in ("trials", "pairs", "cleanup")
+            and (path.parent.parent / "experiment.json").is_file())
+
+
 def _run_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
     """(pointer, why) where a run manifest's label (`parity.seal`, which validates through this module, so its one
     derivation lives here) disagrees with the manifests it links: it is `simulated` exactly when one of its tops
@@ -71,4 +80,13 @@ def _run_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
         return [("/manifests", f"a manifest it links cannot be read: {exc}")]
     if doc["simulated"] != any(labels):
         return [("/simulated", f"states {doc['simulated']}, the manifests it links give the opposite")]
+    for number, ref in enumerate(doc.get("superseded", [])):  # never a place to hide a top (an experiment, a report)
+        target = folder / ref["path"]
+        try:
+            superseded = is_superseded(target, read_manifest(target))
+        except ParityError as exc:
+            return [(f"/superseded/{number}", f"cannot be read: {exc}")]
+        if not superseded:
+            return [(f"/superseded/{number}", f"{ref['path']} is no trial, pair or cleanup receipt in an experiment's "
+                                              "folders: the seal links only those as superseded")]
     return []

@@ -21,7 +21,7 @@ from stat import S_ISREG
 from parity.errors import ParityError
 from parity.manifest import (RUN_MANIFEST, Problem, evidence_root, file_ref, header, linked_files, manifests_in,
                              read_manifest, write_manifest)
-from parity.rederive import validate
+from parity.rederive import is_superseded, validate
 from parity.signature import SIGNATURE
 
 KIND = "run"
@@ -91,15 +91,6 @@ def _found(results: Path, unreadable: list[Problem] | None = None) -> tuple[list
     return manifests, seal
 
 
-def _superseded(path: Path, doc: dict) -> bool:
-    """A trial, pair or cleanup receipt no manifest links, in the folders of an experiment that has its manifest: of
-    none of its cases (a Flame arm a profile switched off, fewer pairs, a device run's narrowed stage), an earlier
-    run's. Sealed as `superseded`, not among the tree's tops: the bundle carried a switched-off arm's pairs as
-    evidence of a run whose settings say they never ran (outside pass M)."""
-    return (doc.get("kind") in ("trial", "pair", "cleanup-receipt") and path.parent.name in ("trials", "pairs", "cleanup")
-            and (path.parent.parent / "experiment.json").is_file())
-
-
 def _linked(manifests: Iterable[tuple[Path, dict]]) -> set[Path]:
     return {target for path, doc in manifests for target in linked_files(doc, path)}
 
@@ -142,7 +133,7 @@ def seal(results: Path, inputs: Iterable[Path] = (), *, log=print) -> tuple[dict
     here = Path(os.path.abspath(results))
     linked = _linked(manifests)
     tops = [(p, d) for p, d in manifests if Path(os.path.abspath(p)) not in linked]
-    superseded = [p for p, d in tops if _superseded(p, d)]
+    superseded = [p for p, d in tops if is_superseded(p, d)]
     tops = [(p, d) for p, d in tops if p not in superseded]
     paths = {Path(os.path.abspath(p)) for p, _ in manifests}
     rest = [results / rel for rel in files if (here / rel) not in linked and (here / rel) not in paths]
