@@ -64,8 +64,8 @@ def is_superseded(path: Path, doc: dict) -> bool:
     none of its cases (a Flame arm a profile switched off, fewer pairs, a device run's narrowed stage), an earlier
     run's. `parity.seal` links it as `superseded`, not among the tree's tops: the bundle carried a switched-off arm's
     pairs as evidence of a run whose settings say they never ran (outside pass M)."""
-    return (doc.get("kind") in ("trial", "pair", "cleanup-receipt") and path.parent.name in ("trials", "pairs", "cleanup")
-            and (path.parent.parent / "experiment.json").is_file())
+    return (doc.get("kind") in ("trial", "pair", "cleanup-receipt")
+            and path.parent.name in ("trials", "pairs", "cleanup") and (path.parent.parent / "experiment.json").is_file())
 
 
 def _run_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
