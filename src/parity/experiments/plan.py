@@ -18,9 +18,9 @@ from parity.routing import RouterSettings
 from parity.errors import ParityError
 from parity.experiments.settings import (AdmissionSettings, Answers, Arrivals, ConfirmationSettings, Evict, ExtraPair,
                                          GcSettings, LengthsPair, LocalitySettings, OfflineLimitSettings, ReplayPair,
-                                         RestartPair, RoutingSettings, Section, SustainedSettings, running_arms)
+                                         RestartPair, RoutingSettings, Section, SustainedSettings)
 from parity.flame.admission import ORDERS
-from parity.flame.settings import FlameSettings
+from parity.flame.settings import FlameSettings, running_arms
 from parity.latency import Objective
 from parity.lengths import OutputLengths
 from parity.restart import Restart

@@ -215,12 +215,6 @@ class AdmissionSettings(Section):
     stage_pairs: int = 0  # fresh pairs per paired stage (0: screening alone)
 
 
-def running_arms(flame_arms: dict | None) -> dict:
-    """The Flame arms a confirmation runs, of those its settings name: null is an arm a profile switched off (read so
-    by the plan, the workflow's stage check and the report alike)."""
-    return {name: changes for name, changes in (flame_arms or {}).items() if changes is not None}
-
-
 @dataclass(frozen=True)
 class ConfirmationSettings(Section):
     what = experiment = "confirmation"

@@ -109,6 +109,12 @@ class FlameSettings(Settings):
                 + (f"-rotate{self.rotate_tasks}" if self.rotate_tasks else "") + ("-express" if self.express else ""))
 
 
+def running_arms(flame_arms: dict | None) -> dict:
+    """The Flame arms (NAME: changes to the Flame settings) a confirmation runs, of those its settings name: null is
+    an arm a profile switched off (read so by the plan, the workflow's stage check and the report alike)."""
+    return {name: changes for name, changes in (flame_arms or {}).items() if changes is not None}
+
+
 def session_data(settings: FlameSettings, engine: str, engine_args: dict, sim_params: str | None,
                  kv_events: str | None = None, token_times: bool = False) -> bytes:
     """What every worker of a session receives (Flame's common data): the engine family to build, its

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from parity import stats
 from parity.engine import OUTPUT_TOKENS, EngineArgs
-from parity.flame.settings import FlameSettings
+from parity.flame.settings import FlameSettings, running_arms
 from parity.report import format as f
 from parity.report.inputs import Experiment, MlperfRun
 from parity.routing import STUDY
@@ -166,9 +166,8 @@ def confirmation_flame_arms(confirmation: Experiment | None) -> list[Table]:
     """The confirmation's Flame arms (settings `flame_arms`, ours): its pairs again with only the Flame side
     changed (stage `final-NAME`), each pair's Flame / standalone ratio, the worst and the median, beside the
     study's final configuration's pairs of the same run; the study's final-throughput table never counts them."""
-    arms = [name for name, changes in (confirmation.doc["settings"].get("flame_arms") or {}).items()
-            if changes is not None] if confirmation else []  # null: an arm the profile switched off, never run (read
-    # as parity.experiments.settings.running_arms reads it: the report, a floor below, cannot import it)
+    arms = list(running_arms(confirmation.doc["settings"].get("flame_arms"))) if confirmation else []  # null: an arm
+    # the profile switched off, never run
     if not arms:
         return []
     table = Table("Confirmation pairs, Flame arms (ours)", None,
