@@ -95,38 +95,32 @@ def check(part: dict, values, what: str) -> None:
         raise ParityError(f"{what}{f' {where[0]}' if where[0] else ''}: must be a finite number, got {where[1]!r}")
 
 
-def not_finite(value, path: str = "") -> tuple[str, float] | None:
-    """The key path and value of the first float in `value` that is NaN or infinite (None: none is): what the
-    schema cannot say, since YAML's .nan and .inf are numbers to it and no setting means either."""
-    if isinstance(value, float):
-        return None if math.isfinite(value) else (path, value)
+def _nodes(value, path: str = ""):
+    """Every node of a parsed config with its key path (`a.b[2]`), parents before their children."""
+    yield path, value
     if isinstance(value, dict):
         children = ((f"{path}.{key}" if path else str(key), child) for key, child in value.items())
     elif isinstance(value, list):
         children = ((f"{path}[{at}]", child) for at, child in enumerate(value))
     else:
-        return None
+        return
     for where, child in children:
-        if (found := not_finite(child, where)) is not None:
-            return found
-    return None
+        yield from _nodes(child, where)
 
 
-def not_text_key(value, path: str = "") -> tuple[str, object] | None:
+def not_finite(value) -> tuple[str, float] | None:
+    """The key path and value of the first float in `value` that is NaN or infinite (None: none is): what the
+    schema cannot say, since YAML's .nan and .inf are numbers to it and no setting means either."""
+    return next(((where, node) for where, node in _nodes(value)
+                 if isinstance(node, float) and not math.isfinite(node)), None)
+
+
+def not_text_key(value) -> tuple[str, object] | None:
     """The key path of the first mapping in `value` with a key that is not text, and that key (None: every key is):
     a Flame arm named `no:` unquoted is the boolean False to YAML, which the schema's name pattern lets by (an
     outsider's: the dry run ended in a TypeError)."""
-    if isinstance(value, dict):
-        for key, child in value.items():
-            if not isinstance(key, str):
-                return path, key
-            if (found := not_text_key(child, f"{path}.{key}" if path else key)) is not None:
-                return found
-    elif isinstance(value, list):
-        for at, child in enumerate(value):
-            if (found := not_text_key(child, f"{path}[{at}]")) is not None:
-                return found
-    return None
+    return next(((where, key) for where, node in _nodes(value) if isinstance(node, dict)
+                 for key in node if not isinstance(key, str)), None)
 
 
 def experiment_names() -> list[str]:

@@ -70,8 +70,8 @@ def derived_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
         ran_with = trial_doc.get("ran_with")  # a trial made before its load was recorded ran the study's (trial.stale)
         configs[case.get("trial_id")] = (trial_doc.get("config") or {}) | (
             {"load": ran_with.get("load", STUDY_LOAD)} if isinstance(ran_with, dict) else {})
-        if isinstance(trial_doc.get("ran_with"), dict):
-            ran.append(trial_doc["ran_with"])
+        if isinstance(ran_with, dict):
+            ran.append(ran_with)
         if isinstance(trial_doc.get("trace"), dict):
             traces.setdefault(os.path.normpath(Path(trial).parent / trial_doc["trace"]["path"]), None)
         if case.get("pair") is not None:
