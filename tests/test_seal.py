@@ -269,3 +269,18 @@ def test_a_top_moved_under_superseded_is_named(results):
     result = CliRunner().invoke(main, ["validate", str(results)])
     assert result.exit_code == 1 and "/superseded/0" in result.output and "Traceback" not in result.output, \
         result.output
+
+
+def test_a_top_moved_among_plain_files_is_named(results):
+    """A top moved by hand from `manifests` to `files` (a simulated experiment there would leave the run's label to
+    the tops left) is named by validate (outside pass N)."""
+    from forge import rehash
+
+    doc = sealed(results)
+    doc["files"] += [ref for ref in doc["manifests"] if ref["path"] == "traces/reuse.json"]
+    doc["manifests"] = [ref for ref in doc["manifests"] if ref["path"] != "traces/reuse.json"]
+    (results / seal.RUN_MANIFEST).write_text(json.dumps(doc))
+    rehash(results)
+    result = CliRunner().invoke(main, ["validate", str(results)])
+    assert result.exit_code == 1 and "/files/" in result.output and "is a manifest" in result.output \
+        and "Traceback" not in result.output, result.output

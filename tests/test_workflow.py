@@ -139,6 +139,14 @@ def test_a_bad_config_key_or_profile_is_refused_in_a_line_that_names_it(checkout
         log = bad.stdout + bad.stderr
         assert bad.returncode != 0 and f"the workflow config is refused: {said}" in log, log[-2000:]
         assert len(log.splitlines()) < 12 and "Failed validating" not in log
+    # a blank path (a --config value is stripped: a profile's file), in the words parity's own check says it with, not
+    # jsonschema's "does not match '\\S'" (an outsider, 2026-12-07)
+    (checkout / "blank.yaml").write_text('backend:\n  flame_bin_dir: " "\n')
+    blank = snakemake(checkout, "-n", "all", "--workflow-profile", "smoke", "--configfile", "config/experiments.yaml",
+                      "config/smoke.yaml", "blank.yaml")
+    log = blank.stdout + blank.stderr
+    assert blank.returncode != 0 and "the workflow config is refused: ' ' is blank: name it (or null) (at " \
+        "config['backend']['flame_bin_dir'];" in log, log[-2000:]
     typo = snakemake(checkout, "-n", "all", "--workflow-profile", "smok")
     assert typo.returncode != 0 and "a profile is one of default, host, slurm, smoke)" in typo.stdout + typo.stderr
 

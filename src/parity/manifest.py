@@ -441,7 +441,7 @@ def check_references(doc, manifest_path: Path | str, *, hashes: dict | None = No
 
 # ---- validating trees --------------------------------------------------------------------------
 
-def _looks_like_manifest(doc) -> bool:
+def looks_like_manifest(doc) -> bool:
     """A JSON object with a `schema_version`, or one whose `kind` names a manifest kind (a schema of `schemas/`):
     validating one that lacks its kind or its schema version names what it lacks. Needing both let a manifest with
     its `schema_version` deleted pass for one of the tree's plain files: `parity validate` counted one manifest
@@ -495,7 +495,7 @@ def manifests_in(folder: Path | str, unreadable: list[Problem] | None = None) ->
             if unreadable is not None:
                 unreadable.append(Problem(str(file), "", "not-json", one_line(str(exc))))
             continue
-        if _looks_like_manifest(doc):
+        if looks_like_manifest(doc):
             found.append((file, doc))
         elif unreadable is not None and _manifest_belongs(file):
             unreadable += validate_document(doc, path=file)
@@ -528,7 +528,7 @@ def validate_paths(paths: Iterable[Path | str], *, derive: Callable[[Path, dict]
 
     A named file is always validated. In a named folder, every `*.json` that is a JSON object with
     `kind` and `schema_version`, or with a `kind` that names a manifest kind, is a manifest
-    (`_looks_like_manifest`); other JSON (a tokenizer.json, say) is skipped, but a file that is not valid
+    (`looks_like_manifest`); other JSON (a tokenizer.json, say) is skipped, but a file that is not valid
     JSON at all is reported, and so is any JSON where parity writes a manifest (`_manifest_belongs`).
     Manifests linked from a checked manifest (`*.json` references) are checked too, wherever they live, so
     naming the top of a tree checks all of it. Each manifest is checked once. `derive(path, doc)`
@@ -565,7 +565,7 @@ def validate_paths(paths: Iterable[Path | str], *, derive: Callable[[Path, dict]
             problems.append(Problem(str(file), "", "not-json", one_line(str(exc))))
             checked += explicit
             continue
-        if not explicit and not _looks_like_manifest(doc) and not _manifest_belongs(file):
+        if not explicit and not looks_like_manifest(doc) and not _manifest_belongs(file):
             continue
         checked += 1
         found = validate_document(doc, path=file) + check_references(doc, file, hashes=hashes, root=tree)

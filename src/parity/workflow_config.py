@@ -8,6 +8,7 @@ misspelt key, a wrong type or an out-of-range value is refused with its name, wh
 from __future__ import annotations
 
 import math
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -43,6 +44,17 @@ def _validator(part: dict):
     return _strict()({**part, "$defs": schema()["$defs"]})
 
 
+BLANK = "is blank: name it (or null)"  # a text setting of no letter but spaces (the schema's pattern "\\S")
+_RAW_BLANK = re.compile(r"^(.*) does not match '\\\\S'$")  # jsonschema's words for it, as Snakemake's validation says them
+
+
+def reworded(message: str) -> str:
+    """jsonschema's message (Snakemake's validation of the config) in the words `check` says it with, where they
+    differ: a blank text setting (`' ' does not match '\\\\S'` said nothing of what to write)."""
+    blank = _RAW_BLANK.match(message)
+    return f"{blank.group(1)} {BLANK}" if blank else message
+
+
 def _message(error, what: str) -> str:
     """One line: what was checked, the key path, the problem; an unknown key is named as such."""
     where = ".".join(str(p) for p in error.absolute_path)
@@ -55,7 +67,7 @@ def _message(error, what: str) -> str:
     if error.validator in ("oneOf", "anyOf") and (choices := _choices(error.schema[error.validator])):
         message = f"{error.instance!r} is none of: {choices}"  # "not valid under any of the given schemas" said nothing
     elif error.validator == "pattern" and error.validator_value == "\\S":  # a path, say, of no letter but spaces
-        message = f"{error.instance!r} is blank: name it (or null)"
+        message = f"{error.instance!r} {BLANK}"
     elif error.validator == "type" and isinstance(error.instance, str) and yaml_text_number(error.instance):
         message += f" (YAML reads {error.instance} as text: write {yaml_number(error.instance)})"
     return f"{what}{f' {where}' if where else ''}: {message}"

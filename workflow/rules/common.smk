@@ -61,7 +61,9 @@ def _validated(config):
         if what is None:
             raise
         where = next((line.strip().rstrip(":") for line in lines if line.startswith("On instance")), "On instance")
-        raise WorkflowError(f"the workflow config is refused: {what} (at {where.replace('On instance', 'config', 1)}; "
+        from parity.workflow_config import reworded
+
+        raise WorkflowError(f"the workflow config is refused: {reworded(what)} (at {where.replace('On instance', 'config', 1)}; "
                             "schemas/config.schema.yaml says what each key takes)") from None
 
 
