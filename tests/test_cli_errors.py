@@ -522,6 +522,28 @@ def test_bench_schedule_refuses_a_rate_no_rung_could_take_and_a_negative_seed(tm
     assert negative.exit_code == 2 and "Invalid value for '--seed'" in negative.output
 
 
+def test_bench_schedule_refuses_a_degenerate_gamma_saves_strict_json_first_and_says_a_closed_stdout(tmp_path):
+    """Outside pass Q: `--burstiness 1e-300` wrote NaN and Infinity into --out (not JSON) and said "meets"; with
+    stdout closed (`| true`) the command exited 1 silently and, printing before it saved, lost its --out."""
+    import subprocess
+    import sys
+
+    tiny = invoke("bench", "schedule", "--kind", "gamma", "--burstiness", "1e-300", "--rate", 100, "--requests", 10)
+    assert tiny.exit_code == 2 and "x>=0.01" in tiny.output
+    out = tmp_path / "s.json"
+    run = subprocess.run(f"{sys.executable} -m parity bench schedule --rate 200 --requests 8 --out {out} | true",
+                         shell=True, capture_output=True, text=True, timeout=120,
+                         executable="/bin/bash", env=os.environ | {"PYTHONPATH": str(pathlib.Path(__file__).parents[1] / "src")})
+    assert "stdout was closed" in run.stderr and "Traceback" not in run.stderr, run.stderr
+    assert json.loads(out.read_text())["requests"] == 8
+    from parity.cli.bench import save
+    from parity.errors import ParityError
+
+    with pytest.raises(ParityError, match="not finite"):
+        save(tmp_path / "nan.json", {"gap_cv": float("nan")})
+    assert not (tmp_path / "nan.json").exists()
+
+
 @pytest.mark.parametrize("name", ["a\nb.json", "a\rb.json", "tab\there.json"])
 def test_an_out_with_a_control_character_is_one_line_and_nothing_written(tmp_path, name):
     """An outside tester's: `--out $'a\\nb.json'` wrote a file whose name split each line-based record naming it."""

@@ -29,6 +29,10 @@ KINDS = ("burst", "poisson", "gamma", "replay")
 PACED = ("poisson", "gamma")  # the kinds that send at a rate
 
 
+MIN_BURSTINESS = 0.01  # gamma's shape: below it (an outsider's 1e-300) its gaps underflowed to 0 and the generated
+# rate was infinite
+
+
 @dataclass(frozen=True)
 class Schedule(Settings):
     what = "schedule setting"
@@ -43,8 +47,9 @@ class Schedule(Settings):
             raise ParityError(f"unknown arrival schedule {self.kind!r}: use one of {', '.join(KINDS)}")
         if self.paced and not self.rate > 0:
             raise ParityError(f"a {self.kind} schedule needs a rate above 0 requests/s, got {self.rate!r}")
-        if self.kind == "gamma" and not self.burstiness > 0:
-            raise ParityError(f"a gamma schedule needs a burstiness above 0, got {self.burstiness!r}")
+        if self.kind == "gamma" and not self.burstiness >= MIN_BURSTINESS:
+            raise ParityError(f"a gamma schedule needs a burstiness of at least {MIN_BURSTINESS} (its gaps' CV at most "
+                              f"10; below, most gaps round to 0 and the rest are hours), got {self.burstiness!r}")
         if self.kind == "replay" and not self.replay:
             raise ParityError("a replay schedule needs the file of arrival times it replays (replay: PATH)")
 

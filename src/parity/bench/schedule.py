@@ -50,15 +50,18 @@ def _thread_sends(offsets: list[float]) -> list[float]:
 
 
 def run(rate: float, requests: int = 2000, kind: str = "poisson", burstiness: float = 1.0, seed: int = 0,
-        in_flight_s: float = 0.5) -> dict:
-    """Both senders on the same schedule, one after the other; the lag of each against the target."""
+        in_flight_s: float = 0.5, log=print) -> dict:
+    """Both senders on the same schedule, one after the other; the lag of each against the target (`log`: each
+    sender as it starts, with how long it takes)."""
     schedule = Schedule(kind=kind, rate=rate, burstiness=burstiness, seed=seed)
     offsets = schedule.offsets(requests)
     out = {"rate_per_s": rate, "requests": requests, "schedule": schedule.describe(requests),
            "statistics": statistics(schedule, requests), "target_p99_s": TARGET_S}
-    for name, sent in (("event loop (standalone client)", _async_sends(offsets, in_flight_s)),
-                       ("thread (Flame path)", _thread_sends(offsets))):
-        result = lag(offsets, sent)
+    senders = (("event loop (standalone client)", lambda: _async_sends(offsets, in_flight_s)),
+               ("thread (Flame path)", lambda: _thread_sends(offsets)))
+    for name, send in senders:
+        log(f"{name}: {requests} sends over {offsets[-1]:.1f} s")
+        result = lag(offsets, send())
         out.setdefault("senders", {})[name] = result | {"meets_target": result["p99_s"] <= TARGET_S,
                                                         "p99_vs_target": result["p99_s"] / TARGET_S}
     return out

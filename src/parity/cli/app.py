@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import functools
+import os
 import signal
+import sys
 
 import click
 
@@ -24,6 +26,11 @@ class Group(click.Group):
                 raise  # an end of input at a prompt: Click's own "Aborted!"
             echo("parity: SIGINT: stopped")  # (Ctrl-C at a prompt reaches here as Click's Abort: outside pass N)
             raise SystemExit(128 + signal.SIGINT) from None
+        except BrokenPipeError:  # stdout's reader left (`| head -1`): said, not a silent exit 1 (outside pass Q); a
+            # command saves its --out before it prints
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the interpreter's last flush: no 2nd error
+            echo("parity: stdout was closed before all was printed")
+            raise SystemExit(128 + signal.SIGPIPE) from None
 
 
 @click.group(cls=Group, context_settings={"help_option_names": ["-h", "--help"]})

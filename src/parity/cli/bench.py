@@ -13,14 +13,20 @@ from parity.cli.app import echo, main
 from parity.cli.errors import friendly_errors, writable_folder
 from parity.engine import ENGINES, FAMILIES
 from parity.errors import ParityError
+from parity.schedule import MIN_BURSTINESS
 
 
 def save(out: Path | None, result) -> None:
-    """The result as JSON at --out, if one was given."""
+    """The result as strict JSON at --out, if one was given (a number that is not finite is a bench's bug, refused:
+    an outsider's `bench schedule` wrote NaN and Infinity, which JSON has not)."""
     if out:
         from parity.manifest import atomic_write_text
 
-        atomic_write_text(out, json.dumps(result, indent=1, sort_keys=True) + "\n")
+        try:
+            text = json.dumps(result, indent=1, sort_keys=True, allow_nan=False)
+        except ValueError as exc:
+            raise ParityError(f"--out {out}: the result holds a number that is not finite ({exc}): not written")
+        atomic_write_text(out, text + "\n")
 
 
 @main.group("bench")
@@ -33,7 +39,8 @@ def bench():
               help="Requests/s to pace (default: ten times the sustained ladder's highest rate in --config).")
 @click.option("--requests", type=click.IntRange(min=2), default=2000, show_default=True)
 @click.option("--kind", type=click.Choice(["poisson", "gamma"]), default="poisson", show_default=True)
-@click.option("--burstiness", type=options.Finite(min=0, min_open=True), default=1.0, show_default=True)
+@click.option("--burstiness", type=options.Finite(min=MIN_BURSTINESS), default=1.0, show_default=True,
+              help="gamma: the shape of its gaps (1: Poisson; below: burstier; their CV is 1/sqrt of it).")
 @click.option("--seed", type=click.IntRange(min=0, max=2**63 - 1), default=0, show_default=True)
 @options.workflow_config
 @options.json_out
@@ -49,10 +56,10 @@ def bench_schedule(rate, requests, kind, burstiness, seed, config_files, out):
     if rate is None:
         rate = 10 * settings_of("sustained", experiment_section(config_files, "sustained")).highest_rate
     check_pace("--rate", rate, requests)
-    result = schedule.run(rate, requests, kind, burstiness, seed)
+    result = schedule.run(rate, requests, kind, burstiness, seed, log=echo)
+    save(out, result)  # first: a closed stdout loses no result
     for line in schedule.summary_lines(result):
         click.echo(line)
-    save(out, result)
 
 
 @bench.command("startup")
