@@ -374,7 +374,29 @@ def test_order_json_is_written_whole(small_reuse_trace, tmp_path):
     assert result.exit_code == 0, result.output
     rows = json.loads((out / "order.json").read_text())
     assert [r["shard"] for r in rows[0]["shards"]] == [0]
-    assert not [p for p in out.iterdir() if p.name.startswith(".")]
+    assert not [p for p in out.iterdir() if p.name.startswith(".") and p.name != ".run.lock"]  # no temp file left
+
+
+def test_a_rerun_of_bench_order_into_its_folder_leaves_no_earlier_runs_files_and_names_an_empty_shard(
+        small_reuse_trace, tmp_path):
+    """Outside pass Q: a rerun with fewer repeats and shards kept the first run's trials beside new shard traces of
+    the same names (validate: sha256-mismatch); a shard the router sends nothing printed nothing at all."""
+    out = tmp_path / "out"
+    first = invoke("bench", "order", "--trace", small_reuse_trace, "--shards", 3, "--repeats", 2, "--warmup-rounds", 0,
+                   "--out", out)
+    assert first.exit_code == 0, first.output
+    again = invoke("bench", "order", "--trace", small_reuse_trace, "--shards", 2, "--shard", 0, "--repeats", 1,
+                   "--warmup-rounds", 0, "--out", out)
+    assert again.exit_code == 0 and "removing an earlier run's" in again.output, again.output
+    assert sorted(p.name for p in (out / "trials").iterdir()) == ["reuse-shard0-arrival-r0.json",
+                                                                  "reuse-shard0-prefix-r0.json"]
+    checked = invoke("validate", out)  # (its trace, a fixture's, lies outside the tree: those links are named)
+    assert "reuse-shard0" in checked.output and "sha256-mismatch" not in checked.output, checked.output
+    empty = invoke("bench", "order", "--trace", small_reuse_trace, "--shards", 64, "--shard", 63, "--repeats", 1,
+                   "--warmup-rounds", 0, "--out", tmp_path / "empty")
+    assert empty.exit_code == 0 and "reuse shard 63: the sticky router sends it no request" in empty.output, \
+        empty.output
+    assert invoke("bench", "order", "--trace", small_reuse_trace, "--shards", 10**8, "--out", out).exit_code == 2
 
 
 # ---- bad input refused at the door: before any engine starts, anything runs or is written -----------------
@@ -420,6 +442,16 @@ def test_a_gpu_this_machine_lacks_is_refused_before_any_warmup(small_reuse_trace
     assert not out.exists()
 
 
+def test_bench_startup_looks_for_flame_binaries_before_the_standalone_runs(tmp_path, monkeypatch):
+    """Outside pass Q: with no Flame binaries, `bench startup --cluster flame` ran every standalone start first (N
+    cold vLLM starts on a GPU host) and only then said so."""
+    monkeypatch.delenv("FLAME_BIN_DIR", raising=False)
+    out = tmp_path / "o"
+    assert one_line_only(invoke("bench", "startup", "--cluster", "flame", "--repeats", 1, "--out", out)).startswith(
+        "Error: no Flame binaries: give --flame-bin-dir")
+    assert not (out / "standalone-0").exists()
+
+
 def test_bench_out_is_checked_before_the_benchmark_runs(tmp_path):
     afile = tmp_path / "afile"
     afile.write_text("not a folder")
@@ -438,7 +470,7 @@ def test_a_bench_reads_the_study_settings_from_the_workflow_config_it_is_given(t
     root = pathlib.Path(__file__).resolve().parents[1] / "config"
     merged = invoke("bench", "schedule", "--requests", 2, "--config", root / "experiments.yaml",
                     "--config", root / "host.yaml")
-    assert merged.exit_code == 0 and merged.output.startswith("poisson at 180 requests/s"), merged.output
+    assert merged.exit_code == 0 and merged.stdout.startswith("poisson at 180 requests/s"), merged.output
     (tmp_path / "list.yaml").write_text("- a\n")
     (tmp_path / "bad.yaml").write_text("experiments:\n  sustained: {rates: [-1]}\n")
     assert one_line_only(invoke("bench", "schedule", "--config", tmp_path / "list.yaml")) == \
@@ -452,7 +484,7 @@ def test_a_bench_reads_the_study_settings_from_the_workflow_config_it_is_given(t
         f"Error: {tmp_path / 'none.yaml'}: no experiments.confirmation in this workflow config"
     monkeypatch.chdir(tmp_path)  # outside the repository: a given rate needs no config
     ran = invoke("bench", "schedule", "--rate", 240, "--requests", 2)
-    assert ran.exit_code == 0 and ran.output.startswith("poisson at 240 requests/s"), ran.output
+    assert ran.exit_code == 0 and ran.stdout.startswith("poisson at 240 requests/s"), ran.output
 
 
 def test_a_missing_backend_file_is_named_as_missing_not_as_bad_json(small_reuse_trace, tmp_path):

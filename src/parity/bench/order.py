@@ -51,11 +51,28 @@ def check(trace_paths, warmup_rounds: int, args) -> None:
         trial.check_warmups(path, warmup_rounds)
 
 
+def clear(out_dir: Path, log=print) -> None:
+    """Remove an earlier run's files from `out_dir` (its order.json, shard traces and trials): the folder is this
+    run's, and an earlier run's trials of other shards or repeats, kept beside new shard traces of the same names,
+    no longer matched the traces they link (an outsider's rerun failed validate). Only the files `run` writes."""
+    earlier = [out_dir / "order.json", *(p for folder in ("traces", "trials") for p in (out_dir / folder).glob("*")
+                                        if p.is_file() and "-shard" in p.name)]
+    earlier = [p for p in earlier if p.is_file()]
+    if earlier:
+        log(f"bench order: removing an earlier run's {len(earlier)} file(s) from {out_dir}")
+    for path in earlier:
+        path.unlink()
+
+
 def run(engine: Engine, trace_path: Path, out_dir: Path, *, shards: int = 2, only: set[int] | None = None,
         repeats: int = 2, warmup_rounds: int = 2, log=print) -> dict:
+    """Each shard (those in `only`, default all) in both orders, interleaved, `repeats` times; a shard the router
+    sends no request is listed under `empty`."""
     trace = load_trace(trace_path)
     rows = []
-    for shard, paths in shard_traces(trace_path, trace, shards, out_dir / "traces", only).items():
+    traces = shard_traces(trace_path, trace, shards, out_dir / "traces", only)
+    empty = sorted(s for s in (only or range(shards)) if s not in traces)
+    for shard, paths in traces.items():
         seconds: dict[str, list[float]] = {"arrival": [], "prefix": []}
         steps: dict[str, list[int]] = {"arrival": [], "prefix": []}
         for repeat in range(repeats):
@@ -75,4 +92,4 @@ def run(engine: Engine, trace_path: Path, out_dir: Path, *, shards: int = 2, onl
                      "steps": steps if engine.simulated else None,
                      "arrival_median_s": arrival, "prefix_median_s": prefix, "speedup": arrival / prefix})
     return {"trace": trace.name, "engine": engine.describe()["name"],
-            "simulated": engine.simulated, "repeats": repeats, "shards": rows}
+            "simulated": engine.simulated, "repeats": repeats, "shards": rows, "empty": empty}

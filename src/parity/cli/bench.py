@@ -8,6 +8,7 @@ from pathlib import Path
 
 import click
 
+from parity import run_lock
 from parity.cli import options
 from parity.cli.app import echo, main
 from parity.cli.errors import friendly_errors, writable_folder
@@ -27,6 +28,9 @@ def save(out: Path | None, result) -> None:
         except ValueError as exc:
             raise ParityError(f"--out {out}: the result holds a number that is not finite ({exc}): not written")
         atomic_write_text(out, text + "\n")
+
+
+MAX_SHARDS = 4096  # far past any node's GPUs: a bench of more only measures its own lists (--shards 10**8 ran 99 s)
 
 
 @main.group("bench")
@@ -84,11 +88,16 @@ def bench_startup(engine, cluster, flame_bin_dir, gpu, repeats, sim_params, mode
     from parity.experiments.plan import settings_of
     from parity.workflow_config import experiment_section
 
+    if cluster == "flame":  # before the standalone runs, not after them (N cold vLLM starts: outside pass Q)
+        from parity.flame.cluster import find_binaries
+
+        find_binaries(flame_bin_dir)
     netns.contain(network, needed=cluster == "flame", log=echo)
     args = options.engine_args(model, load_format, engine_args)
     final = settings_of("confirmation", experiment_section(config_files, "confirmation")).flame  # the study's final
-    result = startup.run(engine, cluster, gpu, final, args, out_dir, repeats, bin_dir=flame_bin_dir,
-                         sim_params=sim_params, log=echo)
+    with run_lock.holding(out_dir):
+        result = startup.run(engine, cluster, gpu, final, args, out_dir, repeats, bin_dir=flame_bin_dir,
+                             sim_params=sim_params, log=echo)
     click.echo(startup.summary_line(result))
 
 
@@ -163,7 +172,7 @@ def bench_sim(trace, repeats):
 @bench.command("order")
 @click.option("--engine", "kind", type=click.Choice(ENGINES), default="sim", show_default=True)
 @options.traces()
-@click.option("--shards", default=2, show_default=True, type=click.IntRange(min=1),
+@click.option("--shards", default=2, show_default=True, type=click.IntRange(min=1, max=MAX_SHARDS),
               help="Shards the sticky router splits each burst into.")
 @click.option("--shard", "only", type=click.IntRange(min=0), multiple=True,
               help="Run only this shard (repeat); default every one.")
@@ -190,12 +199,16 @@ def bench_order(kind, traces, shards, only, repeats, warmup_rounds, model, load_
                                                               warmup_rounds, sim_params)[1:]
     order.check(traces, warmup_rounds, args)
     results = []
-    with make_engine(kind, args, **options.simulator(kind, sim_params, "virtual", "async")) as engine:
+    with run_lock.holding(out_dir), \
+            make_engine(kind, args, **options.simulator(kind, sim_params, "virtual", "async")) as engine:
+        order.clear(out_dir, log=echo)
         for trace in traces:
             r = order.run(engine, trace, out_dir, shards=shards, only=set(only), repeats=repeats,
                           warmup_rounds=warmup_rounds, log=echo)
             results.append(r)
             label = "simulated" if r["simulated"] else "measured"
+            for shard in r["empty"]:
+                click.echo(f"{r['trace']} shard {shard}: the sticky router sends it no request (nothing to run)")
             for row in r["shards"]:
                 click.echo(f"{r['trace']} shard {row['shard']} ({row['requests']} requests, {r['engine']}): arrival "
                            f"{row['arrival_median_s']:.3f} s, prefix {row['prefix_median_s']:.3f} s, arrival/prefix "

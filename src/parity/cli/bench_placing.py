@@ -10,12 +10,11 @@ import click
 
 from parity.cli import options
 from parity.cli.app import echo
-from parity.cli.bench import bench, save
+from parity.cli.bench import MAX_SHARDS, bench, save
 from parity.cli.errors import friendly_errors
 from parity.errors import ParityError
 
 
-MAX_SHARDS = 4096  # far past any node's GPUs: a bench of more only measures its own lists
 MAX_TOKENS = 2**26  # the router bench's prompts, all requests together: 256 MiB of token IDs
 MAX_ADMISSION_REQUESTS = 2**14  # the admission bench's requests (an outsider's 100,000 ran out of memory)
 
