@@ -367,6 +367,23 @@ def test_bench_commands_turn_a_bad_trace_into_one_line(tmp_path):
         assert line.startswith(f"Error: {trace}: not valid JSON")
 
 
+def test_bench_codec_and_sim_say_their_runs_and_spread_write_json_and_a_batch_over_budget_says_what_to_change(
+        small_reuse_trace, tmp_path):
+    """Outside pass Q: both printed the best of N without saying so or the spread, had no --out, and a batch over
+    Flame's payload budget did not say to give a smaller --batch."""
+    from parity.bench import codec
+    from parity.errors import ParityError
+
+    for command, says in ((["bench", "codec"], "(times: the best of 3 runs on this machine, then the runs' range)"),
+                          (["bench", "sim"], "best of 3 runs, ")):
+        out = tmp_path / f"{command[1]}.json"
+        result = invoke(*command, "--trace", small_reuse_trace, "--repeats", 3, "--out", out)
+        assert result.exit_code == 0 and says in result.stdout, result.output
+        assert json.loads(out.read_text())["repeats"] == 3
+    with pytest.raises(ParityError, match=r"over the payload budget.*give a smaller --batch\)$"):
+        codec.run(small_reuse_trace, budget=1000, repeats=1)
+
+
 def test_order_json_is_written_whole(small_reuse_trace, tmp_path):
     out = tmp_path / "out"
     result = invoke("bench", "order", "--trace", small_reuse_trace, "--shards", 2, "--shard", 0, "--repeats", 1,

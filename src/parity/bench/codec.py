@@ -9,22 +9,26 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+from parity.errors import ParityError
 from parity.flame import codec
 from parity.trace import load_trace
 
 STUDY_BYTES = {"raw": 6_210_432, "zlib": 387_795}
 
 
-def _best_ms(fn, repeats: int) -> float:
-    best = float("inf")
+def _runs_ms(fn, repeats: int) -> list[float]:
+    """Each of `repeats` timed calls, in ms (the bench reports the best and the spread: `spread`)."""
+    runs = []
     for _ in range(repeats):
         start = time.perf_counter()
         fn()
-        best = min(best, (time.perf_counter() - start) * 1000)
-    return best
+        runs.append((time.perf_counter() - start) * 1000)
+    return runs
 
 
 def run(trace_path: Path, batch: int = 128, budget: int = 4 * 1024 * 1024, repeats: int = 5) -> dict:
+    """Burst bytes raw and zlib-1 (whole burst, in batches of `batch`), and the first batch's encode and decode
+    times, each the best of `repeats` with every run kept."""
     trace = load_trace(trace_path)
     prompts = [codec.Prompt(r.id, p) for r, p in zip(trace.requests, trace.prompts)]
     sizes = {name: sum(len(codec.encode(prompts[i:i + batch], compress=name == "zlib"))
@@ -33,8 +37,30 @@ def run(trace_path: Path, batch: int = 128, budget: int = 4 * 1024 * 1024, repea
     timing = {}
     for name in ("raw", "zlib"):
         encoded = codec.encode(first, compress=name == "zlib")
-        timing[name] = {"encode_ms": _best_ms(lambda: codec.encode(first, compress=name == "zlib"), repeats),
-                        "decode_ms": _best_ms(lambda: codec.decode(encoded, budget=budget), repeats),
-                        "batch_bytes": len(encoded)}
-    return {"trace": trace.name, "requests": len(prompts), "batch": len(first), "bytes": sizes,
+        encode = _runs_ms(lambda: codec.encode(first, compress=name == "zlib"), repeats)
+        try:
+            decode = _runs_ms(lambda: codec.decode(encoded, budget=budget), repeats)
+        except ParityError as exc:  # a batch over Flame's payload budget: say what to change
+            raise ParityError(f"{exc} (a batch of {len(first)} of this trace's prompts: give a smaller --batch)") \
+                from None
+        timing[name] = {"encode_ms": min(encode), "decode_ms": min(decode), "encode_ms_runs": encode,
+                        "decode_ms_runs": decode, "batch_bytes": len(encoded)}
+    return {"trace": trace.name, "requests": len(prompts), "batch": len(first), "bytes": sizes, "repeats": repeats,
             "ratio_zlib_to_raw": sizes["zlib"] / sizes["raw"], "per_batch": timing, "study_bytes": STUDY_BYTES}
+
+
+def summary_lines(r: dict) -> list[str]:
+    """The burst's bytes, then per codec the first batch's times: the best of the runs, and their range."""
+    lines = [f"{r['trace']} ({r['requests']} requests): raw {r['bytes']['raw']:,} bytes, zlib-1 {r['bytes']['zlib']:,} "
+             f"bytes (ratio {r['ratio_zlib_to_raw']:.3f}; study: {r['study_bytes']['raw']:,} -> "
+             f"{r['study_bytes']['zlib']:,})"]
+    for name, t in r["per_batch"].items():
+        lines.append(f"  {name:<4} batch of {r['batch']}: {t['batch_bytes']:,} bytes, encode {t['encode_ms']:.2f} ms "
+                     f"({spread(t['encode_ms_runs'])}), decode {t['decode_ms']:.2f} ms ({spread(t['decode_ms_runs'])})")
+    lines.append(f"  (times: the best of {r['repeats']} runs on this machine, then the runs' range)")
+    return lines
+
+
+def spread(runs: list[float]) -> str:
+    """The runs' range, as the bench prints it beside their best."""
+    return f"{min(runs):.2f}-{max(runs):.2f}"

@@ -158,15 +158,16 @@ def bench_harvest(cluster, flame_bin_dir, tasks, rotate_tasks, holds_ms, round_t
 @click.option("--trace", type=click.Path(path_type=Path, exists=True), required=True,
               help="Trace manifest, e.g. the 256-request reuse burst.")
 @options.repeats(3)
+@options.json_out
 @friendly_errors
-def bench_sim(trace, repeats):
+@options.out_apart_from("trace")
+def bench_sim(trace, repeats, out):
     """CPU time to simulate a burst in virtual time, beside the engine time it models (target < 2 s)."""
     from parity.bench import sim
 
-    r = sim.run(trace, repeats=repeats)
-    verdict = "meets" if r["meets_target"] else "MISSES"
-    click.echo(f"{r['requests']} requests: {r['cpu_s']:.3f} s of CPU to simulate {r['modelled_s']:.2f} s of engine "
-               f"time (x{r['speedup']:.0f}); {verdict} the {r['target_cpu_s']:.0f} s target")
+    result = sim.run(trace, repeats=repeats)
+    save(out, result)
+    click.echo(sim.summary_line(result))
 
 
 @bench.command("order")
@@ -221,15 +222,14 @@ def bench_order(kind, traces, shards, only, repeats, warmup_rounds, model, load_
               help="Trace manifest, e.g. the 256-request reuse burst.")
 @click.option("--batch", default=128, show_default=True, type=click.IntRange(min=1))
 @options.repeats(5)
+@options.json_out
 @friendly_errors
-def bench_codec(trace, batch, repeats):
+@options.out_apart_from("trace")
+def bench_codec(trace, batch, repeats, out):
     """Flame task inputs raw vs zlib level 1: burst bytes, and encode + decode time per batch."""
     from parity.bench import codec
 
-    r = codec.run(trace, batch=batch, repeats=repeats)
-    click.echo(f"{r['trace']} ({r['requests']} requests): raw {r['bytes']['raw']:,} bytes, zlib-1 "
-               f"{r['bytes']['zlib']:,} bytes (ratio {r['ratio_zlib_to_raw']:.3f}; study: "
-               f"{r['study_bytes']['raw']:,} -> {r['study_bytes']['zlib']:,})")
-    for name, t in r["per_batch"].items():
-        click.echo(f"  {name:<4} batch of {r['batch']}: {t['batch_bytes']:,} bytes, encode {t['encode_ms']:.2f} ms, "
-                   f"decode {t['decode_ms']:.2f} ms")
+    result = codec.run(trace, batch=batch, repeats=repeats)
+    save(out, result)
+    for line in codec.summary_lines(result):
+        click.echo(line)
