@@ -82,21 +82,37 @@ def run(engine: str, cluster_kind: str, gpu: str, final, args, out: Path, repeat
                   [r["start_to_first_answer_s"] for r in alone])},
               "flame": flamed | {"session_to_first_answer": summary(
                   [r["session_to_first_answer_s"] for r in flamed["runs"]])}}
+    result["flame_over_standalone"] = ratios(result)
     atomic_write_text(out / "startup.json", json.dumps(result, indent=1, sort_keys=True) + "\n")
     return result
 
 
+def ratios(result: dict) -> dict:
+    """Flame over standalone, measured side by side in one run: cold, the cluster's start and the first session's
+    first answer against the first process start's; warm, a later session's against a later process start's
+    (medians; None with no warm run)."""
+    a, f = result["standalone"]["start_to_first_answer"], result["flame"]["session_to_first_answer"]
+    warm = None if a["warm_median_s"] is None else f["warm_median_s"] / a["warm_median_s"]
+    return {"cold": (result["flame"]["cluster_s"] + f["cold_s"]) / a["cold_s"], "warm": warm}
+
+
 def summary_line(result: dict) -> str:
-    """The result in one line, labelled simulated or measured; a start with no warm run says so (not 0.0 s)."""
+    """The result in one line, labelled simulated or measured, with Flame / standalone, the runs and the warm runs'
+    range; a start with no warm run says so (not 0.0 s)."""
     a, f = result["standalone"]["start_to_first_answer"], result["flame"]["session_to_first_answer"]
     label = "simulated" if result["simulated"] else "measured"
 
     def warm(s: dict) -> str:
-        return "no warm run" if s["warm_median_s"] is None else f"{s['warm_median_s']:.1f} s warm (median)"
+        runs = s["runs_s"][1:]
+        return "no warm run" if s["warm_median_s"] is None else \
+            f"{s['warm_median_s']:.1f} s warm (median of {len(runs)}, {min(runs):.1f}-{max(runs):.1f} s)"
 
+    r = ratios(result)
+    warm_ratio = "" if r["warm"] is None else f", warm {r['warm']:.2f}x (a session against a process start)"
     return (f"standalone: process start to first answer {a['cold_s']:.1f} s cold, {warm(a)}; Flame: cluster "
             f"{result['flame']['cluster_s']:.1f} s once, then session to first answer {f['cold_s']:.1f} s cold, "
-            f"{warm(f)} ({label})")
+            f"{warm(f)}; Flame / standalone: cold {r['cold']:.2f}x (cluster and first session against the first "
+            f"process start){warm_ratio}; {result['repeats']} runs each ({label})")
 
 
 def summary(values: list[float]) -> dict:
