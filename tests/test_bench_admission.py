@@ -24,9 +24,13 @@ def test_admission_benchmark_reports_both_costs_and_their_ratio():
 
 def test_the_command_prints_a_line_per_setting_and_saves_json(tmp_path):
     out = tmp_path / "admission.json"
-    result = CliRunner().invoke(main, ["bench", "admission", "--requests", "32", "--repeats", "1", "--out", str(out)])
+    result = CliRunner().invoke(main, ["bench", "admission", "--requests", "32", "--repeats", "2", "--out", str(out)])
     assert result.exit_code == 0, result.output
     assert result.output.count("us/request; router") == 2 and "ratio" in result.output
+    # each run as it ends, on stderr, and every run's p99 kept and its range printed (outside pass Q: 17 s silent,
+    # and only the best run kept)
+    assert result.stderr.count(", run 2 of 2: controller p99") == 2 and "controller p99 over the runs" in result.stdout
+    assert [len(row["controller_p99_us_runs"]) for row in json.loads(out.read_text())["rows"]] == [2, 2]
     assert result.stdout.count("us/request; router") == 2  # the result on stdout, as every bench's (an outsider's:
     # it went to stderr, so `> result.txt` kept nothing)
     assert len(json.loads(out.read_text())["rows"]) == 2

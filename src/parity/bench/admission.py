@@ -132,9 +132,10 @@ def _one(prompts, shards: int, settings: BoundedSettings, engine_tokens_per_s: f
 
 
 def run(num_requests: int = 2048, prefix_tokens: int = 8000, shards: int = 2, load: float = 1.5,
-        engine_tokens_per_s: float = 40_000.0, repeats: int = 3) -> dict:
+        engine_tokens_per_s: float = 40_000.0, repeats: int = 3, log=lambda line: None) -> dict:
     """Both settings of `reroute`, each the best of `repeats` runs by the controller's p99 (a busy machine's
-    worst runs say more about it than about the controller)."""
+    worst runs say more about it than about the controller), with every run's p99 kept beside it (`log`: each run
+    as it ends)."""
     if num_requests < 4 or repeats < 1 or load <= 0 or engine_tokens_per_s <= 0:
         raise ValueError(f"need num_requests >= 4, repeats >= 1, load > 0 and engine_tokens_per_s > 0")
     w = documents("cost", f"{shards} shards", docs=max(1, num_requests // 4), questions=4,
@@ -154,7 +155,10 @@ def run(num_requests: int = 2048, prefix_tokens: int = 8000, shards: int = 2, lo
                                  decode_s))
             finally:
                 gc.enable()
-        rows.append(min(runs, key=lambda r: r["controller_us"]["p99"]))
+            log(f"reroute {'on' if reroute else 'off'}, run {len(runs)} of {repeats}: controller p99 "
+                f"{runs[-1]['controller_us']['p99']:.2f} us")
+        rows.append(min(runs, key=lambda r: r["controller_us"]["p99"])
+                    | {"controller_p99_us_runs": [r["controller_us"]["p99"] for r in runs]})
     return {"requests": len(prompts), "prompt_tokens": prefix_tokens + 40, "shards": shards, "load": load,
             "engine_tokens_per_s": engine_tokens_per_s, "clock": "simulated", "rows": rows,
             "target_us_per_request": TARGET_US, "repeats": repeats, "python": platform.python_version()}
@@ -170,7 +174,8 @@ def summary_lines(result: dict) -> list[str]:
                      f"{'meets' if r['meets_target'] else 'MISSES'} the {result['target_us_per_request']:.0f} us "
                      f"target; admitted {r['admitted']}, refused {r['refused']}, moved {r['moved']}; the decision "
                      f"alone p50 {d['p50']:.2f} p99 {d['p99']:.2f} us, with the answers reported since the last "
-                     f"arrival p99 {a['p99']:.2f} us")
+                     f"arrival p99 {a['p99']:.2f} us" + (f"; controller p99 over the runs {min(r['controller_p99_us_runs']):.2f}-"
+                     f"{max(r['controller_p99_us_runs']):.2f} us" if "controller_p99_us_runs" in r else ""))
     lines.append(f"({result['requests']} requests of {result['prompt_tokens']} tokens on {result['shards']} shards at "
                  f"{result['load']:g}x a simulated engine's rate; the controller's own time in its calls, by the "
                  f"wall clock (perf_counter), one thread, each row the best of {result.get('repeats', 3)} runs by p99; a "

@@ -61,7 +61,7 @@ def bench_admission(num_requests, load, repeats, out):
     timed side by side in one run, with reroute off and on."""
     from parity.bench import admission
 
-    result = admission.run(num_requests=num_requests, load=load, repeats=repeats)
+    result = admission.run(num_requests=num_requests, load=load, repeats=repeats, log=echo)
     save(out, result)
     for line in admission.summary_lines(result):
         click.echo(line)  # the result, on stdout (progress goes to stderr)
