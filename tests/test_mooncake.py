@@ -83,6 +83,24 @@ def test_limit_keeps_the_first_requests_that_fit(tmp_path):
     assert doc["num_requests"] == 2 and doc["spec"]["limit"] == 2 and doc["inputs"]["mooncake"]["lines_read"] == 2
 
 
+def test_a_limit_says_where_reading_stopped_and_a_trace_too_big_to_hold_is_refused_by_line(tmp_path, monkeypatch):
+    """Outside pass Q: `--limit 2` left a bad third line unread without a word, and `--max-model-len 2147483647` let a
+    2 MB line of 262,144 blocks become 1.5 GB of token IDs (a traceback once memory ran out)."""
+    from parity import trace_mooncake
+
+    source = write(tmp_path / "t.jsonl", [*ROWS[:2], "{garbage"])
+    run = CliRunner().invoke(main, ["trace-mooncake", str(source), "--out", str(tmp_path / "out"), "--limit", "2"])
+    assert run.exit_code == 0 and "--limit 2: reading stopped at line 2, the lines after it not read" in run.stdout, \
+        run.output
+    huge = CliRunner().invoke(main, ["trace-mooncake", str(source), "--out", str(tmp_path / "o2"),
+                                     "--max-model-len", str(2**31 - 1)])
+    assert huge.exit_code == 2 and "--max-model-len" in huge.output
+    monkeypatch.setattr(trace_mooncake, "MAX_TRACE_TOKENS", 4 * B)
+    with pytest.raises(ParityError, match=r"t2.jsonl:2: the requests kept so far hold 2,567 tokens, over the 2,048 .*: "
+                                         r"give --limit 1$"):
+        read_mooncake(write(tmp_path / "t2.jsonl", ROWS[:2]), context_tokens=8192)
+
+
 def test_manifest_hashes_source_tokens_and_replay(tmp_path):
     source = write(tmp_path / "conv trace.jsonl", ROWS)
     manifest = convert(source, tmp_path / "out")

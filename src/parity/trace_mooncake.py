@@ -8,7 +8,8 @@ that share k leading hash ids share exactly k x 512 leading tokens, and no other
 A request that does not fit the context is counted, listed by line and excluded, never cut.
 Timestamps become arrivals in seconds from the first, written as a replay schedule's file; one more than a week
 after the first is refused (a replay runs in real time: that is a unit slip, not a trace).
-Malformed input is refused in one line naming the line; nothing is written before the whole file is read.
+Malformed input is refused in one line naming the line; nothing is written before the whole file is read (with a
+limit, up to its last kept request: the lines after it are not read, and the summary says so).
 """
 
 from __future__ import annotations
@@ -110,11 +111,16 @@ def _parse_line(text: str, number: int, where: str) -> MooncakeRequest:
     return MooncakeRequest(number, row["timestamp"], row["input_length"], row["output_length"], tuple(ids))
 
 
+MAX_CONTEXT_TOKENS = 2**21  # past the longest context models serve: a larger one only let a 2 MB line (one request
+# of 262,144 blocks) become 1.5 GB of token IDs in memory (outside pass Q)
+MAX_TRACE_TOKENS = 2**28  # the kept requests' tokens together: 1 GiB of token IDs, held at once while writing
+
+
 def read_mooncake(path: Path, *, context_tokens: int = MAX_MODEL_LEN, limit: int | None = None) -> MooncakeTrace:
     """Every line checked, in order (timestamps never decrease); those over the context set aside; at most
     `limit` requests kept (the first that fit), reading stops there."""
-    if context_tokens < 1:
-        raise TraceError(f"max model len must be >= 1, got {context_tokens}")
+    if not 1 <= context_tokens <= MAX_CONTEXT_TOKENS:
+        raise TraceError(f"max model len must be 1 to {MAX_CONTEXT_TOKENS:,} tokens, got {context_tokens}")
     if limit is not None and limit < 1:
         raise TraceError(f"limit must be >= 1, got {limit}")
     try:
@@ -143,7 +149,7 @@ def read_mooncake(path: Path, *, context_tokens: int = MAX_MODEL_LEN, limit: int
 
 def _read_lines(path: Path, handle, limit: int | None, context_tokens: int, kept: list, over: list) -> int:
     """Each line checked into `kept` (fits the context) or `over` (its line number); the lines read."""
-    first, last, lines = None, None, 0
+    first, last, lines, tokens = None, None, 0, 0
     for number, raw in enumerate(handle, start=1):
         if limit is not None and len(kept) >= limit:
             break
@@ -165,6 +171,10 @@ def _read_lines(path: Path, handle, limit: int | None, context_tokens: int, kept
             over.append(number)
         else:
             kept.append(request)
+            tokens += request.input_length
+            if tokens > MAX_TRACE_TOKENS:
+                raise TraceError(f"{path}:{number}: the requests kept so far hold {tokens:,} tokens, over the "
+                                 f"{MAX_TRACE_TOKENS:,} a converted trace holds in memory: give --limit {len(kept) - 1}")
     return lines
 
 

@@ -12,6 +12,7 @@ from parity.cli.app import echo, main
 from parity.cli.errors import friendly_errors
 from parity.study import VOCAB_LIMIT
 from parity.trace import TraceError, TraceSpec, not_a_folder  # `parity trace`'s defaults are TraceSpec's
+from parity.trace_mooncake import MAX_CONTEXT_TOKENS
 
 
 @main.command("smoke-inputs")
@@ -125,10 +126,11 @@ def trace_cmd(corpus, tokenizer_dir, name, documents, questions, prefix_tokens, 
               callback=options.out_folder,
               help="Directory for NAME.json, NAME.tokens, NAME.warmupK.tokens and NAME.replay.json.")
 @click.option("--name", default=None, help="Trace name [default: the file's stem].")
-@click.option("--max-model-len", type=options.CONTEXT_TOKENS, default=None,
+@click.option("--max-model-len", type=click.IntRange(1, MAX_CONTEXT_TOKENS), default=None,
               help="The context: a request longer (with its output) is counted and excluded, never cut "
                    "[default: the study's max_model_len].")
-@click.option("--limit", type=click.IntRange(min=1), default=None, help="Keep the first this many requests that fit.")
+@click.option("--limit", type=click.IntRange(min=1), default=None,
+              help="Keep the first this many requests that fit; reading stops there (the lines after are not read).")
 @click.option("--seed", default=0, show_default=True, type=click.IntRange(min=0), help="Seed of the blocks' token IDs.")
 @click.option("--tokenizer", "tokenizer_dir", type=click.Path(path_type=Path, file_okay=False), default=None,
               help="Draw token IDs from this tokenizer's ordinary IDs [default: 0..127,999, Llama 3.1's].")
@@ -147,7 +149,8 @@ def trace_mooncake_cmd(source, out_dir, name, max_model_len, limit, seed, tokeni
     read = doc["inputs"]["mooncake"]
     click.echo(f"{manifest}: {doc['num_requests']} requests, {doc['total_tokens']} tokens; {read['over_context']} of "
                f"{read['requests_read']} read over the context of {doc['context_tokens']}, excluded; "
-               f"trace sha256 {doc['trace_sha256']}")
+               + (f"--limit {limit}: reading stopped at line {read['lines_read']}, the lines after it not read; "
+                  if limit is not None else "") + f"trace sha256 {doc['trace_sha256']}")
 
 
 # ---- fetch: pinned, checksum-verified inputs (parity.fetch) -------------------------------------
