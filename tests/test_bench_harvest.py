@@ -38,6 +38,11 @@ def test_bench_harvest_on_the_stand_in_runs_every_phase_and_says_where(tmp_path)
         assert all(p["rss_kib"]["stand-in (this process, with the client)"] > 0 for p in points)
     assert doc["memory"]["rotations"] == 0 and doc["memory_rotating"]["rotations"] >= 1
     assert (tmp_path / "harvest-work" / "cleanup-flame.json").exists()
+    for key in ("memory", "memory_rotating"):  # a line through fewer than 3 samples is not a growth (outside pass Q)
+        fitted = [g["bytes_per_task"] is not None for g in doc[key]["growth"].values()]
+        assert all(fitted) if len(doc[key]["points"]) >= 3 else not any(fitted)
+        if len(doc[key]["points"]) < 3:
+            assert f"not fitted to {len(doc[key]['points'])} samples (give more --tasks)" in result.output
 
 
 def test_bench_harvest_express_runs_each_hold_both_ways_side_by_side(tmp_path):

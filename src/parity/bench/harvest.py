@@ -195,6 +195,10 @@ def _path_pids(running) -> dict[str, int]:
         _manager_pids(running)
 
 
+MIN_FIT = 3  # samples a growth line is fitted to at least: two only join their ends (outside pass Q's --tasks 200,
+# where each request's hundred-odd tasks passed several sampling points at once)
+
+
 def memory(harvester, pids: dict[str, int], tasks: int, samples: int, output_tokens: int = 64, log=print,
            watch=None) -> dict:
     """Harvest tasks through `harvester` (hold 0: a task per round trip, nearly all carrying no prompt and no
@@ -228,7 +232,7 @@ def memory(harvester, pids: dict[str, int], tasks: int, samples: int, output_tok
     for name in pids:
         y = np.array([(p["rss_kib"][name] or 0) * 1024 for p in points], dtype=float)
         growth[name] = {"start_mib": y[0] / 2**20, "end_mib": y[-1] / 2**20, "max_mib": y.max() / 2**20,
-                        "bytes_per_task": float(np.polyfit(x, y, 1)[0]) if len(x) > 1 else None}
+                        "bytes_per_task": float(np.polyfit(x, y, 1)[0]) if len(x) >= MIN_FIT else None}
     rates = [(b["tasks"] - a["tasks"]) / (b["elapsed_s"] - a["elapsed_s"]) for a, b in zip(points, points[1:])]
     return {"tasks": points[-1]["tasks"], "requests": requests, "output_tokens": output_tokens, "every": every,
             "rotate_tasks": harvester.rotate_tasks, "rotations": harvester.rotations, "points": points,
@@ -366,10 +370,11 @@ def summary_lines(result: dict) -> list[str]:
                      f"samples, aimed every ~{m['every']} tasks (taken between requests); "
                      f"task rate p50 {rate['p50']:.0f}/s (min {rate['min']:.0f}, max {rate['max']:.0f}) per interval:")
         for name, g in m["growth"].items():
-            slope = "-" if g["bytes_per_task"] is None else f"{round(g['bytes_per_task'])}"  # 0, not -0
+            slope = f"not fitted to {len(m['points'])} samples (give more --tasks)" if g["bytes_per_task"] is None \
+                else f"{round(g['bytes_per_task'])} bytes/task (least squares)"  # 0, not -0
             deleted = (m.get("rss_kib_after_delete") or {}).get(name)
             lines.append(f"  {name:<{max(34, *map(len, m['growth']))}} RSS {g['start_mib']:.1f} -> {g['end_mib']:.1f} MiB (max {g['max_mib']:.1f}); "
-                         f"growth {slope} bytes/task (least squares)"
+                         f"growth {slope}"
                          + (f"; {deleted / 1024:.1f} MiB once its last session was deleted" if deleted else ""))
         if m.get("rotation_s"):
             r = m["rotation_s"]
