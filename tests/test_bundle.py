@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import shutil
 from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
 
-from parity import bundle, seal
+from parity import bundle, seal, signature
 from parity.cli import main
 from parity.trace import TraceSpec, build_trace
 
@@ -60,14 +61,15 @@ TRIAL = {"kind": "trial", "versions": {"parity": "0.1.0", "vllm": None}, "engine
 
 
 @pytest.fixture
-def provenance(monkeypatch):
+def provenance(monkeypatch, tmp_path_factory):
     """The crate reads software versions and GPUs from what `_provenance` finds in the tree's trial manifests
-    (tested on its own below): given here, as it reads them from TRIAL."""
+    (tested on its own below): given here, as it reads them from TRIAL (written outside the bundle)."""
     real = bundle._provenance
+    folder = tmp_path_factory.mktemp("stand-in")
 
     def given(trial=TRIAL):
         monkeypatch.setattr(bundle, "_provenance", lambda results, files:
-                            real(_stand_in(results.parent.parent.parent / "stand-in", trial), [Path("trials/t0.json")]))
+                            real(_stand_in(folder, trial), [Path("trials/t0.json")]))
     given()
     return given
 
@@ -353,9 +355,10 @@ def test_a_full_disk_while_bagging_leaves_no_partial_bundle(run, tmp_path, monke
 
     monkeypatch.setattr(bagit, "make_bag", full)
     out = tmp_path / "bundle"
-    with pytest.raises(OSError):
+    with pytest.raises(OSError) as error:
         bundle.make(run / "results" / "smoke", out, workdir=run)
     assert not out.exists() and not out.with_name("bundle.partial").exists()
+    assert error.value.filename == str(out)  # bagit's error named no file: the one line names the bundle (pass P)
 
 
 def test_a_payload_file_nothing_accounts_for_is_named_though_the_bag_was_remade_to_match(run, keys):
@@ -423,3 +426,84 @@ def test_software_or_a_gpu_the_crate_names_unlike_its_trials_is_named_though_the
     assert problems == [
         f"{crate}: #software-parity: the crate says version '9.9.9', its trials record '0.1.0'",
         f"{crate}: #gpu-sim-0: the crate names it as 'NVIDIA H200', its trials as 'simulated'"], problems
+
+
+def _recrate(out: Path) -> None:
+    """A forger's re-hash: every file entity's size and SHA-256 recomputed, those of files gone dropped, one added
+    for each payload file the crate does not describe; then the bag's manifests (outside pass P's rehash.py)."""
+    import bagit
+
+    data, crate = out / "data", out / "data" / bundle.CRATE
+    doc = json.loads(crate.read_text())
+    files = {p.relative_to(data).as_posix() for p in data.rglob("*") if p.is_file() and p.name != bundle.CRATE}
+    graph = [e for e in doc["@graph"] if "File" not in bundle._list(e.get("@type")) or e["@id"] in files]
+    described = {e["@id"] for e in graph}
+    graph += [{"@id": name, "@type": "File"} for name in sorted(files - described)]
+    for entity in graph:
+        if "File" in bundle._list(entity.get("@type")):
+            entity["contentSize"] = (data / entity["@id"]).stat().st_size
+            entity["sha256"] = bundle.sha256_file(data / entity["@id"])
+    doc["@graph"] = graph
+    crate.write_text(json.dumps(doc))
+    bagit.Bag(str(out)).save(manifests=True)
+
+
+def test_a_tree_unsealed_inside_a_bundle_beside_a_sealed_decoy_is_named(run, keys):
+    """Outside pass P: a forger edited the tree, removed its run.json (and signature), copied the untouched signed
+    tree elsewhere under data/, and re-hashed the crate and the bag: `validate --bundle --public-key` said valid,
+    for only sealed trees were re-certified. Now the run's results and every manifest outside a sealed tree are
+    named."""
+    signed = CliRunner().invoke(main, ["sign", str(run / "results" / "smoke"), "--key", str(keys / "parity.key")],
+                                env={"PARITY_SIGNING_PASSWORD": None})
+    assert signed.exit_code == 0, signed.output
+    out = make(run)
+    tree = out / "data" / "results" / "smoke"
+    shutil.copytree(tree, out / "data" / "archive" / "smoke")
+    trace = tree / "traces" / "reuse.json"
+    trace.write_text(trace.read_text().replace('"seed": 1', '"seed": 7'))
+    (tree / seal.RUN_MANIFEST).unlink()
+    (tree / "run.json.minisig").unlink()
+    _recrate(out)
+    problems = bundle.check(out, key=signature.public_key(str(keys / "parity.pub")))
+    assert "data/results/smoke/traces/reuse.json: a result of the run (the crate's #run) outside every sealed tree: " \
+           "nothing re-certifies it (its tree's run.json removed?)" in problems, problems
+    result = CliRunner().invoke(main, ["validate", "--bundle", str(out), "--public-key", str(keys / "parity.pub")])
+    assert result.exit_code == 1 and "outside every sealed tree" in result.output, result.output
+
+
+def test_a_named_pipe_a_file_beside_data_and_a_crate_of_the_wrong_shape_are_one_line_each(run):
+    """Outside pass P: a named pipe in the payload made `validate --bundle` wait for ever; a forged report beside
+    data/ passed; a crate that was a list, or whose references were strings, was a traceback; a file named with a
+    line break printed a false "valid" line."""
+    import bagit
+
+    out = make(run)
+    pipe = out / "data" / "config" / "smoke.yaml"
+    pipe.unlink()
+    os.mkfifo(pipe)
+    assert bundle.check(out) == [f"{pipe}: not a plain file (a named pipe, socket or device): a bundle holds files"]
+    pipe.unlink()
+    out = make(run)
+    (out / "results").mkdir()
+    (out / "results" / "report.md").write_text("# all met\n")
+    assert bundle.check(out) == [f"{out / 'results'}: added (beside data/: a parity bundle holds only its tag files "
+                                 "there)"]
+    out = make(run)
+    crate = out / "data" / bundle.CRATE
+    for edit in (lambda doc: [doc], lambda doc: None,
+                 lambda doc: doc | {"@graph": [e | {"mainEntity": "Snakefile"} if e.get("@id") == "./" else e
+                                               for e in doc["@graph"]]},
+                 lambda doc: doc | {"@graph": [e | {"object": "config/smoke.yaml"} if e.get("@id") == "#run" else e
+                                               for e in doc["@graph"]]}):
+        original = json.loads(crate.read_text())
+        crate.write_text(json.dumps(edit(original)))
+        bagit.Bag(str(out)).save(manifests=True)
+        problems = bundle.check(out)
+        assert len(problems) >= 1 and all(p.startswith(str(crate)) for p in problems[:1]), problems
+        crate.write_text(json.dumps(original))
+    bagit.Bag(str(out)).save(manifests=True)
+    odd = out / "data" / "x: fine\n1 bundle(s) valid\nz"
+    odd.write_text("x")
+    bagit.Bag(str(out)).save(manifests=True)
+    problems = bundle.check(out)
+    assert problems and all("\n" not in p for p in problems) and "\\n1 bundle(s) valid" in problems[0], problems

@@ -316,11 +316,13 @@ def test_a_tree_that_fails_its_seal_keeps_no_bundle_of_an_earlier_one(checkout):
     beside a tree it no longer stands for."""
     _finished_smoke_run(checkout)  # empty manifests: the seal refuses them
     stale = checkout / "results/smoke-bundle"
-    stale.mkdir(parents=True)
-    (stale / "bagit.txt").write_text("BagIt-Version: 1.0\n")
+    partial = checkout / "results/smoke-bundle.partial"  # a killed `parity bundle`'s whole bag (outside pass P)
+    for folder in (stale, partial):
+        folder.mkdir(parents=True)
+        (folder / "bagit.txt").write_text("BagIt-Version: 1.0\n")
     run = snakemake(checkout, "--workflow-profile", "smoke", "all")
     assert run.returncode != 0 and "parity seal" in run.stdout + run.stderr, (run.stdout + run.stderr)[-2000:]
-    assert not stale.exists() and not (checkout / "results/smoke/run.json").exists()
+    assert not stale.exists() and not partial.exists() and not (checkout / "results/smoke/run.json").exists()
 
 
 def test_a_run_that_changes_the_tree_first_removes_the_earlier_bundle(checkout):

@@ -20,12 +20,14 @@ import datetime
 import json
 import logging
 import mimetypes
+import os
 import shutil
 from pathlib import Path
 
 from parity import __version__, signature
 from parity.errors import ParityError
-from parity.manifest import RUN_MANIFEST, sha256_file
+from parity.manifest import (RUN_MANIFEST, linked_files, looks_like_manifest, printable, read_manifest,
+                             sha256_file)
 from parity.seal import kept, sealed_trees, superseded
 from parity.signature import SIGNATURE
 
@@ -252,13 +254,16 @@ def make(results: Path, bundle: Path, *, workdir: Path = Path("."), image: Path 
                                  "startTime": _iso(min(times, default=None)), "endTime": _iso(max(times, default=None)),
                                  "actionStatus": FAILED if any(j["incomplete"] for j in records) else COMPLETED}))
     root["mentions"] = software + hardware + actions  # Process Run Crate: the actions, from the root
+    logging.getLogger("bagit").setLevel(logging.CRITICAL)  # a full disk is said once, by the caller, not logged too
     try:
         crate.write(staging)
         bagit.make_bag(str(staging), {"Source-Organization": "parity", "External-Description": root["description"]},
                        checksums=list(CHECKSUMS))
         staging.rename(bundle)
-    except BaseException:  # a full disk, a kill: no half-made bag is left to fill the disk or be taken for one
+    except BaseException as exc:  # a full disk, a kill: no half-made bag is left to fill the disk or be taken for one
         shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(exc, OSError) and exc.errno is not None and exc.filename is None:  # bagit's names no file
+            raise OSError(exc.errno, exc.strerror, str(bundle)) from None
         raise
     size = sum(p.stat().st_size for p in (bundle / "data").rglob("*") if p.is_file())
     return {"bundle": str(bundle), "files": len(files), "inputs": len(outside), "bytes": size, "jobs": len(records)}
@@ -266,10 +271,15 @@ def make(results: Path, bundle: Path, *, workdir: Path = Path("."), image: Path 
 
 def check(bundle: Path, key=None) -> list[str]:
     """Every problem of the bag BUNDLE, one line each naming the file: changed, missing, or not in its manifest;
-    with a `key` (`parity.signature.public_key`), each sealed tree's run.json must be signed by it."""
+    with a `key` (`parity.signature.public_key`), each sealed tree's run.json must be signed by it. A control
+    character (a newline in a file's name) is written as its escape: no name poses as another line (outside
+    pass P: a file named with a line break printed a false "valid" line)."""
+    return [printable(problem) for problem in _problems(Path(bundle), key)]
+
+
+def _problems(bundle: Path, key) -> list[str]:
     import bagit
 
-    bundle = Path(bundle)
     if not (bundle / "bagit.txt").is_file():
         return [f"{bundle}: not a bundle (no bagit.txt)"]
     if not (bundle / "bag-info.txt").is_file():  # parity writes one; a bag re-made without it is not parity's
@@ -279,6 +289,8 @@ def check(bundle: Path, key=None) -> list[str]:
     if (bundle / "fetch.txt").exists():  # parity's bags hold every file; a fetch list points past the checked payload
         return [f"{bundle / 'fetch.txt'}: a fetch list (files to download from elsewhere): a parity bundle holds "
                 "every file it lists, so none is fetched"]
+    if special := _not_plain(bundle):
+        return special
     logging.getLogger("bagit").setLevel(logging.CRITICAL)  # each problem is said once, below, not also logged
     try:
         bag = bagit.Bag(str(bundle))
@@ -325,9 +337,30 @@ def check(bundle: Path, key=None) -> list[str]:
         doc = json.loads(crate.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         return [f"{crate}: not a readable RO-Crate ({exc})"]
-    problems = [f"{crate}: {problem}" for problem in crate_problems(doc) + _crate_against_bag(doc, bag)
-                + _crate_against_evidence(doc, bundle / "data")]
-    return problems + _unaccounted(doc, bag) + _evidence_problems(bundle / "data", key)
+    if not isinstance(doc, dict) or not isinstance(doc.get("@graph"), list):
+        return [f"{crate}: {problem}" for problem in crate_problems(doc)]
+    try:
+        problems = [f"{crate}: {problem}" for problem in crate_problems(doc) + _crate_against_bag(doc, bag)
+                    + _crate_against_evidence(doc, bundle / "data")]
+        problems += _unaccounted(doc, bag)
+    except (AttributeError, TypeError, KeyError) as exc:  # an entity, reference or list of another JSON type
+        return [f"{crate}: an entity or reference of the wrong JSON type ({exc}): the crate's entities are objects "
+                "and its references objects with an @id"]
+    return problems + _evidence_problems(bundle / "data", key)
+
+
+def _not_plain(bundle: Path) -> list[str]:
+    """What in the bag is neither a plain file nor a folder (a named pipe, a socket, a device), named before bagit
+    reads it: hashing a named pipe waited for a writer for ever (outside pass P); and, at its top, anything but the
+    tag files parity writes and `data/` (a results folder beside `data/` passed for part of the bundle)."""
+    problems = []
+    for path in sorted(bundle.rglob("*")):
+        if not (path.is_symlink() or path.is_file() or path.is_dir()):
+            problems.append(f"{path}: not a plain file (a named pipe, socket or device): a bundle holds files")
+    for path in sorted(bundle.iterdir()):
+        if path.name != "data" and not (path.suffix == ".txt" and path.is_file()):
+            problems.append(f"{path}: added (beside data/: a parity bundle holds only its tag files there)")
+    return problems
 
 
 def _unreadable_tags(bundle: Path) -> list[str]:
@@ -352,8 +385,8 @@ def _unreadable_tags(bundle: Path) -> list[str]:
 def _crate_against_bag(doc: dict, bag) -> list[str]:
     """Each file the crate describes has the size and SHA-256 the bag holds it with (the bag checked the file)."""
     problems = []
-    for entity in doc.get("@graph", []):
-        if not isinstance(entity, dict) or "File" not in _list(entity.get("@type")):
+    for entity in _graph(doc):
+        if "File" not in _list(entity.get("@type")):
             continue
         entry = bag.entries.get(f"data/{entity.get('@id')}")
         if entry is None:
@@ -386,7 +419,7 @@ def _crate_against_evidence(doc: dict, data: Path) -> list[str]:
         gpus.update({gpu["uuid"]: gpu for gpu in seen})
     derived = _stated({name: sorted(values) for name, values in versions.items()}, list(gpus.values()))
     said = {e.get("@id"): e.get("softwareVersion" if str(e.get("@id")).startswith("#software-") else "name")
-            for e in doc.get("@graph", []) if isinstance(e, dict) and str(e.get("@id", "")).startswith(("#software-",
+            for e in _graph(doc) if str(e.get("@id", "")).startswith(("#software-",
                                                                                                        "#gpu-"))}
     problems = []
     for ident in sorted(set(derived) | set(said), key=lambda i: (not i.startswith("#software-"), i)):  # software first
@@ -408,9 +441,13 @@ def _unaccounted(doc: dict, bag) -> list[str]:
     around an added file), and a sealed tree's checks see only its kept files: a file added beside the tree, or
     one `kept` passes over (a lock file), was carried silently (an outside evaluator's pass)."""
     data = Path(bag.path) / "data"
-    described = {CRATE} | {entity.get("@id") for entity in doc.get("@graph", [])
-                           if isinstance(entity, dict) and "File" in _list(entity.get("@type"))}
-    trees = sorted((tree.relative_to(data) for tree in sealed_trees(data)), key=lambda t: -len(t.parts))
+    described = {CRATE} | {entity.get("@id") for entity in _graph(doc) if "File" in _list(entity.get("@type"))}
+    sealed = sealed_trees(data)
+    trees = sorted((tree.relative_to(data) for tree in sealed), key=lambda t: -len(t.parts))
+    inputs = {Path(os.path.abspath(p)) for tree in sealed  # the receipts a seal links from outside its tree
+              for p in linked_files(read_manifest(tree / RUN_MANIFEST), tree / RUN_MANIFEST)}
+    results = {ref.get("@id") for action in _graph(doc) if action.get("@id") == "#run"
+               for ref in _list(action.get("result")) if isinstance(ref, dict)}
     keeps: dict[Path, set] = {}
     problems = []
     for name in sorted(Path(p).relative_to("data").as_posix() for p in bag.payload_files()):
@@ -418,13 +455,34 @@ def _unaccounted(doc: dict, bag) -> list[str]:
             problems.append(f"data/{name}: added (in the bag's payload, but the crate does not describe it)")
             continue
         tree = next((t for t in trees if Path(name).is_relative_to(t)), None)  # the deepest that holds it
-        if tree is None:
+        if tree is None:  # outside every sealed tree only the workflow's files and a seal's inputs: a tree whose
+            # run.json was removed was checked by nothing but hashes a forger recomputes (outside pass P)
+            if name in results:
+                problems.append(f"data/{name}: a result of the run (the crate's #run) outside every sealed tree: "
+                                "nothing re-certifies it (its tree's run.json removed?)")
+            elif name.endswith(".json") and Path(os.path.abspath(data / name)) not in inputs \
+                    and _is_manifest(data / name):
+                problems.append(f"data/{name}: a manifest outside every sealed tree: nothing re-certifies it (its "
+                                "tree's run.json removed?)")
             continue
         if tree not in keeps:
             keeps[tree] = set(kept(data / tree)) | {Path(SIGNATURE)}
         if Path(name).relative_to(tree) not in keeps[tree]:
             problems.append(f"data/{name}: added (in the sealed tree {tree.as_posix()}, which keeps no such file)")
     return problems
+
+
+def _is_manifest(path: Path) -> bool:
+    try:
+        return looks_like_manifest(read_manifest(path))
+    except ParityError:
+        return False
+
+
+def _graph(doc) -> list[dict]:
+    """The crate's entities (the objects of its @graph; a crate of another shape has none: `crate_problems` says)."""
+    graph = doc.get("@graph") if isinstance(doc, dict) else None
+    return [e for e in graph if isinstance(e, dict)] if isinstance(graph, list) else []
 
 
 def _evidence_problems(data: Path, key=None) -> list[str]:
@@ -441,9 +499,12 @@ def _evidence_problems(data: Path, key=None) -> list[str]:
     return [str(problem) for problem in problems] + signed
 
 
-def crate_problems(doc: dict) -> list[str]:
-    """The Workflow Run Crate MUSTs this crate breaks (RO-Crate 1.1, Workflow RO-Crate, Workflow Run Crate)."""
-    graph = {e.get("@id"): e for e in doc.get("@graph", []) if isinstance(e, dict)}
+def crate_problems(doc) -> list[str]:
+    """The Workflow Run Crate MUSTs this crate breaks (RO-Crate 1.1, Workflow RO-Crate, Workflow Run Crate); one
+    that is not a JSON object with a @graph list is one line (a list or null was a traceback: outside pass P)."""
+    if not isinstance(doc, dict) or not isinstance(doc.get("@graph"), list):
+        return ["not an RO-Crate: a JSON object whose @graph is a list of entities"]
+    graph = {e.get("@id"): e for e in _graph(doc)}
     problems = []
     descriptor = graph.get(CRATE)
     if not descriptor or f"https://w3id.org/ro/crate/{RO_CRATE}" not in {c.get("@id") for c in _list(descriptor.get("conformsTo"))}:

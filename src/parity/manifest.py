@@ -54,10 +54,10 @@ class Problem:
 
     def __str__(self) -> str:  # a file or key named with a line break is escaped: one problem, one line, so
         # no name can pose as a second problem's line (an outside tester's, 2026-12-06)
-        return ": ".join(_printable(part) for part in (self.file, self.pointer, self.rule, self.message))
+        return ": ".join(printable(part) for part in (self.file, self.pointer, self.rule, self.message))
 
 
-def _printable(text: str) -> str:
+def printable(text: str) -> str:
     """`text` with each control character (a newline in a file's name) written as its escape."""
     return text if text.isprintable() else "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 

@@ -422,10 +422,11 @@ def image_check():
 
 
 def drop_bundle():
-    """The bundle an earlier `all` made of the tree, removed (a link unlinked; never a folder outside results/)."""
-    bundle = f"{RESULTS}-bundle"
-    if os.path.islink(bundle):
-        os.unlink(bundle)
-    elif os.path.realpath(bundle).startswith(os.path.realpath("results") + os.sep):
-        shutil.rmtree(bundle, ignore_errors=True)
+    """The bundle an earlier `all` made of the tree, and the staging folder a killed `parity bundle` left (a whole,
+    valid bag of an older tree: outside pass P), removed (a link unlinked; never a folder outside results/)."""
+    for bundle in (f"{RESULTS}-bundle", f"{RESULTS}-bundle.partial"):
+        if os.path.islink(bundle):
+            os.unlink(bundle)
+        elif os.path.realpath(bundle).startswith(os.path.realpath("results") + os.sep):
+            shutil.rmtree(bundle, ignore_errors=True)
 
