@@ -134,6 +134,34 @@ def test_good_fetch_writes_verified_files_and_a_valid_receipt(tmp_path, url_pins
     assert validate_paths([receipt]) == (1, [])
 
 
+def test_a_receipt_edited_or_its_file_corrupted_after_the_fetch_is_named_by_validate(tmp_path, url_pins):
+    """Outside pass P: a receipt edited to "verified" over another hash and another size, with a published pin made
+    up, passed `parity validate` and was sealed as an input; a fetched file overwritten beside it, too."""
+    from parity.rederive import validate as validate_paths  # what `parity validate` runs: the derivations too
+
+    dest = tmp_path / "dest"
+    receipt, _ = run_fetch(url_pins, dest)
+    assert validate_paths([receipt]) == (1, [])
+    doc = read_manifest(receipt)
+    first, second = doc["files"][0]["name"], doc["files"][1]["name"]
+    doc["files"][0] |= {"sha256": "0" * 64}
+    doc["files"][1] |= {"pinned_sha256": None, "pin": "published", "pin_evidence": "https://example.org/made-up"}
+    receipt.write_text(json.dumps(doc))
+    problems = [f"{p.pointer}: {p.message}" for p in validate_paths([receipt])[1]]
+    assert any(p.startswith("/files/0/sha256") and "is not its pin" in p for p in problems), problems
+    assert any(p.startswith("/files/1/verified") for p in problems), problems
+    assert any(p.startswith("/files/1/pin") and "published pin" in p for p in problems), problems
+    assert any(p.startswith("/pins_recorded") for p in problems), problems
+    run_fetch(url_pins, dest)  # the receipt whole again; then a file changed after it
+    (dest / first).write_bytes(b"CORRUPT")
+    problems = [f"{p.pointer}: {p.message}" for p in validate_paths([receipt])[1]]
+    assert problems == [f"/files/0/bytes: {first}: states {len(FILES[first])} bytes, {dest / first} holds 7"], problems
+    (dest / first).write_bytes(FILES[first][:-1] + b"?")
+    assert [p.pointer for p in validate_paths([receipt])[1]] == ["/files/0/sha256"]
+    (dest / first).unlink()  # a file moved away: nothing to read again beside the receipt
+    assert validate_paths([receipt]) == (1, [])
+
+
 def test_already_verified_file_is_rehashed_not_downloaded_again(tmp_path, url_pins, server):
     dest = tmp_path / "dest"
     run_fetch(url_pins, dest)

@@ -35,12 +35,13 @@ def _derivers() -> dict:
     """kind → function(path, doc) giving (pointer, why) pairs; imported on first use (the report pulls in plots)."""
     from parity import checks, procs, stats, trace
     from parity.experiments import derive
+    from parity.fetch import transfer
     from parity.mlperf import logs
     from parity.report import build
 
     return {"trial": checks.derived_problems, "pair": stats.pair_problems, "experiment": derive.derived_problems,
             "report": build.derived_problems, "mlperf": logs.derived_problems, "run": _run_problems,
-            "cleanup-receipt": procs.receipt_problems,
+            "cleanup-receipt": procs.receipt_problems, "fetch-receipt": transfer.receipt_problems,
             "trace": trace.derived_problems}
 
 

@@ -130,3 +130,51 @@ def write_receipt(path: Path, source: dict, results: list[FileResult], *, token_
     } | extra
     write_manifest(path, doc)
     return path
+
+
+HASHED_BESIDE = 256 * 2**20  # a file beside its receipt up to this size is hashed again when the receipt is checked;
+# a larger one (a model's weights) is held to its size there, and hashed again by the next `parity fetch`
+
+
+def receipt_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
+    """(pointer, why) where a receipt states what its own lines, or the files it names beside it, do not give: a
+    file is verified exactly when it had a pin, and then hashed to it; the pins this fetch recorded are the lines
+    with none; a file still beside the receipt (its default place, the fetch's folder) has the size it states, and
+    its hash where small enough to read again. A receipt edited to "verified" over another hash, its file corrupted
+    after the fetch, passed `validate` and was sealed as an input (outside pass P)."""
+    problems, recorded = [], []
+    for number, line in enumerate(doc.get("files") or []):
+        if not isinstance(line, dict):
+            continue
+        where, name, pinned = f"/files/{number}", line.get("name"), line.get("pinned_sha256")
+        if line.get("verified") != (pinned is not None):
+            problems.append((f"{where}/verified", f"{name}: states {line.get('verified')}, but its pin is "
+                             f"{'null (this fetch recorded it)' if pinned is None else pinned}: a file is verified "
+                             "exactly when it had a pin to check"))
+        elif pinned is not None and line.get("sha256") != pinned:
+            problems.append((f"{where}/sha256", f"{name}: verified, yet its SHA-256 {line.get('sha256')} is not its "
+                             f"pin {pinned}"))
+        if pinned is None:
+            recorded.append(name)
+            if line.get("pin") == "published":
+                problems.append((f"{where}/pin", f"{name}: a published pin, yet none was set before this fetch"))
+        problems += _beside(Path(path).parent, where, line)
+    if doc.get("pins_recorded") is not None and doc["pins_recorded"] != recorded:
+        problems.append(("/pins_recorded", f"states {doc['pins_recorded']}, its lines with no pin are {recorded}"))
+    return problems
+
+
+def _beside(folder: Path, where: str, line: dict) -> list[tuple[str, str]]:
+    """A fetched file still beside its receipt, held to the size (and, small enough, the hash) the line states."""
+    name = line.get("name")
+    if not isinstance(name, str) or Path(name).is_absolute() or ".." in Path(name).parts:
+        return []
+    file = folder / name
+    if not file.is_file():
+        return []  # moved, or a receipt kept apart from its files (--receipt): nothing to read again here
+    size = file.stat().st_size
+    if size != line.get("bytes"):
+        return [(f"{where}/bytes", f"{name}: states {line.get('bytes')} bytes, {file} holds {size}")]
+    if size <= HASHED_BESIDE and (digest := sha256_file(file)) != line.get("sha256"):
+        return [(f"{where}/sha256", f"{name}: states SHA-256 {line.get('sha256')}, {file} hashes to {digest}")]
+    return []
