@@ -26,7 +26,7 @@ from pathlib import Path
 
 from parity import __version__, signature
 from parity.errors import ParityError
-from parity.manifest import (RUN_MANIFEST, linked_files, looks_like_manifest, printable, read_manifest,
+from parity.manifest import (RUN_MANIFEST, is_manifest_file, linked_files, printable, read_manifest,
                              sha256_file)
 from parity.seal import kept, sealed_trees, superseded
 from parity.signature import SIGNATURE
@@ -419,8 +419,7 @@ def _crate_against_evidence(doc: dict, data: Path) -> list[str]:
         gpus.update({gpu["uuid"]: gpu for gpu in seen})
     derived = _stated({name: sorted(values) for name, values in versions.items()}, list(gpus.values()))
     said = {e.get("@id"): e.get("softwareVersion" if str(e.get("@id")).startswith("#software-") else "name")
-            for e in _graph(doc) if str(e.get("@id", "")).startswith(("#software-",
-                                                                                                       "#gpu-"))}
+            for e in _graph(doc) if str(e.get("@id", "")).startswith(("#software-", "#gpu-"))}
     problems = []
     for ident in sorted(set(derived) | set(said), key=lambda i: (not i.startswith("#software-"), i)):  # software first
         if ident not in said:
@@ -461,7 +460,7 @@ def _unaccounted(doc: dict, bag) -> list[str]:
                 problems.append(f"data/{name}: a result of the run (the crate's #run) outside every sealed tree: "
                                 "nothing re-certifies it (its tree's run.json removed?)")
             elif name.endswith(".json") and Path(os.path.abspath(data / name)) not in inputs \
-                    and _is_manifest(data / name):
+                    and is_manifest_file(data / name):
                 problems.append(f"data/{name}: a manifest outside every sealed tree: nothing re-certifies it (its "
                                 "tree's run.json removed?)")
             continue
@@ -470,13 +469,6 @@ def _unaccounted(doc: dict, bag) -> list[str]:
         if Path(name).relative_to(tree) not in keeps[tree]:
             problems.append(f"data/{name}: added (in the sealed tree {tree.as_posix()}, which keeps no such file)")
     return problems
-
-
-def _is_manifest(path: Path) -> bool:
-    try:
-        return looks_like_manifest(read_manifest(path))
-    except ParityError:
-        return False
 
 
 def _graph(doc) -> list[dict]:

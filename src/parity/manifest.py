@@ -453,6 +453,15 @@ def looks_like_manifest(doc) -> bool:
     return isinstance(doc.get("kind"), str) and doc["kind"] in _validators()
 
 
+def is_manifest_file(path: Path | str) -> bool:
+    """A readable file holding a manifest as the tree's walk finds one (`looks_like_manifest`); a file that is not a
+    JSON object is a plain file here."""
+    try:
+        return looks_like_manifest(read_manifest(path))
+    except ParityError:
+        return False
+
+
 MANIFEST_NAMES = frozenset({"experiment.json", "report.json", "mlperf-run.json", "fetch-receipt.json",
                             "articles.receipt.json", "cleanup-replicas.json", "cleanup-flame.json"})
 MANIFEST_FOLDERS = frozenset({"trials", "pairs", "cleanup"})  # an experiment's folders, holding manifests alone

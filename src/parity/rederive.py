@@ -26,7 +26,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from parity.errors import ParityError
-from parity.manifest import Problem, looks_like_manifest, read_manifest, validate_paths
+from parity.manifest import Problem, is_manifest_file, read_manifest, validate_paths
 
 RULE = "disagrees"
 
@@ -69,14 +69,6 @@ def is_superseded(path: Path, doc: dict) -> bool:
             and path.parent.name in ("trials", "pairs", "cleanup") and (path.parent.parent / "experiment.json").is_file())
 
 
-def _is_manifest(path: Path) -> bool:
-    """A manifest as the seal finds one (`manifest.manifests_in`); a file that is not JSON is a plain file here."""
-    try:
-        return looks_like_manifest(read_manifest(path))
-    except ParityError:
-        return False
-
-
 def _run_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
     """(pointer, why) where a run manifest's label (`parity.seal`, which validates through this module, so its one
     derivation lives here) disagrees with the manifests it links: it is `simulated` exactly when one of its tops
@@ -91,7 +83,7 @@ def _run_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
         return [("/simulated", f"states {doc['simulated']}, the manifests it links give the opposite")]
     for number, ref in enumerate(doc["files"]):  # nor is a plain file's list: a top listed there (a simulated
         # experiment, say) would leave the label above to the tops left (outside pass N)
-        if ref["path"].endswith(".json") and _is_manifest(folder / ref["path"]):
+        if ref["path"].endswith(".json") and is_manifest_file(folder / ref["path"]):
             return [(f"/files/{number}", f"{ref['path']} is a manifest: the seal lists a manifest that none links "
                                          "under manifests, never among plain files")]
     for number, ref in enumerate(doc.get("superseded", [])):  # never a place to hide a top (an experiment, a report)
