@@ -464,9 +464,20 @@ def test_a_tree_unsealed_inside_a_bundle_beside_a_sealed_decoy_is_named(run, key
     (tree / seal.RUN_MANIFEST).unlink()
     (tree / "run.json.minisig").unlink()
     _recrate(out)
+    forged = out / "data" / "results" / "final" / "report" / "report.md"  # outside pass R: described, not a #run result
+    forged.parent.mkdir(parents=True)
+    forged.write_text("# every target met\n")
+    for name in ("traces/reuse.json", "locality/t0.json"):  # a manifest's kind renamed passed for a plain file (pass R)
+        doc = json.loads((tree / name).read_text())
+        (tree / name).write_text(json.dumps({k: v for k, v in doc.items() if k != "schema_version"}
+                                            | {"kind": "x-" + str(doc.get("kind"))}))
+    _recrate(out)
     problems = bundle.check(out, key=signature.public_key(str(keys / "parity.pub")))
-    assert "data/results/smoke/traces/reuse.json: a result of the run (the crate's #run) outside every sealed tree: " \
-           "nothing re-certifies it (its tree's run.json removed?)" in problems, problems
+    for name in ("results/smoke/traces/reuse.json", "results/smoke/locality/t0.json", "results/smoke/report/report.md",
+                 "results/final/report/report.md"):
+        assert f"data/{name}: outside every sealed tree, neither the workflow's nor linked by a sealed tree: nothing " \
+               "re-certifies it (its tree's run.json removed?)" in problems, (name, problems)
+    assert not any("data/config/" in p or "data/archive/" in p or "data/resources/" in p for p in problems), problems
     result = CliRunner().invoke(main, ["validate", "--bundle", str(out), "--public-key", str(keys / "parity.pub")])
     assert result.exit_code == 1 and "outside every sealed tree" in result.output, result.output
 
@@ -507,3 +518,27 @@ def test_a_named_pipe_a_file_beside_data_and_a_crate_of_the_wrong_shape_are_one_
     bagit.Bag(str(out)).save(manifests=True)
     problems = bundle.check(out)
     assert problems and all("\n" not in p for p in problems) and "\\n1 bundle(s) valid" in problems[0], problems
+
+
+def test_a_seal_inputs_own_links_are_bundled_too(run):
+    """Outside pass R: an `articles` receipt, a seal input, links the parquet it was derived from; the bundle held the
+    receipt and not the parquet, so `validate --bundle` refused every real run's bundle (file-missing)."""
+    from parity.manifest import file_ref, header, sha256_file, write_manifest
+
+    corp = run / "resources" / "corp"
+    corp.mkdir(parents=True)
+    (corp / "articles.jsonl").write_text('{"article": "a"}\n')
+    (corp / "validation.parquet").write_bytes(b"PAR1 not really")
+    digest = sha256_file(corp / "articles.jsonl")
+    receipt = corp / "articles.receipt.json"
+    write_manifest(receipt, header("fetch-receipt", simulated=False) | {
+        "source": {"type": "local"}, "token_used": False, "pins_recorded": [],
+        "files": [{"name": "articles.jsonl", "sha256": digest, "bytes": 17, "pinned_sha256": digest, "verified": True,
+                   "downloaded": True}],
+        "derived_from": {"articles.jsonl": file_ref(corp / "validation.parquet", corp)}})
+    results = run / "results" / "smoke"
+    summary, problems = seal.seal(results, [receipt], log=lambda m: None)
+    assert problems == [], problems
+    out = make(run)
+    assert (out / "data" / "resources" / "corp" / "validation.parquet").is_file()
+    assert bundle.check(out) == []

@@ -26,8 +26,8 @@ from pathlib import Path
 
 from parity import __version__, signature
 from parity.errors import ParityError
-from parity.manifest import (RUN_MANIFEST, is_manifest_file, linked_files, printable, read_manifest,
-                             sha256_file)
+from parity.manifest import (RUN_MANIFEST, is_manifest_file, linked_files, manifests_in, printable,
+                             read_manifest, sha256_file)
 from parity.seal import kept, sealed_trees, superseded
 from parity.signature import SIGNATURE
 
@@ -137,20 +137,36 @@ def _place(path: Path, base: Path) -> str:
     return path.resolve().relative_to(base).as_posix()
 
 
-def _inputs(results: Path, base: Path) -> list[Path]:
-    """The files the tree's manifests link from outside it (a corpus, a tokenizer, a fetch receipt), which the
-    bundle holds too; one outside `base` cannot be placed, so the bundle is refused, naming it."""
-    from parity.manifest import linked_files, manifests_in
-
-    here, found = results.resolve(), {}
-    for manifest, doc in manifests_in(results):
+def _reached(manifests: list[tuple[Path, dict]]) -> dict[Path, Path]:
+    """Every file `manifests` link, and onward what each linked manifest links in turn (a fetch receipt's
+    `derived_from`: a bundle without its parquet failed its own check, outside pass R), by absolute path, each with
+    the manifest that links it."""
+    found: dict[Path, Path] = {}
+    seen = {Path(os.path.abspath(path)) for path, _ in manifests}
+    queue = list(manifests)
+    while queue:
+        manifest, doc = queue.pop()
         for target in linked_files(doc, manifest):
-            target = target.resolve()
-            if target.is_relative_to(here) or target in found or not target.is_file():
+            if target in found:
                 continue
-            if not target.is_relative_to(base):
-                raise BundleError(f"{manifest} links {target}, outside {base}: bundle from a work folder that holds it")
-            found[target] = target
+            found[target] = manifest
+            if target not in seen and target.suffix == ".json" and is_manifest_file(target):
+                seen.add(target)
+                queue.append((target, read_manifest(target)))
+    return found
+
+
+def _inputs(results: Path, base: Path) -> list[Path]:
+    """The files the tree's manifests link from outside it (a corpus, a tokenizer, a fetch receipt and what it links),
+    which the bundle holds too; one outside `base` cannot be placed, so the bundle is refused, naming it."""
+    here, found = results.resolve(), set()
+    for target, manifest in _reached(manifests_in(results)).items():
+        target = target.resolve()
+        if target.is_relative_to(here) or target in found or not target.is_file():
+            continue
+        if not target.is_relative_to(base):
+            raise BundleError(f"{manifest} links {target}, outside {base}: bundle from a work folder that holds it")
+        found.add(target)
     return sorted(found)
 
 
@@ -443,10 +459,7 @@ def _unaccounted(doc: dict, bag) -> list[str]:
     described = {CRATE} | {entity.get("@id") for entity in _graph(doc) if "File" in _list(entity.get("@type"))}
     sealed = sealed_trees(data)
     trees = sorted((tree.relative_to(data) for tree in sealed), key=lambda t: -len(t.parts))
-    inputs = {Path(os.path.abspath(p)) for tree in sealed  # the receipts a seal links from outside its tree
-              for p in linked_files(read_manifest(tree / RUN_MANIFEST), tree / RUN_MANIFEST)}
-    results = {ref.get("@id") for action in _graph(doc) if action.get("@id") == "#run"
-               for ref in _list(action.get("result")) if isinstance(ref, dict)}
+    linked = _reached([item for tree in sealed for item in manifests_in(tree)])  # run.json's inputs among them
     keeps: dict[Path, set] = {}
     problems = []
     for name in sorted(Path(p).relative_to("data").as_posix() for p in bag.payload_files()):
@@ -454,15 +467,13 @@ def _unaccounted(doc: dict, bag) -> list[str]:
             problems.append(f"data/{name}: added (in the bag's payload, but the crate does not describe it)")
             continue
         tree = next((t for t in trees if Path(name).is_relative_to(t)), None)  # the deepest that holds it
-        if tree is None:  # outside every sealed tree only the workflow's files and a seal's inputs: a tree whose
-            # run.json was removed was checked by nothing but hashes a forger recomputes (outside pass P)
-            if name in results:
-                problems.append(f"data/{name}: a result of the run (the crate's #run) outside every sealed tree: "
-                                "nothing re-certifies it (its tree's run.json removed?)")
-            elif name.endswith(".json") and Path(os.path.abspath(data / name)) not in inputs \
-                    and is_manifest_file(data / name):
-                problems.append(f"data/{name}: a manifest outside every sealed tree: nothing re-certifies it (its "
-                                "tree's run.json removed?)")
+        if tree is None:  # outside every sealed tree only the crate, the workflow's files and what the sealed trees
+            # link (their inputs, onward): a tree whose run.json was removed, beside a sealed decoy, was held to
+            # nothing but hashes a forger recomputes (outside passes P and R)
+            if name != CRATE and Path(name).parts[0] not in WORKFLOW_FILES + ("README.md",) \
+                    and Path(os.path.abspath(data / name)) not in linked:
+                problems.append(f"data/{name}: outside every sealed tree, neither the workflow's nor linked by a "
+                                "sealed tree: nothing re-certifies it (its tree's run.json removed?)")
             continue
         if tree not in keeps:
             keeps[tree] = set(kept(data / tree)) | {Path(SIGNATURE)}
