@@ -407,6 +407,12 @@ def test_a_rerun_of_bench_order_into_its_folder_leaves_no_earlier_runs_files_and
     assert again.exit_code == 0 and "removing an earlier run's" in again.output, again.output
     assert sorted(p.name for p in (out / "trials").iterdir()) == ["reuse-shard0-arrival-r0.json",
                                                                   "reuse-shard0-prefix-r0.json"]
+    other = out / "trials" / "sim-0-shard1.json"  # another command's `-shard` file (offline-limit's): not order's
+    other.write_text("{}")
+    rerun = invoke("bench", "order", "--trace", small_reuse_trace, "--shards", 2, "--shard", 0, "--repeats", 1,
+                   "--warmup-rounds", 0, "--out", out)
+    assert rerun.exit_code == 0 and other.exists(), rerun.output  # outside pass R: offline-limit's files went
+    other.unlink()
     checked = invoke("validate", out)  # (its trace, a fixture's, lies outside the tree: those links are named)
     assert "reuse-shard0" in checked.output and "sha256-mismatch" not in checked.output, checked.output
     empty = invoke("bench", "order", "--trace", small_reuse_trace, "--shards", 64, "--shard", 63, "--repeats", 1,

@@ -176,7 +176,8 @@ def test_a_manifest_with_its_schema_version_deleted_is_a_schema_error_not_a_plai
     assert not (results / seal.RUN_MANIFEST).exists()
     receipt.write_text(json.dumps(doc | {"schema_version": 3}))  # put back: the tree seals and validates again
     sealed(results)
-    assert CliRunner().invoke(main, ["validate", str(results)]).exit_code == 0
+    result = CliRunner().invoke(main, ["validate", str(results)])
+    assert result.exit_code == 0, result.output
 
 
 def test_a_folder_or_manifest_inside_a_sealed_tree_is_checked_within_that_tree(results):
@@ -284,3 +285,13 @@ def test_a_top_moved_among_plain_files_is_named(results):
     result = CliRunner().invoke(main, ["validate", str(results)])
     assert result.exit_code == 1 and "/files/" in result.output and "is a manifest" in result.output \
         and "Traceback" not in result.output, result.output
+
+
+def test_a_manifest_in_a_hidden_folder_is_a_plain_file_to_the_seal_and_to_validate(results):
+    """The seal's walk leaves hidden folders out, so it lists a manifest copied into `.bak/` among the plain files:
+    validate then named it "is a manifest" in the tree it had just sealed (outside pass R)."""
+    (results / ".bak").mkdir()
+    shutil.copy(results / "locality" / "cleanup" / "t0.json", results / ".bak" / "t0.json")
+    sealed(results)
+    result = CliRunner().invoke(main, ["validate", str(results)])
+    assert result.exit_code == 0, result.output

@@ -83,7 +83,8 @@ def _run_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
         return [("/simulated", f"states {doc['simulated']}, the manifests it links give the opposite")]
     for number, ref in enumerate(doc["files"]):  # nor is a plain file's list: a top listed there (a simulated
         # experiment, say) would leave the label above to the tops left (outside pass N)
-        if ref["path"].endswith(".json") and is_manifest_file(folder / ref["path"]):
+        hidden = any(part.startswith(".") for part in Path(ref["path"]).parts)  # the seal's walk skips these too
+        if ref["path"].endswith(".json") and not hidden and is_manifest_file(folder / ref["path"]):
             return [(f"/files/{number}", f"{ref['path']} is a manifest: the seal lists a manifest that none links "
                                          "under manifests, never among plain files")]
     for number, ref in enumerate(doc.get("superseded", [])):  # never a place to hide a top (an experiment, a report)

@@ -11,6 +11,7 @@ the burst alone), which shows where the time went.
 
 from __future__ import annotations
 
+import re
 import statistics
 from pathlib import Path
 
@@ -51,13 +52,15 @@ def check(trace_paths, warmup_rounds: int, args) -> None:
         trial.check_warmups(path, warmup_rounds)
 
 
-def clear(out_dir: Path, log=print) -> None:
-    """Remove an earlier run's files from `out_dir` (its order.json, shard traces and trials): the folder is this
-    run's, and an earlier run's trials of other shards or repeats, kept beside new shard traces of the same names,
-    no longer matched the traces they link (an outsider's rerun failed validate). Only the files `run` writes."""
+def clear(out_dir: Path, names: list[str], log=print) -> None:
+    """Remove an earlier run's files from `out_dir` (its order.json, and the shard traces and trials of the traces
+    named `names`): an earlier run's trials of other shards or repeats, kept beside new shard traces of the same
+    names, no longer matched the traces they link (outside pass Q's rerun failed validate). Only names `run`
+    writes, `NAME-shardK-arrival...` and `-prefix...` (another command's `-shard` files are not its: pass R)."""
+    ours = re.compile(rf"^({'|'.join(map(re.escape, names))})-shard\d+-(arrival|prefix)(\.|-r\d+\.json$)")
     earlier = [out_dir / "order.json", *(p for folder in ("traces", "trials") for p in (out_dir / folder).glob("*")
-                                        if p.is_file() and "-shard" in p.name)]
-    earlier = [p for p in earlier if p.is_file()]
+                                        if ours.match(p.name))]
+    earlier = [p for p in earlier if p.is_file() and not p.is_symlink()]
     if earlier:
         log(f"bench order: removing an earlier run's {len(earlier)} file(s) from {out_dir}")
     for path in earlier:
