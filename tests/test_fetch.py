@@ -160,6 +160,13 @@ def test_a_receipt_edited_or_its_file_corrupted_after_the_fetch_is_named_by_vali
     assert [p.pointer for p in validate_paths([receipt])[1]] == ["/files/0/sha256"]
     (dest / first).unlink()  # a file moved away: nothing to read again beside the receipt
     assert validate_paths([receipt]) == (1, [])
+    apart = tmp_path / "elsewhere" / "receipt.json"  # --receipt away from its files, beside another file of that name
+    apart.parent.mkdir()
+    (apart.parent / first).write_text("not the fetched file")
+    run_fetch(url_pins, dest, receipt=apart)
+    assert read_manifest(apart)["dest"] == "../dest" and validate_paths([apart]) == (1, [])  # outside pass R
+    (dest / first).write_bytes(b"CORRUPT")
+    assert [p.pointer for p in validate_paths([apart])[1]] == ["/files/0/bytes"]  # read where the fetch put it
 
 
 def test_already_verified_file_is_rehashed_not_downloaded_again(tmp_path, url_pins, server):

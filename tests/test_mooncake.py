@@ -95,6 +95,10 @@ def test_a_limit_says_where_reading_stopped_and_a_trace_too_big_to_hold_is_refus
     huge = CliRunner().invoke(main, ["trace-mooncake", str(source), "--out", str(tmp_path / "o2"),
                                      "--max-model-len", str(2**31 - 1)])
     assert huge.exit_code == 2 and "--max-model-len" in huge.output
+    from parity.workflow_config import schema  # the config's bound is the command's (outside pass R: a dry run
+    # planned a max_model_len of 3,000,000 that the job then refused)
+    assert schema()["properties"]["mooncake"]["properties"]["max_model_len"]["maximum"] == \
+        trace_mooncake.MAX_CONTEXT_TOKENS
     monkeypatch.setattr(trace_mooncake, "MAX_TRACE_TOKENS", 4 * B)
     with pytest.raises(ParityError, match=r"t2.jsonl:2: the requests kept so far hold 2,567 tokens, over the 2,048 .*: "
                                          r"give --limit 1$"):

@@ -57,7 +57,8 @@ def summary_lines(r: dict) -> list[str]:
     for name, t in r["per_batch"].items():
         lines.append(f"  {name:<4} batch of {r['batch']}: {t['batch_bytes']:,} bytes, encode {t['encode_ms']:.2f} ms "
                      f"({spread(t['encode_ms_runs'])}), decode {t['decode_ms']:.2f} ms ({spread(t['decode_ms_runs'])})")
-    lines.append(f"  (times: the best of {r['repeats']} runs on this machine, then the runs' range)")
+    runs = "one run" if r["repeats"] == 1 else f"the best of {r['repeats']} runs"
+    lines.append(f"  (times: {runs} on this machine, then the runs' range)")
     return lines
 
 

@@ -59,7 +59,7 @@ def derive(pins: Pins, dest: Path, *, receipt: Path | None = None, record_pins: 
         inputs[name] = file_ref(source, receipt.parent)
         result, rows[name] = _derive_one(pins, name, source, dest / name, log=log)
         results.append(result)
-    return write_receipt(receipt, {"type": "local"}, results, token_used=False, pins=pins,
+    return write_receipt(receipt, {"type": "local"}, results, token_used=False, pins=pins, dest=dest,
                          derived_from=inputs, conversion={"function": f"{__name__}.convert",
                                                           "fields": list(FIELDS), "rows": rows})
 

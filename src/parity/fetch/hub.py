@@ -58,7 +58,7 @@ def fetch(pins: Pins, dest: Path, *, receipt: Path, record_pins: bool, log: Call
 
     results = fetch_files(pins, dest, download, record_pins=record_pins, log=log)
     return write_receipt(receipt, {"type": "huggingface", "repo": repo, "revision": revision}, results,
-                         token_used=token is not None, pins=pins, repo_type=repo_type,
+                         token_used=token is not None, pins=pins, dest=dest, repo_type=repo_type,
                          revision_pin=pins.revision_status())
 
 

@@ -115,7 +115,7 @@ def _fetch_one(pins: Pins, dest: Path, name: str, download: Downloader, *, recor
     return file_result(pins, name, digest, size, pinned=pinned, downloaded=True)
 
 
-def write_receipt(path: Path, source: dict, results: list[FileResult], *, token_used: bool, pins: Pins,
+def write_receipt(path: Path, source: dict, results: list[FileResult], *, token_used: bool, pins: Pins, dest: Path,
                   **extra) -> Path:
     """The fetch-receipt manifest: source, each file's hash against its pin, whether a token was used.
 
@@ -127,6 +127,7 @@ def write_receipt(path: Path, source: dict, results: list[FileResult], *, token_
         "token_used": bool(token_used),
         "pins_file": str(pins.path),
         "pins_recorded": [r.name for r in results if r.pinned_sha256 is None],
+        "dest": Path(os.path.relpath(os.path.abspath(dest), os.path.abspath(Path(path).parent))).as_posix(),
     } | extra
     write_manifest(path, doc)
     return path
@@ -137,10 +138,10 @@ HASHED_BESIDE = 256 * 2**20  # a file beside its receipt up to this size is hash
 
 
 def receipt_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
-    """(pointer, why) where a receipt states what its own lines, or the files it names beside it, do not give: a
+    """(pointer, why) where a receipt states what its own lines, or the files it names, do not give: a
     file is verified exactly when it had a pin, and then hashed to it; the pins this fetch recorded are the lines
-    with none; a file still beside the receipt (its default place, the fetch's folder) has the size it states, and
-    its hash where small enough to read again. A receipt edited to "verified" over another hash, its file corrupted
+    with none; a file still where the fetch put it has the size it states, and
+    its hash where small enough to read again (in the folder `dest` names, relative to the receipt). A receipt edited to "verified" over another hash, its file corrupted
     after the fetch, passed `validate` and was sealed as an input (outside pass P)."""
     problems, recorded = [], []
     for number, line in enumerate(doc.get("files") or []):
@@ -158,7 +159,9 @@ def receipt_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
             recorded.append(name)
             if line.get("pin") == "published":
                 problems.append((f"{where}/pin", f"{name}: a published pin, yet none was set before this fetch"))
-        problems += _beside(Path(path).parent, where, line)
+        if isinstance(doc.get("dest"), str):  # where its files went (a receipt that does not say is not read again:
+            # a same-named file beside a --receipt elsewhere is no fetched file, outside pass R)
+            problems += _beside(Path(path).parent / doc["dest"], where, line)
     if doc.get("pins_recorded") is not None and doc["pins_recorded"] != recorded:
         problems.append(("/pins_recorded", f"states {doc['pins_recorded']}, its lines with no pin are {recorded}"))
     return problems

@@ -57,7 +57,7 @@ def fetch(pins: Pins, dest: Path, *, receipt: Path, record_pins: bool, log: Call
         return target
 
     results = fetch_files(pins, dest, download, record_pins=record_pins, log=log)
-    return write_receipt(receipt, {"type": "url", "url": source["url"]}, results, token_used=False, pins=pins,
+    return write_receipt(receipt, {"type": "url", "url": source["url"]}, results, token_used=False, pins=pins, dest=dest,
                          resolved_urls={name: url for name, (url, _) in locations.items()})
 
 
