@@ -167,6 +167,11 @@ def test_a_receipt_edited_or_its_file_corrupted_after_the_fetch_is_named_by_vali
     assert read_manifest(apart)["dest"] == "../dest" and validate_paths([apart]) == (1, [])  # outside pass R
     (dest / first).write_bytes(b"CORRUPT")
     assert [p.pointer for p in validate_paths([apart])[1]] == ["/files/0/bytes"]  # read where the fetch put it
+    doc = read_manifest(apart)  # a made-up pin and hash, the receipt apart from its files: held to its pins file
+    doc["files"][1] |= {"sha256": "ab" * 32, "pinned_sha256": "ab" * 32}
+    doc.pop("dest")
+    apart.write_text(json.dumps(doc))
+    assert [p.pointer for p in validate_paths([apart])[1]] == ["/files/1/pinned_sha256"]
 
 
 def test_already_verified_file_is_rehashed_not_downloaded_again(tmp_path, url_pins, server):

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from parity.errors import ParityError
 from parity.fetch.errors import FetchError
 from parity.fetch.pins import RECORDED, Pins
 from parity.manifest import header, sha256_file, write_manifest
@@ -164,6 +165,29 @@ def receipt_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
             problems += _beside(Path(path).parent / doc["dest"], where, line)
     if doc.get("pins_recorded") is not None and doc["pins_recorded"] != recorded:
         problems.append(("/pins_recorded", f"states {doc['pins_recorded']}, its lines with no pin are {recorded}"))
+    return problems + _against_pins(doc)
+
+
+def _against_pins(doc: dict) -> list[tuple[str, str]]:
+    """Each line against the pins file the receipt names, where that file is here to read: a pin, once recorded,
+    never changes, so the file holds the line's pin, or the hash this fetch recorded (a receipt forged with a made-up
+    pin and hash, kept apart from its files, passed: outside pass R)."""
+    try:
+        pins = Pins.load(doc["pins_file"])
+    except (KeyError, TypeError, ParityError, OSError):
+        return []  # not named, or not on this machine (a bundle's receipt, a receipt from another host)
+    problems = []
+    for number, line in enumerate(doc.get("files") or []):
+        if not isinstance(line, dict):
+            continue
+        name = line.get("name")
+        section = next((s for s in ("files", "derived") if name in pins.names(s)), None)
+        expected = line.get("pinned_sha256") or line.get("sha256")
+        if section is None:
+            problems.append((f"/files/{number}/name", f"{name}: not in the pins file {pins.path} it names"))
+        elif (pinned := pins.sha256(name, section)) is not None and pinned != expected:
+            problems.append((f"/files/{number}/pinned_sha256", f"{name}: the pins file {pins.path} pins {pinned}, "
+                             f"the receipt {expected}"))
     return problems
 
 
