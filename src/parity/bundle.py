@@ -353,7 +353,7 @@ def _problems(bundle: Path, key) -> list[str]:
         doc = json.loads(crate.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         return [f"{crate}: not a readable RO-Crate ({exc})"]
-    if not isinstance(doc, dict) or not isinstance(doc.get("@graph"), list):
+    if not _shaped(doc):
         return [f"{crate}: {problem}" for problem in crate_problems(doc)]
     try:
         problems = [f"{crate}: {problem}" for problem in crate_problems(doc) + _crate_against_bag(doc, bag)
@@ -482,10 +482,14 @@ def _unaccounted(doc: dict, bag) -> list[str]:
     return problems
 
 
+def _shaped(doc) -> bool:
+    """A JSON object whose @graph is a list: what the crate's checks read (a list or null was a traceback: pass P)."""
+    return isinstance(doc, dict) and isinstance(doc.get("@graph"), list)
+
+
 def _graph(doc) -> list[dict]:
     """The crate's entities (the objects of its @graph; a crate of another shape has none: `crate_problems` says)."""
-    graph = doc.get("@graph") if isinstance(doc, dict) else None
-    return [e for e in graph if isinstance(e, dict)] if isinstance(graph, list) else []
+    return [e for e in doc["@graph"] if isinstance(e, dict)] if _shaped(doc) else []
 
 
 def _evidence_problems(data: Path, key=None) -> list[str]:
@@ -505,7 +509,7 @@ def _evidence_problems(data: Path, key=None) -> list[str]:
 def crate_problems(doc) -> list[str]:
     """The Workflow Run Crate MUSTs this crate breaks (RO-Crate 1.1, Workflow RO-Crate, Workflow Run Crate); one
     that is not a JSON object with a @graph list is one line (a list or null was a traceback: outside pass P)."""
-    if not isinstance(doc, dict) or not isinstance(doc.get("@graph"), list):
+    if not _shaped(doc):
         return ["not an RO-Crate: a JSON object whose @graph is a list of entities"]
     graph = {e.get("@id"): e for e in _graph(doc)}
     problems = []

@@ -33,6 +33,11 @@ def summary(values: list[float]) -> dict:
     return {"n": len(values), "median": statistics.median(values), "min": min(values), "max": max(values)}
 
 
+def range_text(values, digits: int = 2) -> str:
+    """Repeated runs' range as the benches print it beside their best or median: `min-max`."""
+    return f"{min(values):.{digits}f}-{max(values):.{digits}f}"
+
+
 def describe(docs: list[dict]) -> dict:
     """Median [min–max] requests/s of the passed trials, and which trials were left out."""
     good = [d for d in docs if passed(d)]

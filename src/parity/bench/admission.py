@@ -28,6 +28,7 @@ from parity.admission import BoundedSettings, Controller
 from parity.bench.routing import documents
 from parity.latency import Objective
 from parity.routing import MODEL_REVISION, PrefixRouter
+from parity.stats import range_text
 
 TARGET_US = 20.0
 
@@ -174,8 +175,8 @@ def summary_lines(result: dict) -> list[str]:
                      f"{'meets' if r['meets_target'] else 'MISSES'} the {result['target_us_per_request']:.0f} us "
                      f"target; admitted {r['admitted']}, refused {r['refused']}, moved {r['moved']}; the decision "
                      f"alone p50 {d['p50']:.2f} p99 {d['p99']:.2f} us, with the answers reported since the last "
-                     f"arrival p99 {a['p99']:.2f} us" + (f"; controller p99 over the runs {min(r['controller_p99_us_runs']):.2f}-"
-                     f"{max(r['controller_p99_us_runs']):.2f} us" if "controller_p99_us_runs" in r else ""))
+                     f"arrival p99 {a['p99']:.2f} us" + (f"; controller p99 over the runs "
+                     f"{range_text(r['controller_p99_us_runs'])} us" if "controller_p99_us_runs" in r else ""))
     lines.append(f"({result['requests']} requests of {result['prompt_tokens']} tokens on {result['shards']} shards at "
                  f"{result['load']:g}x a simulated engine's rate; the controller's own time in its calls, by the "
                  f"wall clock (perf_counter), one thread, each row the best of {result.get('repeats', 3)} runs by p99; a "

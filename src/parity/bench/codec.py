@@ -11,13 +11,14 @@ from pathlib import Path
 
 from parity.errors import ParityError
 from parity.flame import codec
+from parity.stats import range_text
 from parity.trace import load_trace
 
 STUDY_BYTES = {"raw": 6_210_432, "zlib": 387_795}
 
 
 def _runs_ms(fn, repeats: int) -> list[float]:
-    """Each of `repeats` timed calls, in ms (the bench reports the best and the spread: `spread`)."""
+    """Each of `repeats` timed calls, in ms (the bench reports the best and their range)."""
     runs = []
     for _ in range(repeats):
         start = time.perf_counter()
@@ -56,12 +57,8 @@ def summary_lines(r: dict) -> list[str]:
              f"{r['study_bytes']['zlib']:,})"]
     for name, t in r["per_batch"].items():
         lines.append(f"  {name:<4} batch of {r['batch']}: {t['batch_bytes']:,} bytes, encode {t['encode_ms']:.2f} ms "
-                     f"({spread(t['encode_ms_runs'])}), decode {t['decode_ms']:.2f} ms ({spread(t['decode_ms_runs'])})")
+                     f"({range_text(t['encode_ms_runs'])}), decode {t['decode_ms']:.2f} ms "
+                     f"({range_text(t['decode_ms_runs'])})")
     runs = "one run" if r["repeats"] == 1 else f"the best of {r['repeats']} runs"
     lines.append(f"  (times: {runs} on this machine, then the runs' range)")
     return lines
-
-
-def spread(runs: list[float]) -> str:
-    """The runs' range, as the bench prints it beside their best."""
-    return f"{min(runs):.2f}-{max(runs):.2f}"

@@ -6,6 +6,7 @@ import time
 from pathlib import Path
 
 from parity.engine.sim import SimEngine
+from parity.stats import range_text
 from parity.trace import load_trace
 
 TARGET_CPU_S = 2.0
@@ -29,5 +30,5 @@ def run(trace_path: Path, repeats: int = 3) -> dict:
 def summary_line(r: dict) -> str:
     verdict = "meets" if r["meets_target"] else "MISSES"
     return (f"{r['requests']} requests: {r['cpu_s']:.3f} s of CPU to simulate {r['modelled_s']:.2f} s of engine time "
-            f"(x{r['speedup']:.0f}; best of {r['repeats']} runs, {min(r['cpu_s_runs']):.3f}-{max(r['cpu_s_runs']):.3f} "
-            f"s); {verdict} the {r['target_cpu_s']:.0f} s target")
+            f"(x{r['speedup']:.0f}; best of {r['repeats']} runs, {range_text(r['cpu_s_runs'], 3)} s); {verdict} the "
+            f"{r['target_cpu_s']:.0f} s target")

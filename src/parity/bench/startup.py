@@ -17,6 +17,7 @@ import numpy as np
 
 from parity.routing import RouterSettings
 from parity.schedule import Schedule
+from parity.stats import range_text
 
 PROMPT = np.arange(1000, 1512, dtype=np.uint32)  # 512 tokens: a first request, not a workload
 
@@ -105,7 +106,7 @@ def summary_line(result: dict) -> str:
     def warm(s: dict) -> str:
         runs = s["runs_s"][1:]
         return "no warm run" if s["warm_median_s"] is None else \
-            f"{s['warm_median_s']:.1f} s warm (median of {len(runs)}, {min(runs):.1f}-{max(runs):.1f} s)"
+            f"{s['warm_median_s']:.1f} s warm (median of {len(runs)}, {range_text(runs, 1)} s)"
 
     r = ratios(result)
     warm_ratio = "" if r["warm"] is None else f", warm {r['warm']:.2f}x (a session against a process start)"

@@ -134,17 +134,20 @@ def write_receipt(path: Path, source: dict, results: list[FileResult], *, token_
     return path
 
 
-HASHED_BESIDE = 256 * 2**20  # a file beside its receipt up to this size is hashed again when the receipt is checked;
-# a larger one (a model's weights) is held to its size there, and hashed again by the next `parity fetch`
+HASHED_AGAIN = 256 * 2**20  # a fetched file up to this size is hashed again where it was fetched to when its receipt
+# is checked; a larger one (a model's weights) is held to its size there, and hashed again by the next `parity fetch`
 
 
 def receipt_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
     """(pointer, why) where a receipt states what its own lines, or the files it names, do not give: a
     file is verified exactly when it had a pin, and then hashed to it; the pins this fetch recorded are the lines
-    with none; a file still where the fetch put it has the size it states, and
-    its hash where small enough to read again (in the folder `dest` names, relative to the receipt). A receipt edited to "verified" over another hash, its file corrupted
-    after the fetch, passed `validate` and was sealed as an input (outside pass P)."""
+    with none; a file still where the fetch put it (the folder `dest` names, relative to the receipt) has the size it
+    states, and its hash where small enough to read again. A receipt edited to "verified" over another hash, its file
+    corrupted after the fetch, passed `validate` and was sealed as an input (outside pass P)."""
     problems, recorded = [], []
+    # where its files went: a receipt that does not say is not read again there (a same-named file beside a
+    # --receipt elsewhere is no fetched file: outside pass R)
+    dest = Path(path).parent / doc["dest"] if isinstance(doc.get("dest"), str) else None
     for number, line in enumerate(doc.get("files") or []):
         if not isinstance(line, dict):
             continue
@@ -160,9 +163,8 @@ def receipt_problems(path: Path, doc: dict) -> list[tuple[str, str]]:
             recorded.append(name)
             if line.get("pin") == "published":
                 problems.append((f"{where}/pin", f"{name}: a published pin, yet none was set before this fetch"))
-        if isinstance(doc.get("dest"), str):  # where its files went (a receipt that does not say is not read again:
-            # a same-named file beside a --receipt elsewhere is no fetched file, outside pass R)
-            problems += _beside(Path(path).parent / doc["dest"], where, line)
+        if dest is not None:
+            problems += _where_fetched(dest, where, line)
     if doc.get("pins_recorded") is not None and doc["pins_recorded"] != recorded:
         problems.append(("/pins_recorded", f"states {doc['pins_recorded']}, its lines with no pin are {recorded}"))
     return problems + _against_pins(doc)
@@ -191,17 +193,18 @@ def _against_pins(doc: dict) -> list[tuple[str, str]]:
     return problems
 
 
-def _beside(folder: Path, where: str, line: dict) -> list[tuple[str, str]]:
-    """A fetched file still beside its receipt, held to the size (and, small enough, the hash) the line states."""
+def _where_fetched(folder: Path, where: str, line: dict) -> list[tuple[str, str]]:
+    """A fetched file still in `folder`, where it was fetched to, held to the size (and, small enough, the hash) its
+    receipt's line states."""
     name = line.get("name")
     if not isinstance(name, str) or Path(name).is_absolute() or ".." in Path(name).parts:
         return []
     file = folder / name
     if not file.is_file():
-        return []  # moved, or a receipt kept apart from its files (--receipt): nothing to read again here
+        return []  # moved away: nothing to read again here
     size = file.stat().st_size
     if size != line.get("bytes"):
         return [(f"{where}/bytes", f"{name}: states {line.get('bytes')} bytes, {file} holds {size}")]
-    if size <= HASHED_BESIDE and (digest := sha256_file(file)) != line.get("sha256"):
+    if size <= HASHED_AGAIN and (digest := sha256_file(file)) != line.get("sha256"):
         return [(f"{where}/sha256", f"{name}: states SHA-256 {line.get('sha256')}, {file} hashes to {digest}")]
     return []
